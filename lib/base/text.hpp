@@ -1,0 +1,28 @@
+// Small text helpers for messages and summaries.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace acc {
+
+/// "11,173,962": an integer with thousands separators.
+std::string with_commas(std::int64_t value);
+
+/// "12.3 M", "4.56 k": a count with an SI suffix and three significant digits.
+std::string si_count(double value);
+
+/// Joins items with a separator.
+std::string join(const std::vector<std::string>& items, const std::string& separator);
+
+/// Splits on a single character; empty fields are kept.
+std::vector<std::string> split(const std::string& text, char separator);
+
+/// The command line as one shell-readable string (arguments with spaces are quoted).
+std::string command_line(int argc, const char* const* argv);
+
+/// Formats a double with up to `digits` significant digits, without trailing zeros.
+std::string short_number(double value, int digits = 4);
+
+}  // namespace acc

@@ -1,0 +1,44 @@
+// What every program shares: option parsing with CLI11, logging to stderr, and
+// the single place where errors become messages and exit codes.
+//
+// Exit codes: 0 success, 1 runtime error (acc::Error), 2 usage error
+// (acc::UsageError or a CLI11 parse error).
+#pragma once
+
+#include "io/header.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+
+namespace acc::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntime = 1;
+inline constexpr int kExitUsage = 2;
+
+/// The toolkit's version, e.g. "0.1.0".
+const char* version();
+
+/// Producer and command line of the running program, for file headers.
+const io::Provenance& provenance();
+
+/// Runs a program: `define` adds its options to the app, `run` does the work
+/// after parsing. Adds -q/--quiet, -v/--verbose and --version, prints --help on
+/// stdout, and turns exceptions into "<tool>: error: <message>" on stderr.
+int run_tool(const std::string& name, const std::string& description, int argc, char** argv,
+             const std::function<void(CLI::App&)>& define, const std::function<int()>& run);
+
+/// Logging on stderr: info lines plain, warnings as "<tool>: warning: ...",
+/// errors as "<tool>: error: ...". `verbosity` -1 quiet (warnings and errors
+/// only), 0 normal, 1 debug.
+void setup_logging(const std::string& tool, int verbosity);
+
+/// Tags log lines of one rank in a multi-process run ("<tool>[1]: ...").
+void set_log_rank(int rank);
+
+/// A CLI11 validator for numbers strictly greater than zero.
+CLI::Validator positive();
+
+}  // namespace acc::cli

@@ -1,0 +1,303 @@
+#include "io/grads.hpp"
+
+#include "base/error.hpp"
+#include "io/atomic.hpp"
+
+#include <cmath>
+#include <optional>
+
+namespace acc::io {
+namespace {
+
+const char* kDoubleColumns[] = {"lr", "loss", "accuracy", "test_loss", "test_accuracy", "seconds"};
+
+std::string snapshot_group(std::int64_t epoch) { return "/snapshots/epoch_" + std::to_string(epoch); }
+
+// Reads an optional per-epoch column; returns nullopt if absent.
+template <class T>
+std::optional<std::vector<T>> optional_column(const H5File& f, const std::string& name, size_t epochs) {
+    std::string path = "/epochs/" + name;
+    if (!f.exists(path)) return std::nullopt;
+    Dims dims;
+    auto values = f.read<T>(path, &dims);
+    if (dims != Dims{epochs})
+        f.fail(path + " has shape " + dims_text(dims) + ", expected " + std::to_string(epochs) +
+               " (one value per epoch of /epochs/norm)");
+    return values;
+}
+
+template <class T>
+std::vector<T> required_column(const H5File& f, const std::string& name, size_t epochs) {
+    auto values = optional_column<T>(f, name, epochs);
+    if (!values) f.fail("dataset /epochs/" + name + " is missing");
+    return *values;
+}
+
+}  // namespace
+
+GradStats read_grads(const std::string& path) {
+    H5File f = H5File::open(path, false);
+    GradStats g;
+    g.header = read_header(f, kGradsFormat, kGradsMajor);
+    g.complete = !f.has_attr("/", "complete") || f.read_attr_int("/", "complete") != 0;
+    if (f.has_attr("/", "model")) g.run.model = f.read_attr_string("/", "model");
+    if (f.has_attr("/", "dataset")) g.run.dataset = f.read_attr_string("/", "dataset");
+    if (f.has_attr("/", "batch_size")) g.run.batch_size = f.read_attr_int("/", "batch_size");
+    if (f.has_attr("/", "world_size")) g.run.world_size = f.read_attr_int("/", "world_size");
+    if (f.has_attr("/", "seed")) g.run.seed = f.read_attr_int("/", "seed");
+    g.parameters = read_parameters(f);
+    const size_t count = g.parameters.size();
+
+    Dims dims;
+    std::vector<double> norm = f.read<double>("/epochs/norm", &dims);
+    if (dims.size() != 2) f.fail("/epochs/norm has shape " + dims_text(dims) + ", expected epochs x parameters");
+    if (dims[1] != count)
+        f.fail("/epochs/norm has " + std::to_string(dims[1]) + " columns but /parameters lists " +
+               std::to_string(count) + " parameters");
+    const size_t epochs = dims[0];
+    if (epochs == 0) f.fail("holds no completed epoch (/epochs/norm has zero rows)");
+
+    auto lr = required_column<double>(f, "lr", epochs);
+    auto steps = required_column<std::int64_t>(f, "steps", epochs);
+    auto loss = optional_column<double>(f, "loss", epochs);
+    auto accuracy = optional_column<double>(f, "accuracy", epochs);
+    auto test_loss = optional_column<double>(f, "test_loss", epochs);
+    auto test_accuracy = optional_column<double>(f, "test_accuracy", epochs);
+    auto seconds = optional_column<double>(f, "seconds", epochs);
+    auto samples = optional_column<std::int64_t>(f, "samples", epochs);
+    if (auto epoch_index = optional_column<std::int64_t>(f, "epoch", epochs)) {
+        for (size_t e = 0; e < epochs; ++e)
+            if ((*epoch_index)[e] != static_cast<std::int64_t>(e))
+                f.fail("/epochs/epoch row " + std::to_string(e) + " is " + std::to_string((*epoch_index)[e]) +
+                       "; epochs must be numbered 0, 1, 2, ...");
+    }
+
+    g.epochs.resize(epochs);
+    for (size_t e = 0; e < epochs; ++e) {
+        EpochStats& s = g.epochs[e];
+        s.lr = lr[e];
+        if (!std::isfinite(s.lr) || s.lr < 0)
+            f.fail("learning rate of epoch " + std::to_string(e) + " is " + std::to_string(s.lr) +
+                   "; it must be a finite number >= 0");
+        s.steps = steps[e];
+        if (s.steps < 0) f.fail("epoch " + std::to_string(e) + " has a negative step count");
+        if (loss) s.loss = (*loss)[e];
+        if (accuracy) s.accuracy = (*accuracy)[e];
+        if (test_loss) s.test_loss = (*test_loss)[e];
+        if (test_accuracy) s.test_accuracy = (*test_accuracy)[e];
+        if (seconds) s.seconds = (*seconds)[e];
+        if (samples) s.samples = (*samples)[e];
+        s.norm.assign(norm.begin() + static_cast<std::ptrdiff_t>(e * count),
+                      norm.begin() + static_cast<std::ptrdiff_t>((e + 1) * count));
+        for (size_t p = 0; p < count; ++p) {
+            double n = s.norm[p];
+            if (std::isnan(n))
+                f.fail("gradient norm is NaN at epoch " + std::to_string(e) + ", parameter '" + g.parameters[p].name +
+                       "' (the training run diverged?)");
+            if (std::isinf(n) || n < 0)
+                f.fail("gradient norm is " + std::to_string(n) + " at epoch " + std::to_string(e) + ", parameter '" +
+                       g.parameters[p].name + "'; norms must be finite and >= 0");
+        }
+    }
+    g.has_step_norms = f.exists("/steps/norm");
+    if (f.exists("/snapshots")) {
+        for (const auto& name : f.list("/snapshots")) {
+            std::string group = "/snapshots/" + name;
+            if (!f.has_attr(group, "epoch")) f.fail(group + " has no 'epoch' attribute");
+            g.snapshot_epochs.push_back(f.read_attr_int(group, "epoch"));
+        }
+    }
+    return g;
+}
+
+std::vector<std::vector<float>> read_snapshot(const std::string& path, std::int64_t epoch) {
+    H5File f = H5File::open(path, false);
+    read_header(f, kGradsFormat, kGradsMajor);
+    std::vector<Parameter> parameters = read_parameters(f);
+    std::string group = snapshot_group(epoch);
+    if (!f.exists(group)) f.fail("has no gradient snapshot of epoch " + std::to_string(epoch));
+    std::vector<std::vector<float>> out;
+    for (const auto& p : parameters) {
+        Dims dims;
+        std::string ds = group + "/" + p.name;
+        out.push_back(f.read<float>(ds, &dims));
+        if (element_count(dims) != static_cast<hsize_t>(p.numel()))
+            f.fail(ds + " has shape " + dims_text(dims) + ", expected " + shape_text(p.shape));
+    }
+    return out;
+}
+
+struct GradsWriter::State {
+    std::string path;
+    Provenance provenance;
+    RunInfo run;
+    std::vector<Parameter> parameters;
+    bool step_norms = false;
+    std::int64_t epochs = 0;
+    bool finished = false;
+    // Buffered for the current epoch.
+    std::vector<std::int64_t> step_index;
+    std::vector<double> step_values;
+    std::vector<std::pair<size_t, std::vector<float>>> snapshot;
+
+    void write_layout(H5File& f) const {
+        FileHeader h{kGradsFormat, kGradsMajor, kGradsMinor, provenance, ""};
+        write_header(f, h);
+        f.write_attr("/", "complete", std::int64_t{0});
+        f.write_attr("/", "model", run.model);
+        f.write_attr("/", "dataset", run.dataset);
+        f.write_attr("/", "batch_size", run.batch_size);
+        f.write_attr("/", "world_size", run.world_size);
+        f.write_attr("/", "seed", run.seed);
+        write_parameters(f, parameters);
+        const hsize_t count = parameters.size();
+        f.create_growing<double>("/epochs/norm", {count}, 16);
+        f.create_growing<std::int64_t>("/epochs/epoch", {}, 64);
+        f.create_growing<std::int64_t>("/epochs/steps", {}, 64);
+        f.create_growing<std::int64_t>("/epochs/samples", {}, 64);
+        for (const char* column : kDoubleColumns) f.create_growing<double>(std::string("/epochs/") + column, {}, 64);
+        if (step_norms) {
+            f.create_growing<double>("/steps/norm", {count}, 256);
+            f.create_growing<std::int64_t>("/steps/epoch", {}, 256);
+            f.create_growing<std::int64_t>("/steps/step", {}, 256);
+        }
+    }
+
+    void write_epoch(H5File& f, const EpochStats& s) {
+        // Snapshots and step norms go first: the epoch row is what marks the epoch as written.
+        if (!snapshot.empty()) {
+            std::string group = snapshot_group(epochs);
+            f.create_group("/snapshots");
+            f.create_group(group);
+            f.write_attr(group, "epoch", epochs);
+            f.write_attr(group, "steps", s.steps);
+            for (auto& [index, values] : snapshot) {
+                Dims dims(parameters[index].shape.begin(), parameters[index].shape.end());
+                f.write(group + "/" + parameters[index].name, values, dims, 4);
+            }
+        }
+        if (step_norms && !step_index.empty()) {
+            const hsize_t rows = step_index.size();
+            f.append_rows("/steps/norm", step_values, rows);
+            f.append_rows("/steps/step", step_index, rows);
+            f.append_rows("/steps/epoch", std::vector<std::int64_t>(rows, epochs), rows);
+        }
+        f.append_rows("/epochs/norm", s.norm, 1);
+        f.append_rows("/epochs/epoch", std::vector<std::int64_t>{epochs}, 1);
+        f.append_rows("/epochs/steps", std::vector<std::int64_t>{s.steps}, 1);
+        f.append_rows("/epochs/samples", std::vector<std::int64_t>{s.samples}, 1);
+        const double values[] = {s.lr, s.loss, s.accuracy, s.test_loss, s.test_accuracy, s.seconds};
+        for (size_t i = 0; i < std::size(kDoubleColumns); ++i)
+            f.append_rows(std::string("/epochs/") + kDoubleColumns[i], std::vector<double>{values[i]}, 1);
+        step_index.clear();
+        step_values.clear();
+        snapshot.clear();
+    }
+};
+
+GradsWriter::GradsWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+GradsWriter::GradsWriter(std::string path, Provenance provenance, RunInfo run, std::vector<Parameter> parameters,
+                         bool step_norms)
+    : state_(std::make_unique<State>()) {
+    if (parameters.empty()) throw Error(path + ": cannot record gradients of a model without parameters");
+    check_writable_destination(path);
+    state_->path = std::move(path);
+    state_->provenance = std::move(provenance);
+    state_->run = std::move(run);
+    state_->parameters = std::move(parameters);
+    state_->step_norms = step_norms;
+}
+
+GradsWriter GradsWriter::resume(std::string path, std::vector<Parameter> parameters, std::int64_t keep_epochs,
+                                bool step_norms) {
+    auto state = std::make_unique<State>();
+    {
+        H5File f = H5File::open(path, true);
+        read_header(f, kGradsFormat, kGradsMajor);
+        std::string mismatch = compare_parameters(parameters, read_parameters(f));
+        if (!mismatch.empty()) f.fail("does not belong to this model: " + mismatch);
+        hsize_t rows = f.shape("/epochs/norm")[0];
+        if (static_cast<std::int64_t>(rows) < keep_epochs)
+            f.fail("holds " + std::to_string(rows) + " epochs but the checkpoint is at epoch " +
+                   std::to_string(keep_epochs) + "; it cannot be continued");
+        state->step_norms = step_norms && f.exists("/steps/norm");
+        for (const char* column : {"norm", "epoch", "steps", "samples"})
+            f.set_rows(std::string("/epochs/") + column, static_cast<hsize_t>(keep_epochs));
+        for (const char* column : kDoubleColumns)
+            f.set_rows(std::string("/epochs/") + column, static_cast<hsize_t>(keep_epochs));
+        if (f.exists("/steps/norm")) {
+            // Drop per-step rows of epochs after the checkpoint.
+            auto epoch_of_step = f.read<std::int64_t>("/steps/epoch");
+            hsize_t keep = 0;
+            while (keep < epoch_of_step.size() && epoch_of_step[keep] < keep_epochs) ++keep;
+            for (const char* column : {"/steps/norm", "/steps/epoch", "/steps/step"}) f.set_rows(column, keep);
+        }
+        if (f.exists("/snapshots")) {
+            for (const auto& name : f.list("/snapshots")) {
+                std::string group = "/snapshots/" + name;
+                if (f.read_attr_int(group, "epoch") >= keep_epochs) H5Ldelete(f.id(), group.c_str(), H5P_DEFAULT);
+            }
+        }
+        f.write_attr("/", "complete", std::int64_t{0});
+        f.close();
+    }
+    state->path = std::move(path);
+    state->parameters = std::move(parameters);
+    state->epochs = keep_epochs;
+    return GradsWriter(std::move(state));
+}
+
+GradsWriter::~GradsWriter() = default;
+GradsWriter::GradsWriter(GradsWriter&&) noexcept = default;
+GradsWriter& GradsWriter::operator=(GradsWriter&&) noexcept = default;
+
+void GradsWriter::add_step_norms(std::int64_t step, const std::vector<double>& norms) {
+    if (!state_->step_norms) return;
+    if (norms.size() != state_->parameters.size())
+        throw Error(state_->path + ": step norms for " + std::to_string(norms.size()) + " parameters, expected " +
+                    std::to_string(state_->parameters.size()));
+    state_->step_index.push_back(step);
+    state_->step_values.insert(state_->step_values.end(), norms.begin(), norms.end());
+}
+
+void GradsWriter::add_snapshot(size_t parameter, std::vector<float> values) {
+    if (parameter >= state_->parameters.size() ||
+        static_cast<std::int64_t>(values.size()) != state_->parameters[parameter].numel())
+        throw Error(state_->path + ": snapshot does not match parameter " + std::to_string(parameter));
+    state_->snapshot.emplace_back(parameter, std::move(values));
+}
+
+void GradsWriter::append_epoch(const EpochStats& stats) {
+    State& s = *state_;
+    if (stats.norm.size() != s.parameters.size())
+        throw Error(s.path + ": epoch statistics for " + std::to_string(stats.norm.size()) + " parameters, expected " +
+                    std::to_string(s.parameters.size()));
+    if (s.epochs == 0) {
+        AtomicPath atomic(s.path);
+        H5File f = H5File::create(atomic.temp(), s.path);
+        s.write_layout(f);
+        s.write_epoch(f, stats);
+        f.close();
+        atomic.commit();
+    } else {
+        H5File f = H5File::open(s.path, true);
+        s.write_epoch(f, stats);
+        f.close();
+    }
+    ++s.epochs;
+}
+
+void GradsWriter::finish() {
+    State& s = *state_;
+    if (s.epochs == 0 || s.finished) return;
+    H5File f = H5File::open(s.path, true);
+    f.write_attr("/", "complete", std::int64_t{1});
+    f.close();
+    s.finished = true;
+}
+
+std::int64_t GradsWriter::epochs_written() const { return state_->epochs; }
+const std::string& GradsWriter::path() const { return state_->path; }
+
+}  // namespace acc::io

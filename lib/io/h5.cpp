@@ -1,0 +1,429 @@
+#include "io/h5.hpp"
+
+#include "base/error.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <cstring>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace acc::io {
+namespace {
+
+// HDF5 prints its error stack to stderr by default; we report errors ourselves.
+void silence_hdf5() {
+    static const bool done = [] {
+        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+        return true;
+    }();
+    (void)done;
+}
+
+// The innermost message on HDF5's error stack, e.g. "truncated file: eof = ...".
+std::string innermost_hdf5_error() {
+    std::string message;
+    H5Ewalk2(
+        H5E_DEFAULT, H5E_WALK_UPWARD,
+        [](unsigned n, const H5E_error2_t* err, void* data) -> herr_t {
+            if (n == 0 && err->desc) *static_cast<std::string*>(data) = err->desc;
+            return 0;
+        },
+        &message);
+    H5Eclear2(H5E_DEFAULT);
+    return message;
+}
+
+std::string type_class_name(H5T_class_t cls) {
+    switch (cls) {
+    case H5T_INTEGER: return "integers";
+    case H5T_FLOAT: return "floating-point numbers";
+    case H5T_STRING: return "strings";
+    case H5T_ENUM: return "enumerated values";
+    case H5T_COMPOUND: return "compound records";
+    default: return "values of an unsupported type";
+    }
+}
+
+Handle vlen_string_type() {
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);
+    H5Tset_cset(type, H5T_CSET_UTF8);
+    return Handle(type, H5Tclose);
+}
+
+}  // namespace
+
+Handle& Handle::operator=(Handle&& other) noexcept {
+    if (this != &other) {
+        reset();
+        id_ = other.id_;
+        closer_ = other.closer_;
+        other.id_ = -1;
+    }
+    return *this;
+}
+
+bool Handle::reset() {
+    bool ok = true;
+    if (id_ >= 0 && closer_) ok = closer_(id_) >= 0;
+    id_ = -1;
+    return ok;
+}
+
+hsize_t element_count(const Dims& dims) {
+    hsize_t n = 1;
+    for (hsize_t d : dims) n *= d;
+    return n;
+}
+
+std::string dims_text(const Dims& dims) {
+    if (dims.empty()) return "a scalar";
+    std::string out;
+    for (size_t i = 0; i < dims.size(); ++i) {
+        if (i) out += "x";
+        out += std::to_string(dims[i]);
+    }
+    return out;
+}
+
+H5File H5File::create(const std::string& disk_path, const std::string& display_path) {
+    silence_hdf5();
+    hid_t id = H5Fcreate(disk_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (id < 0) {
+        std::string why = innermost_hdf5_error();
+        throw FileError(display_path, "cannot create the file" + (why.empty() ? "" : " (" + why + ")"));
+    }
+    return H5File(Handle(id, H5Fclose), display_path);
+}
+
+H5File H5File::open(const std::string& path, bool writable) {
+    silence_hdf5();
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) throw FileError(path, "no such file");
+    if (S_ISDIR(st.st_mode)) throw FileError(path, "is a directory, not a file");
+    if (st.st_size == 0) throw FileError(path, "the file is empty");
+    htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+    innermost_hdf5_error();
+    if (is_hdf5 <= 0) {
+        if (::access(path.c_str(), R_OK) != 0) throw FileError(path, "cannot be read (permission denied)");
+        throw FileError(path, "not an HDF5 file");
+    }
+    Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+#if H5_VERSION_GE(1, 10, 7)
+    if (!writable) H5Pset_file_locking(fapl.get(), false, true);
+#endif
+    hid_t id = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get());
+    if (id < 0) {
+        std::string why = innermost_hdf5_error();
+        if (why.find("truncated") != std::string::npos)
+            throw FileError(path, "the file is truncated (" + why + ")");
+        throw FileError(path, "cannot open the HDF5 file" + (why.empty() ? "" : " (" + why + ")"));
+    }
+    return H5File(Handle(id, H5Fclose), path);
+}
+
+void H5File::fail(const std::string& problem) const { throw FileError(path_, problem); }
+
+void H5File::flush() {
+    if (H5Fflush(file_.get(), H5F_SCOPE_LOCAL) < 0) fail("cannot write the file out (" + innermost_hdf5_error() + ")");
+}
+
+void H5File::close() {
+    if (file_ && !file_.reset()) fail("cannot close the file (" + innermost_hdf5_error() + ")");
+}
+
+bool H5File::exists(const std::string& object) const {
+    if (object == "/" || object.empty()) return true;
+    // H5Lexists fails rather than answering "no" when an intermediate group is missing.
+    std::string prefix;
+    size_t start = object[0] == '/' ? 1 : 0;
+    while (start <= object.size()) {
+        size_t slash = object.find('/', start);
+        std::string part = object.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+        prefix += "/" + part;
+        htri_t there = H5Lexists(file_.get(), prefix.c_str(), H5P_DEFAULT);
+        if (there <= 0) {
+            H5Eclear2(H5E_DEFAULT);
+            return false;
+        }
+        if (slash == std::string::npos) break;
+        start = slash + 1;
+    }
+    return true;
+}
+
+void H5File::create_group(const std::string& group) {
+    if (exists(group)) return;
+    hid_t id = H5Gcreate2(file_.get(), group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (id < 0) fail("cannot create group " + group + " (" + innermost_hdf5_error() + ")");
+    H5Gclose(id);
+}
+
+std::vector<std::string> H5File::list(const std::string& group) const {
+    std::vector<std::string> names;
+    Handle g(H5Gopen2(file_.get(), group.c_str(), H5P_DEFAULT), H5Gclose);
+    if (!g) fail("group " + group + " is missing");
+    hsize_t index = 0;
+    herr_t status = H5Literate(
+        g.get(), H5_INDEX_NAME, H5_ITER_INC, &index,
+        [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+            static_cast<std::vector<std::string>*>(data)->push_back(name);
+            return 0;
+        },
+        &names);
+    if (status < 0) fail("cannot list group " + group + " (" + innermost_hdf5_error() + ")");
+    return names;
+}
+
+Handle H5File::open_object(const std::string& object) const {
+    if (!exists(object)) fail(object + " is missing");
+    Handle h(H5Oopen(file_.get(), object.c_str(), H5P_DEFAULT), H5Oclose);
+    if (!h) fail("cannot open " + object + " (" + innermost_hdf5_error() + ")");
+    return h;
+}
+
+Handle H5File::open_dataset(const std::string& dataset) const {
+    if (!exists(dataset)) fail("dataset " + dataset + " is missing");
+    Handle h(H5Dopen2(file_.get(), dataset.c_str(), H5P_DEFAULT), H5Dclose);
+    if (!h) fail(dataset + " is not a dataset");
+    return h;
+}
+
+bool H5File::has_attr(const std::string& object, const std::string& name) const {
+    if (!exists(object)) return false;
+    htri_t there = H5Aexists_by_name(file_.get(), object.c_str(), name.c_str(), H5P_DEFAULT);
+    H5Eclear2(H5E_DEFAULT);
+    return there > 0;
+}
+
+namespace {
+
+Handle replace_attr(hid_t object, const std::string& name, hid_t type, hid_t space) {
+    if (H5Aexists(object, name.c_str()) > 0) H5Adelete(object, name.c_str());
+    return Handle(H5Acreate2(object, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+}
+
+}  // namespace
+
+void H5File::write_attr(const std::string& object, const std::string& name, const std::string& value) {
+    Handle obj = open_object(object);
+    Handle type = vlen_string_type();
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle attr = replace_attr(obj.get(), name, type.get(), space.get());
+    const char* text = value.c_str();
+    if (!attr || H5Awrite(attr.get(), type.get(), &text) < 0)
+        fail("cannot write attribute " + name + " of " + object);
+}
+
+void H5File::write_attr(const std::string& object, const std::string& name, double value) {
+    Handle obj = open_object(object);
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle attr = replace_attr(obj.get(), name, H5T_IEEE_F64LE, space.get());
+    if (!attr || H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value) < 0)
+        fail("cannot write attribute " + name + " of " + object);
+}
+
+void H5File::write_attr(const std::string& object, const std::string& name, std::int64_t value) {
+    Handle obj = open_object(object);
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle attr = replace_attr(obj.get(), name, H5T_STD_I64LE, space.get());
+    if (!attr || H5Awrite(attr.get(), H5T_NATIVE_INT64, &value) < 0)
+        fail("cannot write attribute " + name + " of " + object);
+}
+
+namespace {
+
+struct OpenAttr {
+    Handle attr;
+    Handle type;
+    hssize_t points = 0;
+};
+
+}  // namespace
+
+static OpenAttr open_attr(const H5File& file, const std::string& object, const std::string& name) {
+    if (!file.has_attr(object, name)) file.fail("attribute '" + name + "' of " + object + " is missing");
+    OpenAttr a;
+    a.attr = Handle(H5Aopen_by_name(file.id(), object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    if (!a.attr) file.fail("cannot open attribute '" + name + "' of " + object);
+    a.type = Handle(H5Aget_type(a.attr.get()), H5Tclose);
+    Handle space(H5Aget_space(a.attr.get()), H5Sclose);
+    a.points = H5Sget_simple_extent_npoints(space.get());
+    if (a.points != 1) file.fail("attribute '" + name + "' of " + object + " should hold one value, not " +
+                                 std::to_string(a.points));
+    return a;
+}
+
+std::string H5File::read_attr_string(const std::string& object, const std::string& name) const {
+    OpenAttr a = open_attr(*this, object, name);
+    if (H5Tget_class(a.type.get()) != H5T_STRING)
+        fail("attribute '" + name + "' of " + object + " should be a string");
+    if (H5Tis_variable_str(a.type.get()) > 0) {
+        Handle mem = vlen_string_type();
+        char* text = nullptr;
+        if (H5Aread(a.attr.get(), mem.get(), &text) < 0 || !text)
+            fail("cannot read attribute '" + name + "' of " + object);
+        std::string out(text);
+        H5free_memory(text);
+        return out;
+    }
+    size_t size = H5Tget_size(a.type.get());
+    std::string out(size, '\0');
+    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mem.get(), size);
+    if (H5Aread(a.attr.get(), mem.get(), out.data()) < 0) fail("cannot read attribute '" + name + "' of " + object);
+    out.resize(std::min(out.size(), out.find('\0')));
+    return out;
+}
+
+double H5File::read_attr_double(const std::string& object, const std::string& name) const {
+    OpenAttr a = open_attr(*this, object, name);
+    H5T_class_t cls = H5Tget_class(a.type.get());
+    if (cls != H5T_FLOAT && cls != H5T_INTEGER)
+        fail("attribute '" + name + "' of " + object + " should be a number, not " + type_class_name(cls));
+    double value = 0;
+    if (H5Aread(a.attr.get(), H5T_NATIVE_DOUBLE, &value) < 0) fail("cannot read attribute '" + name + "' of " + object);
+    return value;
+}
+
+std::int64_t H5File::read_attr_int(const std::string& object, const std::string& name) const {
+    OpenAttr a = open_attr(*this, object, name);
+    H5T_class_t cls = H5Tget_class(a.type.get());
+    if (cls != H5T_INTEGER)
+        fail("attribute '" + name + "' of " + object + " should be an integer, not " + type_class_name(cls));
+    std::int64_t value = 0;
+    if (H5Aread(a.attr.get(), H5T_NATIVE_INT64, &value) < 0) fail("cannot read attribute '" + name + "' of " + object);
+    return value;
+}
+
+void H5File::write_raw(const std::string& dataset, hid_t file_type, hid_t mem_type, const void* data,
+                       const Dims& dims, int gzip_level) {
+    if (exists(dataset)) H5Ldelete(file_.get(), dataset.c_str(), H5P_DEFAULT);
+    Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
+                              : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                 H5Sclose);
+    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    if (gzip_level > 0 && !dims.empty() && element_count(dims) > 0) {
+        // Chunks of at most ~1 Mi elements, cut along the first dimension.
+        Dims chunk = dims;
+        hsize_t row = element_count(dims) / dims[0];
+        chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], (hsize_t{1} << 20) / std::max<hsize_t>(row, 1)));
+        H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+        H5Pset_deflate(dcpl.get(), static_cast<unsigned>(gzip_level));
+    }
+    Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    Handle ds(H5Dcreate2(file_.get(), dataset.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+              H5Dclose);
+    if (!ds) fail("cannot create dataset " + dataset + " (" + innermost_hdf5_error() + ")");
+    if (element_count(dims) > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+        fail("cannot write dataset " + dataset + " (" + innermost_hdf5_error() + ")");
+}
+
+void H5File::write_strings(const std::string& dataset, const std::vector<std::string>& values) {
+    std::vector<const char*> pointers;
+    pointers.reserve(values.size());
+    for (const auto& v : values) pointers.push_back(v.c_str());
+    Handle type = vlen_string_type();
+    write_raw(dataset, type.get(), type.get(), pointers.data(), Dims{values.size()}, 0);
+}
+
+Dims H5File::shape(const std::string& dataset) const {
+    Handle ds = open_dataset(dataset);
+    Handle space(H5Dget_space(ds.get()), H5Sclose);
+    int rank = H5Sget_simple_extent_ndims(space.get());
+    if (rank < 0) fail("cannot read the shape of " + dataset);
+    Dims dims(static_cast<size_t>(rank));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    return dims;
+}
+
+void H5File::read_raw(const std::string& dataset, hid_t mem_type, H5T_class_t expected, void* out,
+                      size_t elements) const {
+    Handle ds = open_dataset(dataset);
+    Handle type(H5Dget_type(ds.get()), H5Tclose);
+    H5T_class_t cls = H5Tget_class(type.get());
+    if (cls != expected)
+        fail("dataset " + dataset + " holds " + type_class_name(cls) + ", expected " + type_class_name(expected));
+    if (elements == 0) return;
+    if (H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
+        fail("cannot read dataset " + dataset + " (" + innermost_hdf5_error() + "); the file may be truncated or corrupt");
+}
+
+std::vector<std::string> H5File::read_strings(const std::string& dataset) const {
+    Handle ds = open_dataset(dataset);
+    Handle type(H5Dget_type(ds.get()), H5Tclose);
+    if (H5Tget_class(type.get()) != H5T_STRING)
+        fail("dataset " + dataset + " holds " + type_class_name(H5Tget_class(type.get())) + ", expected strings");
+    Dims dims = shape(dataset);
+    if (dims.size() != 1) fail("dataset " + dataset + " should be one-dimensional, not " + dims_text(dims));
+    std::vector<std::string> out(dims[0]);
+    if (dims[0] == 0) return out;
+    if (H5Tis_variable_str(type.get()) > 0) {
+        Handle mem = vlen_string_type();
+        std::vector<char*> pointers(dims[0], nullptr);
+        if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0)
+            fail("cannot read dataset " + dataset + " (" + innermost_hdf5_error() + ")");
+        for (size_t i = 0; i < pointers.size(); ++i) {
+            out[i] = pointers[i] ? pointers[i] : "";
+            H5free_memory(pointers[i]);
+        }
+        return out;
+    }
+    size_t size = H5Tget_size(type.get());
+    std::vector<char> buffer(size * dims[0]);
+    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mem.get(), size);
+    if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0)
+        fail("cannot read dataset " + dataset + " (" + innermost_hdf5_error() + ")");
+    for (size_t i = 0; i < out.size(); ++i) {
+        const char* start = buffer.data() + i * size;
+        out[i].assign(start, strnlen(start, size));
+    }
+    return out;
+}
+
+void H5File::create_growing_raw(const std::string& dataset, hid_t type, const Dims& row_dims, hsize_t chunk_rows) {
+    Dims dims{0}, max{H5S_UNLIMITED}, chunk{std::max<hsize_t>(chunk_rows, 1)};
+    for (hsize_t d : row_dims) {
+        dims.push_back(d);
+        max.push_back(d);
+        chunk.push_back(std::max<hsize_t>(d, 1));
+    }
+    Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max.data()), H5Sclose);
+    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+    H5Pset_create_intermediate_group(lcpl.get(), 1);
+    Handle ds(H5Dcreate2(file_.get(), dataset.c_str(), type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+              H5Dclose);
+    if (!ds) fail("cannot create dataset " + dataset + " (" + innermost_hdf5_error() + ")");
+}
+
+void H5File::append_raw(const std::string& dataset, hid_t mem_type, const void* data, hsize_t count) {
+    if (count == 0) return;
+    Handle ds = open_dataset(dataset);
+    Dims dims = shape(dataset);
+    Dims grown = dims;
+    grown[0] += count;
+    if (H5Dset_extent(ds.get(), grown.data()) < 0) fail("cannot extend dataset " + dataset);
+    Handle space(H5Dget_space(ds.get()), H5Sclose);
+    Dims start(dims.size(), 0), block = grown;
+    start[0] = dims[0];
+    block[0] = count;
+    H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, block.data(), nullptr);
+    Handle mem(H5Screate_simple(static_cast<int>(block.size()), block.data(), nullptr), H5Sclose);
+    if (H5Dwrite(ds.get(), mem_type, mem.get(), space.get(), H5P_DEFAULT, data) < 0)
+        fail("cannot append to dataset " + dataset + " (" + innermost_hdf5_error() + ")");
+}
+
+void H5File::set_rows(const std::string& dataset, hsize_t rows) {
+    Handle ds = open_dataset(dataset);
+    Dims dims = shape(dataset);
+    dims[0] = rows;
+    if (H5Dset_extent(ds.get(), dims.data()) < 0) fail("cannot resize dataset " + dataset);
+}
+
+}  // namespace acc::io

@@ -1,0 +1,48 @@
+#include "io/header.hpp"
+
+#include <cstdio>
+#include <ctime>
+
+namespace acc::io {
+
+void write_header(H5File& file, const FileHeader& header) {
+    file.write_attr("/", "format", header.format);
+    file.write_attr("/", "format_version", std::to_string(header.major) + "." + std::to_string(header.minor));
+    file.write_attr("/", "producer", header.provenance.producer);
+    file.write_attr("/", "command_line", header.provenance.command_line);
+    file.write_attr("/", "created", header.created.empty() ? utc_now() : header.created);
+}
+
+FileHeader read_header(const H5File& file, const std::string& format, int supported_major) {
+    if (!file.has_attr("/", "format"))
+        file.fail("not an " + format + " file (it has no 'format' attribute; see docs/formats.md)");
+    FileHeader h;
+    h.format = file.read_attr_string("/", "format");
+    if (h.format != format) file.fail("is an " + h.format + " file, expected an " + format + " file");
+    if (!file.has_attr("/", "format_version")) file.fail("the 'format_version' attribute is missing");
+    std::string version = file.read_attr_string("/", "format_version");
+    int major = 0, minor = 0;
+    char extra = 0;
+    if (std::sscanf(version.c_str(), "%d.%d%c", &major, &minor, &extra) != 2 || major < 1 || minor < 0)
+        file.fail("format_version '" + version + "' is not of the form MAJOR.MINOR");
+    if (major > supported_major)
+        file.fail("format version " + version + " is newer than this program reads (" + std::to_string(supported_major) +
+                  ".x); use a newer release of the toolkit");
+    h.major = major;
+    h.minor = minor;
+    if (file.has_attr("/", "producer")) h.provenance.producer = file.read_attr_string("/", "producer");
+    if (file.has_attr("/", "command_line")) h.provenance.command_line = file.read_attr_string("/", "command_line");
+    if (file.has_attr("/", "created")) h.created = file.read_attr_string("/", "created");
+    return h;
+}
+
+std::string utc_now() {
+    std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buffer[32];
+    std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buffer;
+}
+
+}  // namespace acc::io

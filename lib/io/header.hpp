@@ -1,0 +1,35 @@
+// The root attributes every file of the toolkit carries (docs/formats.md, "Common attributes").
+#pragma once
+
+#include "io/h5.hpp"
+
+#include <string>
+
+namespace acc::io {
+
+/// Who wrote a file and how; filled by the tool, stored as root attributes.
+struct Provenance {
+    std::string producer;      ///< "regime-detect 0.1.0"
+    std::string command_line;  ///< the invoking command line, shell-quoted
+};
+
+struct FileHeader {
+    std::string format;  ///< e.g. "accordion.grads"
+    int major = 1;       ///< readers refuse a newer major version
+    int minor = 0;       ///< minor versions only add optional content
+    Provenance provenance;
+    std::string created;  ///< UTC time, ISO 8601
+};
+
+/// Writes format, format_version ("MAJOR.MINOR"), producer, command_line and created.
+void write_header(H5File& file, const FileHeader& header);
+
+/// Reads and checks the root attributes: the file must be of `format` with a
+/// major version no newer than `supported_major`. Missing producer or command
+/// line are tolerated (reported as empty).
+FileHeader read_header(const H5File& file, const std::string& format, int supported_major);
+
+/// The current UTC time as "2026-11-22T10:00:00Z".
+std::string utc_now();
+
+}  // namespace acc::io

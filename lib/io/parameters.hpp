@@ -1,0 +1,33 @@
+// The /parameters group shared by the gradient-statistics and schedule files:
+// names, shapes and sizes of a model's parameter tensors in model order.
+#pragma once
+
+#include "io/h5.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace acc::io {
+
+struct Parameter {
+    std::string name;                 ///< PyTorch's dotted name, e.g. "layer1.0.conv1.weight"
+    std::vector<std::int64_t> shape;  ///< empty for a scalar
+    std::int64_t numel() const;
+    /// PowerSGD and the Accordion reference compress only tensors with two or more dimensions.
+    bool is_matrix() const { return shape.size() > 1; }
+};
+
+/// "64x3x3x3"
+std::string shape_text(const std::vector<std::int64_t>& shape);
+
+void write_parameters(H5File& file, const std::vector<Parameter>& parameters);
+/// Reads and validates /parameters (non-empty, unique names, consistent shapes).
+std::vector<Parameter> read_parameters(const H5File& file);
+
+/// Checks that `actual` lists the same parameters, in the same order and with the
+/// same shapes, as `expected`; the message names the first difference.
+/// Returns an empty string when they match.
+std::string compare_parameters(const std::vector<Parameter>& expected, const std::vector<Parameter>& actual);
+
+}  // namespace acc::io

@@ -1,0 +1,53 @@
+#include "regime/plan.hpp"
+
+#include "base/error.hpp"
+
+#include <algorithm>
+
+namespace acc::regime {
+namespace {
+
+std::int32_t index_of(std::vector<std::string>& levels, const std::string& level) {
+    auto it = std::find(levels.begin(), levels.end(), level);
+    if (it != levels.end()) return static_cast<std::int32_t>(it - levels.begin());
+    levels.push_back(level);
+    return static_cast<std::int32_t>(levels.size() - 1);
+}
+
+}  // namespace
+
+CompressionPlan plan_compression(const Decisions& decisions, const std::vector<bool>& is_matrix,
+                                 const std::string& low, const std::string& high) {
+    if (static_cast<std::int64_t>(is_matrix.size()) != decisions.columns)
+        throw Error("internal error: " + std::to_string(is_matrix.size()) + " parameters but " +
+                    std::to_string(decisions.columns) + " decision columns");
+    CompressionPlan plan;
+    const std::int32_t none = index_of(plan.levels, "none");
+    const std::int32_t low_index = index_of(plan.levels, low);
+    const std::int32_t high_index = index_of(plan.levels, high);
+    plan.level.resize(decisions.critical.size());
+    for (std::int64_t e = 0; e < decisions.epochs; ++e) {
+        for (std::int64_t p = 0; p < decisions.columns; ++p) {
+            size_t i = decisions.at(e, p);
+            plan.level[i] = !is_matrix[static_cast<size_t>(p)] ? none : decisions.critical[i] ? low_index : high_index;
+        }
+    }
+    return plan;
+}
+
+BatchPlan plan_batch(const Decisions& decisions, std::int64_t low, std::int64_t high, bool monotone) {
+    if (decisions.columns != 1) throw Error("internal error: batch plans need whole-model decisions");
+    if (low < 1 || high < 1) throw UsageError("batch sizes must be at least 1");
+    BatchPlan plan;
+    bool grown = false;
+    for (std::int64_t e = 0; e < decisions.epochs; ++e) {
+        bool small = decisions.critical[static_cast<size_t>(e)] && !(monotone && grown);
+        std::int64_t batch = small ? low : high;
+        grown = grown || batch > low;
+        plan.batch_size.push_back(batch);
+        plan.lr_scale.push_back(static_cast<double>(batch) / static_cast<double>(low));
+    }
+    return plan;
+}
+
+}  // namespace acc::regime

@@ -1,0 +1,35 @@
+// Turning critical-regime decisions into a schedule: a compression level per
+// epoch and parameter, or a batch size per epoch. Pure functions, no I/O.
+#pragma once
+
+#include "regime/detect.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace acc::regime {
+
+/// Level per epoch and parameter, as an index into `levels`.
+struct CompressionPlan {
+    std::vector<std::string> levels;   ///< distinct specs: "none", then low, then high
+    std::vector<std::int32_t> level;   ///< epochs x parameters, epoch-major
+};
+
+/// Critical parameters get `low`, the others `high`; parameters that are not
+/// matrices (`is_matrix[p]` false: biases, normalization weights) always get
+/// "none", as in the reference implementation.
+CompressionPlan plan_compression(const Decisions& decisions, const std::vector<bool>& is_matrix,
+                                 const std::string& low, const std::string& high);
+
+struct BatchPlan {
+    std::vector<std::int64_t> batch_size;  ///< per epoch
+    std::vector<double> lr_scale;          ///< per epoch: batch_size / low
+};
+
+/// Whole-model decisions (one column): critical epochs train with the `low`
+/// (small) batch, the others with `high`. With `monotone`, once the batch has
+/// grown it never shrinks again (paper, Appendix A).
+BatchPlan plan_batch(const Decisions& decisions, std::int64_t low, std::int64_t high, bool monotone);
+
+}  // namespace acc::regime

@@ -1,0 +1,116 @@
+#include "regime/summary.hpp"
+
+#include "compress/spec.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+namespace acc::regime {
+
+std::vector<std::int64_t> critical_per_epoch(const Decisions& d, const std::vector<bool>& counted) {
+    std::vector<std::int64_t> out(static_cast<size_t>(d.epochs), 0);
+    for (std::int64_t e = 0; e < d.epochs; ++e)
+        for (std::int64_t c = 0; c < d.columns; ++c)
+            if (counted[static_cast<size_t>(c)] && d.critical[d.at(e, c)]) ++out[static_cast<size_t>(e)];
+    return out;
+}
+
+std::vector<Regime> find_regimes(const Decisions& d, const std::vector<bool>& counted) {
+    std::vector<std::int64_t> per_epoch = critical_per_epoch(d, counted);
+    std::vector<Regime> regimes;
+    for (std::int64_t e = 0; e < d.epochs; ++e) {
+        std::int64_t n = per_epoch[static_cast<size_t>(e)];
+        if (n == 0) continue;
+        if (!regimes.empty() && regimes.back().last == e - 1) {
+            regimes.back().last = e;
+            regimes.back().peak_critical = std::max(regimes.back().peak_critical, n);
+        } else {
+            regimes.push_back({e, e, n});
+        }
+    }
+    return regimes;
+}
+
+std::int64_t timeline_block(std::int64_t epochs, std::int64_t interval, std::int64_t width) {
+    std::int64_t block = std::max<std::int64_t>(1, interval);
+    if ((epochs + block - 1) / block > width) block = (epochs + width - 1) / width;
+    return block;
+}
+
+std::string timeline(const Decisions& d, const std::vector<bool>& counted, std::int64_t block) {
+    const std::int64_t columns = std::count(counted.begin(), counted.end(), true);
+    std::vector<std::int64_t> per_epoch = critical_per_epoch(d, counted);
+    std::string line;
+    for (std::int64_t start = 0; start < d.epochs; start += block) {
+        std::int64_t end = std::min(d.epochs, start + block), cells = (end - start) * columns, critical = 0;
+        for (std::int64_t e = start; e < end; ++e) critical += per_epoch[static_cast<size_t>(e)];
+        char c = '.';
+        if (critical > 0 && critical == cells)
+            c = '#';
+        else if (critical * 2 >= cells && critical > 0)
+            c = '+';
+        else if (critical > 0)
+            c = '-';
+        line += c;
+    }
+    return line;
+}
+
+std::vector<LevelShare> level_shares(const CompressionPlan& plan) {
+    std::vector<LevelShare> out;
+    for (const auto& level : plan.levels) out.push_back({level, 0});
+    for (std::int32_t index : plan.level) out[static_cast<size_t>(index)].share += 1;
+    for (auto& s : out) s.share = plan.level.empty() ? 0 : s.share / static_cast<double>(plan.level.size());
+    return out;
+}
+
+Communication compression_communication(const CompressionPlan& plan, const std::vector<std::vector<std::int64_t>>& shapes,
+                                        const std::vector<std::int64_t>& steps, const std::string& low,
+                                        const std::string& high) {
+    const size_t P = shapes.size();
+    const size_t E = P ? plan.level.size() / P : 0;
+    // Floats per step of every (level, parameter) pair, computed once.
+    std::vector<std::vector<double>> per_level(plan.levels.size(), std::vector<double>(P));
+    for (size_t l = 0; l < plan.levels.size(); ++l) {
+        compress::Spec spec = compress::parse_spec(plan.levels[l]);
+        for (size_t p = 0; p < P; ++p) per_level[l][p] = compress::wire_floats(spec, shapes[p]);
+    }
+    compress::Spec low_spec = compress::parse_spec(low), high_spec = compress::parse_spec(high),
+                   none = compress::parse_spec("none");
+    double low_step = 0, high_step = 0;
+    for (size_t p = 0; p < P; ++p) {
+        bool matrix = shapes[p].size() > 1;
+        low_step += compress::wire_floats(matrix ? low_spec : none, shapes[p]);
+        high_step += compress::wire_floats(matrix ? high_spec : none, shapes[p]);
+    }
+    Communication c;
+    std::int64_t total_steps = 0;
+    for (auto s : steps) total_steps += s;
+    c.per_step = total_steps == 0;
+    for (size_t e = 0; e < E; ++e) {
+        double weight = c.per_step ? 1.0 / static_cast<double>(E) : static_cast<double>(steps[e]);
+        double floats = 0;
+        for (size_t p = 0; p < P; ++p) floats += per_level[static_cast<size_t>(plan.level[e * P + p])][p];
+        c.schedule += weight * floats;
+        c.low += weight * low_step;
+        c.high += weight * high_step;
+    }
+    return c;
+}
+
+Communication batch_communication(const BatchPlan& plan, double model_floats, double samples_per_epoch,
+                                  std::int64_t low, std::int64_t high) {
+    Communication c;
+    c.per_step = !(samples_per_epoch > 0);
+    // Without a dataset size, count rounds relative to one step of the small batch per epoch.
+    double samples = c.per_step ? static_cast<double>(low) : samples_per_epoch;
+    for (std::int64_t batch : plan.batch_size) {
+        c.schedule += std::ceil(samples / static_cast<double>(batch)) * model_floats;
+        c.low += std::ceil(samples / static_cast<double>(low)) * model_floats;
+        c.high += std::ceil(samples / static_cast<double>(high)) * model_floats;
+    }
+    return c;
+}
+
+}  // namespace acc::regime

@@ -1,0 +1,62 @@
+// What a person wants to know about a schedule: where the critical regimes are,
+// how often each level is used, and how much communication it saves.
+#pragma once
+
+#include "regime/detect.hpp"
+#include "regime/plan.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace acc::regime {
+
+/// A maximal run of epochs in which at least one counted column is critical.
+struct Regime {
+    std::int64_t first = 0;
+    std::int64_t last = 0;           ///< inclusive
+    std::int64_t peak_critical = 0;  ///< most critical columns in one epoch of the run
+};
+
+/// Which columns count: in compression mode only the parameters that can be
+/// compressed (others are always "none"); in batch mode the single model column.
+std::vector<Regime> find_regimes(const Decisions& decisions, const std::vector<bool>& counted);
+
+/// Critical columns per epoch, among the counted ones.
+std::vector<std::int64_t> critical_per_epoch(const Decisions& decisions, const std::vector<bool>& counted);
+
+/// One character per `block` epochs: '#' every counted column critical in the
+/// whole block, '+' at least half of the cells, '-' some, '.' none.
+std::string timeline(const Decisions& decisions, const std::vector<bool>& counted, std::int64_t block);
+
+/// Epochs per timeline character: the interval, or more so that the line stays
+/// within `width` characters.
+std::int64_t timeline_block(std::int64_t epochs, std::int64_t interval, std::int64_t width = 100);
+
+struct LevelShare {
+    std::string level;
+    double share = 0;  ///< fraction of parameter-epochs at this level
+};
+std::vector<LevelShare> level_shares(const CompressionPlan& plan);
+
+/// Data sent per worker over the whole run, in 32-bit floats, for the schedule
+/// and for the low and high level used throughout.
+struct Communication {
+    double schedule = 0;
+    double low = 0;
+    double high = 0;
+    bool per_step = false;  ///< true when the input had no step counts (totals are per-step averages)
+};
+
+/// Compression mode: sum over epochs of steps[e] x floats per step, from the
+/// parameter shapes and each compressor's wire size (docs/metrics.md).
+Communication compression_communication(const CompressionPlan& plan, const std::vector<std::vector<std::int64_t>>& shapes,
+                                        const std::vector<std::int64_t>& steps, const std::string& low,
+                                        const std::string& high);
+
+/// Batch mode: an uncompressed allreduce of `model_floats` per step, and
+/// samples_per_epoch / batch_size steps per epoch.
+Communication batch_communication(const BatchPlan& plan, double model_floats, double samples_per_epoch,
+                                  std::int64_t low, std::int64_t high);
+
+}  // namespace acc::regime

@@ -1,0 +1,72 @@
+// Compressor specs and the bytes each one sends (docs/metrics.md, "Data sent").
+#include "base/error.hpp"
+#include "compress/spec.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace acc::compress;
+
+TEST(Spec, ParsesEveryKnownCompressor) {
+    for (const char* text : {"none", "fp16", "powersgd:2", "topk:0.01", "randomk:0.1", "dgc:0.001", "signsgd",
+                             "efsignsgd", "qsgd:4", "terngrad"}) {
+        Spec s = parse_spec(text);
+        EXPECT_EQ(s.text(), text);
+        EXPECT_EQ(parse_spec(s.text()), s);
+    }
+    EXPECT_EQ(parse_spec("powersgd:2").parameter, 2);
+    EXPECT_EQ(parse_spec("topk:1").text(), "topk:1");
+    EXPECT_EQ(parse_spec("topk:0.010").text(), "topk:0.01");
+}
+
+TEST(Spec, RejectsBadSpecsWithTheValidList) {
+    for (const char* text : {"", "foo", "powersgd", "powersgd:0", "powersgd:1.5", "powersgd:x", "topk:0", "topk:1.5",
+                             "topk:-0.1", "topk:nan", "none:1", "signsgd:2", "qsgd:0", "qsgd:40000", "topk:", "TOPK:0.1"}) {
+        EXPECT_THROW(parse_spec(text), acc::UsageError) << text;
+    }
+    try {
+        parse_spec("foo:1");
+        FAIL();
+    } catch (const acc::UsageError& e) {
+        std::string message = e.what();
+        EXPECT_NE(message.find("powersgd:RANK"), std::string::npos);
+        EXPECT_NE(message.find("topk:FRACTION"), std::string::npos);
+    }
+}
+
+TEST(Spec, PowerSgdCompressesOnlyMatricesThatPassTheRateTest) {
+    EXPECT_TRUE(powersgd_compresses({64, 64, 3, 3}, 2));   // 64 x 576: (640)*2*2 < 36864
+    EXPECT_FALSE(powersgd_compresses({64}, 1));            // a vector
+    EXPECT_FALSE(powersgd_compresses({4, 3}, 1));          // (4+3)*1*2 = 14 >= 12
+    EXPECT_TRUE(powersgd_compresses({10, 5}, 1));          // 15*2 = 30 < 50
+    EXPECT_FALSE(powersgd_compresses({4, 4}, 2));          // 8*2*2 = 32 >= 16
+    MatrixView m = matrix_view({64, 3, 3, 3});
+    EXPECT_EQ(m.rows, 64);
+    EXPECT_EQ(m.cols, 27);
+}
+
+TEST(Spec, WireBytesFollowTheDocumentedFormulas) {
+    const std::vector<std::int64_t> conv = {64, 64, 3, 3};  // 36,864 values; 64 x 576
+    const std::int64_t n = 36864;
+    EXPECT_EQ(wire_bytes(parse_spec("none"), conv), 4 * n);
+    EXPECT_EQ(wire_bytes(parse_spec("fp16"), conv), 2 * n);
+    EXPECT_EQ(wire_bytes(parse_spec("powersgd:2"), conv), 4 * (64 + 576) * 2);
+    EXPECT_EQ(wire_bytes(parse_spec("powersgd:1000"), {8, 100}), 4 * 8 * 100);  // fails the rate test
+    EXPECT_EQ(wire_bytes(parse_spec("topk:0.01"), conv), 8 * 368);             // floor(368.64)
+    EXPECT_EQ(wire_bytes(parse_spec("topk:0.00001"), conv), 8 * 1);            // at least one
+    EXPECT_EQ(wire_bytes(parse_spec("randomk:0.01"), conv), 4 * 368);
+    EXPECT_EQ(wire_bytes(parse_spec("dgc:0.01"), conv), 8 * 368);
+    EXPECT_EQ(wire_bytes(parse_spec("signsgd"), conv), 4 * (n / 32));
+    EXPECT_EQ(wire_bytes(parse_spec("signsgd"), {33}), 8);
+    EXPECT_EQ(wire_bytes(parse_spec("efsignsgd"), conv), 4 * (n / 32) + 4);
+    EXPECT_EQ(wire_bytes(parse_spec("qsgd:4"), conv), n + 4 * (n / 128));
+    EXPECT_EQ(wire_bytes(parse_spec("qsgd:255"), conv), 2 * n + 4 * (n / 128));
+    EXPECT_EQ(wire_bytes(parse_spec("terngrad"), conv), n / 4 + 4);
+    EXPECT_DOUBLE_EQ(wire_floats(parse_spec("powersgd:2"), conv), (64 + 576) * 2);
+}
+
+TEST(Spec, CollectivesAreDeclared) {
+    EXPECT_EQ(parse_spec("topk:0.1").info().collective, Collective::allgather);
+    EXPECT_EQ(parse_spec("powersgd:1").info().collective, Collective::allreduce);
+    EXPECT_EQ(parse_spec("randomk:0.1").info().collective, Collective::allreduce);
+    EXPECT_STREQ(collective_name(Collective::allgather), "allgather");
+}
