@@ -185,11 +185,13 @@ int run_detect(DetectConfig c) {
         comm = compression_communication(plan, shapes, steps, c.low, c.high);
         std::vector<std::string> parts;
         nlohmann::json shares = nlohmann::json::object();
-        for (const auto& share : level_shares(plan)) {
+        for (const auto& share : level_shares(plan, counted)) {
             parts.push_back(share.level + " " + percent(share.share));
             shares[share.level] = share.share;
         }
-        levels_line = join(parts, ", ") + " of parameter-epochs";
+        levels_line = join(parts, ", ") + " of compressible parameter-epochs";
+        const std::int64_t vectors = P - std::count(counted.begin(), counted.end(), true);
+        if (vectors > 0) levels_line += "; " + std::to_string(vectors) + " vector parameters always none";
         report["level_share"] = shares;
         if (comm.low < comm.high)
             warn("--low " + c.low + " sends less than --high " + c.high +
@@ -210,9 +212,9 @@ int run_detect(DetectConfig c) {
     spdlog::info("  critical regimes (epochs{}): {}", batch || counted_columns <= 1 ? "" : ", peak critical/compressible parameters",
                  regimes_text(regimes, batch ? 1 : counted_columns));
     spdlog::info("  levels: {}", levels_line);
-    spdlog::info("  data sent per worker{}: {} floats with this schedule; {} throughout: {} ({} of the schedule); {} throughout: {}",
-                 unit, si_count(comm.schedule), c.low, si_count(comm.low), ratio_text(comm.low, comm.schedule), c.high,
-                 si_count(comm.high));
+    spdlog::info("  data sent per worker{}: {} floats ({} throughout: {}, {} more; {} throughout: {})", unit,
+                 si_count(comm.schedule), batch ? "batch " + c.low : c.low, si_count(comm.low),
+                 ratio_text(comm.low, comm.schedule), batch ? "batch " + c.high : c.high, si_count(comm.high));
 
     if (c.json) {
         report["input"] = c.input;

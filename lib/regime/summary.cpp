@@ -57,11 +57,17 @@ std::string timeline(const Decisions& d, const std::vector<bool>& counted, std::
     return line;
 }
 
-std::vector<LevelShare> level_shares(const CompressionPlan& plan) {
+std::vector<LevelShare> level_shares(const CompressionPlan& plan, const std::vector<bool>& counted) {
+    std::vector<double> cells(plan.levels.size(), 0);
+    double total = 0;
+    for (size_t i = 0; i < plan.level.size(); ++i) {
+        if (!counted[i % counted.size()]) continue;
+        cells[static_cast<size_t>(plan.level[i])] += 1;
+        total += 1;
+    }
     std::vector<LevelShare> out;
-    for (const auto& level : plan.levels) out.push_back({level, 0});
-    for (std::int32_t index : plan.level) out[static_cast<size_t>(index)].share += 1;
-    for (auto& s : out) s.share = plan.level.empty() ? 0 : s.share / static_cast<double>(plan.level.size());
+    for (size_t l = 0; l < plan.levels.size(); ++l)
+        if (cells[l] > 0) out.push_back({plan.levels[l], cells[l] / total});
     return out;
 }
 

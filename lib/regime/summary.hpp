@@ -35,9 +35,11 @@ std::int64_t timeline_block(std::int64_t epochs, std::int64_t interval, std::int
 
 struct LevelShare {
     std::string level;
-    double share = 0;  ///< fraction of parameter-epochs at this level
+    double share = 0;  ///< fraction of the counted parameter-epochs at this level
 };
-std::vector<LevelShare> level_shares(const CompressionPlan& plan);
+/// Shares of each level among the parameter-epochs of the `counted` parameters
+/// (levels no counted parameter uses are left out).
+std::vector<LevelShare> level_shares(const CompressionPlan& plan, const std::vector<bool>& counted);
 
 /// Data sent per worker over the whole run, in 32-bit floats, for the schedule
 /// and for the low and high level used throughout.

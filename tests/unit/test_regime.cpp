@@ -194,10 +194,17 @@ TEST(Summary, RegimesTimelineAndShares) {
     EXPECT_EQ(timeline_block(300, 10), 10);
     EXPECT_EQ(timeline_block(3000, 10), 30);
     CompressionPlan plan = plan_compression(d, {true}, "powersgd:2", "powersgd:1");
-    auto shares = level_shares(plan);
-    ASSERT_EQ(shares.size(), 3u);
-    EXPECT_DOUBLE_EQ(shares[1].share, 5.0 / 9.0);
-    EXPECT_DOUBLE_EQ(shares[2].share, 4.0 / 9.0);
+    auto shares = level_shares(plan, {true});
+    ASSERT_EQ(shares.size(), 2u);  // "none" is unused and left out
+    EXPECT_EQ(shares[0].level, "powersgd:2");
+    EXPECT_DOUBLE_EQ(shares[0].share, 5.0 / 9.0);
+    EXPECT_DOUBLE_EQ(shares[1].share, 4.0 / 9.0);
+    // Two columns, the second a vector that is not counted.
+    Decisions two = detect(table(2, {10, 1, 9, 1, 8, 1}), std::vector<double>(3, 0.1), {0.5, 1});
+    CompressionPlan mixed = plan_compression(two, {true, false}, "topk:0.5", "topk:0.1");
+    auto counted_only = level_shares(mixed, {true, false});
+    ASSERT_EQ(counted_only.size(), 2u);
+    EXPECT_DOUBLE_EQ(counted_only[0].share + counted_only[1].share, 1.0);
 }
 
 TEST(Summary, CommunicationCountsFloatsPerStepTimesSteps) {

@@ -1,0 +1,38 @@
+# Shared helpers for the end-to-end tests. Each test script sources this file.
+# CTest sets ACC_BIN (built programs), ACC_SOURCE (source tree) and ACC_PYTHON.
+set -euo pipefail
+
+: "${ACC_BIN:?set by ctest}" "${ACC_SOURCE:?set by ctest}" "${ACC_PYTHON:=/usr/bin/python3}"
+export PATH="$ACC_BIN:$PATH"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/acc-e2e-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+
+fail() {
+    echo "FAIL: $*" >&2
+    failures=$((failures + 1))
+}
+
+# expect_exit CODE PATTERN -- COMMAND...: runs COMMAND, checks its exit code and
+# that its stderr matches the extended regular expression PATTERN.
+expect_exit() {
+    local want=$1 pattern=$2
+    shift 3
+    local got=0
+    "$@" >"$WORK/out" 2>"$WORK/err" || got=$?
+    if [ "$got" != "$want" ]; then
+        fail "exit $got, expected $want: $*"
+        sed 's/^/    /' "$WORK/err" >&2
+    elif ! grep -Eq -- "$pattern" "$WORK/err"; then
+        fail "stderr of '$*' does not match /$pattern/:"
+        sed 's/^/    /' "$WORK/err" >&2
+    fi
+}
+
+finish() {
+    if [ "$failures" -gt 0 ]; then
+        echo "$failures check(s) failed" >&2
+        exit 1
+    fi
+    echo "all checks passed"
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Every kind of bad input gets one clear error line and the documented exit code.
+source "$(dirname "$0")/common.sh"
+synth="$ACC_PYTHON $ACC_SOURCE/examples/synth_grads.py"
+cd "$WORK"
+$synth -o good.h5 --model tiny --epochs 30
+
+# Usage errors: exit 2.
+expect_exit 2 "GRADS.h5 is required" -- regime-detect
+expect_exit 2 "^regime-detect: error: --eta: must be a number > 0" -- regime-detect good.h5 --eta 0
+expect_exit 2 "--eta: must be a number > 0" -- regime-detect good.h5 --eta -0.5
+expect_exit 2 "--interval" -- regime-detect good.h5 --interval 0
+expect_exit 2 "'topk:2': FRACTION must be in \(0, 1\]" -- regime-detect good.h5 --low topk:2
+expect_exit 2 "'zip' is not a compressor spec; valid levels are:" -- regime-detect good.h5 --high zip
+expect_exit 2 "powersgd needs RANK" -- regime-detect good.h5 --low powersgd
+expect_exit 2 "--mode" -- regime-detect good.h5 --mode sometimes
+expect_exit 2 "--monotone: applies only to --mode batch" -- regime-detect good.h5 --monotone
+expect_exit 2 "batch size, a whole number >= 1, not 'powersgd:2'" -- regime-detect good.h5 --mode batch --low powersgd:2
+expect_exit 2 "--high 256 is smaller than --low 512" -- regime-detect good.h5 --mode batch --high 256
+expect_exit 2 "batch mode decides on the whole model" -- regime-detect good.h5 --mode batch --granularity layer
+expect_exit 2 "not expected" -- regime-detect good.h5 --frobnicate
+
+# Runtime errors: exit 1, naming the file.
+expect_exit 1 "^regime-detect: error: missing.h5: no such file$" -- regime-detect missing.h5
+echo "not hdf5" >notes.txt
+expect_exit 1 "notes.txt: not an HDF5 file" -- regime-detect notes.txt
+head -c 2000 good.h5 >truncated.h5
+expect_exit 1 "truncated.h5: .*truncated" -- regime-detect truncated.h5
+$synth -o nan.h5 --model tiny --epochs 30 --nan-at 12:2
+expect_exit 1 "nan.h5: gradient norm is NaN at epoch 12, parameter 'fc2.weight'" -- regime-detect nan.h5
+$synth -o future.h5 --model tiny --epochs 30 --format-version 2.0
+expect_exit 1 "future.h5: format version 2.0 is newer than this program reads" -- regime-detect future.h5
+regime-detect good.h5 -o sched.h5 -q
+expect_exit 1 "sched.h5: is an accordion.schedule file, expected an accordion.grads file" -- regime-detect sched.h5
+expect_exit 1 "no/such/dir/out.h5: directory no/such/dir does not exist" -- regime-detect good.h5 -o no/such/dir/out.h5
+
+# Warnings, not errors.
+$synth -o short.h5 --model tiny --epochs 8
+expect_exit 0 "warning: short.h5 holds 8 epochs, no more than one interval \(10\) after epoch 0: every epoch is critical" -- regime-detect short.h5 -o short-sched.h5
+$synth -o partial.h5 --model tiny --epochs 30 --incomplete
+expect_exit 0 "warning: partial.h5 is marked incomplete" -- regime-detect partial.h5 -o partial-sched.h5
+expect_exit 0 "sends less than --high" -- regime-detect good.h5 --low powersgd:1 --high powersgd:4 -o swapped.h5
+
+# A failed run leaves no output file and no temporary file behind.
+rm -f sched.h5
+regime-detect nan.h5 -o sched.h5 2>/dev/null && fail "NaN input accepted"
+[ ! -e sched.h5 ] || fail "a failed run left sched.h5"
+ls -a | grep -q '\.tmp-' && fail "a temporary file was left behind"
+finish
