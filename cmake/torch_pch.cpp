@@ -1,0 +1,1 @@
+// Anchor for the precompiled LibTorch header that every LibTorch target reuses.
