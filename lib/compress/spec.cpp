@@ -15,11 +15,6 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
     return n;
 }
 
-// Elements kept by the sparsifiers: at least one, otherwise floor(fraction * n).
-std::int64_t kept(double fraction, std::int64_t n) {
-    return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(n))));
-}
-
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
 bool parse_number(const std::string& text, double& value) {
@@ -30,6 +25,11 @@ bool parse_number(const std::string& text, double& value) {
 }
 
 }  // namespace
+
+std::int64_t kept_entries(double fraction, std::int64_t n) {
+    // At least one, but never more than there are (an empty tensor keeps none).
+    return std::min(n, std::max<std::int64_t>(1, static_cast<std::int64_t>(std::floor(fraction * static_cast<double>(n)))));
+}
 
 const char* collective_name(Collective c) { return c == Collective::allreduce ? "allreduce" : "allgather"; }
 
@@ -132,8 +132,8 @@ std::int64_t wire_bytes(const Spec& spec, const std::vector<std::int64_t>& shape
         MatrixView m = matrix_view(shape);
         return 4 * (m.rows + m.cols) * std::min({rank, m.rows, m.cols});
     }
-    if (name == "topk" || name == "dgc") return 8 * kept(spec.parameter, n);  // fp32 value + int32 index
-    if (name == "randomk") return 4 * kept(spec.parameter, n);              // indices come from the shared seed
+    if (name == "topk" || name == "dgc") return 8 * kept_entries(spec.parameter, n);  // fp32 value + int32 index
+    if (name == "randomk") return 4 * kept_entries(spec.parameter, n);              // indices come from the shared seed
     if (name == "signsgd") return 4 * ceil_div(n, 32);                      // signs packed into 32-bit words
     if (name == "efsignsgd") return 4 * ceil_div(n, 32) + 4;                // plus one fp32 scale
     if (name == "qsgd") {

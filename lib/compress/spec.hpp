@@ -53,6 +53,9 @@ MatrixView matrix_view(const std::vector<std::int64_t>& shape);
 /// (rows + cols) * r * min_rate < rows * cols with r = min(rank, rows, cols).
 bool powersgd_compresses(const std::vector<std::int64_t>& shape, std::int64_t rank, double min_rate = 2.0);
 
+/// Entries the sparsifiers (topk, randomk, dgc) keep of n: max(1, floor(fraction * n)), at most n.
+std::int64_t kept_entries(double fraction, std::int64_t n);
+
 /// Bytes one worker sends in one step for a tensor of this shape under `spec`.
 std::int64_t wire_bytes(const Spec& spec, const std::vector<std::int64_t>& shape);
 

@@ -1,0 +1,413 @@
+#include "compress/bench_driver.hpp"
+
+#include "base/error.hpp"
+#include "base/text.hpp"
+#include "compress/exchange.hpp"
+#include "compress/loopback.hpp"
+#include "compress/shapes.hpp"
+#include "io/atomic.hpp"
+#include "io/bench.hpp"
+#include "io/grads.hpp"
+#include "perf/model.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <set>
+
+namespace acc::compress {
+namespace {
+
+struct Input {
+    std::string name;
+    std::vector<std::vector<float>> values;  // per tensor
+    double norm = 0;
+};
+
+struct Quality {
+    double relative_error = 0, cosine = 0, gain = 0;
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string number_text(double v, const char* format) {
+    if (!std::isfinite(v)) return "-";
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, format, v);
+    return buffer;
+}
+
+std::string bytes_text(double bytes) {
+    const char* unit[] = {"B", "kB", "MB", "GB", "TB"};
+    int i = 0;
+    while (bytes >= 1000 && i < 4) {
+        bytes /= 1000;
+        ++i;
+    }
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, i == 0 ? "%.0f %s" : "%.3g %s", bytes, unit[i]);
+    return buffer;
+}
+
+double finite_or_nan(double v) { return std::isfinite(v) ? v : std::numeric_limits<double>::quiet_NaN(); }
+
+// Single-threaded memcpy bandwidth (bytes copied per second), the yardstick for encode throughput.
+double measure_memcpy() {
+    const size_t bytes = 64u << 20;
+    std::vector<char> a(bytes, 1), b(bytes, 2);
+    double best = std::numeric_limits<double>::infinity();
+    for (int rep = 0; rep < 5; ++rep) {
+        auto t0 = std::chrono::steady_clock::now();
+        std::memcpy(b.data(), a.data(), bytes);
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        a[static_cast<size_t>(rep)] = b[bytes - 1 - static_cast<size_t>(rep)];  // keep the copies observable
+    }
+    return static_cast<double>(bytes) / best;
+}
+
+void validate(BenchConfig& c) {
+    if (!c.from.empty() && !c.shapes.empty()) throw UsageError("--shapes and --from exclude each other");
+    if (!c.snapshots.empty() && c.from.empty()) throw UsageError("--snapshots: applies only with --from");
+    if (c.from.empty() && c.shapes.empty()) c.shapes = "resnet18";
+    if (c.compressors.empty()) c.compressors = default_bench_compressors();
+    std::set<std::string> seen;
+    std::vector<std::string> canonical;
+    for (const auto& text : c.compressors) {
+        std::string spec;
+        try {
+            spec = parse_spec(text).text();
+        } catch (const UsageError& e) {
+            throw UsageError(std::string("--compressors: ") + e.what());
+        }
+        if (seen.insert(spec).second) canonical.push_back(spec);
+    }
+    c.compressors = canonical;
+    if (c.worlds.empty()) c.worlds = {4, 16, 64};
+    for (auto w : c.worlds)
+        if (w < 1 || w > 1000000) throw UsageError("--world: " + std::to_string(w) + " is not a world size from 1 to 1000000");
+    if (c.reps < 1) throw UsageError("--reps: must be at least 1");
+    if (c.alpha_given != c.bandwidth_given)
+        throw UsageError(c.alpha_given ? "--alpha needs --bandwidth" : "--bandwidth needs --alpha");
+    if (!(c.alpha >= 0) || !std::isfinite(c.alpha)) throw UsageError("--alpha: must be a finite number of seconds >= 0");
+    if (!(c.bandwidth > 0) || !std::isfinite(c.bandwidth))
+        throw UsageError("--bandwidth: must be a finite number of bytes per second > 0");
+    if (!(c.compute_ms >= 0) || !std::isfinite(c.compute_ms))
+        throw UsageError("--compute-ms: must be a finite number of milliseconds >= 0");
+    if (c.vectors != "none" && c.vectors != "compress")
+        throw UsageError("--vectors: must be 'none' or 'compress', not '" + c.vectors + "'");
+    if (c.topk_selection != "exact" && c.topk_selection != "sampled")
+        throw UsageError("--topk-selection: must be 'exact' or 'sampled', not '" + c.topk_selection + "'");
+    if (c.threads < 1 || c.threads > 1024) throw UsageError("--threads: must be from 1 to 1024");
+    if (c.csv && c.json) throw UsageError("--csv and --json exclude each other (both write to standard output)");
+    if (!c.output.empty()) io::check_writable_destination(c.output);
+}
+
+std::vector<Input> load_inputs(const BenchConfig& c, std::vector<TensorInfo>& tensors, std::string& source) {
+    std::vector<Input> inputs;
+    if (!c.from.empty()) {
+        source = c.from;
+        io::GradStats grads = io::read_grads(c.from);
+        for (const auto& p : grads.parameters) tensors.push_back({p.name, p.shape});
+        if (grads.snapshot_epochs.empty())
+            throw FileError(c.from, "holds no gradient snapshots; run grad-dump with --snapshot-epochs");
+        std::vector<std::int64_t> epochs = c.snapshots.empty() ? grads.snapshot_epochs : c.snapshots;
+        for (auto e : epochs) {
+            if (std::find(grads.snapshot_epochs.begin(), grads.snapshot_epochs.end(), e) == grads.snapshot_epochs.end()) {
+                std::vector<std::string> have;
+                for (auto h : grads.snapshot_epochs) have.push_back(std::to_string(h));
+                throw FileError(c.from, "has no gradient snapshot of epoch " + std::to_string(e) + " (it has epochs " +
+                                            join(have, ", ") + ")");
+            }
+            Input in;
+            in.name = "epoch " + std::to_string(e);
+            in.values = io::read_snapshot(c.from, e);
+            for (size_t i = 0; i < in.values.size(); ++i)
+                for (float v : in.values[i])
+                    if (!std::isfinite(v))
+                        throw FileError(c.from, "snapshot of epoch " + std::to_string(e) + ", parameter '" +
+                                                    tensors[i].name + "' holds NaN or infinity");
+            inputs.push_back(std::move(in));
+        }
+    } else {
+        const auto& presets = model_presets();
+        const bool preset = std::find(presets.begin(), presets.end(), c.shapes) != presets.end();
+        if (!preset && !std::filesystem::exists(c.shapes))
+            throw UsageError("--shapes: '" + c.shapes + "' is neither a model (" + join(presets, ", ") +
+                             ") nor an existing shapes file");
+        tensors = preset ? preset_shapes(c.shapes) : read_shapes_file(c.shapes);
+        source = c.shapes;
+        // Synthetic gradients: i.i.d. standard normal values (a hard case for low-rank and
+        // sparse compressors; --from gives real gradients).
+        Input in;
+        in.name = "synthetic";
+        auto generator = at::make_generator<at::CPUGeneratorImpl>(0);
+        for (const auto& t : tensors) {
+            at::Tensor v = at::randn({t.numel()}, generator);
+            in.values.emplace_back(v.data_ptr<float>(), v.data_ptr<float>() + v.numel());
+        }
+        inputs.push_back(std::move(in));
+    }
+    for (auto& in : inputs) {
+        double squares = 0;
+        for (const auto& v : in.values)
+            for (float x : v) squares += static_cast<double>(x) * x;
+        in.norm = std::sqrt(squares);
+    }
+    return inputs;
+}
+
+Quality quality_of(const Input& in, const std::vector<at::Tensor>& compressed) {
+    double dot = 0, squares_c = 0, squares_d = 0;
+    for (size_t i = 0; i < compressed.size(); ++i) {
+        const float* c = compressed[i].data_ptr<float>();
+        const auto& g = in.values[i];
+        for (size_t j = 0; j < g.size(); ++j) {
+            double a = c[j], b = g[j];
+            dot += a * b;
+            squares_c += a * a;
+            squares_d += (a - b) * (a - b);
+        }
+    }
+    const double g2 = in.norm * in.norm;
+    Quality q;
+    q.relative_error = finite_or_nan(std::sqrt(squares_d) / in.norm);
+    q.cosine = finite_or_nan(dot / (std::sqrt(squares_c) * in.norm));
+    q.gain = finite_or_nan(squares_c / g2);
+    return q;
+}
+
+void copy_into(const Input& in, std::vector<at::Tensor>& work) {
+    for (size_t i = 0; i < work.size(); ++i)
+        std::memcpy(work[i].data_ptr<float>(), in.values[i].data(), in.values[i].size() * sizeof(float));
+}
+
+std::string csv_field(const std::string& text) {
+    if (text.find_first_of(",\"\n") == std::string::npos) return text;
+    std::string out = "\"";
+    for (char ch : text) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+    return out + "\"";
+}
+
+}  // namespace
+
+const std::vector<std::string>& default_bench_compressors() {
+    static const std::vector<std::string> list = {"none",        "fp16",     "powersgd:1", "powersgd:2", "powersgd:4",
+                                                  "topk:0.01",   "randomk:0.01", "dgc:0.01", "signsgd",   "efsignsgd",
+                                                  "qsgd:127",    "terngrad"};
+    return list;
+}
+
+int run_bench(BenchConfig c) {
+    validate(c);
+    at::set_num_threads(static_cast<int>(c.threads));
+    std::vector<TensorInfo> tensors;
+    std::string source;
+    std::vector<Input> inputs = load_inputs(c, tensors, source);
+    std::vector<std::string> warnings;
+    auto warn = [&](const std::string& text) {
+        spdlog::warn(text);
+        warnings.push_back(text);
+    };
+
+    std::int64_t values = 0;
+    std::vector<double> tensor_bytes;
+    for (const auto& t : tensors) {
+        values += t.numel();
+        tensor_bytes.push_back(4.0 * static_cast<double>(t.numel()));
+    }
+    const double dense_bytes = 4.0 * static_cast<double>(values);
+    const bool flags = c.alpha_given;
+    perf::Network net{c.alpha, c.bandwidth};
+    perf::Compute compute;
+    compute.seconds = c.compute_ms / 1000.0;
+    const double memcpy_bandwidth = measure_memcpy();
+
+    ExchangeOptions options;
+    options.topk_selection = c.topk_selection == "sampled" ? TopkSelection::sampled : TopkSelection::exact;
+
+    io::BenchFile file;
+    file.header.provenance = c.provenance;
+    file.source = source;
+    file.network_source = flags ? "flags" : "default";
+    file.alpha = net.alpha;
+    file.bandwidth = net.bandwidth;
+    file.compute_seconds = compute.seconds;
+    file.backward_share = compute.backward_share;
+    file.bucket_bytes = compute.bucket_bytes;
+    file.reps = c.reps;
+    file.threads = c.threads;
+    file.memcpy_bandwidth = memcpy_bandwidth;
+    file.vectors = c.vectors;
+    file.topk_selection = c.topk_selection;
+    for (const auto& t : tensors) file.parameters.push_back({t.name, t.shape});
+
+    std::map<std::int64_t, perf::Prediction> baseline;
+    for (auto w : c.worlds) baseline[w] = perf::predict_ddp(net, static_cast<int>(w), tensor_bytes, compute);
+
+    spdlog::info("{}: {} tensors, {} values ({} per worker and step uncompressed)", source, tensors.size(),
+                 with_commas(values), bytes_text(dense_bytes));
+    spdlog::info("  network: bandwidth {}/s, alpha {} us{}; compute {} ms per iteration{}", bytes_text(net.bandwidth),
+                 short_number(net.alpha * 1e6), flags ? "" : " (defaults: pass --alpha and --bandwidth)",
+                 short_number(c.compute_ms), c.compute_ms > 0 ? "" : " (pass --compute-ms)");
+    spdlog::info("  memcpy {}/s on one thread; {} thread{}, {} timed step{} after one warm-up", bytes_text(memcpy_bandwidth),
+                 c.threads, c.threads == 1 ? "" : "s", c.reps, c.reps == 1 ? "" : "s");
+    for (auto w : c.worlds)
+        spdlog::info("  uncompressed DDP, W={}: {} ms per iteration ({} ms of allreduce, {} ms not hidden by the backward pass)",
+                     w, number_text(baseline[w].iteration_seconds * 1e3, "%.3g"),
+                     number_text(baseline[w].communication_seconds * 1e3, "%.3g"),
+                     number_text(baseline[w].exposed_seconds * 1e3, "%.3g"));
+
+    for (size_t input = 0; input < inputs.size(); ++input) {
+        const Input& in = inputs[input];
+        file.inputs.push_back({in.name, in.norm});
+        if (!(in.norm > 0))
+            warn("input '" + in.name + "' has zero norm: relative error, cosine and gain are undefined");
+        spdlog::info("");
+        spdlog::info("{} ({}):", in.name, source);
+        spdlog::info("  {:<14} {:>4} {:>10} {:>7} {:>9} {:>9} {:>6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>7} {}",
+                     "compressor", "W", "sent", "ratio", "encode", "decode", "GB/s", "rel.err", "cosine", "gain",
+                     "comm", "iter", "speedup", "pays");
+        std::vector<at::Tensor> work;
+        for (const auto& t : tensors) work.push_back(at::empty({t.numel()}));
+        for (const auto& text : c.compressors) {
+            const Spec spec = parse_spec(text);
+            std::vector<Spec> levels;
+            for (const auto& t : tensors)
+                levels.push_back(c.vectors == "compress" || t.shape.size() > 1 ? spec : parse_spec("none"));
+            for (auto w : c.worlds) {
+                LoopbackCollectives comm(static_cast<int>(w));
+                GradientExchange x(tensors, levels, comm, options);
+                copy_into(in, work);
+                x.step(work);  // warm-up, from empty state: C(g) for the quality measures
+                Quality q = quality_of(in, work);
+                std::vector<double> encode, decode;
+                for (std::int64_t rep = 0; rep < c.reps; ++rep) {
+                    copy_into(in, work);
+                    x.step(work);
+                    encode.push_back(x.last_step().encode_seconds);
+                    decode.push_back(x.last_step().decode_seconds);
+                }
+                std::vector<perf::Transfer> transfers;
+                for (const auto& planned : x.planned_collectives())
+                    transfers.push_back({planned.kind == Collective::allreduce ? perf::Collective::allreduce
+                                                                               : perf::Collective::allgather,
+                                         static_cast<double>(planned.bytes)});
+                io::BenchRow row;
+                row.input = static_cast<std::int64_t>(input);
+                row.compressor = text;
+                row.world_size = w;
+                row.bytes_per_worker = x.last_step().bytes;
+                row.compression_ratio = dense_bytes / static_cast<double>(std::max<std::int64_t>(1, row.bytes_per_worker));
+                row.encode_median = median(encode);
+                row.encode_min = *std::min_element(encode.begin(), encode.end());
+                row.encode_max = *std::max_element(encode.begin(), encode.end());
+                row.decode_median = median(decode);
+                row.decode_min = *std::min_element(decode.begin(), decode.end());
+                row.decode_max = *std::max_element(decode.begin(), decode.end());
+                row.throughput = dense_bytes / (row.encode_median + row.decode_median);
+                row.relative_error = q.relative_error;
+                row.cosine = q.cosine;
+                row.gain = q.gain;
+                perf::Prediction p = perf::predict_compressed(net, static_cast<int>(w), transfers, row.encode_median,
+                                                              row.decode_median, compute);
+                row.comm_seconds = p.communication_seconds;
+                row.iteration_seconds = p.iteration_seconds;
+                row.baseline_iteration_seconds = baseline[w].iteration_seconds;
+                row.speedup = row.baseline_iteration_seconds / row.iteration_seconds;
+                spdlog::info("  {:<14} {:>4} {:>10} {:>7} {:>9} {:>9} {:>6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>7} {}", text, w,
+                             bytes_text(static_cast<double>(row.bytes_per_worker)),
+                             number_text(row.compression_ratio, "%.3gx"), number_text(row.encode_median * 1e3, "%.3g ms"),
+                             number_text(row.decode_median * 1e3, "%.3g ms"), number_text(row.throughput / 1e9, "%.3g"),
+                             number_text(row.relative_error, "%.3f"), number_text(row.cosine, "%.3f"),
+                             number_text(row.gain, "%.3f"), number_text(row.comm_seconds * 1e3, "%.3g ms"),
+                             number_text(row.iteration_seconds * 1e3, "%.3g ms"), number_text(row.speedup, "%.2fx"),
+                             row.speedup > 1 ? "yes" : "no");
+                file.rows.push_back(row);
+            }
+        }
+    }
+    if (!c.output.empty()) {
+        io::write_bench(c.output, file);
+        spdlog::info("");
+        spdlog::info("wrote {}", c.output);
+    }
+
+    if (c.csv) {
+        std::cout << "input,compressor,world_size,bytes_per_worker,compression_ratio,encode_seconds_median,"
+                     "encode_seconds_min,encode_seconds_max,decode_seconds_median,decode_seconds_min,"
+                     "decode_seconds_max,throughput,relative_error,cosine,gain,comm_seconds,iteration_seconds,"
+                     "baseline_iteration_seconds,speedup\n";
+        auto g = [](double v) { return std::isfinite(v) ? number_text(v, "%.6g") : std::string(); };
+        for (const auto& r : file.rows)
+            std::cout << csv_field(file.inputs[static_cast<size_t>(r.input)].name) << ',' << r.compressor << ','
+                      << r.world_size << ',' << r.bytes_per_worker << ',' << g(r.compression_ratio) << ','
+                      << g(r.encode_median) << ',' << g(r.encode_min) << ',' << g(r.encode_max) << ','
+                      << g(r.decode_median) << ',' << g(r.decode_min) << ',' << g(r.decode_max) << ','
+                      << g(r.throughput) << ',' << g(r.relative_error) << ',' << g(r.cosine) << ',' << g(r.gain) << ','
+                      << g(r.comm_seconds) << ',' << g(r.iteration_seconds) << ',' << g(r.baseline_iteration_seconds)
+                      << ',' << g(r.speedup) << '\n';
+        std::cout.flush();
+    }
+    if (c.json) {
+        nlohmann::json report;
+        auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+        report["source"] = source;
+        report["parameters"] = tensors.size();
+        report["values"] = values;
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& in : file.inputs) list.push_back({{"name", in.name}, {"norm", in.norm}});
+        report["inputs"] = list;
+        report["network"] = {{"alpha", net.alpha}, {"bandwidth", net.bandwidth}, {"source", file.network_source}};
+        report["compute_seconds"] = compute.seconds;
+        report["memcpy_bandwidth"] = memcpy_bandwidth;
+        report["threads"] = c.threads;
+        report["reps"] = c.reps;
+        report["vectors"] = c.vectors;
+        report["topk_selection"] = c.topk_selection;
+        nlohmann::json base = nlohmann::json::array();
+        for (auto w : c.worlds)
+            base.push_back({{"world_size", w},
+                            {"iteration_seconds", baseline[w].iteration_seconds},
+                            {"communication_seconds", baseline[w].communication_seconds},
+                            {"exposed_seconds", baseline[w].exposed_seconds}});
+        report["baseline"] = base;
+        nlohmann::json results = nlohmann::json::array();
+        for (const auto& r : file.rows)
+            results.push_back({{"input", file.inputs[static_cast<size_t>(r.input)].name},
+                               {"compressor", r.compressor},
+                               {"world_size", r.world_size},
+                               {"bytes_per_worker", r.bytes_per_worker},
+                               {"floats_per_worker", static_cast<double>(r.bytes_per_worker) / 4.0},
+                               {"compression_ratio", num(r.compression_ratio)},
+                               {"encode_seconds", {{"median", r.encode_median}, {"min", r.encode_min}, {"max", r.encode_max}}},
+                               {"decode_seconds", {{"median", r.decode_median}, {"min", r.decode_min}, {"max", r.decode_max}}},
+                               {"throughput", num(r.throughput)},
+                               {"relative_error", num(r.relative_error)},
+                               {"cosine", num(r.cosine)},
+                               {"gain", num(r.gain)},
+                               {"comm_seconds", num(r.comm_seconds)},
+                               {"iteration_seconds", num(r.iteration_seconds)},
+                               {"baseline_iteration_seconds", num(r.baseline_iteration_seconds)},
+                               {"speedup", num(r.speedup)},
+                               {"pays", r.speedup > 1}});
+        report["results"] = results;
+        report["output"] = c.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.output);
+        report["warnings"] = warnings;
+        std::cout << report.dump(2) << std::endl;
+    }
+    return 0;
+}
+
+}  // namespace acc::compress

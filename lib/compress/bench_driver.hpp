@@ -1,0 +1,42 @@
+// compress-bench's work: run every compressor on gradients with a real model's
+// shapes (or a grads.h5's snapshots), measure size, speed and quality, and predict
+// with the performance model whether it pays. main() only fills a BenchConfig.
+#pragma once
+
+#include "io/header.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace acc::compress {
+
+struct BenchConfig {
+    std::string shapes;                    ///< a model preset or a shapes file; empty: resnet18
+    std::string from;                      ///< a grads.h5 whose snapshots are the inputs
+    std::vector<std::int64_t> snapshots;   ///< snapshot epochs to use; empty: all
+    std::vector<std::string> compressors;  ///< specs; empty: the default list
+    std::vector<std::int64_t> worlds;      ///< world sizes; empty: 4, 16, 64
+    std::int64_t reps = 5;                 ///< timed steps after one warm-up step
+    double alpha = 50e-6;                  ///< seconds per message step (default: 10 Gbit/s Ethernet)
+    double bandwidth = 1.25e9;             ///< bytes per second
+    bool alpha_given = false;              ///< --alpha was given (it needs --bandwidth, and vice versa)
+    bool bandwidth_given = false;
+    double compute_ms = 0;                 ///< forward plus backward time of one iteration
+    std::string vectors = "none";          ///< "none": parameters with < 2 dimensions go uncompressed
+    std::string topk_selection = "exact";  ///< "exact" or "sampled"
+    std::int64_t threads = 1;
+    std::string output;                    ///< bench.h5 to write; empty: none
+    bool csv = false;                      ///< the results as CSV on stdout
+    bool json = false;                     ///< the results as JSON on stdout
+    io::Provenance provenance;
+};
+
+/// The compressors compress-bench runs when none are named.
+const std::vector<std::string>& default_bench_compressors();
+
+/// Validates the options (UsageError), runs the benchmark, prints and writes the results.
+/// Returns the exit code.
+int run_bench(BenchConfig config);
+
+}  // namespace acc::compress

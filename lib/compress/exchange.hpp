@@ -1,0 +1,137 @@
+// Gradient exchange: data-parallel averaging of a set of parameter tensors, each
+// compressed at its own level (compressor spec), through acc::comm::Collectives.
+//
+// One step, on every worker:
+//   start(grads)   error feedback, encoding, and the first collectives launched
+//                  (asynchronous allreduces: uncompressed tensors in one flat
+//                  buffer, fp16 in one, randomk values in one, all PowerSGD P
+//                  matrices in one);
+//   finish()       the allgather of every allgather compressor's payload (one
+//                  collective), PowerSGD's second round (all Q matrices in one
+//                  allreduce), and decoding: each gradient tensor is replaced, in
+//                  place, by the aggregate of the W workers, identical on all workers.
+// step(grads) does both. Between start() and finish() the caller may compute or start
+// another exchange (e.g. one per bucket); the gradients must stay untouched.
+//
+// Every worker must construct its exchange with the same tensors and levels and call
+// the same methods in the same order (levels are checked across workers). Gradients
+// are float32; tensors that are not contiguous CPU tensors are staged through host
+// memory.
+#pragma once
+
+#include "comm/collectives.hpp"
+#include "compress/codecs.hpp"
+#include "compress/shapes.hpp"
+#include "compress/spec.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace acc::compress {
+
+/// Which PowerSGD the `powersgd` level runs.
+enum class PowerSgdVariant {
+    /// PyTorch's powerSGD_hook: Q drawn from N(0, 1) and orthogonalized, the warm-started Q
+    /// orthogonalized again every step, Gram-Schmidt for rank <= 2 and QR above, error
+    /// feedback on tensors sent uncompressed too (their error is local minus mean).
+    pytorch_hook,
+    /// The Accordion reference (epfml's RankKReducer): Q neither orthogonalized when drawn
+    /// nor when reused, Gram-Schmidt at every rank, uncompressed tensors without error memory.
+    accordion,
+};
+
+struct ExchangeOptions {
+    PowerSgdVariant powersgd_variant = PowerSgdVariant::pytorch_hook;
+    /// Added to column norms in PowerSGD's orthogonalization (the hook's orthogonalization_epsilon).
+    float orthogonalization_epsilon = 0;
+    /// PowerSGD reuses the last step's Q (warm start); otherwise Q is drawn anew every step.
+    bool warm_start = true;
+    /// PowerSGD's RandomState seed (the hook's random_seed); also seeds every other random stream.
+    std::uint32_t seed = 0;
+    /// Error feedback for the compressors that have it (powersgd, topk, randomk, dgc, efsignsgd).
+    bool error_feedback = true;
+    TopkSelection topk_selection = TopkSelection::exact;
+    double dgc_momentum = 0.9;
+    /// DGC's sparsity warm-up: in epoch e < dgc_warmup_epochs a dgc:F level keeps
+    /// max(F, F^((e + 1) / (dgc_warmup_epochs + 1))) of the entries. 0: no warm-up.
+    std::int64_t dgc_warmup_epochs = 0;
+    /// Refuse gradients holding NaN or infinity (acc::Error naming the tensor).
+    bool check_finite = true;
+};
+
+/// What one worker did in one step (or, summed, in many).
+struct StepStats {
+    std::int64_t bytes = 0;        ///< bytes handed to collectives (docs/metrics.md, "Data sent")
+    std::int64_t collectives = 0;  ///< collective calls
+    double encode_seconds = 0;     ///< error feedback and encoding (PowerSGD: both rounds' products)
+    double communication_seconds = 0;  ///< inside collectives, waiting included
+    double decode_seconds = 0;     ///< aggregating received payloads into the gradients
+    double floats() const { return static_cast<double>(bytes) / 4.0; }
+    StepStats& operator+=(const StepStats& other);
+};
+
+/// One collective of a step: its kind and the bytes each worker hands in.
+struct PlannedCollective {
+    Collective kind = Collective::allreduce;
+    std::int64_t bytes = 0;
+};
+
+/// DGC's warmed-up keep fraction in `epoch` (see ExchangeOptions::dgc_warmup_epochs).
+double dgc_warmup_fraction(double fraction, std::int64_t epoch, std::int64_t warmup_epochs);
+
+class GradientExchange {
+public:
+    /// Throws UsageError if the levels do not fit the tensors, acc::Error if workers disagree.
+    GradientExchange(std::vector<TensorInfo> tensors, std::vector<Spec> levels, comm::Collectives& comm,
+                     ExchangeOptions options = {});
+    ~GradientExchange();
+    GradientExchange(const GradientExchange&) = delete;
+    GradientExchange& operator=(const GradientExchange&) = delete;
+
+    size_t size() const;
+    const std::vector<TensorInfo>& tensors() const;
+    const std::vector<Spec>& levels() const;
+    /// The level in force this epoch (DGC's warm-up applied).
+    Spec effective_level(size_t tensor) const;
+
+    /// New levels (e.g. each epoch, from a schedule). A tensor whose level changes starts
+    /// fresh compressor state (a new PowerSGD Q) but keeps its error memory, as Accordion
+    /// does; a level without error feedback sends the memory once and then keeps none.
+    /// DGC keeps its momentum across a change of its fraction. Collective: checks that
+    /// every worker passes the same levels.
+    void set_levels(const std::vector<Spec>& levels);
+    /// The epoch about to run (for DGC's warm-up); 0 until called.
+    void set_epoch(std::int64_t epoch);
+
+    void start(const std::vector<at::Tensor>& grads);
+    void finish();
+    void step(const std::vector<at::Tensor>& grads);
+    bool in_flight() const;
+
+    /// The collectives a step runs with the current levels, in the order it starts them.
+    std::vector<PlannedCollective> planned_collectives() const;
+    /// Bytes per tensor the last step sent (each equals wire_bytes of its effective level).
+    const std::vector<std::int64_t>& last_tensor_bytes() const;
+    const StepStats& last_step() const;
+    const StepStats& total() const;
+    std::int64_t steps() const;
+
+    /// Everything a checkpoint must keep, as named tensors: "<tensor>/error" (error
+    /// memory), "<tensor>/powersgd_q" (warm-start Q), "<tensor>/dgc_momentum",
+    /// "exchange/powersgd_rng" (RandomState words and position), "exchange/step".
+    std::vector<std::pair<std::string, at::Tensor>> state() const;
+    /// Restores state(); entries absent start empty. Throws acc::Error naming the entry
+    /// that does not fit (unknown name, wrong shape, or a Q for another rank).
+    void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace acc::compress

@@ -1,0 +1,58 @@
+#include "perf/model.hpp"
+
+#include <algorithm>
+
+namespace acc::perf {
+
+double allreduce_seconds(const Network& net, int world, double bytes) {
+    if (world <= 1) return 0;
+    const double w = world;
+    return 2 * (w - 1) * net.alpha + 2 * (w - 1) / w * bytes / net.bandwidth;
+}
+
+double allgather_seconds(const Network& net, int world, double bytes) {
+    if (world <= 1) return 0;
+    const double w = world;
+    return (w - 1) * net.alpha + (w - 1) * bytes / net.bandwidth;
+}
+
+Prediction predict_ddp(const Network& net, int world, const std::vector<double>& tensor_bytes, const Compute& compute) {
+    double total = 0;
+    for (double b : tensor_bytes) total += b;
+    const double backward = compute.seconds * compute.backward_share;
+    const double forward = compute.seconds - backward;
+    Prediction p;
+    double finished = 0, bucket = 0, done_bytes = 0;
+    double cap = compute.first_bucket_bytes;
+    auto flush = [&] {
+        const double ready = forward + (total > 0 ? backward * done_bytes / total : backward);
+        const double cost = allreduce_seconds(net, world, bucket);
+        finished = std::max(finished, ready) + cost;
+        p.communication_seconds += cost;
+        bucket = 0;
+        cap = compute.bucket_bytes;
+    };
+    // Gradients arrive in reverse model order.
+    for (auto it = tensor_bytes.rbegin(); it != tensor_bytes.rend(); ++it) {
+        bucket += *it;
+        done_bytes += *it;
+        if (bucket >= cap) flush();
+    }
+    if (bucket > 0) flush();
+    p.iteration_seconds = std::max(compute.seconds, finished);
+    p.exposed_seconds = p.iteration_seconds - compute.seconds;
+    return p;
+}
+
+Prediction predict_compressed(const Network& net, int world, const std::vector<Transfer>& transfers,
+                              double encode_seconds, double decode_seconds, const Compute& compute) {
+    Prediction p;
+    for (const auto& t : transfers)
+        p.communication_seconds += t.kind == Collective::allreduce ? allreduce_seconds(net, world, t.bytes)
+                                                                   : allgather_seconds(net, world, t.bytes);
+    p.exposed_seconds = encode_seconds + p.communication_seconds + decode_seconds;
+    p.iteration_seconds = compute.seconds + p.exposed_seconds;
+    return p;
+}
+
+}  // namespace acc::perf
