@@ -132,7 +132,8 @@ std::int64_t wire_bytes(const Spec& spec, const std::vector<std::int64_t>& shape
         MatrixView m = matrix_view(shape);
         return 4 * (m.rows + m.cols) * std::min({rank, m.rows, m.cols});
     }
-    if (name == "topk" || name == "dgc") return 8 * kept_entries(spec.parameter, n);  // fp32 value + int32 index
+    // fp32 value + int32 index; dgc pads its at most k chosen entries to k
+    if (name == "topk" || name == "dgc") return 8 * kept_entries(spec.parameter, n);
     if (name == "randomk") return 4 * kept_entries(spec.parameter, n);              // indices come from the shared seed
     if (name == "signsgd") return 4 * ceil_div(n, 32);                      // signs packed into 32-bit words
     if (name == "efsignsgd") return 4 * ceil_div(n, 32) + 4;                // plus one fp32 scale

@@ -77,11 +77,14 @@ TEST(Exchange, ErrorFeedbackLosesNothingOnOneWorker) {
     // W = 1: g + e_old == aggregate + e_new at every step, for every level; DGC with
     // its momentum: g + m u_old + v_old == aggregate + v_new.
     for (const auto& text : kLevels)
-        for (auto variant : {PowerSgdVariant::pytorch_hook, PowerSgdVariant::accordion}) {
-            if (variant == PowerSgdVariant::accordion && text.rfind("powersgd", 0) != 0) continue;
+        for (int variant = 0; variant < 2; ++variant) {
+            // The second variant: Accordion's PowerSGD, or top-k's sampled selection.
+            const bool psgd = text.rfind("powersgd", 0) == 0, topk = text.rfind("topk", 0) == 0;
+            if (variant == 1 && !psgd && !topk) continue;
             ranks(1, [&](int, Collectives& comm) {
                 ExchangeOptions options;
-                options.powersgd_variant = variant;
+                if (variant == 1 && psgd) options.powersgd_variant = PowerSgdVariant::accordion;
+                if (variant == 1 && topk) options.topk_selection = TopkSelection::sampled;
                 auto tensors = small_model();
                 GradientExchange x(tensors, all_levels(text), comm, options);
                 for (int step = 0; step < 3; ++step) {
@@ -140,6 +143,13 @@ TEST(Exchange, CountedBytesEqualTheDocumentedFormula) {
             }
             EXPECT_EQ(x.last_step().bytes, formula) << text;
             EXPECT_EQ(comm.traffic().bytes - before, formula) << text;  // what the collectives counted
+            std::int64_t planned = 0;
+            for (const auto& c : x.planned_collectives()) {
+                planned += c.bytes;
+                EXPECT_EQ(c.kind == Collective::allgather, uses_gather(levels[0])) << text;
+            }
+            EXPECT_EQ(planned, formula) << text;
+            EXPECT_EQ(x.last_step().collectives, static_cast<std::int64_t>(x.planned_collectives().size())) << text;
             EXPECT_DOUBLE_EQ(x.last_step().floats(), formula / 4.0);
         });
 }

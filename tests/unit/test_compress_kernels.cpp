@@ -3,12 +3,14 @@
 #include "base/error.hpp"
 #include "compress/codecs.hpp"
 #include "compress/kernels.hpp"
+#include "compress/shapes.hpp"
 #include "compress/spec.hpp"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -548,4 +550,74 @@ TEST(Codecs, DgcCorrectsMomentumAndMasksIt) {
 TEST(Codecs, RefuseTensorsTooLargeForTheirIndices) {
     EXPECT_THROW(make_gather_codec(parse_spec("topk:0.1"), std::int64_t{1} << 32, {}), acc::UsageError);
     EXPECT_THROW(make_gather_codec(parse_spec("none"), 10, {}), acc::UsageError);
+}
+
+// --------------------------------------------------------------------- shapes
+
+TEST(Shapes, PresetsHaveTheirModelsParameterCounts) {
+    struct Expected {
+        const char* name;
+        size_t tensors;
+        std::int64_t values;
+    };
+    // Counts of the PyTorch models (torchvision's resnet50 and vgg19, Hugging Face's
+    // bert-base-uncased BertModel, the CIFAR ResNet-18 of examples/synth_grads.py).
+    for (auto e : {Expected{"resnet18", 62, 11173962}, Expected{"resnet50", 161, 25557032},
+                   Expected{"vgg19", 38, 143667240}, Expected{"bert-base", 199, 109482240},
+                   Expected{"lstm", 14, 31819578}}) {
+        auto shapes = preset_shapes(e.name);
+        std::int64_t values = 0;
+        std::set<std::string> names;
+        for (const auto& t : shapes) {
+            values += t.numel();
+            names.insert(t.name);
+        }
+        EXPECT_EQ(shapes.size(), e.tensors) << e.name;
+        EXPECT_EQ(values, e.values) << e.name;
+        EXPECT_EQ(names.size(), shapes.size()) << e.name << ": names are not unique";
+    }
+    auto r18 = preset_shapes("resnet18");
+    EXPECT_EQ(r18[0].name, "conv1.weight");
+    EXPECT_EQ(r18[0].shape, (std::vector<std::int64_t>{64, 3, 3, 3}));
+    EXPECT_EQ(r18.back().name, "linear.bias");
+    auto r50 = preset_shapes("resnet50");
+    EXPECT_EQ(r50[12].name, "layer1.0.downsample.0.weight");
+    EXPECT_EQ(r50[12].shape, (std::vector<std::int64_t>{256, 64, 1, 1}));
+    EXPECT_EQ(preset_shapes("vgg19")[32].name, "classifier.0.weight");
+    EXPECT_THROW(preset_shapes("alexnet"), acc::UsageError);
+}
+
+namespace {
+
+std::string write_text(const std::string& name, const std::string& text) {
+    std::string path = testing::TempDir() + name;
+    std::ofstream(path) << text;
+    return path;
+}
+
+}  // namespace
+
+TEST(Shapes, FileFormat) {
+    auto shapes = read_shapes_file(write_text("ok.txt", "# a model\n\nfc.weight 10x512\nfc.bias 10\n  scale scalar\n"));
+    ASSERT_EQ(shapes.size(), 3u);
+    EXPECT_EQ(shapes[0].shape, (std::vector<std::int64_t>{10, 512}));
+    EXPECT_EQ(shapes[1].shape, (std::vector<std::int64_t>{10}));
+    EXPECT_TRUE(shapes[2].shape.empty());
+    EXPECT_EQ(shapes[2].numel(), 1);
+    auto message = [](const std::string& text) {
+        try {
+            read_shapes_file(write_text("bad.txt", text));
+        } catch (const acc::FileError& e) {
+            return std::string(e.what());
+        }
+        return std::string("accepted");
+    };
+    EXPECT_NE(message("a 3\nb\n").find("bad.txt: line 2: 'b' has no shape"), std::string::npos);
+    EXPECT_NE(message("a 3x0\n").find("line 1: shape '3x0' of 'a' must be positive whole numbers"), std::string::npos);
+    EXPECT_NE(message("a 3x\n").find("line 1"), std::string::npos);
+    EXPECT_NE(message("a x3\n").find("line 1"), std::string::npos);
+    EXPECT_NE(message("a 3 4\n").find("line 1: unexpected '4'"), std::string::npos);
+    EXPECT_NE(message("a 3\na 4\n").find("line 2: 'a' appears twice"), std::string::npos);
+    EXPECT_NE(message("# nothing\n").find("lists no tensor"), std::string::npos);
+    EXPECT_THROW(read_shapes_file(testing::TempDir() + "missing.txt"), acc::FileError);
 }

@@ -17,28 +17,40 @@ int main(int argc, char** argv) {
         [&](CLI::App& app) {
             app.add_option("--shapes", config.shapes,
                            "Model whose parameter shapes to use (resnet18, resnet50, vgg19, bert-base, lstm) or a "
-                           "shapes file of NAME SHAPE lines [resnet18]");
-            app.add_option("--from", config.from, "Gradient-statistics file whose gradient snapshots to use");
+                           "shapes file of NAME SHAPE lines [resnet18]")
+                ->type_name("MODEL|FILE");
+            app.add_option("--from", config.from, "Gradient-statistics file whose gradient snapshots to use")
+                ->type_name("GRADS.h5");
             app.add_option("--snapshots", config.snapshots, "With --from: the snapshot epochs to use [all]")
-                ->delimiter(',');
+                ->delimiter(',')
+                ->type_name("EPOCH,...");
             app.add_option("--compressors", config.compressors,
                            "Compressor specs, comma-separated [none,fp16,powersgd:1,powersgd:2,powersgd:4,topk:0.01,"
                            "randomk:0.01,dgc:0.01,signsgd,efsignsgd,qsgd:127,terngrad]")
-                ->delimiter(',');
+                ->delimiter(',')
+                ->type_name("SPEC,...");
             app.add_option("--world", config.worlds, "World sizes to predict for, comma-separated [4,16,64]")
-                ->delimiter(',');
-            app.add_option("--reps", config.reps, "Timed steps per compressor and world size, after one warm-up");
-            alpha = app.add_option("--alpha", config.alpha, "Network latency per message step, in seconds [50e-6]");
-            bandwidth = app.add_option("--bandwidth", config.bandwidth, "Network bandwidth in bytes per second [1.25e9]");
-            app.add_option("--compute-ms", config.compute_ms, "Forward plus backward time of one iteration, in ms [0]");
+                ->delimiter(',')
+                ->type_name("W,...");
+            app.add_option("--reps", config.reps, "Timed steps per compressor and world size, after one warm-up")
+                ->type_name("N");
+            alpha = app.add_option("--alpha", config.alpha,
+                                   "Network latency per message step, in seconds (default: 10 Gbit/s Ethernet)")
+                        ->type_name("SECONDS");
+            bandwidth = app.add_option("--bandwidth", config.bandwidth, "Network bandwidth in bytes per second")
+                            ->type_name("BYTES_PER_S");
+            app.add_option("--compute-ms", config.compute_ms, "Forward plus backward time of one iteration, in ms")
+                ->type_name("MS");
             app.add_option("--vectors", config.vectors,
                            "Parameters with fewer than 2 dimensions: sent uncompressed (none) or compressed too")
                 ->check(CLI::IsMember({"none", "compress"}));
             app.add_option("--topk-selection", config.topk_selection,
                            "Top-k selection: exact, or sampled (a DGC-style threshold)")
                 ->check(CLI::IsMember({"exact", "sampled"}));
-            app.add_option("--threads", config.threads, "LibTorch threads (the compressors' own loops use one)");
-            app.add_option("-o,--output", config.output, "Results file to write (format accordion.compress-bench)");
+            app.add_option("--threads", config.threads, "LibTorch threads (the compressors' own loops use one)")
+                ->type_name("N");
+            app.add_option("-o,--output", config.output, "Results file to write (format accordion.compress-bench)")
+                ->type_name("BENCH.h5");
             app.add_flag("--csv", config.csv, "Print the results as CSV on stdout");
             app.add_flag("--json", config.json, "Print the results as JSON on stdout");
             app.footer("Compressor specs:\n" + acc::compress::spec_help());

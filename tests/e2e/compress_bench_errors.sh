@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Every kind of bad input to compress-bench gets one clear error line and the documented exit code.
+source "$(dirname "$0")/common.sh"
+cd "$WORK"
+printf 'fc.weight 10x20\nfc.bias 10\n' >model.txt
+quick=(--world 1 --reps 1 --compressors none)
+
+# Usage errors: exit 2.
+expect_exit 2 "--shapes: 'alexnet' is neither a model \(resnet18, resnet50, vgg19, bert-base, lstm\) nor an existing shapes file" -- \
+    compress-bench --shapes alexnet
+expect_exit 2 "^compress-bench: error: --compressors: 'topk:2': FRACTION must be in \(0, 1\]" -- \
+    compress-bench --shapes model.txt --compressors none,topk:2
+expect_exit 2 "--compressors: 'zip' is not a compressor spec; valid levels are:" -- compress-bench --compressors zip
+expect_exit 2 "--world: 0 is not a world size" -- compress-bench --shapes model.txt --world 4,0
+expect_exit 2 "--reps: must be at least 1" -- compress-bench --shapes model.txt --reps 0
+expect_exit 2 "--alpha needs --bandwidth" -- compress-bench --shapes model.txt --alpha 1e-5
+expect_exit 2 "--bandwidth needs --alpha" -- compress-bench --shapes model.txt --bandwidth 1e9
+expect_exit 2 "--bandwidth: must be a finite number of bytes per second > 0" -- \
+    compress-bench --shapes model.txt --alpha 0 --bandwidth 0
+expect_exit 2 "--alpha: must be a finite number of seconds >= 0" -- \
+    compress-bench --shapes model.txt --alpha -1 --bandwidth 1e9
+expect_exit 2 "--compute-ms: must be a finite number of milliseconds >= 0" -- compress-bench --shapes model.txt --compute-ms -3
+expect_exit 2 "--csv and --json exclude each other" -- compress-bench --shapes model.txt --csv --json
+expect_exit 2 "--shapes and --from exclude each other" -- compress-bench --shapes model.txt --from grads.h5
+expect_exit 2 "--snapshots: applies only with --from" -- compress-bench --shapes model.txt --snapshots 3
+expect_exit 2 "--vectors" -- compress-bench --shapes model.txt --vectors sometimes
+expect_exit 2 "--threads: must be from 1 to 1024" -- compress-bench --shapes model.txt --threads 0
+expect_exit 2 "not expected|following argument was not expected|extras" -- compress-bench --frobnicate
+
+# Runtime errors: exit 1, naming the file.
+expect_exit 1 "^compress-bench: error: missing.h5: no such file$" -- compress-bench --from missing.h5 "${quick[@]}"
+printf 'fc.weight 10x20\nfc.bias\n' >broken.txt
+expect_exit 1 "broken.txt: line 2: 'fc.bias' has no shape" -- compress-bench --shapes broken.txt "${quick[@]}"
+$ACC_PYTHON - <<'PY'
+import h5py, numpy as np
+def grads(path, snapshot=None):
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = "accordion.grads"
+        f.attrs["format_version"] = "1.0"
+        f["parameters/name"] = np.array(["fc.weight"], dtype=h5py.string_dtype())
+        f["parameters/ndim"] = np.array([2], dtype=np.int32)
+        f["parameters/shape"] = np.array([[4, 3]], dtype=np.int64)
+        f["parameters/numel"] = np.array([12], dtype=np.int64)
+        f["epochs/norm"] = np.ones((1, 1))
+        f["epochs/lr"] = np.array([0.1])
+        f["epochs/steps"] = np.array([1], dtype=np.int64)
+        if snapshot is not None:
+            g = f.create_group("snapshots/epoch_0")
+            g.attrs["epoch"] = 0
+            g.attrs["steps"] = 1
+            g["fc.weight"] = snapshot
+grads("plain.h5")
+bad = np.ones((4, 3), dtype=np.float32)
+bad[1, 2] = np.nan
+grads("nan.h5", bad)
+grads("good.h5", np.ones((4, 3), dtype=np.float32))
+PY
+expect_exit 1 "plain.h5: holds no gradient snapshots; run grad-dump with --snapshot-epochs" -- \
+    compress-bench --from plain.h5 "${quick[@]}"
+expect_exit 1 "nan.h5: snapshot of epoch 0, parameter 'fc.weight' holds NaN or infinity" -- \
+    compress-bench --from nan.h5 "${quick[@]}"
+expect_exit 1 "good.h5: has no gradient snapshot of epoch 9 \(it has epochs 0\)" -- \
+    compress-bench --from good.h5 --snapshots 9 "${quick[@]}"
+echo "not hdf5" >notes.h5
+expect_exit 1 "notes.h5: not an HDF5 file" -- compress-bench --from notes.h5 "${quick[@]}"
+expect_exit 1 "no/such/dir/out.h5: directory no/such/dir does not exist" -- \
+    compress-bench --shapes model.txt "${quick[@]}" -o no/such/dir/out.h5
+
+# A failed run leaves no output file and no temporary file behind.
+compress-bench --from nan.h5 "${quick[@]}" -o bench.h5 2>/dev/null && fail "NaN input accepted"
+[ ! -e bench.h5 ] || fail "a failed run left bench.h5"
+ls -a | grep -q '\.tmp-' && fail "a temporary file was left behind"
+compress-bench -q --from good.h5 "${quick[@]}" -o bench.h5 || fail "a good run failed"
+[ -s bench.h5 ] || fail "no bench.h5 written"
+finish

@@ -1,0 +1,53 @@
+// The iteration-time model, checked against hand-computed cases.
+#include "perf/model.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace acc::perf;
+
+TEST(Collectives, RingCostsFollowTheAlphaBetaModel) {
+    Network net{1e-3, 1e9};
+    EXPECT_DOUBLE_EQ(allreduce_seconds(net, 4, 1e9), 2 * 3 * 1e-3 + 2 * 3.0 / 4 * 1.0);
+    EXPECT_DOUBLE_EQ(allgather_seconds(net, 4, 1e6), 3e-3 + 3e-3);
+    EXPECT_EQ(allreduce_seconds(net, 1, 1e9), 0);
+    EXPECT_EQ(allgather_seconds(net, 1, 1e9), 0);
+    // ResNet-50's 102.2 MB on 8 workers at 10 Gbit/s: 143 ms (compressor-notes, section 5.2).
+    EXPECT_NEAR(allreduce_seconds({0, 1.25e9}, 8, 102.2e6), 0.1431, 1e-4);
+    // Allgather grows with W, allreduce hardly does.
+    EXPECT_GT(allgather_seconds({0, 1e9}, 64, 1e6) / allgather_seconds({0, 1e9}, 8, 1e6), 8.9);
+    EXPECT_LT(allreduce_seconds({0, 1e9}, 64, 1e6) / allreduce_seconds({0, 1e9}, 8, 1e6), 1.15);
+}
+
+TEST(Ddp, BucketsOverlapTheBackwardPass) {
+    const double MiB = 1024.0 * 1024;
+    Network net{0, 1000 * MiB};  // 1 MiB per ms; with W = 2 an allreduce of M costs M / bandwidth
+    Compute compute;
+    compute.seconds = 0.3;  // forward 0.1 s, backward 0.2 s
+    // Model order: 30 MiB then 10 MiB. The 10 MiB gradient is ready first, at 0.1 + 0.2 / 4
+    // = 0.15 s, and done at 0.16 s; the 30 MiB one is ready at 0.3 s and done at 0.33 s.
+    Prediction p = predict_ddp(net, 2, {30 * MiB, 10 * MiB}, compute);
+    EXPECT_NEAR(p.iteration_seconds, 0.33, 1e-12);
+    EXPECT_NEAR(p.communication_seconds, 0.04, 1e-12);
+    EXPECT_NEAR(p.exposed_seconds, 0.03, 1e-12);
+    compute.seconds = 0;
+    p = predict_ddp(net, 2, {30 * MiB, 10 * MiB}, compute);
+    EXPECT_NEAR(p.iteration_seconds, 0.04, 1e-12);
+    // Many small tensors share one bucket: one latency instead of many.
+    Network slow{1e-3, 1e12};
+    p = predict_ddp(slow, 2, std::vector<double>(100, 1000.0), compute);
+    EXPECT_NEAR(p.communication_seconds, 2e-3 + 1e5 / 1e12, 1e-12);
+    // One worker: nothing to communicate.
+    EXPECT_EQ(predict_ddp(net, 1, {30 * MiB}, compute).iteration_seconds, 0);
+}
+
+TEST(Compressed, EncodeCommunicationAndDecodeFollowTheBackwardPass) {
+    const double MiB = 1024.0 * 1024;
+    Network net{0, 1000 * MiB};
+    Compute compute;
+    compute.seconds = 0.3;
+    Prediction p = predict_compressed(net, 2, {{Collective::allreduce, 1 * MiB}, {Collective::allgather, 0.5 * MiB}},
+                                      0.002, 0.001, compute);
+    EXPECT_NEAR(p.communication_seconds, 0.0015, 1e-12);
+    EXPECT_NEAR(p.exposed_seconds, 0.0045, 1e-12);
+    EXPECT_NEAR(p.iteration_seconds, 0.3045, 1e-12);
+}
