@@ -547,6 +547,7 @@ struct GradientExchange::Impl {
             }
             current.decode_seconds += since(t0);
         }
+        at::NoGradGuard no_grad;  // writing back into gradients is no part of any graph
         for (auto& s : slots)
             if (s.staged.defined()) {
                 s.original.copy_(s.staged);

@@ -37,12 +37,7 @@ const std::vector<Column>& columns() {
 void write_bench(const std::string& path, const BenchFile& b) {
     check_writable_destination(path);
     AtomicPath atomic(path);
-    H5File f = H5File::create(atomic.temp(), path);
-    FileHeader h = b.header;
-    h.format = kBenchFormat;
-    h.major = kBenchMajor;
-    h.minor = kBenchMinor;
-    write_header(f, h);
+    H5File f = create_with_header(atomic.temp(), path, b.header, kBenchFormat, kBenchMajor, kBenchMinor);
     f.write_attr("/", "source", b.source);
     f.write_attr("/", "network_source", b.network_source);
     f.write_attr("/", "alpha", b.alpha);

@@ -13,6 +13,16 @@ void write_header(H5File& file, const FileHeader& header) {
     file.write_attr("/", "created", header.created.empty() ? utc_now() : header.created);
 }
 
+H5File create_with_header(const std::string& temp_path, const std::string& path, FileHeader header,
+                          const char* format, int major, int minor) {
+    H5File f = H5File::create(temp_path, path);
+    header.format = format;
+    header.major = major;
+    header.minor = minor;
+    write_header(f, header);
+    return f;
+}
+
 FileHeader read_header(const H5File& file, const std::string& format, int supported_major) {
     if (!file.has_attr("/", "format"))
         file.fail("not an " + format + " file (it has no 'format' attribute; see docs/formats.md)");

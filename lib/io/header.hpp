@@ -24,6 +24,12 @@ struct FileHeader {
 /// Writes format, format_version ("MAJOR.MINOR"), producer, command_line and created.
 void write_header(H5File& file, const FileHeader& header);
 
+/// Creates a whole file in one go: `temp_path` (an AtomicPath's temporary name) is
+/// created, messages name `path`, and the common attributes of `format`
+/// MAJOR.MINOR are written from `header`'s provenance.
+H5File create_with_header(const std::string& temp_path, const std::string& path, FileHeader header,
+                          const char* format, int major, int minor);
+
 /// Reads and checks the root attributes: the file must be of `format` with a
 /// major version no newer than `supported_major`. Missing producer or command
 /// line are tolerated (reported as empty).

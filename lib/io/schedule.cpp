@@ -25,12 +25,7 @@ std::vector<T> read_table(const H5File& f, const std::string& name, const Dims& 
 void write_schedule(const std::string& path, const Schedule& s) {
     check_writable_destination(path);
     AtomicPath atomic(path);
-    H5File f = H5File::create(atomic.temp(), path);
-    FileHeader h = s.header;
-    h.format = kScheduleFormat;
-    h.major = kScheduleMajor;
-    h.minor = kScheduleMinor;
-    write_header(f, h);
+    H5File f = create_with_header(atomic.temp(), path, s.header, kScheduleFormat, kScheduleMajor, kScheduleMinor);
     f.write_attr("/", "mode", s.mode);
     f.write_attr("/", "detector", s.detector);
     f.write_attr("/", "eta", s.eta);
