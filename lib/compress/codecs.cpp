@@ -17,6 +17,16 @@ namespace {
 
 float inverse_world(size_t workers) { return 1.0f / static_cast<float>(workers); }
 
+// Decoding W payloads runs over blocks of entries, all payloads per block, so that the
+// output block stays in cache instead of being read and written once per worker.
+// A block is a whole number of QSGD buckets, sign words and TernGrad bytes.
+constexpr std::int64_t kDecodeBlock = 8192;
+
+template <class F>
+void by_blocks(std::int64_t n, F add_block) {
+    for (std::int64_t begin = 0; begin < n; begin += kDecodeBlock) add_block(begin, std::min(kDecodeBlock, n - begin));
+}
+
 // topk and dgc: k float32 values, then k int32 indices.
 class SparseCodec : public GatherCodec {
 public:
@@ -115,8 +125,11 @@ public:
         return k::pack_signs(t, numel_, payload);
     }
     bool decode(const std::vector<const std::uint8_t*>& payloads, float* out) const override {
-        for (size_t w = 0; w < payloads.size(); ++w) k::add_signs(payloads[w], numel_, 1.0f, w == 0, out);
-        k::sign_in_place(out, numel_);  // ties (an even split) give 0
+        by_blocks(numel_, [&](std::int64_t begin, std::int64_t count) {
+            for (size_t w = 0; w < payloads.size(); ++w)
+                k::add_signs(payloads[w] + begin / 8, count, 1.0f, w == 0, out + begin);
+            k::sign_in_place(out + begin, count);  // ties (an even split) give 0
+        });
         return true;
     }
 };
@@ -136,8 +149,10 @@ public:
     }
     bool decode(const std::vector<const std::uint8_t*>& payloads, float* out) const override {
         const float weight = inverse_world(payloads.size());
-        for (size_t w = 0; w < payloads.size(); ++w)
-            k::add_signs(payloads[w] + 4, numel_, k::load_f32(payloads[w]) * weight, w == 0, out);
+        by_blocks(numel_, [&](std::int64_t begin, std::int64_t count) {
+            for (size_t w = 0; w < payloads.size(); ++w)
+                k::add_signs(payloads[w] + 4 + begin / 8, count, k::load_f32(payloads[w]) * weight, w == 0, out + begin);
+        });
         if (payloads.empty()) std::fill(out, out + numel_, 0.0f);
         return true;
     }
@@ -152,7 +167,13 @@ public:
     }
     bool decode(const std::vector<const std::uint8_t*>& payloads, float* out) const override {
         const float weight = inverse_world(payloads.size());
-        for (size_t w = 0; w < payloads.size(); ++w) k::qsgd_add(payloads[w], numel_, levels_, weight, w == 0, out);
+        const std::int64_t norms = 4 * ((numel_ + k::kQsgdBucket - 1) / k::kQsgdBucket);
+        const std::int64_t code_bytes = levels_ < 128 ? 1 : 2;
+        by_blocks(numel_, [&](std::int64_t begin, std::int64_t count) {
+            for (size_t w = 0; w < payloads.size(); ++w)
+                k::qsgd_add_range(payloads[w] + 4 * (begin / k::kQsgdBucket), payloads[w] + norms + code_bytes * begin,
+                                  count, levels_, weight, w == 0, out + begin);
+        });
         return true;
     }
 
@@ -169,7 +190,11 @@ public:
     }
     bool decode(const std::vector<const std::uint8_t*>& payloads, float* out) const override {
         const float weight = inverse_world(payloads.size());
-        for (size_t w = 0; w < payloads.size(); ++w) k::terngrad_add(payloads[w], numel_, weight, w == 0, out);
+        by_blocks(numel_, [&](std::int64_t begin, std::int64_t count) {
+            for (size_t w = 0; w < payloads.size(); ++w)
+                k::terngrad_add_codes(payloads[w] + 4 + begin / 4, count, k::load_f32(payloads[w]) * weight, w == 0,
+                                      out + begin);
+        });
         return true;
     }
 };

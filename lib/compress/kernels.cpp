@@ -488,6 +488,23 @@ ACC_SIMD void qsgd_add_simd8(const std::int8_t* codes, float factor, bool first,
         _mm256_storeu_ps(out + g, first ? v : _mm256_add_ps(_mm256_loadu_ps(out + g), v));
     }
 }
+// 128 ternary codes: QSGD's rounding with one level and scale 1 / s.
+ACC_SIMD void ternary_block_simd(const float* x, std::uint32_t base, float inverse, std::uint32_t key32,
+                                 std::int8_t* codes) {
+    const __m256 s = _mm256_set1_ps(inverse);
+    const __m256i top = _mm256_set1_epi32(1);
+    __m256i counter = _mm256_add_epi32(
+        _mm256_set1_epi32(static_cast<int>(key32 + kGolden * base)),
+        _mm256_mullo_epi32(_mm256_set1_epi32(static_cast<int>(kGolden)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+    for (int g = 0; g < 128; g += 32) {
+        __m256i a = qsgd_codes8(x + g, s, top, counter);
+        __m256i b = qsgd_codes8(x + g + 8, s, top, counter);
+        __m256i c = qsgd_codes8(x + g + 16, s, top, counter);
+        __m256i d = qsgd_codes8(x + g + 24, s, top, counter);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + g), pack_int8(a, b, c, d));
+    }
+}
+
 // ------------------------------------------------------------ AVX-512 QSGD
 // GCC 12 warns about the undefined upper halves some AVX-512 intrinsics start from.
 #pragma GCC diagnostic push
@@ -851,14 +868,19 @@ bool qsgd_encode(const float* x, std::int64_t n, int levels, std::uint64_t key, 
 
 void qsgd_add(const std::uint8_t* payload, std::int64_t n, int levels, float weight, bool first, float* out) {
     const std::int64_t buckets = (n + kQsgdBucket - 1) / kQsgdBucket;
+    qsgd_add_range(payload, payload + 4 * buckets, n, levels, weight, first, out);
+}
+
+void qsgd_add_range(const std::uint8_t* norms, const std::uint8_t* codes, std::int64_t count, int levels, float weight,
+                    bool first, float* out) {
+    const std::int64_t buckets = (count + kQsgdBucket - 1) / kQsgdBucket;
     const bool wide = levels >= 128;
-    const std::uint8_t* codes = payload + 4 * buckets;
     const bool vector = simd();
     alignas(32) std::int16_t scratch[kQsgdBucket];
     for (std::int64_t b = 0; b < buckets; ++b) {
         const std::int64_t begin = b * kQsgdBucket;
-        const std::int64_t len = std::min(kQsgdBucket, n - begin);
-        const float factor = load_f32(payload + 4 * b) / static_cast<float>(levels) * weight;
+        const std::int64_t len = std::min(kQsgdBucket, count - begin);
+        const float factor = load_f32(norms + 4 * b) / static_cast<float>(levels) * weight;
         std::memcpy(scratch, codes + (wide ? 2 : 1) * begin, static_cast<size_t>((wide ? 2 : 1) * len));
 #if ACC_X86
         if (vector && !wide && len == kQsgdBucket) {
@@ -892,29 +914,49 @@ bool terngrad_encode(const float* x, std::int64_t n, std::uint64_t key, std::uin
     std::uint8_t* codes = out + 4;
     const auto key32 = static_cast<std::uint32_t>(key);
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
-    // code + 1 in two bits: 0 for -1, 1 for 0, 2 for +1.
-    for (std::int64_t b = 0; b * 4 < n; ++b) {
-        unsigned byte = 0;
-        const std::int64_t end = std::min<std::int64_t>(n, b * 4 + 4);
-        for (std::int64_t i = b * 4; i < end; ++i) {
-            const float p = std::min(std::fabs(x[i]), scale) * inverse;
-            // Branch-free: the outcomes are random, so branches would mispredict half the time.
-            const unsigned fire = uniform_from(key32, static_cast<std::uint32_t>(i)) < p;
-            const unsigned negative = x[i] < 0;
-            const unsigned code = 1u + fire - 2u * (fire & negative);
-            byte |= code << (2 * (i - b * 4));
+    // The codes are QSGD's stochastic rounding with one level and scale 1 / s: a clipped
+    // value rounds to +-1, a smaller one to +-1 with probability |x| / s.
+    alignas(32) std::int8_t block[kQsgdBucket];
+    const bool vector = simd();
+    for (std::int64_t begin = 0; begin < n; begin += kQsgdBucket) {
+        const std::int64_t len = std::min(kQsgdBucket, n - begin);
+#if ACC_X86
+        if (vector && len == kQsgdBucket)
+            ternary_block_simd(x + begin, static_cast<std::uint32_t>(begin), inverse, key32, block);
+        else
+#endif
+            qsgd_bucket_portable(x + begin, len, begin, inverse, 1, key32, block);
+        // code + 1 in two bits: 0 for -1, 1 for 0, 2 for +1.
+        for (std::int64_t j = 0; j < len; j += 4) {
+            unsigned byte = 0;
+            for (std::int64_t i = j; i < std::min(len, j + 4); ++i)
+                byte |= static_cast<unsigned>(block[i] + 1) << (2 * (i - j));
+            codes[(begin + j) / 4] = static_cast<std::uint8_t>(byte);
         }
-        codes[b] = static_cast<std::uint8_t>(byte);
     }
     return true;
 }
 
 void terngrad_add(const std::uint8_t* payload, std::int64_t n, float weight, bool first, float* out) {
-    const float scale = load_f32(payload) * weight;
-    const std::uint8_t* codes = payload + 4;
-    for (std::int64_t i = 0; i < n; ++i) {
-        int code = ((codes[i / 4] >> (2 * (i % 4))) & 3) - 1;
-        float v = static_cast<float>(code) * scale;  // a corrupt code 3 decodes as +2 scale, never out of range
+    terngrad_add_codes(payload + 4, n, load_f32(payload) * weight, first, out);
+}
+
+void terngrad_add_codes(const std::uint8_t* codes, std::int64_t count, float scale, bool first, float* out) {
+    // Each byte holds four codes: look its four values up instead of unpacking bits.
+    // (A corrupt code 3 decodes as +2, never out of range.)
+    static const auto table = [] {
+        std::array<std::array<float, 4>, 256> t{};
+        for (int byte = 0; byte < 256; ++byte)
+            for (int j = 0; j < 4; ++j) t[byte][j] = static_cast<float>(((byte >> (2 * j)) & 3) - 1);
+        return t;
+    }();
+    std::int64_t i = 0;
+    for (; i + 4 <= count; i += 4) {
+        const auto& v = table[codes[i / 4]];
+        for (int j = 0; j < 4; ++j) out[i + j] = first ? scale * v[j] : out[i + j] + scale * v[j];
+    }
+    for (; i < count; ++i) {
+        float v = scale * table[codes[i / 4]][i % 4];
         out[i] = first ? v : out[i] + v;
     }
 }
@@ -1031,11 +1073,12 @@ void top_k_exact(const float* t, std::int64_t n, std::int64_t k, std::uint64_t k
         return;
     }
     std::uint32_t tau = 0;
-    constexpr std::int64_t kSample = 32768;
-    if (n > 4 * kSample) {
+    if (n > 8192) {
         // Aim a little below the k-th magnitude so that, with high probability, at
-        // least k entries pass, but not many more.
-        std::int64_t m = strided_sample(t, n, kSample, key, s.keys);
+        // least k entries pass, but not many more. A sample of n / 16 (at most 32,768)
+        // keeps its cost small against the scan.
+        const std::int64_t wanted = std::min<std::int64_t>(32768, n / 16);
+        std::int64_t m = strided_sample(t, n, wanted, key, s.keys);
         double expected = static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
         auto r = static_cast<std::int64_t>(expected + 4.0 * std::sqrt(expected) + 32.0);
         for (;;) {

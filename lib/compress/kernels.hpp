@@ -119,16 +119,24 @@ std::int64_t qsgd_bytes(std::int64_t n, int levels);
 bool qsgd_encode(const float* x, std::int64_t n, int levels, std::uint64_t key, std::uint8_t* out);
 /// out[i] (= if first, else +=) weight * code[i] * (norm / levels).
 void qsgd_add(const std::uint8_t* payload, std::int64_t n, int levels, float weight, bool first, float* out);
+/// The same for `count` values from a bucket boundary on: `norms` and `codes` point at
+/// that bucket's norm and first code inside a payload.
+void qsgd_add_range(const std::uint8_t* norms, const std::uint8_t* codes, std::int64_t count, int levels, float weight,
+                    bool first, float* out);
 
 // ---------------------------------------------------------------- TernGrad
 
 /// Payload: one float32 scale, then 2-bit codes (code + 1), four per byte, value i in
 /// bits 2 (i % 4) of byte i / 4.
 inline std::int64_t terngrad_bytes(std::int64_t n) { return 4 + (n + 3) / 4; }
-/// Clips to 2.5 standard deviations, s = max |clipped|, code = sign(x) Bernoulli(|clipped| / s)
-/// with u = uniform_at(key, i). Returns false if a value is not finite.
+/// Clips to 2.5 standard deviations, s = max |clipped|, code = sign(x) Bernoulli(|clipped| / s):
+/// QSGD's rounding of |x| / s with one level and u = uniform_at(key, i). Returns false if a
+/// value is not finite.
 bool terngrad_encode(const float* x, std::int64_t n, std::uint64_t key, std::uint8_t* out);
 void terngrad_add(const std::uint8_t* payload, std::int64_t n, float weight, bool first, float* out);
+/// out[i] (= if first, else +=) scale * code[i] for `count` values whose codes start at a
+/// whole byte (`codes`); the scale is the payload's times the weight.
+void terngrad_add_codes(const std::uint8_t* codes, std::int64_t count, float scale, bool first, float* out);
 
 // ---------------------------------------------------------------- sparsification
 

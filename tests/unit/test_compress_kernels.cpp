@@ -256,6 +256,21 @@ TEST(Qsgd, RefusesNaN) {
     });
 }
 
+TEST(TernGrad, VectorAndPortableLoopsAgree) {
+    std::vector<float> x = normal(1001, 14);
+    std::vector<std::uint8_t> a(static_cast<size_t>(k::terngrad_bytes(1001)));
+    {
+        Limit portable(k::SimdLevel::portable);
+        ASSERT_TRUE(k::terngrad_encode(x.data(), 1001, 77, a.data()));
+    }
+    for (auto level : levels()) {
+        Limit limit(level);
+        std::vector<std::uint8_t> b(a.size());
+        ASSERT_TRUE(k::terngrad_encode(x.data(), 1001, 77, b.data()));
+        EXPECT_EQ(a, b) << "instruction set " << static_cast<int>(level);
+    }
+}
+
 TEST(TernGrad, IsUnbiasedForTheClippedValues) {
     std::vector<float> x = normal(200, 10);
     x[17] = 40.0f;  // an outlier, clipped to 2.5 standard deviations
@@ -493,7 +508,7 @@ TEST(Codecs, ErrorFeedbackLosesNothing) {
 TEST(Codecs, AggregateIsTheMeanOfTheDecodedPayloads) {
     for (const auto& text : kGatherSpecs) {
         Spec spec = parse_spec(text);
-        const std::int64_t n = 3000;
+        const std::int64_t n = 20001;  // more than two decode blocks, and no whole number of words
         const int W = 3;
         std::vector<std::vector<std::uint8_t>> payloads;
         std::vector<std::vector<float>> decoded;
