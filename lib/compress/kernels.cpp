@@ -438,8 +438,8 @@ ACC_SIMD bool qsgd_encode_simd(const float* x, std::int64_t buckets, int levels,
                                        _mm256_mullo_epi32(golden, _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
     // Norms a block of buckets ahead, so that the square roots and divisions of one
     // block overlap instead of stalling each bucket (the block stays in L1).
-    constexpr std::int64_t kBlock = 32;
-    float block_scale[kBlock];
+    constexpr std::int64_t kBlock = 8;
+    float block_scale[kBlock] = {};
     for (std::int64_t b = 0; b < buckets; ++b) {
         if (b % kBlock == 0) {
             const std::int64_t end = std::min(buckets, b + kBlock);
@@ -554,8 +554,8 @@ ACC_AVX512 bool qsgd_encode_avx512(const float* x, std::int64_t buckets, int lev
                            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
     // Norms a block of buckets ahead, so that the square roots and divisions overlap
     // instead of stalling every bucket (the block stays in L1).
-    constexpr std::int64_t kBlock = 16;
-    float block_scale[kBlock];
+    constexpr std::int64_t kBlock = 8;
+    float block_scale[kBlock] = {};
     for (std::int64_t b = 0; b < buckets; ++b) {
         if (b % kBlock == 0) {
             const std::int64_t end = std::min(buckets, b + kBlock);

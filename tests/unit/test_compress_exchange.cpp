@@ -454,6 +454,24 @@ TEST(Exchange, RefusesNaNAndNamesTheTensor) {
         });
 }
 
+TEST(Exchange, ANaNOnOneWorkerStopsEveryWorker) {
+    // The worker with the bad gradient stops before its step's first collective; the
+    // other one does not hang in it (here the thread group aborts it; processes time out).
+    try {
+        ranks(2, [&](int rank, Collectives& comm) {
+            auto tensors = small_model();
+            GradientExchange x(tensors, all_levels("powersgd:2"), comm);
+            auto g = gradients(tensors, rank, 0);
+            if (rank == 1) g[0][0][0][0][0] = std::numeric_limits<float>::infinity();
+            x.step(g);
+        });
+        FAIL() << "an infinite gradient was accepted";
+    } catch (const acc::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("conv.weight: gradient holds NaN or infinity at step 0"), std::string::npos)
+            << e.what();
+    }
+}
+
 TEST(Exchange, RefusesFp16Overflow) {
     ranks(1, [&](int, Collectives& comm) {
         std::vector<TensorInfo> tensors = {{"w", {4}}};
