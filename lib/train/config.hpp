@@ -59,6 +59,9 @@ const std::vector<std::string>& dataset_names();
 /// Adds the training options (--model, --dataset, --epochs, --lr, ...) to `app`.
 void add_train_options(CLI::App& app, TrainConfig& config);
 
+/// Whether the run evaluates on the test split after `epoch` (counted from 0).
+bool evaluates_after(const TrainConfig& config, std::int64_t epoch);
+
 /// Checks ranges and combinations; throws UsageError naming the option.
 void validate(const TrainConfig& config);
 

@@ -3,6 +3,8 @@
 #include "base/error.hpp"
 #include "base/text.hpp"
 
+#include <sys/stat.h>
+
 #include <unordered_map>
 
 namespace acc::train {
@@ -298,7 +300,14 @@ std::unique_ptr<Dataset> open_dataset(const DataConfig& config, std::uint64_t se
                              expected);
         }
     }
-    if (n == "fashion-mnist") return open_idx(c, "Fashion-MNIST", {{0.2860f}, {0.3530f}});
+    if (n == "fashion-mnist") {
+        struct stat st;
+        if (config.dir.empty() && ::stat(c.dir.c_str(), &st) != 0)
+            throw FileError(c.dir,
+                            "no such directory: install Debian's dataset-fashion-mnist package, or give "
+                            "--data-dir");
+        return open_idx(c, "Fashion-MNIST", {{0.2860f}, {0.3530f}});
+    }
     if (n == "mnist") return open_idx(c, "MNIST", {{0.1307f}, {0.3081f}});
     if (n == "cifar10" || n == "cifar100") return open_cifar(c);
     if (n == "wikitext2") {

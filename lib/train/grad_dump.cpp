@@ -99,6 +99,68 @@ nlohmann::json epoch_json(std::int64_t epoch, const io::EpochStats& s, bool text
     return j;
 }
 
+std::int64_t total_values(const std::vector<io::Parameter>& parameters) {
+    std::int64_t values = 0;
+    for (const auto& p : parameters) values += p.numel();
+    return values;
+}
+
+// Per parameter, the norm of the epoch's summed gradient; a NaN or infinite one ends the run.
+std::vector<double> finite_norms(const GradientRecorder& recorder, const std::vector<io::Parameter>& parameters,
+                                 std::int64_t epoch) {
+    std::vector<double> norms = recorder.norms();
+    for (size_t p = 0; p < norms.size(); ++p)
+        if (!std::isfinite(norms[p]))
+            throw Error("training diverged: the summed gradient of '" + parameters[p].name + "' has norm " +
+                        (std::isnan(norms[p]) ? "NaN" : "infinity") + " at epoch " + std::to_string(epoch) +
+                        " (try a lower --lr or --clip-norm)");
+    return norms;
+}
+
+void add_snapshot(io::GradsWriter& writer, const GradientRecorder& recorder) {
+    for (size_t p = 0; p < recorder.sums().size(); ++p) {
+        torch::Tensor sum = recorder.sums()[p].to(torch::kCPU, torch::kFloat32).contiguous();
+        writer.add_snapshot(p, std::vector<float>(sum.data_ptr<float>(), sum.data_ptr<float>() + sum.numel()));
+    }
+}
+
+// The summary on stderr and, with --json, on stdout; `history` holds this run's epochs.
+void report(const GradDumpConfig& c, const DataInfo& info, const std::vector<io::Parameter>& parameters,
+            std::int64_t start, const nlohmann::json& history) {
+    const TrainConfig& t = c.train;
+    const std::int64_t values = total_values(parameters);
+    spdlog::info("{}: {} of {} on {}, {} ({} values), batch {}, seed {}", c.output,
+                 count_of(t.epochs, "epoch", "epochs"), t.model, info.name,
+                 count_of(static_cast<std::int64_t>(parameters.size()), "parameter", "parameters"), with_commas(values),
+                 t.batch_size, t.seed);
+    double seconds = 0, samples = 0;
+    for (const auto& epoch : history) {
+        seconds += epoch["seconds"].get<double>();
+        samples += epoch["samples"].get<double>();
+    }
+    const std::int64_t trained = t.epochs - start;
+    if (trained > 0)
+        spdlog::info("  this run: {}, {} s of training, {} {}/s; checkpoint {}",
+                     trained == 1 ? "epoch " + std::to_string(start)
+                                  : "epochs " + std::to_string(start) + "-" + std::to_string(t.epochs - 1),
+                     fixed(seconds, 1), with_commas(std::llround(samples / std::max(seconds, 1e-9))), info.unit,
+                     c.checkpoint);
+    else
+        spdlog::info("  nothing to train: the checkpoint is already at epoch {}", start);
+    if (c.json) {
+        nlohmann::json summary = {{"output", c.output},
+                                  {"checkpoint", c.checkpoint},
+                                  {"model", t.model},
+                                  {"dataset", info.name},
+                                  {"parameters", parameters.size()},
+                                  {"values", values},
+                                  {"epochs", t.epochs},
+                                  {"first_epoch", start},
+                                  {"trained", history}};
+        std::cout << summary.dump(2) << std::endl;
+    }
+}
+
 }  // namespace
 
 std::string default_checkpoint_path(const std::string& output) {
@@ -122,22 +184,14 @@ int run_grad_dump(GradDumpConfig c) {
 
     torch::manual_seed(t.seed);
     auto model = make_model(t.model, info.shape, t.model_options);
-    TrainerOptions options;
-    options.batch_size = t.batch_size;
-    options.micro_batch_size = t.micro_batch_size;
-    options.optimizer = t.optimizer;
-    options.clip_norm = t.clip_norm;
-    options.seed = t.seed;
-    options.device = t.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
     // One process: rank 0 of 1 and no exchange. A data-parallel run takes its
     // rank and world size from the process group (lib/comm), sets an exchange
     // that aggregates the gradients, and records rank 0's local gradients.
-    Trainer trainer(model, *data, options, Shard{0, 1});
+    Trainer trainer(model, *data, trainer_options(t), Shard{0, 1});
     GradientRecorder recorder(trainer.parameter_tensors(), c.step_norms);
     trainer.set_recorder(&recorder);
     const auto& parameters = trainer.parameters();
-    std::int64_t values = 0;
-    for (const auto& p : parameters) values += p.numel();
+    const std::int64_t values = total_values(parameters);
 
     std::int64_t start = 0;
     std::optional<io::GradsWriter> writer;
@@ -169,8 +223,6 @@ int run_grad_dump(GradDumpConfig c) {
     progress.begin_run(total_steps);
 
     nlohmann::json history = nlohmann::json::array();
-    double train_seconds = 0;
-    std::int64_t train_samples = 0;
     for (std::int64_t epoch = start; epoch < t.epochs; ++epoch) {
         const double lr = t.schedule.at(epoch);
         progress.begin_epoch(epoch, t.epochs, trainer.steps_in_epoch(epoch));
@@ -187,23 +239,13 @@ int run_grad_dump(GradDumpConfig c) {
         s.steps = r.steps;
         s.samples = r.samples;
         s.seconds = r.seconds;
-        s.norm = recorder.norms();
-        for (size_t p = 0; p < s.norm.size(); ++p)
-            if (!std::isfinite(s.norm[p]))
-                throw Error("training diverged: the summed gradient of '" + parameters[p].name + "' has norm " +
-                            (std::isnan(s.norm[p]) ? "NaN" : "infinity") + " at epoch " + std::to_string(epoch) +
-                            " (try a lower --lr or --clip-norm)");
-        if (t.eval_every > 0 && ((epoch + 1) % t.eval_every == 0 || epoch + 1 == t.epochs)) {
+        s.norm = finite_norms(recorder, parameters, epoch);
+        if (evaluates_after(t, epoch)) {
             EvalResult test = trainer.evaluate();
             s.test_loss = test.loss;
             s.test_accuracy = test.accuracy;
         }
-        if (snapshot[static_cast<size_t>(epoch)]) {
-            for (size_t p = 0; p < parameters.size(); ++p) {
-                torch::Tensor sum = recorder.sums()[p].to(torch::kCPU, torch::kFloat32).contiguous();
-                writer->add_snapshot(p, std::vector<float>(sum.data_ptr<float>(), sum.data_ptr<float>() + sum.numel()));
-            }
-        }
+        if (snapshot[static_cast<size_t>(epoch)]) add_snapshot(*writer, recorder);
         // The epoch goes into the statistics file before the checkpoint: a run killed
         // between the two resumes from the older checkpoint and rewrites the epoch.
         writer->append_epoch(s);
@@ -212,38 +254,10 @@ int run_grad_dump(GradDumpConfig c) {
         trainer.save_checkpoint(c.checkpoint, saved);
         spdlog::info("{}", epoch_line(epoch, t.epochs, s, text, info.unit));
         history.push_back(epoch_json(epoch, s, text));
-        train_seconds += s.seconds;
-        train_samples += s.samples;
     }
     writer->finish();
 
-    const std::int64_t trained = t.epochs - start;
-    spdlog::info("{}: {} of {} on {}, {} ({} values), batch {}, seed {}", c.output,
-                 count_of(t.epochs, "epoch", "epochs"), t.model, info.name,
-                 count_of(static_cast<std::int64_t>(parameters.size()), "parameter", "parameters"), with_commas(values),
-                 t.batch_size, t.seed);
-    if (trained > 0) {
-        spdlog::info("  this run: {}, {} s of training, {} {}/s; checkpoint {}",
-                     trained == 1 ? "epoch " + std::to_string(start)
-                                  : "epochs " + std::to_string(start) + "-" + std::to_string(t.epochs - 1),
-                     fixed(train_seconds, 1),
-                     with_commas(std::llround(static_cast<double>(train_samples) / std::max(train_seconds, 1e-9))),
-                     info.unit, c.checkpoint);
-    } else {
-        spdlog::info("  nothing to train: the checkpoint is already at epoch {}", start);
-    }
-    if (c.json) {
-        nlohmann::json report = {{"output", c.output},
-                                 {"checkpoint", c.checkpoint},
-                                 {"model", t.model},
-                                 {"dataset", info.name},
-                                 {"parameters", parameters.size()},
-                                 {"values", values},
-                                 {"epochs", t.epochs},
-                                 {"first_epoch", start},
-                                 {"trained", history}};
-        std::cout << report.dump(2) << std::endl;
-    }
+    report(c, info, parameters, start, history);
     return 0;
 }
 

@@ -109,6 +109,10 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
         ->group(train_group);
 }
 
+bool evaluates_after(const TrainConfig& c, std::int64_t epoch) {
+    return c.eval_every > 0 && ((epoch + 1) % c.eval_every == 0 || epoch + 1 == c.epochs);
+}
+
 void validate(const TrainConfig& c) {
     auto names_contain = [](const std::vector<std::string>& names, const std::string& name) {
         return std::find(names.begin(), names.end(), name) != names.end();

@@ -152,6 +152,17 @@ void Sgd::step(const std::vector<torch::Tensor>& gradients, double lr) {
     }
 }
 
+TrainerOptions trainer_options(const TrainConfig& config) {
+    TrainerOptions o;
+    o.batch_size = config.batch_size;
+    o.micro_batch_size = config.micro_batch_size;
+    o.optimizer = config.optimizer;
+    o.clip_norm = config.clip_norm;
+    o.seed = config.seed;
+    o.device = config.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    return o;
+}
+
 Trainer::Trainer(std::shared_ptr<Model> model, const Dataset& data, TrainerOptions options, Shard shard)
     : model_(std::move(model)),
       data_(data),

@@ -127,6 +127,9 @@ struct TrainerOptions {
     torch::Device device = torch::kCPU;
 };
 
+/// The loop's options from a run's configuration.
+TrainerOptions trainer_options(const TrainConfig& config);
+
 class Trainer {
 public:
     Trainer(std::shared_ptr<Model> model, const Dataset& data, TrainerOptions options, Shard shard = {});

@@ -314,6 +314,15 @@ TEST(TrainConfig, ValidateNamesTheOption) {
     EXPECT_CONTAINS(message([](TrainConfig& x) { x.model_options.tied = true; }),
                     "--tied: applies only to --model lstm");
     EXPECT_CONTAINS(message([](TrainConfig& x) { x.epochs = 0; }), "--epochs");
+    TrainConfig every2 = c;
+    every2.epochs = 5;
+    every2.eval_every = 2;
+    std::vector<std::int64_t> evaluated;
+    for (std::int64_t e = 0; e < 5; ++e)
+        if (evaluates_after(every2, e)) evaluated.push_back(e);
+    EXPECT_EQ(evaluated, (std::vector<std::int64_t>{1, 3, 4}));  // every second epoch, and the last
+    every2.eval_every = 0;
+    EXPECT_FALSE(evaluates_after(every2, 4));
     try {
         TrainConfig copy = c;
         copy.schedule.lr = -1;
