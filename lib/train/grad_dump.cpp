@@ -200,6 +200,8 @@ int run_grad_dump(GradDumpConfig c) {
             throw FileError(c.checkpoint, "no checkpoint to resume from (one is written after every completed epoch)");
         CheckpointInfo saved = trainer.load_checkpoint(c.checkpoint);
         check_same_run(c.checkpoint, saved, c);
+        if (!file_exists(c.output))
+            throw FileError(c.output, "no such file; --resume continues the gradient-statistics file of the stopped run");
         start = saved.epoch;
         writer.emplace(io::GradsWriter::resume(c.output, parameters, start, c.step_norms));
         spdlog::info("resuming {} after epoch {} from {}", c.output, start - 1, c.checkpoint);

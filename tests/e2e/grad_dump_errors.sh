@@ -57,5 +57,8 @@ expect_exit 1 "run.ckpt.h5: does not belong to this model" -- \
     grad-dump "${tiny[@]}" --hidden-size 32 --epochs 2 -o run.h5 --resume
 expect_exit 1 "run.h5: is an accordion.grads file, expected an accordion.checkpoint file" -- \
     grad-dump "${tiny[@]}" --epochs 2 -o other.h5 --checkpoint run.h5 --resume
+cp run.ckpt.h5 lost.ckpt.h5
+expect_exit 1 "lost.h5: no such file; --resume continues the gradient-statistics file of the stopped run" -- \
+    grad-dump "${tiny[@]}" --epochs 2 -o lost.h5 --resume
 expect_exit 2 "--checkpoint: must differ from the output file" -- grad-dump "${tiny[@]}" --epochs 1 --checkpoint grads.h5
 finish

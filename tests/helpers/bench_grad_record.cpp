@@ -1,7 +1,7 @@
 // Measures what recording gradients costs a training step: steps with and
 // without the gradient recorder, interleaved in one run (ABBA order, so that
 // drift in machine speed hits both sides alike), and the recorder's add alone.
-//   bench_grad_record [MODEL] [BATCH] [STEPS] [THREADS]     (resnet18 16 24 1)
+//   bench_grad_record [MODEL] [BATCH] [STEPS] [THREADS]     (resnet18 16 40 1)
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
     using namespace acc::train;
     const std::string model_name = argc > 1 ? argv[1] : "resnet18";
     const std::int64_t batch = argc > 2 ? std::atoll(argv[2]) : 16;
-    const std::int64_t steps = argc > 3 ? std::atoll(argv[3]) : 24;
+    const std::int64_t steps = argc > 3 ? std::atoll(argv[3]) : 40;
     const int threads = argc > 4 ? std::atoi(argv[4]) : 1;
     const std::int64_t warmup = 2;
     torch::set_num_threads(threads);
