@@ -1,6 +1,7 @@
 // The training options every training program shares, and their checks.
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "cli/tool.hpp"
 #include "train/config.hpp"
 
 #include <CLI/CLI.hpp>
@@ -34,20 +35,20 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
         ->group(model_group);
     app.add_option("--train-samples", c.data.train_samples,
                    "Use only the first N training samples (tokens for text); 0: all")
-        ->check(CLI::NonNegativeNumber)
+        ->check(cli::at_least(0))
         ->group(model_group);
     app.add_option("--test-samples", c.data.test_samples, "Use only the first N test samples (tokens for text); 0: all")
-        ->check(CLI::NonNegativeNumber)
+        ->check(cli::at_least(0))
         ->group(model_group);
     app.add_option("--bptt", c.data.bptt, "Text: tokens per training sequence")
-        ->check(CLI::Range(1, 1 << 20))
+        ->check(cli::at_least(1))
         ->group(model_group);
     app.add_option("--hidden-size", c.model_options.hidden_size,
                    "mlp: width of the hidden layers [256]; lstm: hidden units [650]; 0: default")
-        ->check(CLI::Range(0, 1 << 20))
+        ->check(cli::at_least(0))
         ->group(model_group);
     app.add_option("--embedding-size", c.model_options.embedding_size, "lstm: word embedding size [650]; 0: default")
-        ->check(CLI::Range(0, 1 << 20))
+        ->check(cli::at_least(0))
         ->group(model_group);
     app.add_flag("--tied", c.model_options.tied, "lstm: the decoder shares the embedding's weights")
         ->group(model_group);
@@ -57,22 +58,23 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
 
     const std::string train_group = "Training";
     app.add_option("--epochs", c.epochs, "Epochs to train")
+        ->default_str("")
         ->required()
-        ->check(CLI::Range(1, 1000000))
+        ->check(cli::at_least(1))
         ->group(train_group);
     app.add_option("--batch-size", c.batch_size, "Samples per step (text: parallel streams)")
-        ->check(CLI::Range(1, 1 << 24))
+        ->check(cli::at_least(1))
         ->group(train_group);
     app.add_option("--micro-batch-size", c.micro_batch_size,
                    "Process each batch this many samples at a time, accumulating gradients; 0: whole batch")
-        ->check(CLI::Range(0, 1 << 24))
+        ->check(cli::at_least(0))
         ->group(train_group);
     app.add_option("--lr", c.schedule.lr, "Learning rate after warm-up")
         ->check(CLI::NonNegativeNumber)
         ->group(train_group);
     app.add_option("--warmup-epochs", c.schedule.warmup_epochs,
                    "Ramp the learning rate linearly over the first N epochs")
-        ->check(CLI::Range(0, 1000000))
+        ->check(cli::at_least(0))
         ->group(train_group);
     app.add_option("--warmup-lr", c.schedule.warmup_lr, "Learning rate of epoch 0 when warming up [LR/10]")
         ->check(CLI::NonNegativeNumber)
@@ -81,7 +83,8 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
     app.add_option("--lr-decay-epochs", c.schedule.decay_epochs,
                    "Divide the learning rate by the decay factor from each of these epochs on (e.g. 150,250)")
         ->delimiter(',')
-        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1000000}))
+        ->check(cli::at_least(1))
+        ->default_str("")
         ->group(train_group);
     app.add_option("--lr-decay-factor", c.schedule.decay_factor, "Divisor of each learning-rate decay")
         ->check(CLI::Range(1.0, 1e12))
@@ -98,11 +101,11 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
         ->group(train_group);
     app.add_option("--eval-every", c.eval_every,
                    "Evaluate on the test split every N epochs and after the last; 0: never")
-        ->check(CLI::NonNegativeNumber)
+        ->check(cli::at_least(0))
         ->group(train_group);
     app.add_option("--seed", c.seed, "Random seed: the same seed gives the same run")->group(train_group);
     app.add_option("--threads", c.threads, "CPU threads; 0: LibTorch's default")
-        ->check(CLI::Range(0, 4096))
+        ->check(cli::at_least(0))
         ->group(train_group);
     app.add_option("--device", c.device, "Where to train: cpu, or cuda with a CUDA build of LibTorch")
         ->check(CLI::IsMember({"cpu", "cuda"}))

@@ -18,7 +18,7 @@ expect_exit 2 "--device cuda: no CUDA device" -- grad-dump "${tiny[@]}" --epochs
 expect_exit 2 "--tied: applies only to --model lstm" -- grad-dump "${tiny[@]}" --epochs 1 --tied
 expect_exit 2 "--batch-size: the training split \(1 images\) gives rank 0 of 1 no batch of at least 2 samples" -- \
     grad-dump --model mlp --train-samples 1 --test-samples 20 --epochs 1
-expect_exit 2 "--lr-decay-epochs: Value 0 not in range" -- grad-dump "${tiny[@]}" --epochs 1 --lr-decay-epochs 0
+expect_exit 2 "--lr-decay-epochs: must be a whole number >= 1, not .0." -- grad-dump "${tiny[@]}" --epochs 1 --lr-decay-epochs 0
 expect_exit 1 "nosuchdir/grads.h5: .*director" -- grad-dump "${tiny[@]}" --epochs 1 -o nosuchdir/grads.h5
 
 # Dataset files: missing, truncated, malformed.
