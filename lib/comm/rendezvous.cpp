@@ -1,6 +1,7 @@
 #include "comm/rendezvous.hpp"
 
 #include "base/error.hpp"
+#include "cli/tool.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -26,17 +27,21 @@ int env_int(const Environment& env, const char* name, int fallback, int min, int
 
 void add_rendezvous_options(CLI::App& app, RendezvousConfig& config) {
     const std::string group = "Distributed (defaults from torchrun's environment)";
+    // Unset options (shown without a default) fall back to the environment.
     app.add_option("--rank", config.rank, "This process's rank, 0 .. world size - 1 [RANK, else 0]")
-        ->check(CLI::Range(0, 1 << 20))
+        ->check(cli::at_least(0))
+        ->default_str("")
         ->group(group);
     app.add_option("--world-size", config.world_size, "Number of ranks [WORLD_SIZE, else 1]")
-        ->check(CLI::Range(1, 1 << 20))
+        ->check(cli::at_least(1))
+        ->default_str("")
         ->group(group);
     app.add_option("--master-addr", config.master_addr,
                    "Host of rank 0's rendezvous store [MASTER_ADDR, else 127.0.0.1]")
         ->group(group);
     app.add_option("--master-port", config.master_port, "Port of the rendezvous store [MASTER_PORT, else 29500]")
         ->check(CLI::Range(1, 65535))
+        ->default_str("")
         ->group(group);
     app.add_option("--timeout", config.timeout,
                    "Seconds to wait for the other ranks at the rendezvous and in each collective before giving up")
@@ -46,6 +51,7 @@ void add_rendezvous_options(CLI::App& app, RendezvousConfig& config) {
                    "Start N ranks on this machine, prefix their messages with the rank, and exit with the worst "
                    "exit code")
         ->check(CLI::Range(1, 1024))
+        ->default_str("")
         ->group(group);
 }
 

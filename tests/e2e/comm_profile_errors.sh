@@ -9,7 +9,8 @@ expect_exit 2 "^comm-profile: error: -b/--min-bytes: the size must be at least 1
 expect_exit 2 "-e/--max-bytes: '64Q' is not a size in bytes \(a whole number, optionally with K, M or G\)" -- comm-profile -e 64Q
 expect_exit 2 "-e/--max-bytes 4096 is smaller than -b/--min-bytes 8192" -- comm-profile -b 8K -e 4K
 expect_exit 2 "--step-factor: Value 1 not in range 2 to 1024" -- comm-profile -f 1
-expect_exit 2 "--iters: Value 0 not in range" -- comm-profile -n 0
+expect_exit 2 "--iters: must be a whole number >= 1, not '0'" -- comm-profile -n 0
+expect_exit 2 "--world-size: must be a whole number >= 1, not 'two'" -- comm-profile --world-size two
 expect_exit 2 "--collectives: 'alltoall' is not a collective; valid ones are allreduce, allgather, broadcast, reduce_scatter" -- comm-profile --collectives allreduce,alltoall
 expect_exit 2 "--collectives: broadcast is listed twice" -- comm-profile --collectives broadcast,broadcast
 expect_exit 2 "--csv excludes --json" -- comm-profile --csv --json

@@ -108,13 +108,17 @@ TEST(CommProfileFile, RefusesBadFiles) {
         write_comm_profile(dir.file(name), p);
         return read_error(dir.file(name));
     };
-    EXPECT_CONTAINS(broken("order.h5", [](CollectiveProfile& c) { c.size = {1024, 1024, 16384}; }),
+    EXPECT_CONTAINS(broken("order.h5",
+                           [](CollectiveProfile& c) {
+                               c.size = {1024, 1024, 16384};
+                           }),
                     "/collectives/allreduce/size is not strictly increasing at row 1");
     EXPECT_CONTAINS(broken("nan.h5", [](CollectiveProfile& c) { c.time_median[2] = std::nan(""); }),
                     "/collectives/allreduce: a time is not a finite number > 0 at size 16384 B");
     EXPECT_CONTAINS(broken("minmax.h5", [](CollectiveProfile& c) { c.time_min[0] = 1; }),
                     "time_min <= time_median <= time_max does not hold at size 1024 B");
-    EXPECT_CONTAINS(broken("alpha.h5", [](CollectiveProfile& c) { c.alpha = -1; }), "alpha is not a finite number >= 0");
+    EXPECT_CONTAINS(broken("alpha.h5", [](CollectiveProfile& c) { c.alpha = -1; }),
+                    "alpha is not a finite number >= 0");
     EXPECT_CONTAINS(broken("bw.h5", [](CollectiveProfile& c) { c.bandwidth = 0; }), "bandwidth is not a number > 0");
     EXPECT_CONTAINS(broken("wrong.h5", [](CollectiveProfile& c) { c.wrong[1] = -2; }), "/wrong is -2 at size 4096 B");
 

@@ -12,15 +12,17 @@ int main(int argc, char** argv) {
         argc, argv,
         [&](CLI::App& app) {
             app.add_option("--collectives", config.collectives,
-                           "Comma-separated collectives: allreduce, allgather, broadcast, reduce_scatter")
-                ->delimiter(',');
+                           "Comma-separated collectives: allreduce, allgather, broadcast, reduce_scatter "
+                           "[allreduce,allgather,broadcast]")
+                ->delimiter(',')
+                ->default_str("");
             app.add_option("-b,--min-bytes", config.min_bytes, "Smallest message size in bytes (K, M, G: binary)");
             app.add_option("-e,--max-bytes", config.max_bytes, "Largest message size in bytes (K, M, G: binary)");
             app.add_option("-f,--step-factor", config.factor, "Multiply the size by this much between rows")
                 ->check(CLI::Range(2, 1024));
-            app.add_option("-n,--iters", config.iterations, "Timed iterations per size")->check(CLI::Range(1, 1000000));
+            app.add_option("-n,--iters", config.iterations, "Timed iterations per size")->check(acc::cli::at_least(1));
             app.add_option("-w,--warmup-iters", config.warmup, "Untimed iterations per size before the timed ones")
-                ->check(CLI::Range(0, 1000000));
+                ->check(acc::cli::at_least(0));
             app.add_flag("-c,--check", config.check,
                          "Check every collective on integer-valued data with exactly known results (#wrong)");
             app.add_option("--device", config.device, "cpu (Gloo) or cuda (NCCL, in CUDA builds)")
