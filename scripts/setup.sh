@@ -12,7 +12,7 @@ packages=(
     # data: Fashion-MNIST under /usr/share/datasets/fashion-mnist
     dataset-fashion-mnist
     # tests and examples: readers nobody here wrote, PyTorch references, man pages
-    python3 python3-torch python3-h5py python3-numpy hdf5-tools iproute2 man-db groff-base
+    python3 python3-torch python3-h5py python3-numpy python3-matplotlib hdf5-tools iproute2 man-db groff-base
 )
 
 missing=()

@@ -77,6 +77,20 @@ CLI::Validator positive() {
         "> 0");
 }
 
+CLI::Validator at_least(long long minimum) {
+    return CLI::Validator(
+        [minimum](std::string& input) -> std::string {
+            try {
+                size_t used = 0;
+                long long value = std::stoll(input, &used);
+                if (used == input.size() && value >= minimum) return "";
+            } catch (const std::exception&) {
+            }
+            return "must be a whole number >= " + std::to_string(minimum) + ", not '" + input + "'";
+        },
+        ">= " + std::to_string(minimum));
+}
+
 int run_tool(const std::string& name, const std::string& description, int argc, char** argv,
              const std::function<void(CLI::App&)>& define, const std::function<int()>& run) {
     g_tool = name;

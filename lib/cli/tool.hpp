@@ -41,4 +41,7 @@ void set_log_rank(int rank);
 /// A CLI11 validator for numbers strictly greater than zero.
 CLI::Validator positive();
 
+/// A CLI11 validator for whole numbers >= `minimum`.
+CLI::Validator at_least(long long minimum);
+
 }  // namespace acc::cli

@@ -7,8 +7,10 @@
 #include "compress/shapes.hpp"
 #include "io/atomic.hpp"
 #include "io/bench.hpp"
+#include "io/comm_profile.hpp"
 #include "io/grads.hpp"
 #include "perf/model.hpp"
+#include "perf/stats.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
@@ -35,12 +37,6 @@ struct Input {
 struct Quality {
     double relative_error = 0, cosine = 0, gain = 0;
 };
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 std::string number_text(double v, const char* format) {
     if (!std::isfinite(v)) return "-";
@@ -98,6 +94,8 @@ void validate(BenchConfig& c) {
     for (auto w : c.worlds)
         if (w < 1 || w > 1000000) throw UsageError("--world: " + std::to_string(w) + " is not a world size from 1 to 1000000");
     if (c.reps < 1) throw UsageError("--reps: must be at least 1");
+    if (!c.comm.empty() && (c.alpha_given || c.bandwidth_given))
+        throw UsageError("--comm and --alpha/--bandwidth exclude each other (both describe the network)");
     if (c.alpha_given != c.bandwidth_given)
         throw UsageError(c.alpha_given ? "--alpha needs --bandwidth" : "--bandwidth needs --alpha");
     if (!(c.alpha >= 0) || !std::isfinite(c.alpha)) throw UsageError("--alpha: must be a finite number of seconds >= 0");
@@ -228,8 +226,35 @@ int run_bench(BenchConfig c) {
         tensor_bytes.push_back(4.0 * static_cast<double>(t.numel()));
     }
     const double dense_bytes = 4.0 * static_cast<double>(values);
-    const bool flags = c.alpha_given;
-    perf::Network net{c.alpha, c.bandwidth};
+    // The network: a comm-profile file's fits, or --alpha and --bandwidth (or their defaults).
+    std::string network_source = c.alpha_given ? "flags" : "default";
+    perf::Network net{c.alpha, c.bandwidth}, gather_net = net;
+    std::string network_line;
+    if (!c.comm.empty()) {
+        io::CommProfile profile = io::read_comm_profile(c.comm);
+        const io::CollectiveProfile* allreduce = profile.find("allreduce");
+        if (!allreduce)
+            throw FileError(c.comm, "has no allreduce profile; run comm-profile with --collectives allreduce,allgather");
+        if (profile.world_size < 2)
+            throw FileError(c.comm, "was measured on " + std::to_string(profile.world_size) +
+                                        " rank, which says nothing about the network; profile at least 2 ranks");
+        const int n = static_cast<int>(profile.world_size);
+        net = perf::network_from_fit(perf::Collective::allreduce, n, allreduce->alpha, allreduce->bandwidth);
+        gather_net = net;
+        std::string gathered = "allgather as allreduce";
+        if (const io::CollectiveProfile* allgather = profile.find("allgather")) {
+            gather_net = perf::network_from_fit(perf::Collective::allgather, n, allgather->alpha, allgather->bandwidth);
+            gathered = "allgather: " + bytes_text(gather_net.bandwidth) + "/s, alpha " +
+                       short_number(gather_net.alpha * 1e6) + " us per step";
+        }
+        network_source = "comm";
+        network_line = "  network from " + c.comm + " (" + profile.backend + ", " + std::to_string(n) +
+                       " ranks): allreduce: " + bytes_text(net.bandwidth) + "/s, alpha " +
+                       short_number(net.alpha * 1e6) + " us per step; " + gathered;
+    } else {
+        network_line = "  network: bandwidth " + bytes_text(net.bandwidth) + "/s, alpha " + short_number(net.alpha * 1e6) +
+                       " us" + (c.alpha_given ? "" : " (defaults: pass --comm, or --alpha and --bandwidth)");
+    }
     perf::Compute compute;
     compute.seconds = c.compute_ms / 1000.0;
     const double memcpy_bandwidth = measure_memcpy();
@@ -240,9 +265,12 @@ int run_bench(BenchConfig c) {
     io::BenchFile file;
     file.header.provenance = c.provenance;
     file.source = source;
-    file.network_source = flags ? "flags" : "default";
+    file.network_source = network_source;
+    file.comm_profile = c.comm;
     file.alpha = net.alpha;
     file.bandwidth = net.bandwidth;
+    file.allgather_alpha = gather_net.alpha;
+    file.allgather_bandwidth = gather_net.bandwidth;
     file.compute_seconds = compute.seconds;
     file.backward_share = compute.backward_share;
     file.bucket_bytes = compute.bucket_bytes;
@@ -258,9 +286,8 @@ int run_bench(BenchConfig c) {
 
     spdlog::info("{}: {} tensors, {} values ({} per worker and step uncompressed)", source, tensors.size(),
                  with_commas(values), bytes_text(dense_bytes));
-    spdlog::info("  network: bandwidth {}/s, alpha {} us{}; compute {} ms per iteration{}", bytes_text(net.bandwidth),
-                 short_number(net.alpha * 1e6), flags ? "" : " (defaults: pass --alpha and --bandwidth)",
-                 short_number(c.compute_ms), c.compute_ms > 0 ? "" : " (pass --compute-ms)");
+    spdlog::info("{}", network_line);
+    spdlog::info("  compute {} ms per iteration{}", short_number(c.compute_ms), c.compute_ms > 0 ? "" : " (pass --compute-ms)");
     spdlog::info("  memcpy {}/s on one thread; {} thread{}, {} timed step{} after one warm-up", bytes_text(memcpy_bandwidth),
                  c.threads, c.threads == 1 ? "" : "s", c.reps, c.reps == 1 ? "" : "s");
     for (auto w : c.worlds)
@@ -310,18 +337,19 @@ int run_bench(BenchConfig c) {
                 row.world_size = w;
                 row.bytes_per_worker = x.last_step().bytes;
                 row.compression_ratio = dense_bytes / static_cast<double>(std::max<std::int64_t>(1, row.bytes_per_worker));
-                row.encode_median = median(encode);
-                row.encode_min = *std::min_element(encode.begin(), encode.end());
-                row.encode_max = *std::max_element(encode.begin(), encode.end());
-                row.decode_median = median(decode);
-                row.decode_min = *std::min_element(decode.begin(), decode.end());
-                row.decode_max = *std::max_element(decode.begin(), decode.end());
+                const perf::TimingStats encode_stats = perf::summarize(encode), decode_stats = perf::summarize(decode);
+                row.encode_median = encode_stats.median;
+                row.encode_min = encode_stats.min;
+                row.encode_max = encode_stats.max;
+                row.decode_median = decode_stats.median;
+                row.decode_min = decode_stats.min;
+                row.decode_max = decode_stats.max;
                 row.throughput = dense_bytes / (row.encode_median + row.decode_median);
                 row.relative_error = q.relative_error;
                 row.cosine = q.cosine;
                 row.gain = q.gain;
-                perf::Prediction p = perf::predict_compressed(net, static_cast<int>(w), transfers, row.encode_median,
-                                                              row.decode_median, compute);
+                perf::Prediction p = perf::predict_compressed(net, gather_net, static_cast<int>(w), transfers,
+                                                              row.encode_median, row.decode_median, compute);
                 row.comm_seconds = p.communication_seconds;
                 row.iteration_seconds = p.iteration_seconds;
                 row.baseline_iteration_seconds = baseline[w].iteration_seconds;
@@ -369,7 +397,12 @@ int run_bench(BenchConfig c) {
         nlohmann::json list = nlohmann::json::array();
         for (const auto& in : file.inputs) list.push_back({{"name", in.name}, {"norm", in.norm}});
         report["inputs"] = list;
-        report["network"] = {{"alpha", net.alpha}, {"bandwidth", net.bandwidth}, {"source", file.network_source}};
+        report["network"] = {{"alpha", net.alpha},
+                             {"bandwidth", net.bandwidth},
+                             {"allgather_alpha", gather_net.alpha},
+                             {"allgather_bandwidth", gather_net.bandwidth},
+                             {"source", file.network_source},
+                             {"comm_profile", c.comm.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.comm)}};
         report["compute_seconds"] = compute.seconds;
         report["memcpy_bandwidth"] = memcpy_bandwidth;
         report["threads"] = c.threads;

@@ -18,6 +18,7 @@ struct BenchConfig {
     std::vector<std::string> compressors;  ///< specs; empty: the default list
     std::vector<std::int64_t> worlds;      ///< world sizes; empty: 4, 16, 64
     std::int64_t reps = 5;                 ///< timed steps after one warm-up step
+    std::string comm;                      ///< a comm-profile file for the network; empty: flags or defaults
     double alpha = 50e-6;                  ///< seconds per message step (default: 10 Gbit/s Ethernet)
     double bandwidth = 1.25e9;             ///< bytes per second
     bool alpha_given = false;              ///< --alpha was given (it needs --bandwidth, and vice versa)

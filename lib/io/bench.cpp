@@ -40,8 +40,11 @@ void write_bench(const std::string& path, const BenchFile& b) {
     H5File f = create_with_header(atomic.temp(), path, b.header, kBenchFormat, kBenchMajor, kBenchMinor);
     f.write_attr("/", "source", b.source);
     f.write_attr("/", "network_source", b.network_source);
+    f.write_attr("/", "comm_profile", b.comm_profile);
     f.write_attr("/", "alpha", b.alpha);
     f.write_attr("/", "bandwidth", b.bandwidth);
+    f.write_attr("/", "allgather_alpha", b.allgather_alpha);
+    f.write_attr("/", "allgather_bandwidth", b.allgather_bandwidth);
     f.write_attr("/", "compute_seconds", b.compute_seconds);
     f.write_attr("/", "backward_share", b.backward_share);
     f.write_attr("/", "bucket_bytes", b.bucket_bytes);
@@ -93,8 +96,11 @@ BenchFile read_bench(const std::string& path) {
     auto number = [&](const char* name) { return f.has_attr("/", name) ? f.read_attr_double("/", name) : 0.0; };
     b.source = text("source");
     b.network_source = text("network_source");
+    b.comm_profile = text("comm_profile");
     b.alpha = number("alpha");
     b.bandwidth = number("bandwidth");
+    b.allgather_alpha = f.has_attr("/", "allgather_alpha") ? number("allgather_alpha") : b.alpha;
+    b.allgather_bandwidth = f.has_attr("/", "allgather_bandwidth") ? number("allgather_bandwidth") : b.bandwidth;
     b.compute_seconds = number("compute_seconds");
     b.backward_share = number("backward_share");
     b.bucket_bytes = number("bucket_bytes");

@@ -43,9 +43,12 @@ struct BenchRow {
 struct BenchFile {
     FileHeader header;
     std::string source;          ///< the --shapes preset or file, or the grads.h5 read
-    std::string network_source;  ///< "flags" or "default"
-    double alpha = 0;            ///< seconds
-    double bandwidth = 0;        ///< bytes per second
+    std::string network_source;  ///< "flags", "default" or "comm" (a comm-profile file)
+    std::string comm_profile;    ///< the comm-profile file read, or empty
+    double alpha = 0;            ///< seconds per ring step (allreduce and the other collectives)
+    double bandwidth = 0;        ///< bytes per second a link carries
+    double allgather_alpha = 0;  ///< the same for allgathers (from their own profile, if any)
+    double allgather_bandwidth = 0;
     double compute_seconds = 0;
     double backward_share = 0;
     double bucket_bytes = 0;

@@ -1,19 +1,38 @@
 #include "perf/model.hpp"
 
+#include "base/error.hpp"
+
 #include <algorithm>
+#include <string>
 
 namespace acc::perf {
 
-double allreduce_seconds(const Network& net, int world, double bytes) {
+double collective_seconds(const Network& net, Collective kind, int world, double bytes) {
     if (world <= 1) return 0;
     const double w = world;
-    return 2 * (w - 1) * net.alpha + 2 * (w - 1) / w * bytes / net.bandwidth;
+    switch (kind) {
+    case Collective::allreduce: return 2 * (w - 1) * net.alpha + 2 * (w - 1) / w * bytes / net.bandwidth;
+    case Collective::allgather: return (w - 1) * net.alpha + (w - 1) * bytes / net.bandwidth;
+    case Collective::reduce_scatter: return (w - 1) * net.alpha + (w - 1) / w * bytes / net.bandwidth;
+    case Collective::broadcast: return (w - 1) * net.alpha + bytes / net.bandwidth;
+    }
+    return 0;
+}
+
+double allreduce_seconds(const Network& net, int world, double bytes) {
+    return collective_seconds(net, Collective::allreduce, world, bytes);
 }
 
 double allgather_seconds(const Network& net, int world, double bytes) {
-    if (world <= 1) return 0;
-    const double w = world;
-    return (w - 1) * net.alpha + (w - 1) * bytes / net.bandwidth;
+    return collective_seconds(net, Collective::allgather, world, bytes);
+}
+
+Network network_from_fit(Collective kind, int world, double alpha, double bandwidth) {
+    if (world < 2)
+        throw Error(std::string("a ") + collective_name(kind) + " profiled on " + std::to_string(world) +
+                    " worker says nothing about the network; profile at least 2");
+    const double steps = (kind == Collective::allreduce ? 2.0 : 1.0) * (world - 1);
+    return {alpha / steps, bandwidth * bus_factor(kind, world)};
 }
 
 Prediction predict_ddp(const Network& net, int world, const std::vector<double>& tensor_bytes, const Compute& compute) {
@@ -44,12 +63,13 @@ Prediction predict_ddp(const Network& net, int world, const std::vector<double>&
     return p;
 }
 
-Prediction predict_compressed(const Network& net, int world, const std::vector<Transfer>& transfers,
-                              double encode_seconds, double decode_seconds, const Compute& compute) {
+Prediction predict_compressed(const Network& net, const Network& allgather_net, int world,
+                              const std::vector<Transfer>& transfers, double encode_seconds, double decode_seconds,
+                              const Compute& compute) {
     Prediction p;
     for (const auto& t : transfers)
-        p.communication_seconds += t.kind == Collective::allreduce ? allreduce_seconds(net, world, t.bytes)
-                                                                   : allgather_seconds(net, world, t.bytes);
+        p.communication_seconds +=
+            collective_seconds(t.kind == Collective::allgather ? allgather_net : net, t.kind, world, t.bytes);
     p.exposed_seconds = encode_seconds + p.communication_seconds + decode_seconds;
     p.iteration_seconds = compute.seconds + p.exposed_seconds;
     return p;

@@ -1,27 +1,38 @@
 // Iteration-time model: does gradient compression pay on this network at this scale?
 //
-// Collective costs follow the alpha-beta model of ring algorithms (Thakur and
-// Rabenseifner), iteration times the two schedules data-parallel SGD runs:
-// uncompressed buckets allreduced while the backward pass goes on (PyTorch DDP), and
-// a compressed exchange after the backward pass. Formulas: docs/metrics.md,
-// "Performance model". No LibTorch here.
+// Collective costs follow the alpha-beta model of ring algorithms (Thakur,
+// Rabenseifner and Gropp), iteration times the two schedules data-parallel SGD
+// runs: uncompressed buckets allreduced while the backward pass goes on (PyTorch
+// DDP), and a compressed exchange after the backward pass. Formulas:
+// docs/metrics.md, "Performance model". No LibTorch here.
 #pragma once
+
+#include "perf/fit.hpp"
 
 #include <cstdint>
 #include <vector>
 
 namespace acc::perf {
 
-/// A network in the alpha-beta model.
+/// A network in the alpha-beta model of ring collectives.
 struct Network {
-    double alpha = 0;      ///< latency of one message step, seconds
-    double bandwidth = 0;  ///< bytes per second
+    double alpha = 0;      ///< latency of one ring step, seconds
+    double bandwidth = 0;  ///< bytes per second each link carries (a ring's bus bandwidth)
 };
 
-/// Ring allreduce of `bytes` on `world` workers: 2(W-1) alpha + 2 (W-1)/W bytes / bandwidth.
+/// Ring cost in seconds of `kind` on `world` workers, with `bytes` as each worker hands
+/// them in (Collectives::traffic): allreduce 2(W-1) alpha + 2 (W-1)/W bytes / B,
+/// allgather (W-1) alpha + (W-1) bytes / B, reduce-scatter (W-1) alpha + (W-1)/W bytes / B,
+/// broadcast (W-1) alpha + bytes / B. 0 on one worker.
+double collective_seconds(const Network& net, Collective kind, int world, double bytes);
 double allreduce_seconds(const Network& net, int world, double bytes);
-/// Ring allgather where each worker contributes `bytes`: (W-1) alpha + (W-1) bytes / bandwidth.
 double allgather_seconds(const Network& net, int world, double bytes);
+
+/// The ring network behind a collective's fit t(S) = alpha + S / B measured on `world`
+/// workers (comm-profile): alpha per ring step = alpha / steps (2(W-1) for allreduce,
+/// W-1 for the others), link bandwidth = B * bus_factor(kind, world). Throws acc::Error
+/// for a world of one worker, which says nothing about the network.
+Network network_from_fit(Collective kind, int world, double alpha, double bandwidth);
 
 /// The compute of one iteration.
 struct Compute {
@@ -44,8 +55,6 @@ struct Prediction {
 /// the iteration ends at max(compute, f_last).
 Prediction predict_ddp(const Network& net, int world, const std::vector<double>& tensor_bytes, const Compute& compute);
 
-enum class Collective { allreduce, allgather };
-
 /// One collective of a compressed exchange: its kind and the bytes each worker hands in.
 struct Transfer {
     Collective kind = Collective::allreduce;
@@ -54,7 +63,9 @@ struct Transfer {
 
 /// A compressed exchange after the backward pass: compute + encode + its collectives one
 /// after another + decode (compression hides nothing behind the backward pass).
-Prediction predict_compressed(const Network& net, int world, const std::vector<Transfer>& transfers,
-                              double encode_seconds, double decode_seconds, const Compute& compute);
+/// Allgathers cost on `allgather_net`, every other collective on `net`.
+Prediction predict_compressed(const Network& net, const Network& allgather_net, int world,
+                              const std::vector<Transfer>& transfers, double encode_seconds, double decode_seconds,
+                              const Compute& compute);
 
 }  // namespace acc::perf

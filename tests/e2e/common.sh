@@ -36,3 +36,8 @@ finish() {
     fi
     echo "all checks passed"
 }
+
+# free_port: a TCP port on 127.0.0.1 that was free a moment ago (for multi-process tests).
+free_port() {
+    "$ACC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}

@@ -19,6 +19,8 @@ expect_exit 2 "--bandwidth: must be a finite number of bytes per second > 0" -- 
     compress-bench --shapes model.txt --alpha 0 --bandwidth 0
 expect_exit 2 "--alpha: must be a finite number of seconds >= 0" -- \
     compress-bench --shapes model.txt --alpha -1 --bandwidth 1e9
+expect_exit 2 "--comm and --alpha/--bandwidth exclude each other" -- \
+    compress-bench --shapes model.txt --comm comm.h5 --alpha 1e-5 --bandwidth 1e9
 expect_exit 2 "--compute-ms: must be a finite number of milliseconds >= 0" -- compress-bench --shapes model.txt --compute-ms -3
 expect_exit 2 "--csv and --json exclude each other" -- compress-bench --shapes model.txt --csv --json
 expect_exit 2 "--shapes and --from exclude each other" -- compress-bench --shapes model.txt --from grads.h5
@@ -61,6 +63,35 @@ expect_exit 1 "nan.h5: snapshot of epoch 0, parameter 'fc.weight' holds NaN or i
     compress-bench --from nan.h5 "${quick[@]}"
 expect_exit 1 "good.h5: has no gradient snapshot of epoch 9 \(it has epochs 0\)" -- \
     compress-bench --from good.h5 --snapshots 9 "${quick[@]}"
+expect_exit 1 "nocomm.h5: no such file" -- compress-bench --shapes model.txt --comm nocomm.h5 "${quick[@]}"
+expect_exit 1 "good.h5: is an accordion.grads file, expected an accordion.comm-profile file" -- \
+    compress-bench --shapes model.txt --comm good.h5 "${quick[@]}"
+$ACC_PYTHON - <<'PY'
+import h5py, numpy as np
+def profile(path, world, names):
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = "accordion.comm-profile"
+        f.attrs["format_version"] = "1.0"
+        f.attrs["world_size"] = world
+        for name in names:
+            g = f.create_group(f"collectives/{name}")
+            size = np.array([1024, 2048], dtype=np.int64)
+            t = np.array([1e-4, 2e-4])
+            g["size"], g["count"] = size, size // 4
+            g["time_min"], g["time_median"], g["time_max"] = t, t, t
+            g["algbw"] = size / t
+            g["busbw"] = size / t
+            g["wrong"] = np.full(2, -1, dtype=np.int64)
+            g.attrs["bus_factor"] = 1.0 if world > 1 else 0.0
+            g.attrs["alpha"] = 0.0
+            g.attrs["bandwidth"] = 1e7
+            g.attrs["bus_bandwidth"] = 1e7
+profile("one-rank.h5", 1, ["allreduce"])
+profile("no-allreduce.h5", 2, ["broadcast"])
+PY
+expect_exit 1 "one-rank.h5: was measured on 1 rank, which says nothing about the network" -- \
+    compress-bench --shapes model.txt --comm one-rank.h5 "${quick[@]}"
+expect_exit 1 "no-allreduce.h5: has no allreduce profile" -- compress-bench --shapes model.txt --comm no-allreduce.h5 "${quick[@]}"
 echo "not hdf5" >notes.h5
 expect_exit 1 "notes.h5: not an HDF5 file" -- compress-bench --from notes.h5 "${quick[@]}"
 expect_exit 1 "no/such/dir/out.h5: directory no/such/dir does not exist" -- \

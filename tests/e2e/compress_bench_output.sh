@@ -22,7 +22,8 @@ specs = sys.argv[1].split(",")
 r = json.load(open("out.json"))
 shapes = {"conv.weight": (16, 8, 3, 3), "conv.bias": (16,), "fc.weight": (10, 144), "fc.bias": (10,)}
 assert r["values"] == 16 * 72 + 16 + 1440 + 10 and r["parameters"] == 4
-assert r["network"] == {"alpha": 1e-5, "bandwidth": 1e9, "source": "flags"}, r["network"]
+assert r["network"] == {"alpha": 1e-5, "bandwidth": 1e9, "allgather_alpha": 1e-5, "allgather_bandwidth": 1e9,
+                        "source": "flags", "comm_profile": None}, r["network"]
 assert abs(r["compute_seconds"] - 0.005) < 1e-12 and r["memcpy_bandwidth"] > 1e8
 assert len(r["results"]) == 2 * len(specs)
 
@@ -160,4 +161,49 @@ PY
 compress-bench -q --from grads.h5 --snapshots 2 --compressors none --world 1 --reps 1 --json >one.json ||
     fail "--snapshots"
 grep -q '"epoch 2"' one.json && ! grep -q '"epoch 0"' one.json || fail "--snapshots 2 did not pick epoch 2 only"
+
+# The network from a communication profile (written with h5py as docs/formats.md describes):
+# 4 ranks, allreduce t(S) = 60 us + S / 1e9, allgather t(S) = 30 us + S / 2e9.
+$ACC_PYTHON - <<'PY'
+import h5py, numpy as np
+with h5py.File("comm.h5", "w") as f:
+    f.attrs["format"] = "accordion.comm-profile"
+    f.attrs["format_version"] = "1.0"
+    f.attrs["world_size"] = 4
+    for name, alpha, bw, factor in (("allreduce", 60e-6, 1e9, 1.5), ("allgather", 30e-6, 2e9, 0.75)):
+        g = f.create_group(f"collectives/{name}")
+        size = np.array([1 << 20, 1 << 24], dtype=np.int64)
+        t = alpha + size / bw
+        g["size"] = size
+        g["count"] = size // 4 // (4 if name == "allgather" else 1)
+        g["time_min"], g["time_median"], g["time_max"] = t, t, t
+        g["algbw"] = size / t
+        g["busbw"] = size / t * factor
+        g["wrong"] = np.full(2, -1, dtype=np.int64)
+        g.attrs["bus_factor"] = factor
+        g.attrs["alpha"] = alpha
+        g.attrs["bandwidth"] = bw
+        g.attrs["bus_bandwidth"] = bw * factor
+PY
+compress-bench --shapes model.txt --compressors none,signsgd --world 4 --reps 1 --comm comm.h5 --json -o comm-bench.h5     >comm.json 2>comm.err || fail "compress-bench --comm"
+grep -q "network from comm.h5 (gloo, 4 ranks)" comm.err || fail "the table does not name the profile"
+$ACC_PYTHON - <<'PY' || fail "--comm results"
+import json, math, h5py
+r = json.load(open("comm.json"))
+n = r["network"]
+assert n["source"] == "comm" and n["comm_profile"] == "comm.h5", n
+# Per ring step: 60 us / (2 * 3) and 30 us / 3; per link: 1e9 * 1.5 and 2e9 * 0.75.
+assert math.isclose(n["alpha"], 10e-6) and math.isclose(n["bandwidth"], 1.5e9), n
+assert math.isclose(n["allgather_alpha"], 10e-6) and math.isclose(n["allgather_bandwidth"], 1.5e9), n
+rows = {x["compressor"]: x for x in r["results"]}
+# At the profiled world size the model gives back the profile's own times.
+dense = rows["none"]["bytes_per_worker"]
+assert math.isclose(rows["none"]["comm_seconds"], 60e-6 + dense / 1e9, rel_tol=1e-9), rows["none"]
+signs = rows["signsgd"]["bytes_per_worker"] - 4 * (16 + 10)  # vectors travel in an allreduce
+assert math.isclose(rows["signsgd"]["comm_seconds"], 60e-6 + 4 * (16 + 10) / 1e9 + 30e-6 + 4 * signs / 2e9,
+                    rel_tol=1e-9), rows["signsgd"]
+with h5py.File("comm-bench.h5", "r") as f:
+    assert f.attrs["network_source"] == "comm" and f.attrs["comm_profile"] == "comm.h5"
+    assert math.isclose(f.attrs["allgather_bandwidth"], 1.5e9)
+PY
 finish

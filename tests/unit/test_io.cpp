@@ -5,6 +5,8 @@
 #include "io/h5.hpp"
 #include "io/schedule.hpp"
 
+#include "test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,26 +18,10 @@
 
 namespace fs = std::filesystem;
 using namespace acc::io;
+using acc::test::error_of;
+using acc::test::TempDir;
 
 namespace {
-
-class TempDir {
-public:
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "acc-io-XXXXXX").string();
-        path_ = mkdtemp(pattern.data());
-    }
-    ~TempDir() { fs::remove_all(path_); }
-    std::string file(const std::string& name) const { return (fs::path(path_) / name).string(); }
-    std::vector<std::string> entries() const {
-        std::vector<std::string> out;
-        for (const auto& e : fs::directory_iterator(path_)) out.push_back(e.path().filename().string());
-        return out;
-    }
-
-private:
-    std::string path_;
-};
 
 std::vector<Parameter> small_model() {
     return {{"conv1.weight", {4, 3, 3, 3}}, {"conv1.bias", {4}}, {"fc.weight", {10, 36}}, {"fc.bias", {10}}};
@@ -90,15 +76,6 @@ void expect_grads_error(const std::function<void(H5File&)>& mutate, const std::v
         EXPECT_EQ(message.rfind(path + ": ", 0), 0u) << message;
         for (const auto& fragment : fragments) EXPECT_NE(message.find(fragment), std::string::npos) << message;
     }
-}
-
-std::string error_of(const std::function<void()>& action) {
-    try {
-        action();
-    } catch (const acc::Error& e) {
-        return e.what();
-    }
-    return "(no error)";
 }
 
 }  // namespace

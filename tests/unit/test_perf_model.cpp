@@ -1,4 +1,5 @@
 // The iteration-time model, checked against hand-computed cases.
+#include "base/error.hpp"
 #include "perf/model.hpp"
 
 #include <gtest/gtest.h>
@@ -45,9 +46,31 @@ TEST(Compressed, EncodeCommunicationAndDecodeFollowTheBackwardPass) {
     Network net{0, 1000 * MiB};
     Compute compute;
     compute.seconds = 0.3;
-    Prediction p = predict_compressed(net, 2, {{Collective::allreduce, 1 * MiB}, {Collective::allgather, 0.5 * MiB}},
+    Prediction p = predict_compressed(net, net, 2, {{Collective::allreduce, 1 * MiB}, {Collective::allgather, 0.5 * MiB}},
                                       0.002, 0.001, compute);
     EXPECT_NEAR(p.communication_seconds, 0.0015, 1e-12);
     EXPECT_NEAR(p.exposed_seconds, 0.0045, 1e-12);
     EXPECT_NEAR(p.iteration_seconds, 0.3045, 1e-12);
+    // Allgathers on a network of their own: half the bandwidth doubles their cost only.
+    Network slow{0, 500 * MiB};
+    p = predict_compressed(net, slow, 2, {{Collective::allreduce, 1 * MiB}, {Collective::allgather, 0.5 * MiB}}, 0, 0,
+                           compute);
+    EXPECT_NEAR(p.communication_seconds, 0.002, 1e-12);
+}
+
+TEST(Network, FromAProfilesFit) {
+    // An allreduce measured on 4 workers: t(S) = 60 us + S / 1e9. A ring allreduce has
+    // 2 (4 - 1) = 6 steps and moves 2 (3/4) S per link, so 10 us a step and 1.5e9 B/s a link.
+    Network n = network_from_fit(Collective::allreduce, 4, 60e-6, 1e9);
+    EXPECT_NEAR(n.alpha, 10e-6, 1e-18);
+    EXPECT_NEAR(n.bandwidth, 1.5e9, 1e-3);
+    // The model then gives back the measured time at the measured size.
+    EXPECT_NEAR(allreduce_seconds(n, 4, 8e6), 60e-6 + 8e6 / 1e9, 1e-15);
+    // An allgather's S is all ranks' parts: t = alpha + 4 m / B for m bytes from each of 4.
+    Network g = network_from_fit(Collective::allgather, 4, 30e-6, 2e9);
+    EXPECT_NEAR(allgather_seconds(g, 4, 1e6), 30e-6 + 4e6 / 2e9, 1e-15);
+    EXPECT_THROW(network_from_fit(Collective::allreduce, 1, 1e-5, 1e9), acc::Error);
+    EXPECT_EQ(collective_seconds(n, Collective::broadcast, 1, 1e6), 0);
+    EXPECT_NEAR(collective_seconds(n, Collective::broadcast, 4, 1.5e9), 30e-6 + 1.0, 1e-12);
+    EXPECT_NEAR(collective_seconds(n, Collective::reduce_scatter, 4, 2e9), 30e-6 + 1.0, 1e-12);
 }

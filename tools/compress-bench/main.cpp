@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
                 ->type_name("W,...");
             app.add_option("--reps", config.reps, "Timed steps per compressor and world size, after one warm-up")
                 ->type_name("N");
+            app.add_option("--comm", config.comm,
+                           "Communication profile written by comm-profile: the network's latency and bandwidth")
+                ->type_name("COMM.h5");
             alpha = app.add_option("--alpha", config.alpha,
                                    "Network latency per message step, in seconds (default: 10 Gbit/s Ethernet)")
                         ->type_name("SECONDS");

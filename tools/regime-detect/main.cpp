@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
             app.add_option("GRADS.h5", config.input, "Gradient-statistics file written by grad-dump")->required();
             app.add_option("--eta", config.eta, "Critical when the relative change of the gradient norm is >= ETA")
                 ->check(acc::cli::positive());
-            app.add_option("--interval", config.interval, "Epochs between decisions")->check(CLI::Range(1, 1000000));
+            app.add_option("--interval", config.interval, "Epochs between decisions")->check(acc::cli::at_least(1));
             app.add_option("--mode", config.mode, "What the schedule switches: compression level or batch size")
                 ->check(CLI::IsMember({"compression", "batch"}));
             app.add_option("--low", config.low,

@@ -1,0 +1,31 @@
+// --nproc N: start N ranks of this program on this machine, for users without
+// torchrun. No LibTorch here: the launcher starts before anything heavy.
+#pragma once
+
+#include "comm/rendezvous.hpp"
+
+#include <functional>
+#include <string>
+
+namespace acc::comm {
+
+/// With config.nproc > 0, re-executes this program with the same arguments N
+/// times as ranks 0..N-1 (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+/// MASTER_PORT set, a free port on 127.0.0.1 unless --master-port is given;
+/// the ranks know from ACC_NPROC_LAUNCHER, this process's pid, that they are
+/// not to launch again), forwards their output and returns the worst
+/// exit code (a rank killed by signal S counts as 128 + S). Lines a rank
+/// writes to standard error, and lines ranks other than 0 write to standard
+/// output, are prefixed with "[r] " unless `tool`'s own rank tag "<tool>[r]:"
+/// already starts them. When a rank fails, the others get `grace_seconds` to
+/// finish and report, then SIGTERM, then SIGKILL. SIGINT and SIGTERM are
+/// passed on to the ranks.
+///
+/// Without --nproc, or in a rank started this way, calls `run` and returns its result.
+int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::string& tool,
+              const std::function<int()>& run, double grace_seconds = 10);
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+int free_local_port();
+
+}  // namespace acc::comm

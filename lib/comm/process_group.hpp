@@ -1,0 +1,92 @@
+// The Collectives interface over a PyTorch c10d process group: Gloo on CPU,
+// NCCL on CUDA (builds against a CUDA LibTorch only).
+//
+// Joining: every rank connects to a TCPStore at MASTER_ADDR:MASTER_PORT
+// (hosted by rank 0, or by torchrun's agent), announces itself, and waits for
+// the others; a rank that never arrives ends the rendezvous after the timeout
+// with a message naming it. Every rank then keeps a heartbeat in the store.
+//
+// A lost peer: when a collective fails (a connection closed, or no progress
+// within the timeout) the rank looks at the heartbeats to name the ranks that
+// are gone, publishes that diagnosis in the store so that every rank reports
+// the same cause, closes its connections and throws acc::Error, e.g.
+// "rank 1 (host node2, pid 4242) lost during allreduce after 0.3 s (connection
+// closed)". Every later call throws the same error.
+//
+// Not thread-safe: one thread issues the collectives.
+#pragma once
+
+#include "comm/collectives.hpp"
+#include "comm/rendezvous.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace acc::comm {
+
+enum class Backend { gloo, nccl };
+
+/// "gloo" or "nccl".
+const char* backend_name(Backend backend);
+/// Throws acc::UsageError when this build cannot use `backend` (NCCL needs a CUDA LibTorch).
+void check_backend_available(Backend backend);
+
+class ProcessGroupCollectives final : public Collectives {
+public:
+    /// Joins the process group described by `rendezvous`. NCCL puts tensors on
+    /// cuda:LOCAL_RANK and needs a CUDA build (acc::UsageError otherwise).
+    /// Throws acc::Error naming the missing ranks or the unreachable store.
+    static std::unique_ptr<ProcessGroupCollectives> join(const Rendezvous& rendezvous, Backend backend = Backend::gloo);
+    ~ProcessGroupCollectives() override;
+
+    int rank() const override;
+    int world_size() const override;
+
+    /// Average is a sum followed by a division by the world size (Gloo has no
+    /// average); integer tensors are divided with truncation.
+    void allreduce(at::Tensor& tensor, ReduceOp op = ReduceOp::sum) override;
+    /// Counted when issued; the time spent issuing and in Work::wait() is added to traffic().seconds.
+    /// The returned Work must be waited on (or destroyed) before this object.
+    std::unique_ptr<Work> allreduce_async(at::Tensor& tensor, ReduceOp op = ReduceOp::sum) override;
+    std::vector<at::Tensor> allgather(const at::Tensor& tensor) override;
+    /// Exchanges the lengths first (not counted as data sent), then gathers padded copies.
+    std::vector<at::Tensor> allgather_unequal(const at::Tensor& tensor) override;
+    void broadcast(at::Tensor& tensor, int root) override;
+    void barrier() override;
+    const Traffic& traffic() const override;
+
+    // Beyond the interface.
+
+    /// allgather into preallocated `outputs` (one per rank, each shaped like `tensor`).
+    void allgather_into(const at::Tensor& tensor, std::vector<at::Tensor>& outputs);
+    /// Sums `input` (world_size * output.numel() elements) over all ranks and
+    /// leaves chunk `rank` in `output`. Counts input's bytes. Throws
+    /// acc::UsageError when the backend has no reduce-scatter (Gloo in LibTorch 1.13).
+    void reduce_scatter(const at::Tensor& input, at::Tensor& output);
+    void reset_traffic();
+
+    int local_rank() const;
+    Backend backend() const;
+    /// Where tensors must live: cpu for Gloo, cuda:LOCAL_RANK for NCCL.
+    at::Device device() const;
+    /// Host name of every rank, in rank order.
+    const std::vector<std::string>& hosts() const;
+
+    /// Ends cleanly: the rank hosting the store keeps it until every rank has
+    /// called finish() (or the timeout passed). Called by the destructor when
+    /// no exception is in flight.
+    void finish();
+    /// Tells the other ranks why this one stops (they report "rank R stopped:
+    /// <reason>" instead of a lost peer) and closes this rank's connections.
+    /// For errors outside communication; never throws.
+    void abort(const std::string& reason) noexcept;
+
+    struct Impl;
+
+private:
+    explicit ProcessGroupCollectives(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace acc::comm

@@ -1,0 +1,56 @@
+// comm-profile's work: join the process group, time each collective over a
+// sweep of message sizes the way nccl-tests does, fit the alpha-beta model,
+// and report (table, CSV, JSON, accordion.comm-profile file).
+#pragma once
+
+#include "comm/launch.hpp"
+#include "comm/process_group.hpp"
+#include "comm/profile_report.hpp"
+#include "comm/rendezvous.hpp"
+#include "io/header.hpp"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace acc::comm {
+
+struct ProfileConfig {
+    RendezvousConfig rendezvous;
+    std::vector<std::string> collectives{"allreduce", "allgather", "broadcast"};
+    std::string min_bytes = "8";    ///< -b, with K/M/G binary suffixes
+    std::string max_bytes = "64M";  ///< -e
+    int factor = 2;                 ///< -f
+    int iterations = 20;            ///< -n
+    int warmup = 5;                 ///< -w
+    bool check = false;
+    std::string device = "cpu";  ///< "cpu" (Gloo) or "cuda" (NCCL)
+    std::string output;          ///< -o: comm-profile file to write; empty: none
+    bool csv = false;            ///< CSV on stdout
+    bool json = false;           ///< JSON on stdout
+    io::Provenance provenance;
+};
+
+/// Parses and validates the sweep options (acc::UsageError naming the option).
+SweepPlan make_plan(const ProfileConfig& config);
+
+/// Called on every rank as the sweep goes.
+struct SweepObserver {
+    std::function<void(perf::Collective)> begin;
+    std::function<void(const SizeResult&)> row;
+    std::function<void(const CollectiveResult&)> end;
+};
+
+/// Runs the sweep on `comm`. Every rank must call it with the same plan (checked:
+/// acc::Error naming the rank that differs). Times are per iteration, each the
+/// slowest rank's; with plan.check the results of one extra call per size are
+/// compared with exactly predictable integer values.
+std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const SweepPlan& plan,
+                                      const SweepObserver& observer = {});
+
+/// comm-profile end to end: validates the options, starts --nproc local ranks
+/// if asked (re-executing argv), and runs this rank's part (only rank 0
+/// prints results and writes the file). Returns the exit code.
+int run_profile(const ProfileConfig& config, int argc, char** argv);
+
+}  // namespace acc::comm

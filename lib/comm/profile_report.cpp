@@ -1,0 +1,305 @@
+#include "comm/profile_report.hpp"
+
+#include "base/error.hpp"
+#include "base/text.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+namespace acc::comm {
+namespace {
+
+std::string right(const std::string& text, size_t width) {
+    return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
+}
+
+std::string printf_text(const char* format, double value) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, format, value);
+    return buffer;
+}
+
+nlohmann::json finite_or_null(double value) {
+    return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
+const char* op_of(perf::Collective c) {
+    return c == perf::Collective::allreduce || c == perf::Collective::reduce_scatter ? "sum" : "none";
+}
+
+}  // namespace
+
+std::int64_t parse_size(const std::string& text, const std::string& option) {
+    const std::string problem =
+        option + ": '" + text + "' is not a size in bytes (a whole number, optionally with K, M or G)";
+    size_t digits = 0;
+    while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+    if (digits == 0 || digits > 15) throw UsageError(problem);
+    std::int64_t value = std::stoll(text.substr(0, digits));
+    const std::string suffix = text.substr(digits);
+    std::int64_t unit = 1;
+    if (suffix == "K" || suffix == "k")
+        unit = std::int64_t{1} << 10;
+    else if (suffix == "M" || suffix == "m")
+        unit = std::int64_t{1} << 20;
+    else if (suffix == "G" || suffix == "g")
+        unit = std::int64_t{1} << 30;
+    else if (!suffix.empty())
+        throw UsageError(problem);
+    if (value > (std::int64_t{1} << 50) / unit) throw UsageError(option + ": " + text + " is too large");
+    if (value < 1) throw UsageError(option + ": the size must be at least 1 byte");
+    return value * unit;
+}
+
+std::string size_text(std::int64_t bytes) {
+    static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = static_cast<double>(bytes);
+    int unit = 0;
+    while (value >= 1024 && unit < 4) {
+        value /= 1024;
+        ++unit;
+    }
+    return short_number(value, 4) + " " + units[unit];
+}
+
+void SweepPlan::validate() const {
+    if (collectives.empty()) throw UsageError("--collectives: name at least one collective");
+    for (size_t i = 0; i < collectives.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+            if (collectives[i] == collectives[j])
+                throw UsageError(std::string("--collectives: ") + perf::collective_name(collectives[i]) +
+                                 " is listed twice");
+    if (min_bytes < 1) throw UsageError("-b/--min-bytes: the size must be at least 1 byte");
+    if (max_bytes < min_bytes)
+        throw UsageError("-e/--max-bytes " + std::to_string(max_bytes) + " is smaller than -b/--min-bytes " +
+                         std::to_string(min_bytes));
+    if (factor < 2) throw UsageError("-f/--step-factor: must be at least 2");
+    if (iterations < 1) throw UsageError("-n/--iters: must be at least 1");
+    if (warmup < 0) throw UsageError("-w/--warmup-iters: must be at least 0");
+}
+
+std::string SweepPlan::signature() const {
+    std::string text;
+    for (perf::Collective c : collectives) text += std::string(perf::collective_name(c)) + ",";
+    return text + " " + std::to_string(min_bytes) + " " + std::to_string(max_bytes) + " " + std::to_string(factor) +
+           " " + std::to_string(iterations) + " " + std::to_string(warmup) + " " + (check ? "check" : "nocheck");
+}
+
+std::int64_t collective_bytes(perf::Collective collective, std::int64_t count, int world_size) {
+    const bool per_rank = collective == perf::Collective::allgather || collective == perf::Collective::reduce_scatter;
+    return count * 4 * (per_rank ? world_size : 1);
+}
+
+std::vector<std::int64_t> plan_counts(perf::Collective collective, const SweepPlan& plan, int world_size) {
+    const bool per_rank = collective == perf::Collective::allgather || collective == perf::Collective::reduce_scatter;
+    const std::int64_t divisor = 4 * (per_rank ? world_size : 1);
+    std::vector<std::int64_t> counts;
+    for (std::int64_t size = plan.min_bytes; size <= plan.max_bytes; size *= plan.factor) {
+        const std::int64_t count = std::max<std::int64_t>(1, size / divisor);
+        if (counts.empty() || counts.back() != count) counts.push_back(count);
+        if (size > plan.max_bytes / plan.factor) break;
+    }
+    return counts;
+}
+
+void set_bandwidths(SizeResult& row, perf::Collective collective, int world_size) {
+    row.algbw = perf::algbw(static_cast<double>(row.size), row.time.median);
+    row.busbw = row.algbw * perf::bus_factor(collective, world_size);
+}
+
+double fit_bus_bandwidth(const CollectiveResult& result) {
+    // On one rank the factor is 0, even where the fitted bandwidth is unbounded.
+    return result.bus_factor == 0 ? 0 : result.fit.bandwidth * result.bus_factor;
+}
+
+void fit_rows(CollectiveResult& result) {
+    result.fit = perf::AlphaBetaFit{};
+    if (result.rows.size() < 2) return;
+    std::vector<double> bytes, seconds;
+    for (const auto& row : result.rows) {
+        bytes.push_back(static_cast<double>(row.size));
+        seconds.push_back(row.time.median);
+    }
+    result.fit = perf::fit_alpha_beta(bytes, seconds);
+}
+
+std::string fit_number(double value, int width) {
+    for (const char* format : {"%.2f", "%.1f", "%.0f"}) {
+        std::string text = printf_text(format, value);
+        if (static_cast<int>(text.size()) <= width) return text;
+    }
+    for (int precision = std::max(0, width - 6); precision >= 0; --precision) {
+        char buffer[64];
+        std::snprintf(buffer, sizeof buffer, "%.*e", precision, value);
+        if (static_cast<int>(std::string(buffer).size()) <= width || precision == 0) return buffer;
+    }
+    return printf_text("%e", value);
+}
+
+std::string table_header(perf::Collective collective) {
+    std::string title = perf::collective_name(collective);
+    switch (collective) {
+    case perf::Collective::allreduce: title += " (sum, in place)"; break;
+    case perf::Collective::allgather: title += " (size = all ranks' parts together)"; break;
+    case perf::Collective::broadcast: title += " (from rank 0)"; break;
+    case perf::Collective::reduce_scatter: title += " (sum; size = the whole input)"; break;
+    }
+    std::string line1 = "#" + right("size", 11) + right("count", 12) + right("type", 8) + right("time min", 11) +
+                        right("time med", 11) + right("time max", 11) + right("algbw", 11) + right("busbw", 11) +
+                        right("#wrong", 8);
+    std::string line2 = "#" + right("(B)", 11) + right("(elements)", 12) + right("", 8) + right("(us)", 11) +
+                        right("(us)", 11) + right("(us)", 11) + right("(GB/s)", 11) + right("(GB/s)", 11);
+    return "# " + title + "\n" + line1 + "\n" + line2 + "\n";
+}
+
+std::string table_row(const SizeResult& row) {
+    return right(std::to_string(row.size), 12) + right(std::to_string(row.count), 12) + right("float", 8) +
+           right(fit_number(row.time.min * 1e6, 10), 11) + right(fit_number(row.time.median * 1e6, 10), 11) +
+           right(fit_number(row.time.max * 1e6, 10), 11) + right(fit_number(row.algbw / 1e9, 10), 11) +
+           right(fit_number(row.busbw / 1e9, 10), 11) + right(row.wrong < 0 ? "-" : std::to_string(row.wrong), 8) +
+           "\n";
+}
+
+std::string fit_line(const CollectiveResult& result) {
+    const std::string name = perf::collective_name(result.collective);
+    const perf::AlphaBetaFit& f = result.fit;
+    if (f.points < 2) return "# " + name + " fit: needs two or more message sizes\n";
+    const std::string bandwidth = std::isinf(f.bandwidth)
+                                      ? std::string("unbounded (time does not grow with size)")
+                                      : printf_text("%.4g GB/s", f.bandwidth / 1e9) + " (busbw " +
+                                            printf_text("%.4g GB/s", fit_bus_bandwidth(result) / 1e9) + ")";
+    return "# " + name + " fit t(S) = alpha + S/B: alpha " + printf_text("%.1f us", f.alpha * 1e6) + ", B " +
+           bandwidth + "; R^2 " + printf_text("%.4f", f.r2) + ", relative residuals rms " +
+           printf_text("%.1f%%", f.rms_relative_residual * 100) + ", max " +
+           printf_text("%.1f%%", f.max_relative_residual * 100) + "\n";
+}
+
+std::string results_csv(const std::vector<CollectiveResult>& results) {
+    std::string out =
+        "collective,size_bytes,count,type,time_min_s,time_median_s,time_max_s,algbw_Bps,busbw_Bps,wrong\n";
+    for (const auto& r : results)
+        for (const auto& row : r.rows)
+            out += std::string(perf::collective_name(r.collective)) + "," + std::to_string(row.size) + "," +
+                   std::to_string(row.count) + ",float32," + printf_text("%.9g", row.time.min) + "," +
+                   printf_text("%.9g", row.time.median) + "," + printf_text("%.9g", row.time.max) + "," +
+                   printf_text("%.9g", row.algbw) + "," + printf_text("%.9g", row.busbw) + "," +
+                   (row.wrong < 0 ? "" : std::to_string(row.wrong)) + "\n";
+    return out;
+}
+
+double average_busbw(const std::vector<CollectiveResult>& results) {
+    double sum = 0;
+    size_t rows = 0;
+    for (const auto& r : results)
+        for (const auto& row : r.rows) {
+            sum += row.busbw;
+            ++rows;
+        }
+    return rows ? sum / static_cast<double>(rows) : 0;
+}
+
+std::int64_t total_wrong(const std::vector<CollectiveResult>& results) {
+    std::int64_t total = -1;
+    for (const auto& r : results)
+        for (const auto& row : r.rows)
+            if (row.wrong >= 0) total = std::max<std::int64_t>(total, 0) + row.wrong;
+    return total;
+}
+
+std::string results_json(const std::vector<CollectiveResult>& results, const ProfileMeta& meta) {
+    nlohmann::json report;
+    report["world_size"] = meta.world_size;
+    report["backend"] = meta.backend;
+    report["device"] = meta.device;
+    report["hosts"] = meta.hosts;
+    report["iterations"] = meta.plan.iterations;
+    report["warmup_iterations"] = meta.plan.warmup;
+    report["checked"] = meta.plan.check;
+    report["collectives"] = nlohmann::json::array();
+    for (const auto& r : results) {
+        nlohmann::json c;
+        c["name"] = perf::collective_name(r.collective);
+        c["op"] = op_of(r.collective);
+        c["type"] = "float32";
+        c["bus_factor"] = r.bus_factor;
+        c["results"] = nlohmann::json::array();
+        for (const auto& row : r.rows)
+            c["results"].push_back({{"size", row.size},
+                                    {"count", row.count},
+                                    {"time_min_s", row.time.min},
+                                    {"time_median_s", row.time.median},
+                                    {"time_max_s", row.time.max},
+                                    {"algbw_Bps", row.algbw},
+                                    {"busbw_Bps", row.busbw},
+                                    {"wrong", row.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(row.wrong)}});
+        if (r.fit.points >= 2)
+            c["fit"] = {{"alpha_s", r.fit.alpha},
+                        {"bandwidth_Bps", finite_or_null(r.fit.bandwidth)},
+                        {"bus_bandwidth_Bps", finite_or_null(fit_bus_bandwidth(r))},
+                        {"r2", r.fit.r2},
+                        {"rms_relative_residual", r.fit.rms_relative_residual},
+                        {"max_relative_residual", r.fit.max_relative_residual},
+                        {"points", r.fit.points}};
+        else
+            c["fit"] = nullptr;
+        report["collectives"].push_back(c);
+    }
+    report["average_busbw_Bps"] = average_busbw(results);
+    const std::int64_t wrong = total_wrong(results);
+    report["wrong"] = wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(wrong);
+    report["output"] = meta.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(meta.output);
+    return report.dump(2) + "\n";
+}
+
+io::CommProfile to_comm_profile(const std::vector<CollectiveResult>& results, const ProfileMeta& meta) {
+    io::CommProfile p;
+    p.header.provenance = meta.provenance;
+    p.world_size = meta.world_size;
+    p.backend = meta.backend;
+    p.device = meta.device;
+    p.iterations = meta.plan.iterations;
+    p.warmup_iterations = meta.plan.warmup;
+    p.checked = meta.plan.check;
+    p.hosts = meta.hosts;
+    for (const auto& r : results) {
+        io::CollectiveProfile c;
+        c.name = perf::collective_name(r.collective);
+        c.op = op_of(r.collective);
+        c.bus_factor = r.bus_factor;
+        for (const auto& row : r.rows) {
+            c.size.push_back(row.size);
+            c.count.push_back(row.count);
+            c.time_min.push_back(row.time.min);
+            c.time_median.push_back(row.time.median);
+            c.time_max.push_back(row.time.max);
+            c.algbw.push_back(row.algbw);
+            c.busbw.push_back(row.busbw);
+            c.wrong.push_back(row.wrong);
+        }
+        if (r.fit.points >= 2) {
+            c.alpha = r.fit.alpha;
+            c.bandwidth = r.fit.bandwidth;
+            c.bus_bandwidth = fit_bus_bandwidth(r);
+            c.r2 = r.fit.r2;
+            c.rms_relative_residual = r.fit.rms_relative_residual;
+            c.max_relative_residual = r.fit.max_relative_residual;
+            c.fit_points = static_cast<std::int64_t>(r.fit.points);
+        } else {
+            // A single size cannot separate latency from bandwidth: the whole
+            // time goes to bandwidth, which predicts large messages best.
+            c.alpha = 0;
+            c.bandwidth = r.rows.front().algbw;
+            c.bus_bandwidth = r.rows.front().busbw;
+            c.r2 = 1;
+            c.fit_points = static_cast<std::int64_t>(r.rows.size());
+        }
+        p.collectives.push_back(std::move(c));
+    }
+    return p;
+}
+
+}  // namespace acc::comm

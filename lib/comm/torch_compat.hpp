@@ -1,0 +1,85 @@
+// Every difference between LibTorch 1.13 (Debian) and 2.x in the c10d C++ API
+// that lib/comm meets, in one place. Nothing else in the toolkit tests
+// TORCH_VERSION_*.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>  // needs USE_C10D_GLOO (cmake/AccTorch.cmake)
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+#ifdef C10_USE_GLOG
+#include <glog/logging.h>
+#endif
+#ifdef ACC_HAVE_CUDA
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>  // needs USE_C10D_NCCL
+#endif
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace acc::comm::compat {
+
+#define ACC_TORCH_AT_LEAST(major, minor) \
+    (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+// 1.13: ProcessGroupGloo/NCCL derive from ProcessGroup. 2.x: they derive from
+// Backend, and ProcessGroup became a dispatching front end; we hold the
+// concrete backend in both.
+#if ACC_TORCH_AT_LEAST(2, 0)
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+
+/// TCPStore options, set field by field: 2.x added masterListenFd and
+/// useLibUV (default true from 2.4, and builds without libuv then throw).
+/// numWorkers (c10::optional in 1.13, std::optional in 2.x) stays unset:
+/// lib/comm counts arrivals itself to name the missing ranks.
+inline c10d::TCPStoreOptions store_options(std::uint16_t port, bool is_server, std::chrono::milliseconds timeout) {
+    c10d::TCPStoreOptions options;
+    options.port = port;
+    options.isServer = is_server;
+    options.waitWorkers = false;
+    options.timeout = timeout;
+#if ACC_TORCH_AT_LEAST(2, 1)
+    options.useLibUV = false;
+#endif
+    return options;
+}
+
+/// Gloo transport devices. 2.x added a trailing `bool lazyInit = false`; the
+/// default keeps the one-argument call valid in both.
+inline std::shared_ptr<::gloo::transport::Device> gloo_device_for_host(const std::string& host) {
+    return c10d::ProcessGroupGloo::createDeviceForHostname(host);
+}
+inline std::shared_ptr<::gloo::transport::Device> gloo_device_for_interface(const std::string& name) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(name);
+}
+
+/// NCCL's environment switch for blocking waits was renamed in 2.x (the old
+/// name is deprecated there), like NCCL_ASYNC_ERROR_HANDLING, which torchrun sets.
+#if ACC_TORCH_AT_LEAST(2, 2)
+inline constexpr const char* kNcclBlockingWait = "TORCH_NCCL_BLOCKING_WAIT";
+#else
+inline constexpr const char* kNcclBlockingWait = "NCCL_BLOCKING_WAIT";
+#endif
+
+/// c10d logs through glog in Debian's build (C10_USE_GLOG) and through its
+/// own logger in pip builds. lib/comm reports failures itself, so the
+/// backend's lines ("[c10d] The client socket has timed out ...") are shown
+/// only when `verbose`.
+inline void set_backend_logging(bool verbose) {
+#ifdef C10_USE_GLOG
+    FLAGS_minloglevel = verbose ? google::GLOG_INFO : google::GLOG_FATAL;
+#else
+    (void)verbose;
+#endif
+}
+
+/// "1.13.0"
+inline std::string torch_version() { return TORCH_VERSION; }
+
+}  // namespace acc::comm::compat

@@ -1,0 +1,160 @@
+#include "io/comm_profile.hpp"
+
+#include "io/atomic.hpp"
+
+#include <cmath>
+
+namespace acc::io {
+namespace {
+
+const char* const kRowDatasets[] = {"size", "count", "time_min", "time_median", "time_max", "algbw", "busbw", "wrong"};
+
+template <class T>
+std::vector<T> read_column(const H5File& f, const std::string& name, hsize_t rows) {
+    Dims dims;
+    auto values = f.read<T>(name, &dims);
+    if (dims.size() != 1 || dims[0] != rows)
+        f.fail(name + " has shape " + dims_text(dims) + ", expected " + std::to_string(rows) +
+               " (one entry per message size)");
+    return values;
+}
+
+std::string row_text(const CollectiveProfile& c, size_t i) { return "at size " + std::to_string(c.size[i]) + " B"; }
+
+void check_collective(const H5File& f, const std::string& group, const CollectiveProfile& c) {
+    for (size_t i = 0; i < c.size.size(); ++i) {
+        if (c.size[i] < 1)
+            f.fail(group + "/size is " + std::to_string(c.size[i]) + " in row " + std::to_string(i) +
+                   "; sizes are >= 1 byte");
+        if (i > 0 && c.size[i] <= c.size[i - 1])
+            f.fail(group + "/size is not strictly increasing at row " + std::to_string(i));
+        if (c.count[i] < 1) f.fail(group + "/count is " + std::to_string(c.count[i]) + " " + row_text(c, i));
+        const double t[] = {c.time_min[i], c.time_median[i], c.time_max[i]};
+        for (double v : t)
+            if (!std::isfinite(v) || v <= 0) f.fail(group + ": a time is not a finite number > 0 " + row_text(c, i));
+        if (!(t[0] <= t[1] && t[1] <= t[2]))
+            f.fail(group + ": time_min <= time_median <= time_max does not hold " + row_text(c, i));
+        if (!std::isfinite(c.algbw[i]) || c.algbw[i] < 0 || !std::isfinite(c.busbw[i]) || c.busbw[i] < 0)
+            f.fail(group + ": algbw or busbw is not a finite number >= 0 " + row_text(c, i));
+        if (c.wrong[i] < -1)
+            f.fail(group + "/wrong is " + std::to_string(c.wrong[i]) + " " + row_text(c, i) +
+                   "; use -1 for not checked");
+    }
+    if (!std::isfinite(c.alpha) || c.alpha < 0) f.fail(group + ": alpha is not a finite number >= 0");
+    if (std::isnan(c.bandwidth) || c.bandwidth <= 0) f.fail(group + ": bandwidth is not a number > 0");
+    // A world of one rank moves nothing over links: its bus factor and bus bandwidth may be 0.
+    if (std::isnan(c.bus_bandwidth) || c.bus_bandwidth < 0) f.fail(group + ": bus_bandwidth is not a number >= 0");
+    if (!std::isfinite(c.bus_factor) || c.bus_factor < 0) f.fail(group + ": bus_factor is not a finite number >= 0");
+}
+
+}  // namespace
+
+double CollectiveProfile::predict(double bytes) const {
+    return std::isinf(bandwidth) ? alpha : alpha + bytes / bandwidth;
+}
+
+const CollectiveProfile* CommProfile::find(const std::string& name) const {
+    for (const auto& c : collectives)
+        if (c.name == name) return &c;
+    return nullptr;
+}
+
+void write_comm_profile(const std::string& path, const CommProfile& p) {
+    check_writable_destination(path);
+    AtomicPath atomic(path);
+    H5File f = H5File::create(atomic.temp(), path);
+    FileHeader h = p.header;
+    h.format = kCommProfileFormat;
+    h.major = kCommProfileMajor;
+    h.minor = kCommProfileMinor;
+    write_header(f, h);
+    f.write_attr("/", "world_size", p.world_size);
+    f.write_attr("/", "backend", p.backend);
+    f.write_attr("/", "device", p.device);
+    f.write_attr("/", "iterations", p.iterations);
+    f.write_attr("/", "warmup_iterations", p.warmup_iterations);
+    f.write_attr("/", "checked", std::int64_t{p.checked ? 1 : 0});
+    f.write_strings("/hosts", p.hosts);
+    f.create_group("/collectives");
+    for (const auto& c : p.collectives) {
+        const std::string g = "/collectives/" + c.name;
+        const Dims rows{c.size.size()};
+        f.write(g + "/size", c.size, rows);
+        f.write(g + "/count", c.count, rows);
+        f.write(g + "/time_min", c.time_min, rows);
+        f.write(g + "/time_median", c.time_median, rows);
+        f.write(g + "/time_max", c.time_max, rows);
+        f.write(g + "/algbw", c.algbw, rows);
+        f.write(g + "/busbw", c.busbw, rows);
+        f.write(g + "/wrong", c.wrong, rows);
+        f.write_attr(g, "op", c.op);
+        f.write_attr(g, "dtype", c.dtype);
+        f.write_attr(g, "bus_factor", c.bus_factor);
+        f.write_attr(g, "alpha", c.alpha);
+        f.write_attr(g, "bandwidth", c.bandwidth);
+        f.write_attr(g, "bus_bandwidth", c.bus_bandwidth);
+        f.write_attr(g, "r2", c.r2);
+        f.write_attr(g, "rms_relative_residual", c.rms_relative_residual);
+        f.write_attr(g, "max_relative_residual", c.max_relative_residual);
+        f.write_attr(g, "fit_points", c.fit_points);
+    }
+    f.close();
+    atomic.commit();
+}
+
+CommProfile read_comm_profile(const std::string& path) {
+    H5File f = H5File::open(path, false);
+    CommProfile p;
+    p.header = read_header(f, kCommProfileFormat, kCommProfileMajor);
+    p.world_size = f.read_attr_int("/", "world_size");
+    if (p.world_size < 1) f.fail("world_size is " + std::to_string(p.world_size) + "; it must be at least 1");
+    if (f.has_attr("/", "backend")) p.backend = f.read_attr_string("/", "backend");
+    if (f.has_attr("/", "device")) p.device = f.read_attr_string("/", "device");
+    if (f.has_attr("/", "iterations")) p.iterations = f.read_attr_int("/", "iterations");
+    if (f.has_attr("/", "warmup_iterations")) p.warmup_iterations = f.read_attr_int("/", "warmup_iterations");
+    if (f.has_attr("/", "checked")) p.checked = f.read_attr_int("/", "checked") != 0;
+    if (f.exists("/hosts")) {
+        p.hosts = f.read_strings("/hosts");
+        if (static_cast<std::int64_t>(p.hosts.size()) != p.world_size)
+            f.fail("/hosts lists " + std::to_string(p.hosts.size()) + " hosts for a world of " +
+                   std::to_string(p.world_size) + " ranks");
+    }
+    if (!f.exists("/collectives")) f.fail("group /collectives is missing");
+    for (const std::string& name : f.list("/collectives")) {
+        const std::string g = "/collectives/" + name;
+        CollectiveProfile c;
+        c.name = name;
+        const Dims dims = f.shape(g + "/size");
+        if (dims.size() != 1 || dims[0] < 1)
+            f.fail(g + "/size has shape " + dims_text(dims) + ", expected at least one message size");
+        const hsize_t rows = dims[0];
+        for (const char* column : kRowDatasets)
+            if (!f.exists(g + "/" + column)) f.fail("dataset " + g + "/" + column + " is missing");
+        c.size = read_column<std::int64_t>(f, g + "/size", rows);
+        c.count = read_column<std::int64_t>(f, g + "/count", rows);
+        c.time_min = read_column<double>(f, g + "/time_min", rows);
+        c.time_median = read_column<double>(f, g + "/time_median", rows);
+        c.time_max = read_column<double>(f, g + "/time_max", rows);
+        c.algbw = read_column<double>(f, g + "/algbw", rows);
+        c.busbw = read_column<double>(f, g + "/busbw", rows);
+        c.wrong = read_column<std::int64_t>(f, g + "/wrong", rows);
+        if (f.has_attr(g, "op")) c.op = f.read_attr_string(g, "op");
+        if (f.has_attr(g, "dtype")) c.dtype = f.read_attr_string(g, "dtype");
+        c.bus_factor = f.read_attr_double(g, "bus_factor");
+        c.alpha = f.read_attr_double(g, "alpha");
+        c.bandwidth = f.read_attr_double(g, "bandwidth");
+        c.bus_bandwidth = f.read_attr_double(g, "bus_bandwidth");
+        if (f.has_attr(g, "r2")) c.r2 = f.read_attr_double(g, "r2");
+        if (f.has_attr(g, "rms_relative_residual"))
+            c.rms_relative_residual = f.read_attr_double(g, "rms_relative_residual");
+        if (f.has_attr(g, "max_relative_residual"))
+            c.max_relative_residual = f.read_attr_double(g, "max_relative_residual");
+        if (f.has_attr(g, "fit_points")) c.fit_points = f.read_attr_int(g, "fit_points");
+        check_collective(f, g, c);
+        p.collectives.push_back(std::move(c));
+    }
+    if (p.collectives.empty()) f.fail("/collectives holds no collective");
+    return p;
+}
+
+}  // namespace acc::io

@@ -1,0 +1,67 @@
+// The communication-profile file (format accordion.comm-profile), written by
+// comm-profile and read by compress-bench. Layout: docs/formats.md.
+#pragma once
+
+#include "io/header.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace acc::io {
+
+inline constexpr const char* kCommProfileFormat = "accordion.comm-profile";
+inline constexpr int kCommProfileMajor = 1;
+inline constexpr int kCommProfileMinor = 0;
+
+/// One collective's sweep over message sizes and its alpha-beta fit.
+struct CollectiveProfile {
+    std::string name;         ///< "allreduce", "allgather", "broadcast", "reduce_scatter"
+    std::string op = "none";  ///< reduction: "sum", or "none"
+    std::string dtype = "float32";
+    double bus_factor = 1;  ///< busbw = algbw * bus_factor (docs/metrics.md)
+
+    // One entry per message size, sizes strictly increasing.
+    std::vector<std::int64_t> size;   ///< bytes: the collective's size S, as in algbw
+    std::vector<std::int64_t> count;  ///< elements each rank passes to the call
+    std::vector<double> time_min;     ///< seconds; each iteration's time is the slowest rank's
+    std::vector<double> time_median;  ///< seconds
+    std::vector<double> time_max;     ///< seconds
+    std::vector<double> algbw;        ///< bytes/s: size / time_median
+    std::vector<double> busbw;        ///< bytes/s: algbw * bus_factor
+    std::vector<std::int64_t> wrong;  ///< wrong elements summed over ranks; -1 when not checked
+
+    // t(S) = alpha + S / bandwidth, fitted over the sweep's median times.
+    double alpha = 0;          ///< seconds
+    double bandwidth = 0;      ///< bytes/s; may be +infinity
+    double bus_bandwidth = 0;  ///< bytes/s: bandwidth * bus_factor
+    double r2 = 0;
+    double rms_relative_residual = 0;
+    double max_relative_residual = 0;
+    std::int64_t fit_points = 0;  ///< sizes the fit used
+
+    /// Predicted time in seconds of this collective on `bytes` (its size S).
+    double predict(double bytes) const;
+};
+
+struct CommProfile {
+    FileHeader header;
+    std::int64_t world_size = 1;
+    std::string backend = "gloo";  ///< "gloo" or "nccl"
+    std::string device = "cpu";    ///< "cpu" or "cuda"
+    std::int64_t iterations = 0;   ///< timed iterations per size
+    std::int64_t warmup_iterations = 0;
+    bool checked = false;            ///< whether results were checked (wrong >= 0)
+    std::vector<std::string> hosts;  ///< host name of each rank, in rank order
+    std::vector<CollectiveProfile> collectives;
+
+    /// The collective called `name`, or nullptr.
+    const CollectiveProfile* find(const std::string& name) const;
+};
+
+/// Writes the profile atomically (temporary name, then rename).
+void write_comm_profile(const std::string& path, const CommProfile& profile);
+/// Reads and validates a comm-profile file.
+CommProfile read_comm_profile(const std::string& path);
+
+}  // namespace acc::io

@@ -1,0 +1,49 @@
+// The alpha-beta model of a collective, t(S) = alpha + S / B, fitted by
+// least squares over a sweep of message sizes, and the bandwidths nccl-tests
+// reports (algbw, busbw). Definitions: docs/metrics.md.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace acc::perf {
+
+enum class Collective { allreduce, allgather, broadcast, reduce_scatter };
+
+/// "allreduce", "allgather", "broadcast", "reduce_scatter".
+const char* collective_name(Collective collective);
+/// The inverse of collective_name; throws acc::UsageError listing the valid names.
+Collective parse_collective(const std::string& name);
+/// All collectives, in the order above.
+std::vector<Collective> all_collectives();
+
+/// nccl-tests' bus-bandwidth factor for `world_size` ranks: busbw = algbw * factor.
+/// allreduce 2(n-1)/n, allgather and reduce_scatter (n-1)/n, broadcast 1.
+double bus_factor(Collective collective, int world_size);
+
+/// Algorithm bandwidth in bytes/s: the collective's size S (bytes) over its time (seconds).
+double algbw(double bytes, double seconds);
+
+/// t(S) = alpha + S / bandwidth.
+struct AlphaBetaFit {
+    double alpha = 0;                  ///< seconds: the time of an empty message (latency)
+    double bandwidth = 0;              ///< bytes/s; +infinity when the time does not grow with the size
+    double r2 = 0;                     ///< weighted coefficient of determination (1 is a perfect fit)
+    double rms_relative_residual = 0;  ///< sqrt(mean(((t - fit) / t)^2))
+    double max_relative_residual = 0;  ///< max |t - fit| / t
+    std::size_t points = 0;
+
+    /// Predicted time in seconds of a message of `bytes`.
+    double predict(double bytes) const;
+};
+
+/// Fits t = alpha + S / B to (bytes[i], seconds[i]) by weighted least squares
+/// with weights 1 / t^2, that is minimizing the squared *relative* residuals,
+/// so that small messages count as much as large ones. alpha >= 0 and B > 0
+/// are enforced: when the unconstrained optimum breaks one, the fit is redone
+/// on the boundary. Throws acc::Error unless there are at least two distinct
+/// sizes, sizes are finite and >= 0 and times are finite and > 0.
+AlphaBetaFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+}  // namespace acc::perf

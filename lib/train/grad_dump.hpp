@@ -1,0 +1,33 @@
+// grad-dump's work: train a model and write the gradient-statistics file one
+// epoch at a time, with a checkpoint after every epoch. main() only parses
+// options into a GradDumpConfig. No LibTorch in this header.
+#pragma once
+
+#include "io/header.hpp"
+#include "train/config.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace acc::train {
+
+struct GradDumpConfig {
+    TrainConfig train;
+    std::string output = "grads.h5";            ///< gradient-statistics file (accordion.grads)
+    std::string checkpoint;                     ///< empty: default_checkpoint_path(output)
+    bool resume = false;                        ///< continue from the checkpoint
+    std::vector<std::int64_t> snapshot_epochs;  ///< epochs whose summed gradients are stored whole
+    bool step_norms = false;                    ///< also store per-step, per-parameter norms
+    bool json = false;                          ///< also print the summary as JSON on stdout
+    io::Provenance provenance;
+};
+
+/// "grads.h5" -> "grads.ckpt.h5"; other names get ".ckpt.h5" appended.
+std::string default_checkpoint_path(const std::string& output);
+
+/// Validates (UsageError), trains, writes the files and prints the summary.
+/// Returns the exit code.
+int run_grad_dump(GradDumpConfig config);
+
+}  // namespace acc::train

@@ -1,0 +1,347 @@
+#include "train/trainer.hpp"
+
+#include "base/error.hpp"
+#include "io/atomic.hpp"
+#include "io/h5.hpp"
+
+#include <chrono>
+#include <cmath>
+
+namespace acc::train {
+namespace {
+
+// Checkpoint tensors: one HDF5 dataset each, with a 'dtype' attribute that
+// also tells datasets from groups when reading /extra back.
+const char* dtype_name(torch::ScalarType type) {
+    switch (type) {
+    case torch::kFloat32: return "float32";
+    case torch::kFloat64: return "float64";
+    case torch::kInt64: return "int64";
+    case torch::kInt32: return "int32";
+    case torch::kUInt8: return "uint8";
+    case torch::kInt8: return "int8";
+    case torch::kFloat16: return "float16";
+    case torch::kBFloat16: return "bfloat16";
+    default: return nullptr;
+    }
+}
+
+template <class T>
+void write_values(io::H5File& f, const std::string& name, const torch::Tensor& t, const io::Dims& dims) {
+    const T* data = t.data_ptr<T>();
+    f.write(name, std::vector<T>(data, data + t.numel()), dims);
+}
+
+void write_tensor(io::H5File& f, const std::string& name, const torch::Tensor& tensor) {
+    torch::Tensor t = tensor.detach().to(torch::kCPU).contiguous();
+    const char* dtype = dtype_name(t.scalar_type());
+    if (!dtype) f.fail("cannot store tensor " + name + " of type " + std::string(c10::toString(t.scalar_type())));
+    io::Dims dims(t.sizes().begin(), t.sizes().end());
+    switch (t.scalar_type()) {
+    case torch::kFloat64: write_values<double>(f, name, t, dims); break;
+    case torch::kInt64: write_values<std::int64_t>(f, name, t, dims); break;
+    case torch::kInt32: write_values<std::int32_t>(f, name, t, dims); break;
+    case torch::kUInt8: write_values<std::uint8_t>(f, name, t, dims); break;
+    case torch::kInt8: write_values<std::int8_t>(f, name, t, dims); break;
+    default: write_values<float>(f, name, t.to(torch::kFloat32), dims); break;  // float32, and 16-bit floats widened
+    }
+    f.write_attr(name, "dtype", std::string(dtype));
+}
+
+template <class T>
+torch::Tensor read_values(const io::H5File& f, const std::string& name, torch::ScalarType type) {
+    io::Dims dims;
+    std::vector<T> values = f.read<T>(name, &dims);
+    std::vector<std::int64_t> sizes(dims.begin(), dims.end());
+    return torch::from_blob(values.data(), sizes, type).clone();
+}
+
+torch::Tensor read_tensor(const io::H5File& f, const std::string& name) {
+    if (!f.exists(name)) f.fail("dataset " + name + " is missing");
+    const std::string dtype = f.has_attr(name, "dtype") ? f.read_attr_string(name, "dtype") : "float32";
+    if (dtype == "float64") return read_values<double>(f, name, torch::kFloat64);
+    if (dtype == "int64") return read_values<std::int64_t>(f, name, torch::kInt64);
+    if (dtype == "int32") return read_values<std::int32_t>(f, name, torch::kInt32);
+    if (dtype == "uint8") return read_values<std::uint8_t>(f, name, torch::kUInt8);
+    if (dtype == "int8") return read_values<std::int8_t>(f, name, torch::kInt8);
+    torch::Tensor t = read_values<float>(f, name, torch::kFloat32);
+    if (dtype == "float16") return t.to(torch::kFloat16);
+    if (dtype == "bfloat16") return t.to(torch::kBFloat16);
+    if (dtype != "float32") f.fail(name + " has unknown dtype '" + dtype + "'");
+    return t;
+}
+
+// Copies a stored tensor into `target`, which fixes the expected shape.
+void restore(const io::H5File& f, const std::string& name, torch::Tensor target) {
+    torch::Tensor stored = read_tensor(f, name);
+    if (stored.sizes() != target.sizes())
+        f.fail(name + " has shape " + io::shape_text(stored.sizes().vec()) + ", expected " +
+               io::shape_text(target.sizes().vec()));
+    torch::NoGradGuard no_grad;
+    target.copy_(stored);
+}
+
+// Reads every tensor below `group` into `out`, keyed by its path relative to `root`.
+void read_tree(const io::H5File& f, const std::string& group, const std::string& prefix, TensorMap& out) {
+    for (const auto& name : f.list(group)) {
+        const std::string path = group + "/" + name;
+        if (f.has_attr(path, "dtype"))
+            out[prefix + name] = read_tensor(f, path);
+        else
+            read_tree(f, path, prefix + name + "/", out);
+    }
+}
+
+// Moves the model to `device` and returns its parameters, in model order.
+std::vector<torch::Tensor> parameters_on(Model& model, torch::Device device) {
+    model.to(device);
+    return model.parameters();
+}
+
+double l2_norm(const torch::Tensor& t) { return t.norm().item<double>(); }
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+GradientRecorder::GradientRecorder(const std::vector<torch::Tensor>& parameters, bool step_norms)
+    : step_norms_(step_norms) {
+    for (const auto& p : parameters) sums_.push_back(torch::zeros_like(p, torch::MemoryFormat::Contiguous));
+}
+
+void GradientRecorder::reset() {
+    for (auto& s : sums_) s.zero_();
+    last_step_.clear();
+}
+
+void GradientRecorder::add(const std::vector<torch::Tensor>& gradients) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < sums_.size(); ++i) sums_[i].add_(gradients[i]);
+    if (step_norms_) {
+        last_step_.resize(gradients.size());
+        for (size_t i = 0; i < gradients.size(); ++i) last_step_[i] = l2_norm(gradients[i]);
+    }
+}
+
+std::vector<double> GradientRecorder::norms() const {
+    std::vector<double> out;
+    out.reserve(sums_.size());
+    for (const auto& s : sums_) out.push_back(l2_norm(s.to(torch::kFloat64)));
+    return out;
+}
+
+Sgd::Sgd(std::vector<torch::Tensor> parameters, OptimizerConfig config)
+    : parameters_(std::move(parameters)), config_(config), momentum_(parameters_.size()) {}
+
+void Sgd::step(const std::vector<torch::Tensor>& gradients, double lr) {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+        torch::Tensor g = gradients[i];
+        if (config_.weight_decay != 0) g = g.add(parameters_[i], config_.weight_decay);
+        if (config_.momentum != 0) {
+            torch::Tensor& buffer = momentum_[i];
+            if (!buffer.defined())
+                buffer = g.detach().clone();
+            else
+                buffer.mul_(config_.momentum).add_(g);
+            g = config_.nesterov ? g.add(buffer, config_.momentum) : buffer;
+        }
+        parameters_[i].add_(g, -lr);
+    }
+}
+
+TrainerOptions trainer_options(const TrainConfig& config) {
+    TrainerOptions o;
+    o.batch_size = config.batch_size;
+    o.micro_batch_size = config.micro_batch_size;
+    o.optimizer = config.optimizer;
+    o.clip_norm = config.clip_norm;
+    o.seed = config.seed;
+    o.device = config.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    return o;
+}
+
+Trainer::Trainer(std::shared_ptr<Model> model, const Dataset& data, TrainerOptions options, Shard shard)
+    : model_(std::move(model)),
+      data_(data),
+      options_(options),
+      shard_(shard),
+      parameters_(parameters_on(*model_, options.device)),
+      description_(describe_parameters(*model_)),
+      sgd_(parameters_, options.optimizer) {
+    if (data_.train(0, shard_, options_.batch_size, options_.seed)->size() == 0)
+        throw UsageError("--batch-size: the training split (" + std::to_string(data_.info().train_size) + " " +
+                         data_.info().unit + ") gives rank " + std::to_string(shard_.rank) + " of " +
+                         std::to_string(shard_.world_size) + " no batch of at least 2 samples");
+}
+
+std::int64_t Trainer::steps_in_epoch(std::int64_t epoch) const {
+    return data_.train(epoch, shard_, options_.batch_size, options_.seed)->size();
+}
+
+EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallback& on_step) {
+    const auto start = std::chrono::steady_clock::now();
+    // Dropout draws from a stream of its own per epoch and rank, so a resumed run repeats it exactly.
+    torch::manual_seed(
+        mix_seed(options_.seed, 0xd0, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(shard_.rank)));
+    model_->train();
+    model_->reset_state();
+    if (recorder_) recorder_->reset();
+    auto batches = data_.train(epoch, shard_, options_.batch_size, options_.seed);
+    std::vector<torch::Tensor> gradients(parameters_.size());
+    EpochResult result;
+    double loss_sum = 0;
+    std::int64_t correct = 0;
+    for (std::int64_t i = 0; i < batches->size(); ++i) {
+        Batch batch = batches->get(i);
+        torch::Tensor input = batch.input.to(options_.device), target = batch.target.to(options_.device);
+        for (auto& p : parameters_)
+            if (p.grad().defined()) p.grad().zero_();
+
+        // Micro-batches: each loss is weighted by its share of the batch, so the
+        // accumulated gradient is that of the mean loss over the whole batch.
+        const std::int64_t rows = input.size(0);
+        std::int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
+        if (micro < rows && rows != batch.samples)
+            throw Error("micro-batches apply only to data with one sample per row (not text)");
+        double step_loss = 0;
+        for (std::int64_t first = 0; first < rows; first += micro) {
+            const std::int64_t count = std::min(micro, rows - first);
+            torch::Tensor part_input = count == rows ? input : input.slice(0, first, first + count);
+            torch::Tensor part_target = count == rows ? target : target.slice(0, first, first + count);
+            torch::Tensor logits = model_->forward(part_input);
+            torch::Tensor loss = torch::nn::functional::cross_entropy(logits, part_target);
+            const double share = static_cast<double>(part_target.size(0)) / static_cast<double>(batch.samples);
+            (count == rows ? loss : loss * share).backward();
+            step_loss += loss.item<double>() * share;
+            correct += logits.detach().argmax(1).eq(part_target).sum().item<std::int64_t>();
+        }
+        if (!std::isfinite(step_loss))
+            throw Error("training diverged: the loss is " + std::string(std::isnan(step_loss) ? "NaN" : "infinite") +
+                        " at epoch " + std::to_string(epoch) + ", step " + std::to_string(i) +
+                        " (try a lower --lr or --clip-norm)");
+
+        for (size_t p = 0; p < parameters_.size(); ++p)
+            gradients[p] = parameters_[p].grad().defined() ? parameters_[p].grad() : torch::zeros_like(parameters_[p]);
+        if (options_.clip_norm > 0) {
+            // As torch.nn.utils.clip_grad_norm_: scale all gradients by max_norm / (total_norm + 1e-6) if that is < 1.
+            double total = 0;
+            for (const auto& g : gradients) total += std::pow(l2_norm(g), 2);
+            const double coefficient = options_.clip_norm / (std::sqrt(total) + 1e-6);
+            if (coefficient < 1)
+                for (auto& g : gradients) g.mul_(coefficient);
+        }
+        const StepInfo info{epoch, i, global_step_, lr};
+        if (recorder_) recorder_->add(gradients);
+        if (exchange_) exchange_->exchange(gradients, info);
+        sgd_.step(gradients, lr);
+        ++global_step_;
+        ++result.steps;
+        result.samples += batch.samples;
+        loss_sum += step_loss * static_cast<double>(batch.samples);
+        if (on_step) on_step(info, step_loss, batch.samples);
+    }
+    result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0;
+    result.accuracy = result.samples ? static_cast<double>(correct) / static_cast<double>(result.samples) : 0;
+    result.seconds = seconds_since(start);
+    return result;
+}
+
+EvalResult Trainer::evaluate() {
+    torch::NoGradGuard no_grad;
+    model_->eval();
+    model_->reset_state();
+    auto batches = data_.test(options_.batch_size);
+    EvalResult result;
+    double loss_sum = 0;
+    std::int64_t correct = 0;
+    for (std::int64_t i = 0; i < batches->size(); ++i) {
+        Batch batch = batches->get(i);
+        torch::Tensor target = batch.target.to(options_.device);
+        torch::Tensor logits = model_->forward(batch.input.to(options_.device));
+        loss_sum += torch::nn::functional::cross_entropy(
+                        logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                        .item<double>();
+        correct += logits.argmax(1).eq(target).sum().item<std::int64_t>();
+        result.samples += batch.samples;
+    }
+    model_->train();
+    model_->reset_state();
+    if (result.samples > 0) {
+        result.loss = loss_sum / static_cast<double>(result.samples);
+        result.accuracy = static_cast<double>(correct) / static_cast<double>(result.samples);
+    }
+    return result;
+}
+
+void Trainer::save_checkpoint(const std::string& path, const CheckpointInfo& info, const TensorMap& extra) const {
+    io::AtomicPath atomic(path);
+    io::H5File f = io::H5File::create(atomic.temp(), path);
+    io::write_header(f, {kCheckpointFormat, 1, 0, info.provenance, ""});
+    f.write_attr("/", "epoch", info.epoch);
+    f.write_attr("/", "global_step", info.global_step);
+    f.write_attr("/", "model", info.model);
+    f.write_attr("/", "dataset", info.dataset);
+    f.write_attr("/", "batch_size", info.batch_size);
+    f.write_attr("/", "world_size", info.world_size);
+    f.write_attr("/", "seed", static_cast<std::int64_t>(info.seed));
+    io::write_parameters(f, description_);
+    for (const auto& item : model_->named_parameters()) write_tensor(f, "/model/" + item.key(), item.value());
+    for (const auto& item : model_->named_buffers()) write_tensor(f, "/buffers/" + item.key(), item.value());
+    for (size_t i = 0; i < description_.size(); ++i)
+        if (sgd_.momentum()[i].defined())
+            write_tensor(f, "/optimizer/momentum/" + description_[i].name, sgd_.momentum()[i]);
+    for (const auto& [name, tensor] : extra) write_tensor(f, "/extra/" + name, tensor);
+    if (exchange_) {
+        TensorMap state;
+        exchange_->save_state(state);
+        for (const auto& [name, tensor] : state) write_tensor(f, "/extra/exchange/" + name, tensor);
+    }
+    f.close();
+    atomic.commit();
+}
+
+CheckpointInfo Trainer::load_checkpoint(const std::string& path, TensorMap* extra) {
+    io::H5File f = io::H5File::open(path, false);
+    CheckpointInfo info;
+    info.provenance = io::read_header(f, kCheckpointFormat, 1).provenance;
+    const std::string mismatch = io::compare_parameters(description_, io::read_parameters(f));
+    if (!mismatch.empty()) f.fail("does not belong to this model: " + mismatch);
+    info.epoch = f.read_attr_int("/", "epoch");
+    info.global_step = f.read_attr_int("/", "global_step");
+    info.model = f.read_attr_string("/", "model");
+    info.dataset = f.read_attr_string("/", "dataset");
+    info.batch_size = f.read_attr_int("/", "batch_size");
+    info.world_size = f.read_attr_int("/", "world_size");
+    info.seed = static_cast<std::uint64_t>(f.read_attr_int("/", "seed"));
+    if (info.epoch < 0 || info.global_step < 0) f.fail("epoch and global_step must be >= 0");
+    for (const auto& item : model_->named_parameters()) restore(f, "/model/" + item.key(), item.value());
+    for (const auto& item : model_->named_buffers()) restore(f, "/buffers/" + item.key(), item.value());
+    for (size_t i = 0; i < description_.size(); ++i) {
+        const std::string name = "/optimizer/momentum/" + description_[i].name;
+        sgd_.momentum()[i] = torch::Tensor();
+        if (f.exists(name)) {
+            sgd_.momentum()[i] = torch::zeros_like(parameters_[i]);
+            restore(f, name, sgd_.momentum()[i]);
+        }
+    }
+    TensorMap stored;
+    if (f.exists("/extra")) read_tree(f, "/extra", "", stored);
+    TensorMap exchange_state;
+    for (auto it = stored.begin(); it != stored.end();) {
+        if (it->first.rfind("exchange/", 0) == 0) {
+            exchange_state[it->first.substr(9)] = it->second.to(options_.device);
+            it = stored.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    if (exchange_) exchange_->load_state(exchange_state);
+    if (extra) *extra = std::move(stored);
+    global_step_ = info.global_step;
+    return info;
+}
+
+}  // namespace acc::train

@@ -1,0 +1,176 @@
+// The training loop, built to be shared: grad-dump runs it on one process,
+// train-dist on several. One optimizer step is
+//
+//   for each micro-batch: forward, backward (gradients accumulate)
+//   clip the local gradient (optional)
+//   recorder: add the raw local gradient to the epoch's sum
+//   exchange: replace each gradient with an aggregated one (identity on one process)
+//   SGD: weight decay, momentum (Nesterov), step with the epoch's learning rate
+#pragma once
+
+#include "io/header.hpp"
+#include "io/parameters.hpp"
+#include "train/config.hpp"
+#include "train/datasets.hpp"
+#include "train/models.hpp"
+#include "train/plan.hpp"
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace acc::train {
+
+/// Named tensors, e.g. a component's state in a checkpoint.
+using TensorMap = std::map<std::string, torch::Tensor>;
+
+/// Where a step is.
+struct StepInfo {
+    std::int64_t epoch = 0;
+    std::int64_t step = 0;         ///< step within the epoch, from 0
+    std::int64_t global_step = 0;  ///< steps since the start of training, from 0
+    double lr = 0;
+};
+
+/// The hook between backward and the optimizer step. A data-parallel run
+/// aggregates the ranks' gradients here (allreduce, compression, error feedback).
+class GradientExchange {
+public:
+    virtual ~GradientExchange() = default;
+    /// `gradients[i]` is parameter i's local gradient; replace or modify each in place.
+    virtual void exchange(std::vector<torch::Tensor>& gradients, const StepInfo& step) = 0;
+    /// State to keep in checkpoints (e.g. error-feedback memories), and to restore from them.
+    virtual void save_state(TensorMap&) const {}
+    virtual void load_state(const TensorMap&) {}
+};
+
+/// Sums each parameter's raw local gradient over an epoch's steps: one
+/// parameter-sized buffer and one add per step. Optionally keeps each step's
+/// per-parameter norms too.
+class GradientRecorder {
+public:
+    GradientRecorder(const std::vector<torch::Tensor>& parameters, bool step_norms);
+    /// Zeroes the sums (at the start of an epoch).
+    void reset();
+    void add(const std::vector<torch::Tensor>& gradients);
+    /// Per parameter, the L2 norm of the sum (computed in double precision).
+    std::vector<double> norms() const;
+    /// The sums, one tensor per parameter.
+    const std::vector<torch::Tensor>& sums() const { return sums_; }
+    /// Norms of the last step's gradients (empty unless step_norms).
+    const std::vector<double>& last_step_norms() const { return last_step_; }
+
+private:
+    std::vector<torch::Tensor> sums_;
+    bool step_norms_;
+    std::vector<double> last_step_;
+};
+
+/// SGD as PyTorch's torch.optim.SGD (dampening 0): g += wd * p; buf = m * buf + g
+/// (buf = g at the first step); g = g + m * buf (Nesterov) or buf; p -= lr * g.
+class Sgd {
+public:
+    Sgd(std::vector<torch::Tensor> parameters, OptimizerConfig config);
+    void step(const std::vector<torch::Tensor>& gradients, double lr);
+    /// Momentum buffers, one per parameter (undefined before the first step).
+    std::vector<torch::Tensor>& momentum() { return momentum_; }
+    const std::vector<torch::Tensor>& momentum() const { return momentum_; }
+
+private:
+    std::vector<torch::Tensor> parameters_;
+    OptimizerConfig config_;
+    std::vector<torch::Tensor> momentum_;
+};
+
+/// Results of one epoch of training, as the recording rank saw it.
+struct EpochResult {
+    double loss = 0;      ///< mean training loss per sample
+    double accuracy = 0;  ///< fraction of samples classified right (next token for text)
+    std::int64_t steps = 0;
+    std::int64_t samples = 0;
+    double seconds = 0;  ///< wall time
+};
+
+struct EvalResult {
+    double loss = 0;
+    double accuracy = 0;
+    std::int64_t samples = 0;
+};
+
+/// What a checkpoint says about the run, besides tensors.
+struct CheckpointInfo {
+    std::int64_t epoch = 0;  ///< completed epochs: training continues with this epoch
+    std::int64_t global_step = 0;
+    std::string model;
+    std::string dataset;
+    std::int64_t batch_size = 0;
+    std::int64_t world_size = 1;
+    std::uint64_t seed = 0;
+    io::Provenance provenance;  ///< the program that writes the checkpoint
+};
+
+inline constexpr const char* kCheckpointFormat = "accordion.checkpoint";
+
+/// Called after every step with its loss (mean over the step's samples) and sample count.
+using StepCallback = std::function<void(const StepInfo&, double loss, std::int64_t samples)>;
+
+struct TrainerOptions {
+    std::int64_t batch_size = 128;
+    std::int64_t micro_batch_size = 0;  ///< 0: the whole batch at once
+    OptimizerConfig optimizer;
+    double clip_norm = 0;
+    std::uint64_t seed = 42;
+    torch::Device device = torch::kCPU;
+};
+
+/// The loop's options from a run's configuration.
+TrainerOptions trainer_options(const TrainConfig& config);
+
+class Trainer {
+public:
+    Trainer(std::shared_ptr<Model> model, const Dataset& data, TrainerOptions options, Shard shard = {});
+
+    Model& model() { return *model_; }
+    const std::vector<io::Parameter>& parameters() const { return description_; }
+    const std::vector<torch::Tensor>& parameter_tensors() const { return parameters_; }
+    Shard shard() const { return shard_; }
+    std::int64_t global_step() const { return global_step_; }
+
+    /// The exchange between backward and the optimizer step; nullptr: identity.
+    void set_exchange(GradientExchange* exchange) { exchange_ = exchange; }
+    /// The recorder that sees every step's raw local gradient; nullptr: none.
+    void set_recorder(GradientRecorder* recorder) { recorder_ = recorder; }
+
+    /// Steps one epoch takes on this rank.
+    std::int64_t steps_in_epoch(std::int64_t epoch) const;
+    /// Trains one epoch at learning rate `lr` (the caller applies schedule and
+    /// scale). Throws acc::Error if the loss becomes NaN or infinite.
+    EpochResult train_epoch(std::int64_t epoch, double lr, const StepCallback& on_step = {});
+    /// Loss and accuracy on the whole test split.
+    EvalResult evaluate();
+
+    /// Writes model, buffers, optimizer state and `extra` tensors (plus the
+    /// exchange's state under "exchange/") to `path`, atomically.
+    void save_checkpoint(const std::string& path, const CheckpointInfo& info, const TensorMap& extra = {}) const;
+    /// Restores what save_checkpoint wrote; checks that the parameters match.
+    /// Returns the info and fills `extra` with the other tensors.
+    CheckpointInfo load_checkpoint(const std::string& path, TensorMap* extra = nullptr);
+
+private:
+    std::shared_ptr<Model> model_;
+    const Dataset& data_;
+    TrainerOptions options_;
+    Shard shard_;
+    std::vector<torch::Tensor> parameters_;
+    std::vector<io::Parameter> description_;
+    Sgd sgd_;
+    GradientExchange* exchange_ = nullptr;
+    GradientRecorder* recorder_ = nullptr;
+    std::int64_t global_step_ = 0;
+};
+
+}  // namespace acc::train

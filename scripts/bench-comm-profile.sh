@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Overhead of comm-profile's measurement: allreduce busbw on 2 ranks over
+# loopback, 4 MiB to 64 MiB, from comm-profile and from a plain loop of
+# torch.distributed.all_reduce (Debian's python3-torch, Gloo) on the same sizes.
+# Both run twice, alternating; each side keeps its best busbw per size. Prints
+# the ratio comm-profile / PyTorch per size and its geometric mean (goal: >= 0.9).
+# comm-profile reports the median of per-call times, the loop a mean over
+# back-to-back calls; on a busy machine the two differ by more than the
+# overhead, so run it on an otherwise idle one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${ACC_BUILD_DIR:-build}/bin/comm-profile
+python=${ACC_PYTHON:-/usr/bin/python3}
+iters=${ITERS:-20}
+work=$(mktemp -d)
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+cat >"$work/loop.py" <<'PY'
+# A plain timing loop: per size, warm up, then time ITERS back-to-back
+# all_reduce calls; the time of a call is the slowest rank's mean.
+import os, sys, time
+import torch
+import torch.distributed as dist
+
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+iters = int(sys.argv[1])
+size = 4 << 20
+while size <= 64 << 20:
+    t = torch.zeros(size // 4)
+    for _ in range(5):
+        dist.all_reduce(t)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(t)
+    elapsed = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    if dist.get_rank() == 0:
+        # 2 ranks: busbw = algbw * 2(n-1)/n = size / time.
+        print(f"{size},{size / elapsed.item()}")
+    size *= 2
+dist.destroy_process_group()
+PY
+
+run_torch() {
+    local port
+    port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    for rank in 1 0; do
+        RANK=$rank WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+            "$python" "$work/loop.py" "$iters" >"$work/torch-$rank.csv" &
+    done
+    wait
+    cat "$work/torch-0.csv"
+}
+
+run_comm_profile() {
+    "$bin" --nproc 2 --collectives allreduce -b 4M -e 64M -n "$iters" -w 5 --csv -q |
+        awk -F, 'NR > 1 { print $2 "," $9 }'
+}
+
+for round in 1 2; do
+    run_comm_profile >>"$work/ours.csv"
+    run_torch >>"$work/theirs.csv"
+done
+
+"$python" - "$work/ours.csv" "$work/theirs.csv" <<'PY'
+import math, sys
+def best(path):
+    out = {}
+    for line in open(path):
+        size, busbw = line.strip().split(",")
+        out[int(size)] = max(out.get(int(size), 0.0), float(busbw))
+    return out
+ours, theirs = best(sys.argv[1]), best(sys.argv[2])
+print("allreduce, 2 ranks on loopback (Gloo), busbw in GB/s, best of 2 runs each")
+print(f"{'size':>10} {'comm-profile':>13} {'torch loop':>11} {'ratio':>7}")
+ratios = []
+for size in sorted(theirs):
+    r = ours[size] / theirs[size]
+    ratios.append(r)
+    print(f"{size >> 20:>7} MiB {ours[size] / 1e9:>13.3f} {theirs[size] / 1e9:>11.3f} {r:>7.3f}")
+mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+verdict = "met" if mean >= 0.9 else "NOT met"
+print(f"geometric mean ratio comm-profile / torch: {mean:.3f} "
+      f"(goal >= 0.90: comm-profile's own overhead costs at most 10% of busbw): {verdict}")
+PY

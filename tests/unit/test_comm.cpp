@@ -1,0 +1,438 @@
+// lib/comm: rendezvous resolution, the comm-profile report, and the
+// collectives over real Gloo process groups, one thread per rank on loopback.
+#include "base/error.hpp"
+#include "comm/launch.hpp"
+#include "comm/process_group.hpp"
+#include "comm/profile.hpp"
+#include "comm/profile_report.hpp"
+#include "comm/rendezvous.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+using namespace acc::comm;
+using acc::perf::Collective;
+
+namespace {
+
+Environment fake_env(std::map<std::string, std::string> vars) {
+    auto shared = std::make_shared<std::map<std::string, std::string>>(std::move(vars));
+    return [shared](const char* name) -> const char* {
+        auto it = shared->find(name);
+        return it == shared->end() ? nullptr : it->second.c_str();
+    };
+}
+
+std::string usage_error(const RendezvousConfig& config, const Environment& env) {
+    try {
+        resolve_rendezvous(config, env);
+    } catch (const acc::UsageError& e) {
+        return e.what();
+    }
+    return "no error";
+}
+
+// Runs `body` as ranks 0..world-1 of one Gloo process group, one thread each.
+// Returns each rank's error message ("" when it succeeded).
+std::vector<std::string> in_threads(int world, const std::function<void(ProcessGroupCollectives&)>& body,
+                                    double timeout = 20) {
+    const int port = free_local_port();
+    std::vector<std::string> errors(static_cast<size_t>(world));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+        threads.emplace_back([&, r] {
+            try {
+                Rendezvous rv;
+                rv.rank = r;
+                rv.world_size = world;
+                rv.master_port = port;
+                rv.timeout = timeout;
+                auto comm = ProcessGroupCollectives::join(rv);
+                body(*comm);
+            } catch (const std::exception& e) {
+                errors[static_cast<size_t>(r)] = e.what();
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    return errors;
+}
+
+void expect_all_ok(const std::vector<std::string>& errors) {
+    for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+}  // namespace
+
+TEST(Rendezvous, DefaultsToASingleLocalRank) {
+    Rendezvous r = resolve_rendezvous({}, fake_env({}));
+    EXPECT_EQ(r.rank, 0);
+    EXPECT_EQ(r.world_size, 1);
+    EXPECT_EQ(r.master_addr, "127.0.0.1");
+    EXPECT_EQ(r.master_port, 29500);
+    EXPECT_FALSE(r.agent_store);
+}
+
+TEST(Rendezvous, ReadsTorchrunsEnvironment) {
+    Rendezvous r = resolve_rendezvous({}, fake_env({{"RANK", "3"},
+                                                    {"WORLD_SIZE", "4"},
+                                                    {"LOCAL_RANK", "1"},
+                                                    {"MASTER_ADDR", "node7"},
+                                                    {"MASTER_PORT", "1234"},
+                                                    {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                                    {"TORCHELASTIC_RESTART_COUNT", "2"}}));
+    EXPECT_EQ(r.rank, 3);
+    EXPECT_EQ(r.world_size, 4);
+    EXPECT_EQ(r.local_rank, 1);
+    EXPECT_EQ(r.master_addr, "node7");
+    EXPECT_EQ(r.master_port, 1234);
+    EXPECT_TRUE(r.agent_store);
+    EXPECT_EQ(r.restart_count, 2);
+    EXPECT_EQ(agent_store_prefix(r.restart_count), "/worker/attempt_2");
+}
+
+TEST(Rendezvous, FlagsOverrideTheEnvironment) {
+    RendezvousConfig c;
+    c.rank = 1;
+    c.world_size = 2;
+    c.master_port = 4000;
+    Rendezvous r = resolve_rendezvous(c, fake_env({{"RANK", "3"},
+                                                   {"WORLD_SIZE", "4"},
+                                                   {"LOCAL_RANK", "3"},
+                                                   {"MASTER_PORT", "1234"},
+                                                   {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+    EXPECT_EQ(r.rank, 1);
+    EXPECT_EQ(r.world_size, 2);
+    EXPECT_EQ(r.local_rank, 1);
+    EXPECT_EQ(r.master_port, 4000);
+    EXPECT_FALSE(r.agent_store) << "a store moved by flags is not torchrun's agent store";
+}
+
+TEST(Rendezvous, NamesTheOptionOrVariableAtFault) {
+    EXPECT_EQ(usage_error({}, fake_env({{"RANK", "two"}})),
+              "RANK='two' in the environment is not a whole number in [0, 1048576]");
+    EXPECT_EQ(usage_error({}, fake_env({{"MASTER_PORT", "70000"}})),
+              "MASTER_PORT='70000' in the environment is not a whole number in [1, 65535]");
+    EXPECT_EQ(usage_error({}, fake_env({{"RANK", "2"}, {"WORLD_SIZE", "2"}})),
+              "RANK 2 is outside the world: WORLD_SIZE is 2, so ranks are 0..1");
+    RendezvousConfig c;
+    c.rank = 1;
+    EXPECT_EQ(usage_error(c, fake_env({})),
+              "--rank 1 is outside the world: the default world size is 1, so ranks are 0..0");
+}
+
+TEST(Launch, WithoutNprocRunsInThisProcess) {
+    RendezvousConfig config;
+    char name[] = "comm-profile";
+    char* argv[] = {name, nullptr};
+    EXPECT_EQ(run_ranks(config, 1, argv, "comm-profile", [] { return 7; }), 7);
+    config.nproc = 2;
+    config.rank = 0;
+    EXPECT_THROW(run_ranks(config, 1, argv, "comm-profile", [] { return 7; }), acc::UsageError);
+    EXPECT_GT(free_local_port(), 0);
+}
+
+TEST(Report, ParsesSizesWithBinarySuffixes) {
+    EXPECT_EQ(parse_size("8", "-b"), 8);
+    EXPECT_EQ(parse_size("4K", "-b"), 4096);
+    EXPECT_EQ(parse_size("64M", "-e"), 64 << 20);
+    EXPECT_EQ(parse_size("1g", "-e"), std::int64_t{1} << 30);
+    for (const char* bad : {"", "M", "1.5M", "-8", "8KB", "0x10"})
+        EXPECT_THROW(parse_size(bad, "-b"), acc::UsageError) << bad;
+    EXPECT_EQ(size_text(64 << 20), "64 MiB");
+    EXPECT_EQ(size_text(1536), "1.5 KiB");
+}
+
+TEST(Report, PlansSizesAsNcclTestsDoes) {
+    SweepPlan plan;
+    plan.min_bytes = 8;
+    plan.max_bytes = 100;
+    plan.factor = 2;
+    // 8, 16, 32, 64 bytes; 128 > 100.
+    EXPECT_EQ(plan_counts(Collective::allreduce, plan, 4), (std::vector<std::int64_t>{2, 4, 8, 16}));
+    // allgather: per-rank parts of size/4/world floats, at least one; 8 and 16 both round to 1.
+    EXPECT_EQ(plan_counts(Collective::allgather, plan, 4), (std::vector<std::int64_t>{1, 2, 4}));
+    EXPECT_EQ(collective_bytes(Collective::allgather, 4, 4), 64);
+    EXPECT_EQ(collective_bytes(Collective::reduce_scatter, 4, 4), 64);
+    EXPECT_EQ(collective_bytes(Collective::broadcast, 4, 4), 16);
+    plan.factor = 10;
+    plan.max_bytes = std::int64_t{1} << 40;  // stops before overflowing
+    EXPECT_EQ(plan_counts(Collective::allreduce, plan, 2).size(), 12u);
+}
+
+TEST(Report, ValidatesThePlan) {
+    ProfileConfig config;
+    config.min_bytes = "1M";
+    config.max_bytes = "1K";
+    try {
+        make_plan(config);
+        FAIL();
+    } catch (const acc::UsageError& e) {
+        EXPECT_STREQ(e.what(), "-e/--max-bytes 1024 is smaller than -b/--min-bytes 1048576");
+    }
+    ProfileConfig unknown;
+    unknown.collectives = {"allreduce", "gather"};
+    EXPECT_THROW(make_plan(unknown), acc::UsageError);
+    ProfileConfig twice;
+    twice.collectives = {"broadcast", "broadcast"};
+    EXPECT_THROW(make_plan(twice), acc::UsageError);
+}
+
+TEST(Report, NumbersFitTheirColumns) {
+    EXPECT_EQ(fit_number(12.345, 10), "12.35");
+    EXPECT_EQ(fit_number(1234567.8, 10), "1234567.80");
+    EXPECT_EQ(fit_number(12345678.9, 10), "12345678.9");
+    EXPECT_EQ(fit_number(1234567890.1, 10), "1234567890");
+    EXPECT_EQ(fit_number(123456789012.0, 10), "1.2346e+11");
+}
+
+TEST(Report, TableRowsLineUpWithTheHeader) {
+    SizeResult row;
+    row.size = 1048576;
+    row.count = 262144;
+    row.time = acc::perf::summarize({100e-6, 200e-6, 400e-6});
+    set_bandwidths(row, Collective::allreduce, 4);
+    EXPECT_DOUBLE_EQ(row.algbw, 1048576 / 200e-6);
+    EXPECT_DOUBLE_EQ(row.busbw, row.algbw * 1.5);
+    const std::string header = table_header(Collective::allreduce);
+    const std::string line = table_row(row);
+    const std::string columns =
+        header.substr(header.find('\n') + 1, header.find('\n', header.find('\n') + 1) - header.find('\n'));
+    EXPECT_EQ(line.size(), columns.size());
+    EXPECT_EQ(line,
+              "     1048576      262144   float     100.00     200.00     400.00       5.24       7.86       -\n");
+    row.wrong = 3;
+    EXPECT_EQ(table_row(row).substr(line.size() - 4), "  3\n");
+}
+
+TEST(Report, CsvJsonAndFileAgree) {
+    CollectiveResult r;
+    r.collective = Collective::allgather;
+    r.bus_factor = 0.5;
+    for (std::int64_t size : {1024, 4096, 16384}) {
+        SizeResult row;
+        row.size = size;
+        row.count = size / 8;
+        const double t = 10e-6 + static_cast<double>(size) / 1e9;
+        row.time = acc::perf::summarize({t, t, t});
+        set_bandwidths(row, Collective::allgather, 2);
+        row.wrong = 0;
+        r.rows.push_back(row);
+    }
+    fit_rows(r);
+    EXPECT_NEAR(r.fit.alpha, 10e-6, 1e-12);
+    EXPECT_NEAR(r.fit.bandwidth, 1e9, 1);
+    ProfileMeta meta;
+    meta.world_size = 2;
+    meta.hosts = {"h", "h"};
+    std::vector<CollectiveResult> results{r};
+
+    const std::string csv = results_csv(results);
+    EXPECT_EQ(csv.substr(0, csv.find('\n')),
+              "collective,size_bytes,count,type,time_min_s,time_median_s,time_max_s,algbw_Bps,busbw_Bps,wrong");
+    EXPECT_NE(csv.find("\nallgather,4096,512,float32,1.4096e-05,1.4096e-05,1.4096e-05,"), std::string::npos);
+
+    auto json = nlohmann::json::parse(results_json(results, meta));
+    EXPECT_EQ(json["world_size"], 2);
+    EXPECT_EQ(json["collectives"][0]["name"], "allgather");
+    EXPECT_EQ(json["collectives"][0]["results"][2]["size"], 16384);
+    EXPECT_NEAR(json["collectives"][0]["fit"]["bus_bandwidth_Bps"].get<double>(), 0.5e9, 1);
+    EXPECT_EQ(json["wrong"], 0);
+
+    acc::io::CommProfile p = to_comm_profile(results, meta);
+    ASSERT_EQ(p.collectives.size(), 1u);
+    EXPECT_EQ(p.collectives[0].name, "allgather");
+    EXPECT_EQ(p.collectives[0].size, (std::vector<std::int64_t>{1024, 4096, 16384}));
+    EXPECT_DOUBLE_EQ(p.collectives[0].bus_bandwidth, r.fit.bandwidth * 0.5);
+    EXPECT_EQ(p.collectives[0].fit_points, 3);
+
+    // One rank: bus factor 0, and a time that does not grow gives an unbounded bandwidth.
+    CollectiveResult lone = r;
+    lone.bus_factor = 0;
+    for (auto& row : lone.rows) row.time = acc::perf::summarize({5e-6});
+    fit_rows(lone);
+    EXPECT_TRUE(std::isinf(lone.fit.bandwidth));
+    EXPECT_EQ(fit_bus_bandwidth(lone), 0);
+    EXPECT_EQ(to_comm_profile({lone}, meta).collectives[0].bus_bandwidth, 0);
+}
+
+TEST(ProcessGroup, AllreduceSumAverageAndMaxAreExactAndCounted) {
+    expect_all_ok(in_threads(2, [](ProcessGroupCollectives& comm) {
+        const int r = comm.rank();
+        at::Tensor t = torch::full({1000}, static_cast<float>(r + 1));
+        comm.allreduce(t);
+        EXPECT_TRUE(t.eq(3).all().item<bool>());
+        at::Tensor a = torch::full({10}, static_cast<float>(2 * r + 1));  // 1 and 3: average 2
+        comm.allreduce(a, acc::comm::ReduceOp::average);
+        EXPECT_TRUE(a.eq(2).all().item<bool>());
+        at::Tensor m = torch::tensor({static_cast<float>(r), static_cast<float>(-r)});
+        comm.allreduce(m, acc::comm::ReduceOp::max);
+        EXPECT_TRUE(m.equal(torch::tensor({1.0f, 0.0f})));
+        // A strided view is reduced in place too.
+        at::Tensor grid = torch::zeros({4, 4});
+        at::Tensor column = grid.select(1, 2);
+        column.fill_(static_cast<float>(r + 1));
+        comm.allreduce(column);
+        EXPECT_TRUE(grid.select(1, 2).eq(3).all().item<bool>());
+        EXPECT_EQ(grid.sum().item<float>(), 12);
+        // docs/metrics.md: an allreduce of 4n bytes counts 4n.
+        EXPECT_EQ(comm.traffic().calls, 4);
+        EXPECT_EQ(comm.traffic().bytes, 4000 + 40 + 8 + 16);
+        EXPECT_DOUBLE_EQ(comm.traffic().floats(), 1016);
+        EXPECT_GT(comm.traffic().seconds, 0);
+    }));
+}
+
+TEST(ProcessGroup, GatherAndBroadcastCountTheirOwnPartOnce) {
+    expect_all_ok(in_threads(3, [](ProcessGroupCollectives& comm) {
+        const int r = comm.rank();
+        std::vector<at::Tensor> parts = comm.allgather(torch::full({5}, static_cast<float>(r)));
+        ASSERT_EQ(parts.size(), 3u);
+        for (int q = 0; q < 3; ++q) EXPECT_TRUE(parts[static_cast<size_t>(q)].eq(q).all().item<bool>());
+        EXPECT_EQ(comm.traffic().bytes, 20);
+
+        // Rank r sends r + 1 values.
+        std::vector<at::Tensor> unequal = comm.allgather_unequal(torch::arange(r + 1, torch::kLong) * 10);
+        for (int q = 0; q < 3; ++q)
+            EXPECT_TRUE(unequal[static_cast<size_t>(q)].equal(torch::arange(q + 1, torch::kLong) * 10));
+        EXPECT_EQ(comm.traffic().calls, 2);
+        EXPECT_EQ(comm.traffic().bytes, 20 + 8 * (r + 1));
+
+        at::Tensor b = r == 1 ? torch::arange(6, torch::kFloat) : torch::zeros({6});
+        comm.broadcast(b, 1);
+        EXPECT_TRUE(b.equal(torch::arange(6, torch::kFloat)));
+        EXPECT_EQ(comm.traffic().bytes, 20 + 8 * (r + 1) + (r == 1 ? 24 : 0));
+        comm.barrier();
+        EXPECT_EQ(comm.traffic().calls, 4);
+        EXPECT_THROW(comm.broadcast(b, 3), acc::Error);
+        EXPECT_THROW(comm.allgather_unequal(torch::zeros({2, 2})), acc::Error);
+        comm.reset_traffic();
+        EXPECT_EQ(comm.traffic().bytes, 0);
+        EXPECT_EQ(comm.hosts().size(), 3u);
+    }));
+}
+
+TEST(ProcessGroup, AsyncAllreduceFinishesOnWait) {
+    expect_all_ok(in_threads(2, [](ProcessGroupCollectives& comm) {
+        at::Tensor t = torch::full({1 << 16}, static_cast<float>(comm.rank() + 1));
+        at::Tensor u = torch::full({8}, 4.0f * static_cast<float>(comm.rank() + 1));
+        auto first = comm.allreduce_async(t);
+        auto second = comm.allreduce_async(u, acc::comm::ReduceOp::average);
+        EXPECT_EQ(comm.traffic().calls, 2);
+        EXPECT_EQ(comm.traffic().bytes, 4 * (1 << 16) + 32);
+        first->wait();
+        second->wait();
+        EXPECT_TRUE(t.eq(3).all().item<bool>());
+        EXPECT_TRUE(u.eq(6).all().item<bool>());
+    }));
+}
+
+TEST(ProcessGroup, ReduceScatterOrAClearRefusal) {
+    auto errors = in_threads(2, [](ProcessGroupCollectives& comm) {
+        at::Tensor input = torch::arange(8, torch::kFloat) + static_cast<float>(comm.rank());
+        at::Tensor output = torch::zeros({4});
+        comm.reduce_scatter(input, output);
+        // Sum over ranks of (j + r), chunk `rank`.
+        at::Tensor expected = torch::arange(8, torch::kFloat).mul(2).add(1).narrow(0, 4 * comm.rank(), 4);
+        EXPECT_TRUE(output.equal(expected));
+        EXPECT_EQ(comm.traffic().bytes, 32);
+    });
+    for (const auto& e : errors) {
+        if (!e.empty()) {
+            EXPECT_EQ(e, "reduce_scatter: the gloo backend of LibTorch 1.13.0 has no reduce-scatter");
+        }
+    }
+}
+
+TEST(ProcessGroup, MeasuresAndChecksASmallSweep) {
+    std::mutex mutex;
+    std::vector<CollectiveResult> seen;
+    expect_all_ok(in_threads(2, [&](ProcessGroupCollectives& comm) {
+        SweepPlan plan;
+        plan.min_bytes = 8;
+        plan.max_bytes = 64 << 10;
+        plan.factor = 8;
+        plan.iterations = 3;
+        plan.warmup = 1;
+        plan.check = true;
+        auto results = measure(comm, plan);
+        if (comm.rank() == 0) {
+            std::lock_guard<std::mutex> lock(mutex);
+            seen = results;
+        }
+    }));
+    ASSERT_EQ(seen.size(), 3u);
+    for (const auto& r : seen) {
+        ASSERT_EQ(r.rows.size(), 5u) << acc::perf::collective_name(r.collective);  // 8 B .. 32 KiB by 8
+        for (const auto& row : r.rows) {
+            EXPECT_EQ(row.wrong, 0);
+            EXPECT_LE(row.time.min, row.time.median);
+            EXPECT_LE(row.time.median, row.time.max);
+            EXPECT_DOUBLE_EQ(row.busbw, row.algbw * r.bus_factor);
+        }
+        EXPECT_EQ(r.rows.back().size, 32768);
+        EXPECT_EQ(r.fit.points, 5u);
+    }
+}
+
+TEST(ProcessGroup, ARankThatNeverArrivesIsNamed) {
+    auto errors = in_threads(
+        1, [](ProcessGroupCollectives&) {}, 1.0);  // a world of one never waits
+    expect_all_ok(errors);
+    const int port = free_local_port();
+    Rendezvous rv;
+    rv.rank = 0;
+    rv.world_size = 3;
+    rv.master_port = port;
+    rv.timeout = 1.0;
+    try {
+        ProcessGroupCollectives::join(rv);
+        FAIL();
+    } catch (const acc::Error& e) {
+        EXPECT_EQ(std::string(e.what()), "rendezvous at 127.0.0.1:" + std::to_string(port) +
+                                             " timed out after 1.0 s: ranks 1, 2 of 3 never arrived");
+    }
+}
+
+TEST(ProcessGroup, MismatchedWorldSizesAreNamed) {
+    const int port = free_local_port();
+    auto join_as = [port](int rank, int world, std::string* error) {
+        try {
+            Rendezvous rv;
+            rv.rank = rank;
+            rv.world_size = world;
+            rv.master_port = port;
+            rv.timeout = 2;
+            ProcessGroupCollectives::join(rv);
+        } catch (const std::exception& e) {
+            *error = e.what();
+        }
+    };
+    std::string error0, error1;
+    std::thread other(join_as, 1, 3, &error1);
+    join_as(0, 2, &error0);
+    other.join();
+    EXPECT_EQ(error0, "rendezvous: rank 1 was started with a world size of 3, rank 0 with 2");
+    EXPECT_EQ(error1, error0) << "the rank still waiting reports the same cause";
+}
+
+TEST(ProcessGroup, AnAbortingRankTellsTheOthersWhy) {
+    auto errors = in_threads(2, [](ProcessGroupCollectives& comm) {
+        at::Tensor t = torch::ones({1024});
+        comm.allreduce(t);
+        if (comm.rank() == 1) {
+            comm.abort("comm.h5: disk full");
+            throw acc::Error("stopped");
+        }
+        comm.allreduce(t);  // rank 1 is gone
+    });
+    EXPECT_EQ(errors[0], "rank 1 stopped: comm.h5: disk full");
+    EXPECT_EQ(errors[1], "stopped");
+}

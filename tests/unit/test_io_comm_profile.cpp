@@ -1,0 +1,170 @@
+// The comm-profile file: round trip, predictions, and one clear error per kind of bad file.
+#include "base/error.hpp"
+#include "io/comm_profile.hpp"
+#include "io/h5.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+using namespace acc::io;
+
+namespace {
+
+using acc::test::TempDir;
+
+CollectiveProfile allreduce() {
+    CollectiveProfile c;
+    c.name = "allreduce";
+    c.op = "sum";
+    c.bus_factor = 1.5;
+    c.size = {1024, 4096, 16384};
+    c.count = {256, 1024, 4096};
+    c.time_min = {9e-6, 10e-6, 14e-6};
+    c.time_median = {10e-6, 12e-6, 20e-6};
+    c.time_max = {11e-6, 15e-6, 30e-6};
+    for (size_t i = 0; i < c.size.size(); ++i) {
+        c.algbw.push_back(static_cast<double>(c.size[i]) / c.time_median[i]);
+        c.busbw.push_back(c.algbw.back() * c.bus_factor);
+    }
+    c.wrong = {0, 0, 0};
+    c.alpha = 8e-6;
+    c.bandwidth = 1.25e9;
+    c.bus_bandwidth = 1.875e9;
+    c.r2 = 0.99;
+    c.rms_relative_residual = 0.02;
+    c.max_relative_residual = 0.05;
+    c.fit_points = 3;
+    return c;
+}
+
+CommProfile sample() {
+    CommProfile p;
+    p.header.provenance = {"comm-profile 0.1.0", "comm-profile -o comm.h5"};
+    p.world_size = 4;
+    p.iterations = 20;
+    p.warmup_iterations = 5;
+    p.checked = true;
+    p.hosts = {"a", "a", "b", "b"};
+    p.collectives.push_back(allreduce());
+    CollectiveProfile b = allreduce();
+    b.name = "broadcast";
+    b.op = "none";
+    b.bus_factor = 1;
+    b.wrong = {-1, -1, -1};
+    b.bandwidth = std::numeric_limits<double>::infinity();
+    b.bus_bandwidth = b.bandwidth;
+    p.collectives.push_back(b);
+    return p;
+}
+
+std::string read_error(const std::string& path) {
+    return acc::test::error_of([&] { read_comm_profile(path); });
+}
+
+}  // namespace
+
+TEST(CommProfileFile, RoundTrip) {
+    TempDir dir;
+    write_comm_profile(dir.file("comm.h5"), sample());
+    CommProfile p = read_comm_profile(dir.file("comm.h5"));
+    EXPECT_EQ(p.header.format, "accordion.comm-profile");
+    EXPECT_EQ(p.header.provenance.producer, "comm-profile 0.1.0");
+    EXPECT_EQ(p.world_size, 4);
+    EXPECT_EQ(p.backend, "gloo");
+    EXPECT_EQ(p.iterations, 20);
+    EXPECT_TRUE(p.checked);
+    EXPECT_EQ(p.hosts, (std::vector<std::string>{"a", "a", "b", "b"}));
+    ASSERT_EQ(p.collectives.size(), 2u);
+    const CollectiveProfile* a = p.find("allreduce");
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a->size, allreduce().size);
+    EXPECT_EQ(a->time_median, allreduce().time_median);
+    EXPECT_EQ(a->wrong, allreduce().wrong);
+    EXPECT_EQ(a->op, "sum");
+    EXPECT_DOUBLE_EQ(a->bus_factor, 1.5);
+    EXPECT_DOUBLE_EQ(a->alpha, 8e-6);
+    EXPECT_EQ(a->fit_points, 3);
+    EXPECT_TRUE(std::isinf(p.find("broadcast")->bandwidth));
+    EXPECT_EQ(p.find("allgather"), nullptr);
+}
+
+TEST(CommProfileFile, PredictsFromTheFit) {
+    CollectiveProfile c = allreduce();
+    EXPECT_DOUBLE_EQ(c.predict(0), 8e-6);
+    EXPECT_DOUBLE_EQ(c.predict(1.25e9), 1 + 8e-6);
+    c.bandwidth = std::numeric_limits<double>::infinity();
+    EXPECT_DOUBLE_EQ(c.predict(1e12), 8e-6);
+}
+
+TEST(CommProfileFile, RefusesBadFiles) {
+    TempDir dir;
+    auto broken = [&](const std::string& name, auto&& edit) {
+        CommProfile p = sample();
+        edit(p.collectives[0]);
+        write_comm_profile(dir.file(name), p);
+        return read_error(dir.file(name));
+    };
+    EXPECT_CONTAINS(broken("order.h5",
+                           [](CollectiveProfile& c) {
+                               c.size = {1024, 1024, 16384};
+                           }),
+                    "/collectives/allreduce/size is not strictly increasing at row 1");
+    EXPECT_CONTAINS(broken("nan.h5", [](CollectiveProfile& c) { c.time_median[2] = std::nan(""); }),
+                    "/collectives/allreduce: a time is not a finite number > 0 at size 16384 B");
+    EXPECT_CONTAINS(broken("minmax.h5", [](CollectiveProfile& c) { c.time_min[0] = 1; }),
+                    "time_min <= time_median <= time_max does not hold at size 1024 B");
+    EXPECT_CONTAINS(broken("alpha.h5", [](CollectiveProfile& c) { c.alpha = -1; }),
+                    "alpha is not a finite number >= 0");
+    EXPECT_CONTAINS(broken("bw.h5", [](CollectiveProfile& c) { c.bandwidth = 0; }), "bandwidth is not a number > 0");
+    EXPECT_CONTAINS(broken("wrong.h5", [](CollectiveProfile& c) { c.wrong[1] = -2; }), "/wrong is -2 at size 4096 B");
+
+    // Layout problems, written with the HDF5 layer directly.
+    write_comm_profile(dir.file("good.h5"), sample());
+    {
+        H5File f = H5File::open(dir.file("good.h5"), true);
+        f.write<double>("/collectives/allreduce/busbw", {1, 2}, {2});
+        f.close();
+    }
+    EXPECT_CONTAINS(read_error(dir.file("good.h5")), "/collectives/allreduce/busbw has shape 2, expected 3");
+    write_comm_profile(dir.file("hosts.h5"), sample());
+    {
+        H5File f = H5File::open(dir.file("hosts.h5"), true);
+        f.write_strings("/hosts", {"a"});
+        f.write_attr("/", "format_version", std::string("2.0"));
+        f.close();
+    }
+    EXPECT_CONTAINS(read_error(dir.file("hosts.h5")), "format version 2.0 is newer");
+    {
+        H5File f = H5File::create(dir.file("empty.h5"), dir.file("empty.h5"));
+        FileHeader h;
+        h.format = kCommProfileFormat;
+        write_header(f, h);
+        f.write_attr("/", "world_size", std::int64_t{2});
+        f.create_group("/collectives");
+        f.close();
+    }
+    EXPECT_CONTAINS(read_error(dir.file("empty.h5")), "/collectives holds no collective");
+    CommProfile p = sample();
+    p.hosts = {"a"};
+    write_comm_profile(dir.file("few-hosts.h5"), p);
+    EXPECT_CONTAINS(read_error(dir.file("few-hosts.h5")), "/hosts lists 1 hosts for a world of 4 ranks");
+}
+
+TEST(CommProfileFile, OneRankHasNoBusTraffic) {
+    TempDir dir;
+    CommProfile p = sample();
+    p.world_size = 1;
+    p.hosts = {"a"};
+    p.collectives[0].bus_factor = 0;
+    p.collectives[0].bus_bandwidth = 0;
+    for (auto& b : p.collectives[0].busbw) b = 0;
+    write_comm_profile(dir.file("one.h5"), p);
+    EXPECT_EQ(read_comm_profile(dir.file("one.h5")).find("allreduce")->bus_bandwidth, 0);
+    p.collectives[0].bus_factor = -1;
+    write_comm_profile(dir.file("negative.h5"), p);
+    EXPECT_CONTAINS(read_error(dir.file("negative.h5")), "bus_factor is not a finite number >= 0");
+}

@@ -1,0 +1,135 @@
+// Timing statistics, the alpha-beta fit (hand-computed cases) and the
+// nccl-tests bandwidth definitions.
+#include "base/error.hpp"
+#include "perf/fit.hpp"
+#include "perf/stats.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+using namespace acc::perf;
+
+TEST(Stats, OddCountMedianIsTheMiddleValue) {
+    TimingStats s = summarize({5, 1, 4, 2, 3});
+    EXPECT_EQ(s.count, 5u);
+    EXPECT_DOUBLE_EQ(s.min, 1);
+    EXPECT_DOUBLE_EQ(s.median, 3);
+    EXPECT_DOUBLE_EQ(s.max, 5);
+    EXPECT_DOUBLE_EQ(s.mean, 3);
+}
+
+TEST(Stats, EvenCountMedianIsTheMeanOfTheTwoMiddleValues) {
+    EXPECT_DOUBLE_EQ(median({4, 1, 10, 2}), 3);  // sorted 1 2 4 10
+    EXPECT_DOUBLE_EQ(median({7}), 7);
+    TimingStats s = summarize({0.25, 0.75});
+    EXPECT_DOUBLE_EQ(s.median, 0.5);
+    EXPECT_DOUBLE_EQ(s.mean, 0.5);
+}
+
+TEST(Stats, RefusesEmptyAndNonFiniteSamples) {
+    EXPECT_THROW(summarize({}), acc::Error);
+    EXPECT_THROW(median({}), acc::Error);
+    EXPECT_THROW(summarize({1, std::nan("")}), acc::Error);
+    EXPECT_THROW(summarize({1, std::numeric_limits<double>::infinity()}), acc::Error);
+}
+
+TEST(Fit, RecoversAnExactLine) {
+    // 20 us latency, 2.5 GB/s.
+    std::vector<double> bytes{8, 1024, 65536, 1 << 20, 16 << 20}, seconds;
+    for (double s : bytes) seconds.push_back(20e-6 + s / 2.5e9);
+    AlphaBetaFit f = fit_alpha_beta(bytes, seconds);
+    EXPECT_NEAR(f.alpha, 20e-6, 1e-12);
+    EXPECT_NEAR(f.bandwidth, 2.5e9, 1e-3);
+    EXPECT_NEAR(f.r2, 1, 1e-12);
+    EXPECT_NEAR(f.rms_relative_residual, 0, 1e-9);
+    EXPECT_NEAR(f.max_relative_residual, 0, 1e-9);
+    EXPECT_EQ(f.points, 5u);
+    EXPECT_NEAR(f.predict(1e6), 20e-6 + 1e6 / 2.5e9, 1e-15);
+}
+
+TEST(Fit, HandComputedWeightedCase) {
+    // Points (1, 2), (2, 2), (3, 4) with weights 1/t^2 = 1/4, 1/4, 1/16.
+    // Normal equations: [0.5625 0.9375; 0.9375 1.8125] [a; b] = [1.25; 2.25]
+    // give a = 10/9, b = 2/3, so B = 3/2. Relative residuals 1/9, -2/9, 2/9.
+    AlphaBetaFit f = fit_alpha_beta({1, 2, 3}, {2, 2, 4});
+    EXPECT_NEAR(f.alpha, 10.0 / 9, 1e-12);
+    EXPECT_NEAR(f.bandwidth, 1.5, 1e-12);
+    EXPECT_NEAR(f.max_relative_residual, 2.0 / 9, 1e-12);
+    EXPECT_NEAR(f.rms_relative_residual, std::sqrt(1.0 / 27), 1e-12);
+    // Weighted mean t = 1.25 / 0.5625 = 20/9; SS_tot = 0.25(2/9)^2 * 2 + (1/16)(16/9)^2 = 2/9;
+    // SS_res = 0.25(2/9)^2 + 0.25(4/9)^2 + (1/16)(8/9)^2 = 1/9; R^2 = 1 - (1/9)/(2/9) = 0.5.
+    EXPECT_NEAR(f.r2, 0.5, 1e-12);
+}
+
+TEST(Fit, SmallMessagesCountAsMuchAsLargeOnes) {
+    // 50 us latency and 1 GB/s, but the largest message is 10% slow. An
+    // unweighted fit would let that one point drag alpha below zero; the
+    // relative weighting keeps the latency close to 50 us.
+    std::vector<double> bytes{64, 256, 1024, 4096, 16384, 65536, 1 << 20, 16 << 20, 64 << 20}, seconds;
+    for (double s : bytes) seconds.push_back(50e-6 + s / 1e9);
+    seconds.back() *= 1.10;
+    AlphaBetaFit f = fit_alpha_beta(bytes, seconds);
+    EXPECT_NEAR(f.alpha, 50e-6, 5e-6);
+    EXPECT_NEAR(f.bandwidth, 1e9, 0.15e9);
+    EXPECT_LT(f.max_relative_residual, 0.11);
+}
+
+TEST(Fit, NegativeLatencyIsClampedToZero) {
+    // Time proportional to size but slightly super-linear: the free fit has alpha < 0.
+    AlphaBetaFit f = fit_alpha_beta({1000, 2000, 3000}, {1.0, 2.1, 3.3});
+    EXPECT_EQ(f.alpha, 0);
+    // Through the origin: beta = sum w S t / sum w S^2 with w = 1/t^2.
+    double w[] = {1 / 1.0, 1 / (2.1 * 2.1), 1 / (3.3 * 3.3)};
+    double sst = w[0] * 1000 * 1.0 + w[1] * 2000 * 2.1 + w[2] * 3000 * 3.3;
+    double sss = w[0] * 1e6 + w[1] * 4e6 + w[2] * 9e6;
+    EXPECT_NEAR(f.bandwidth, sss / sst, 1e-9);
+}
+
+TEST(Fit, TimeThatDoesNotGrowGivesAnUnboundedBandwidth) {
+    AlphaBetaFit f = fit_alpha_beta({8, 1024, 4096}, {3e-5, 2e-5, 2e-5});
+    EXPECT_TRUE(std::isinf(f.bandwidth));
+    // Weighted mean of the times: sum(1/t) / sum(1/t^2).
+    double expected = (1 / 3e-5 + 2 / 2e-5) / (1 / 9e-10 + 2 / 4e-10);
+    EXPECT_NEAR(f.alpha, expected, 1e-12);
+    EXPECT_DOUBLE_EQ(f.predict(1e9), f.alpha);
+}
+
+TEST(Fit, RefusesBadInput) {
+    EXPECT_THROW(fit_alpha_beta({8}, {1e-5}), acc::Error);
+    EXPECT_THROW(fit_alpha_beta({8, 8, 8}, {1e-5, 2e-5, 3e-5}), acc::Error);
+    EXPECT_THROW(fit_alpha_beta({8, 16}, {1e-5}), acc::Error);
+    EXPECT_THROW(fit_alpha_beta({8, 16}, {1e-5, 0}), acc::Error);
+    EXPECT_THROW(fit_alpha_beta({8, 16}, {1e-5, std::nan("")}), acc::Error);
+    EXPECT_THROW(fit_alpha_beta({-8, 16}, {1e-5, 2e-5}), acc::Error);
+    try {
+        fit_alpha_beta({8, 8}, {1e-5, 2e-5});
+        FAIL();
+    } catch (const acc::Error& e) {
+        EXPECT_STREQ(e.what(), "alpha-beta fit: needs at least two different message sizes");
+    }
+}
+
+TEST(Bandwidth, BusFactorsAreNcclTests) {
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::allreduce, 2), 1.0);
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::allreduce, 4), 1.5);
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::allreduce, 8), 1.75);
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::allgather, 4), 0.75);
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::reduce_scatter, 8), 0.875);
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::broadcast, 16), 1.0);
+    EXPECT_DOUBLE_EQ(bus_factor(Collective::allreduce, 1), 0.0);
+    EXPECT_DOUBLE_EQ(algbw(4e9, 2), 2e9);
+    EXPECT_THROW(bus_factor(Collective::allreduce, 0), acc::Error);
+}
+
+TEST(Bandwidth, CollectiveNamesRoundTrip) {
+    for (Collective c : all_collectives()) EXPECT_EQ(parse_collective(collective_name(c)), c);
+    try {
+        parse_collective("alltoall");
+        FAIL();
+    } catch (const acc::UsageError& e) {
+        EXPECT_STREQ(e.what(),
+                     "'alltoall' is not a collective; valid ones are allreduce, allgather, broadcast, reduce_scatter");
+    }
+}

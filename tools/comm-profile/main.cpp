@@ -1,0 +1,40 @@
+// comm-profile: time collectives over a sweep of message sizes the way
+// nccl-tests does, fit the alpha-beta model, and write comm.h5. See man/comm-profile.1.
+#include "cli/tool.hpp"
+#include "comm/profile.hpp"
+
+int main(int argc, char** argv) {
+    acc::comm::ProfileConfig config;
+    return acc::cli::run_tool(
+        "comm-profile",
+        "Time collectives (allreduce, allgather, broadcast, reduce_scatter) over a sweep of message sizes,\n"
+        "report time, algbw and busbw as nccl-tests does, and fit t(S) = alpha + S/B per collective.",
+        argc, argv,
+        [&](CLI::App& app) {
+            app.add_option("--collectives", config.collectives,
+                           "Comma-separated collectives: allreduce, allgather, broadcast, reduce_scatter "
+                           "[allreduce,allgather,broadcast]")
+                ->delimiter(',')
+                ->default_str("");
+            app.add_option("-b,--min-bytes", config.min_bytes, "Smallest message size in bytes (K, M, G: binary)");
+            app.add_option("-e,--max-bytes", config.max_bytes, "Largest message size in bytes (K, M, G: binary)");
+            app.add_option("-f,--step-factor", config.factor, "Multiply the size by this much between rows")
+                ->check(CLI::Range(2, 1024));
+            app.add_option("-n,--iters", config.iterations, "Timed iterations per size")->check(acc::cli::at_least(1));
+            app.add_option("-w,--warmup-iters", config.warmup, "Untimed iterations per size before the timed ones")
+                ->check(acc::cli::at_least(0));
+            app.add_flag("-c,--check", config.check,
+                         "Check every collective on integer-valued data with exactly known results (#wrong)");
+            app.add_option("--device", config.device, "cpu (Gloo) or cuda (NCCL, in CUDA builds)")
+                ->check(CLI::IsMember({"cpu", "cuda"}));
+            app.add_option("-o,--output", config.output,
+                           "Write the profile to this HDF5 file (accordion.comm-profile)");
+            auto* csv = app.add_flag("--csv", config.csv, "Print the results as CSV on stdout");
+            app.add_flag("--json", config.json, "Print the results and fits as JSON on stdout")->excludes(csv);
+            acc::comm::add_rendezvous_options(app, config.rendezvous);
+        },
+        [&] {
+            config.provenance = acc::cli::provenance();
+            return acc::comm::run_profile(config, argc, argv);
+        });
+}
