@@ -175,6 +175,18 @@ void qsgd_bucket_portable(const float* x, std::int64_t len, std::int64_t base, f
     }
 }
 
+// QSGD's per-bucket norms (stored into the payload) and scales levels / norm (0 for a
+// zero bucket) from the buckets' sums of squares. False on NaN or infinity.
+ACC_INLINE bool qsgd_scales(const double* squares, std::int64_t count, int levels, std::uint8_t* norms, float* scales) {
+    for (std::int64_t c = 0; c < count; ++c) {
+        if (!std::isfinite(squares[c])) return false;
+        const auto norm = static_cast<float>(std::sqrt(squares[c]));
+        store_f32(norms + 4 * c, norm);
+        scales[c] = norm == 0.0f ? 0.0f : static_cast<float>(levels) / norm;
+    }
+    return true;
+}
+
 // Dot product with eight lanes combined in a fixed order (vectorizes without reassociation).
 ACC_INLINE float dot_body(const float* a, const float* b, std::int64_t n) {
     float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -443,13 +455,9 @@ ACC_SIMD bool qsgd_encode_simd(const float* x, std::int64_t buckets, int levels,
     for (std::int64_t b = 0; b < buckets; ++b) {
         if (b % kBlock == 0) {
             const std::int64_t end = std::min(buckets, b + kBlock);
-            for (std::int64_t c = b; c < end; ++c) {
-                const double squares = bucket_squares_simd(x + c * 128);
-                if (!std::isfinite(squares)) return false;
-                const auto norm = static_cast<float>(std::sqrt(squares));
-                store_f32(norms + 4 * c, norm);
-                block_scale[c - b] = norm == 0.0f ? 0.0f : static_cast<float>(levels) / norm;
-            }
+            double squares[kBlock];
+            for (std::int64_t c = b; c < end; ++c) squares[c - b] = bucket_squares_simd(x + c * 128);
+            if (!qsgd_scales(squares, end - b, levels, norms + 4 * b, block_scale)) return false;
         }
         const float* xb = x + b * 128;
         const float scale = block_scale[b % kBlock];
@@ -559,13 +567,9 @@ ACC_AVX512 bool qsgd_encode_avx512(const float* x, std::int64_t buckets, int lev
     for (std::int64_t b = 0; b < buckets; ++b) {
         if (b % kBlock == 0) {
             const std::int64_t end = std::min(buckets, b + kBlock);
-            for (std::int64_t c = b; c < end; ++c) {
-                const double squares = bucket_squares_avx512(x + c * 128);
-                if (!std::isfinite(squares)) return false;
-                const auto norm = static_cast<float>(std::sqrt(squares));
-                store_f32(norms + 4 * c, norm);
-                block_scale[c - b] = norm == 0.0f ? 0.0f : static_cast<float>(levels) / norm;
-            }
+            double squares[kBlock];
+            for (std::int64_t c = b; c < end; ++c) squares[c - b] = bucket_squares_avx512(x + c * 128);
+            if (!qsgd_scales(squares, end - b, levels, norms + 4 * b, block_scale)) return false;
         }
         const float* xb = x + b * 128;
         std::uint8_t* cb = codes + (wide ? 2 : 1) * b * 128;

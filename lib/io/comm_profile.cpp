@@ -62,12 +62,7 @@ const CollectiveProfile* CommProfile::find(const std::string& name) const {
 void write_comm_profile(const std::string& path, const CommProfile& p) {
     check_writable_destination(path);
     AtomicPath atomic(path);
-    H5File f = H5File::create(atomic.temp(), path);
-    FileHeader h = p.header;
-    h.format = kCommProfileFormat;
-    h.major = kCommProfileMajor;
-    h.minor = kCommProfileMinor;
-    write_header(f, h);
+    H5File f = create_with_header(atomic.temp(), path, p.header, kCommProfileFormat, kCommProfileMajor, kCommProfileMinor);
     f.write_attr("/", "world_size", p.world_size);
     f.write_attr("/", "backend", p.backend);
     f.write_attr("/", "device", p.device);

@@ -217,6 +217,19 @@ void ThreadGroup::run(const std::function<void(int, comm::Collectives&)>& body) 
         if (e) std::rethrow_exception(e);
 }
 
+std::vector<std::string> ThreadGroup::run_collect(const std::function<void(int, comm::Collectives&)>& body) {
+    std::vector<std::string> messages(ranks_.size());
+    run([&](int r, comm::Collectives& comm) {
+        try {
+            body(r, comm);
+        } catch (const std::exception& e) {
+            messages[static_cast<size_t>(r)] = e.what();
+            shared_->abort("aborted: rank " + std::to_string(r) + " failed: " + e.what());
+        }
+    });
+    return messages;
+}
+
 void RecordingCollectives::allreduce(at::Tensor& tensor, comm::ReduceOp op) {
     calls.push_back({"allreduce", tensor.clone()});
     inner_.allreduce(tensor, op);

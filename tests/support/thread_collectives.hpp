@@ -25,6 +25,8 @@ public:
     /// Runs body(rank, collectives) on one thread per rank and waits for all; rethrows
     /// the first exception (by rank order) after every thread has ended.
     void run(const std::function<void(int, comm::Collectives&)>& body);
+    /// The same, returning each rank's error message ("" for a rank that succeeded).
+    std::vector<std::string> run_collect(const std::function<void(int, comm::Collectives&)>& body);
 
     struct Shared;
 

@@ -1,14 +1,17 @@
-// The gradient exchange on 1-3 ranks of in-process collectives: error feedback loses
-// nothing, counted bytes equal the documented formula, the aggregate is the mean of
-// what the ranks sent, levels change as Accordion changes them, state round-trips.
+// The gradient exchange on 1-3 ranks: error feedback loses nothing, counted bytes
+// equal the documented formula, the aggregate is the mean of what the ranks sent,
+// levels change as Accordion changes them, state round-trips.
 //
-// The test bodies see only acc::comm::Collectives; ranks(W, body) is the one place
-// that decides how ranks run (threads here).
+// The test bodies see only acc::comm::Collectives. The multi-rank ones (ExchangeRanks)
+// run twice: on in-process collectives (tests/support) and on the ranks of a real Gloo
+// process group over loopback (lib/comm), one thread per rank.
 #include "base/error.hpp"
 #include "compress/codecs.hpp"
 #include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
 #include "compress/loopback.hpp"
+#include "comm/launch.hpp"
+#include "comm/process_group.hpp"
 #include "support/thread_collectives.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -17,16 +20,60 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <thread>
 
 using namespace acc::compress;
 using acc::comm::Collectives;
 
 namespace {
 
-void ranks(int world, const std::function<void(int, Collectives&)>& body) {
+using Body = std::function<void(int, Collectives&)>;
+
+void ranks(int world, const Body& body) {
     acc::test::ThreadGroup group(world, 30);
     group.run(body);
 }
+
+// W ranks of a real Gloo process group over loopback, one thread each; each rank's
+// error message ("" for success).
+std::vector<std::string> gloo_ranks(int world, const Body& body) {
+    const int port = acc::comm::free_local_port();
+    std::vector<std::string> errors(static_cast<size_t>(world));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                acc::comm::Rendezvous rv;
+                rv.rank = r;
+                rv.world_size = world;
+                rv.master_port = port;
+                rv.timeout = 20;
+                auto comm = acc::comm::ProcessGroupCollectives::join(rv);
+                body(r, *comm);
+            } catch (const std::exception& e) {
+                errors[static_cast<size_t>(r)] = e.what();
+            }
+        });
+    for (auto& t : threads) t.join();
+    return errors;
+}
+
+// The multi-rank tests run twice: on in-process collectives and on Gloo.
+class ExchangeRanks : public ::testing::TestWithParam<std::string> {
+protected:
+    std::vector<std::string> attempt(int world, const Body& body) {
+        if (GetParam() == "gloo") return gloo_ranks(world, body);
+        acc::test::ThreadGroup group(world, 30);
+        return group.run_collect(body);
+    }
+    void run(int world, const Body& body) {
+        auto errors = attempt(world, body);
+        for (size_t r = 0; r < errors.size(); ++r)
+            if (!errors[r].empty()) throw acc::Error("rank " + std::to_string(r) + ": " + errors[r]);
+    }
+};
+
+INSTANTIATE_TEST_SUITE_P(Collectives, ExchangeRanks, ::testing::Values("threads", "gloo"));
 
 // Conv, matrix, vectors and a scalar: PowerSGD compresses the first two, the others go uncompressed.
 std::vector<TensorInfo> small_model() {
@@ -127,9 +174,9 @@ TEST(Exchange, LevelsWithoutErrorFeedbackKeepNoMemory) {
         });
 }
 
-TEST(Exchange, CountedBytesEqualTheDocumentedFormula) {
+TEST_P(ExchangeRanks, CountedBytesEqualTheDocumentedFormula) {
     for (const auto& text : kLevels)
-        ranks(2, [&](int rank, Collectives& comm) {
+        run(2, [&](int rank, Collectives& comm) {
             auto tensors = small_model();
             auto levels = all_levels(text);
             GradientExchange x(tensors, levels, comm);
@@ -173,7 +220,7 @@ Sent sent_in(const acc::test::RecordingCollectives& r, size_t first) {
 
 }  // namespace
 
-TEST(Exchange, AggregateIsTheMeanOfWhatTheRanksSent) {
+TEST_P(ExchangeRanks, AggregateIsTheMeanOfWhatTheRanksSent) {
     // For the allgather compressors: each rank's payload, decoded alone, averaged over
     // the ranks (signsgd: voted) gives every rank's result. For the allreduce ones the
     // mean of the sent buffers is what comes back. All ranks end identical.
@@ -184,7 +231,7 @@ TEST(Exchange, AggregateIsTheMeanOfWhatTheRanksSent) {
             std::vector<std::vector<at::Tensor>> outputs(static_cast<size_t>(W));
             std::vector<Sent> sent(static_cast<size_t>(W));
             std::vector<std::vector<std::int64_t>> bytes(static_cast<size_t>(W));
-            ranks(W, [&](int rank, Collectives& comm) {
+            run(W, [&](int rank, Collectives& comm) {
                 acc::test::RecordingCollectives recorder(comm);
                 GradientExchange x(tensors, levels, recorder);
                 for (int step = 0; step < 2; ++step) {
@@ -369,13 +416,13 @@ TEST(Exchange, RefusesStateThatDoesNotFit) {
     });
 }
 
-TEST(Exchange, OverlappedStepsGiveTheSameResult) {
+TEST_P(ExchangeRanks, OverlappedStepsGiveTheSameResult) {
     // Two exchanges (two "buckets") started before either finishes.
     auto tensors = small_model();
     std::vector<TensorInfo> first(tensors.begin(), tensors.begin() + 3), second(tensors.begin() + 3, tensors.end());
     std::vector<std::vector<at::Tensor>> serial(2), overlapped(2);
     for (bool overlap : {false, true})
-        ranks(2, [&](int rank, Collectives& comm) {
+        run(2, [&](int rank, Collectives& comm) {
             GradientExchange a(first, std::vector<Spec>(3, parse_spec("powersgd:2")), comm);
             GradientExchange b(second, std::vector<Spec>(3, parse_spec("topk:0.5")), comm);
             auto g = gradients(tensors, rank, 0);
@@ -399,8 +446,8 @@ TEST(Exchange, OverlappedStepsGiveTheSameResult) {
         for (size_t i = 0; i < serial[part].size(); ++i) EXPECT_TRUE(serial[part][i].equal(overlapped[part][i]));
 }
 
-TEST(Exchange, StagesGradientsThatAreNotContiguous) {
-    ranks(2, [&](int rank, Collectives& comm) {
+TEST_P(ExchangeRanks, StagesGradientsThatAreNotContiguous) {
+    run(2, [&](int rank, Collectives& comm) {
         std::vector<TensorInfo> tensors = {{"w", {6, 4}}};
         GradientExchange x(tensors, {parse_spec("none")}, comm);
         at::Tensor storage = at::full({4, 6}, static_cast<double>(rank + 1));
@@ -454,22 +501,19 @@ TEST(Exchange, RefusesNaNAndNamesTheTensor) {
         });
 }
 
-TEST(Exchange, ANaNOnOneWorkerStopsEveryWorker) {
+TEST_P(ExchangeRanks, ANaNOnOneWorkerStopsEveryWorker) {
     // The worker with the bad gradient stops before its step's first collective; the
-    // other one does not hang in it (here the thread group aborts it; processes time out).
-    try {
-        ranks(2, [&](int rank, Collectives& comm) {
-            auto tensors = small_model();
-            GradientExchange x(tensors, all_levels("powersgd:2"), comm);
-            auto g = gradients(tensors, rank, 0);
-            if (rank == 1) g[0][0][0][0][0] = std::numeric_limits<float>::infinity();
-            x.step(g);
-        });
-        FAIL() << "an infinite gradient was accepted";
-    } catch (const acc::Error& e) {
-        EXPECT_NE(std::string(e.what()).find("conv.weight: gradient holds NaN or infinity at step 0"), std::string::npos)
-            << e.what();
-    }
+    // other one does not hang in it: it fails too (the thread group aborts it, Gloo
+    // reports the lost peer).
+    auto errors = attempt(2, [&](int rank, Collectives& comm) {
+        auto tensors = small_model();
+        GradientExchange x(tensors, all_levels("powersgd:2"), comm);
+        auto g = gradients(tensors, rank, 0);
+        if (rank == 1) g[0][0][0][0][0] = std::numeric_limits<float>::infinity();
+        x.step(g);
+    });
+    EXPECT_NE(errors[1].find("conv.weight: gradient holds NaN or infinity at step 0"), std::string::npos) << errors[1];
+    EXPECT_FALSE(errors[0].empty()) << "rank 0 went on alone";
 }
 
 TEST(Exchange, RefusesFp16Overflow) {
@@ -500,9 +544,9 @@ TEST(Exchange, RefusesGradientsThatDoNotFit) {
     });
 }
 
-TEST(Exchange, WorkersThatDisagreeOnLevelsAreStopped) {
+TEST_P(ExchangeRanks, WorkersThatDisagreeOnLevelsAreStopped) {
     try {
-        ranks(2, [&](int rank, Collectives& comm) {
+        run(2, [&](int rank, Collectives& comm) {
             auto tensors = small_model();
             GradientExchange x(tensors, all_levels(rank == 0 ? "powersgd:2" : "powersgd:1"), comm);
         });
