@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <cmath>
 #include <limits>
 
@@ -30,8 +32,18 @@ SimdLevel detect() {
 #endif
 }
 
+// ACC_SIMD=portable|avx2|avx512 caps the instruction set (to measure or compare the loops).
+int initial_cap() {
+    const char* cap = std::getenv("ACC_SIMD");
+    if (!cap) return static_cast<int>(SimdLevel::avx512);
+    const std::string text = cap;
+    if (text == "portable") return static_cast<int>(SimdLevel::portable);
+    if (text == "avx2") return static_cast<int>(SimdLevel::avx2);
+    return static_cast<int>(SimdLevel::avx512);
+}
+
 const SimdLevel g_detected = detect();
-std::atomic<int> g_cap{static_cast<int>(SimdLevel::avx512)};
+std::atomic<int> g_cap{initial_cap()};
 
 SimdLevel level() {
     return static_cast<SimdLevel>(std::min(static_cast<int>(g_detected), g_cap.load(std::memory_order_relaxed)));

@@ -18,7 +18,8 @@ namespace acc::compress::kernels {
 enum class SimdLevel { portable, avx2, avx512 };
 /// What this CPU offers (avx2 means AVX2 and F16C; avx512 adds AVX-512F).
 SimdLevel detected_simd();
-/// Caps the level the loops use (tests run each one); returns the previous cap.
+/// Caps the level the loops use (tests run each one); returns the previous cap. The
+/// environment variable ACC_SIMD (portable, avx2 or avx512) sets the cap at start-up.
 SimdLevel limit_simd(SimdLevel cap);
 /// The level in use: the detected one, capped.
 SimdLevel simd_level();
