@@ -78,9 +78,9 @@ grep -qE "^comm-profile\[0\]: error: rank 1 \(host [^,]+, pid $rank1\) lost duri
 # (Rank 1 starts first and waits for the store, so that only rank 2 is late;
 # it reports what rank 0 found, long before its own timeout.)
 port=$(free_port)
-message="rendezvous at 127.0.0.1:$port timed out after 3.0 s: rank 2 of 3 never arrived"
+message="rendezvous at 127.0.0.1:$port timed out after 6.0 s: rank 2 of 3 never arrived"
 expect_exit 1 "^comm-profile\[0\]: error: $message$" -- \
-    bash -c "comm-profile --rank 1 --world-size 3 --master-port $port --timeout 20 -q 2>late1.err & sleep 1; comm-profile --rank 0 --world-size 3 --master-port $port --timeout 3; status=\$?; wait; exit \$status"
+    bash -c "comm-profile --rank 1 --world-size 3 --master-port $port --timeout 20 -q 2>late1.err & sleep 2; comm-profile --rank 0 --world-size 3 --master-port $port --timeout 6; status=\$?; wait; exit \$status"
 grep -q "^comm-profile\[1\]: error: $message$" late1.err || fail "rank 1 of a failed rendezvous: $(cat late1.err)"
 port=$(free_port)
 expect_exit 1 "^comm-profile\[1\]: error: rendezvous: rank 1 cannot reach the store at 127.0.0.1:$port within 2.0 s; did rank 0 start\?$" -- \
