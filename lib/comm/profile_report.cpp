@@ -178,6 +178,32 @@ std::string fit_line(const CollectiveResult& result) {
            printf_text("%.1f%%", f.max_relative_residual * 100) + "\n";
 }
 
+std::string compute_lines(const io::ComputeProfile& c, int world_size) {
+    const perf::TimingStats forward = perf::summarize(c.forward), backward = perf::summarize(c.backward);
+    std::vector<double> sums;
+    for (size_t i = 0; i < c.forward.size(); ++i) sums.push_back(c.forward[i] + c.backward[i]);
+    const perf::TimingStats step = perf::summarize(sums);
+    std::string shape;
+    for (size_t i = 0; i < c.input_shape.size(); ++i) shape += (i ? "x" : "") + std::to_string(c.input_shape[i]);
+    const bool text = c.input_shape.size() == 1;
+    std::string out = "# compute: " + c.model + ", batch " + std::to_string(c.batch_size) +
+                      (text ? " streams of " + shape + " tokens (vocabulary " + with_commas(c.classes) + ")"
+                            : " of " + shape + " in " + std::to_string(c.classes) + " classes") +
+                      " per rank (" + c.input + "'s shape, random values), " + std::to_string(c.threads) +
+                      (c.threads == 1 ? " thread" : " threads") + " per rank\n";
+    out += "# " + std::to_string(c.forward.size()) + " timed steps after " + std::to_string(c.warmup_steps) +
+           " warm-up" + (world_size > 1 ? ", each the slowest rank's" : "") + "\n";
+    char buffer[96];
+    std::snprintf(buffer, sizeof buffer, "#  %-9s %12s %12s %12s\n", "ms/step", "min", "median", "max");
+    out += buffer;
+    auto line = [&](const char* name, const perf::TimingStats& t) {
+        std::snprintf(buffer, sizeof buffer, "   %-9s %12.3f %12.3f %12.3f\n", name, t.min * 1e3, t.median * 1e3,
+                      t.max * 1e3);
+        return std::string(buffer);
+    };
+    return out + line("forward", forward) + line("backward", backward) + line("step", step) + "#\n";
+}
+
 std::string results_csv(const std::vector<CollectiveResult>& results) {
     std::string out =
         "collective,size_bytes,count,type,time_min_s,time_median_s,time_max_s,algbw_Bps,busbw_Bps,wrong\n";
@@ -251,6 +277,25 @@ std::string results_json(const std::vector<CollectiveResult>& results, const Pro
     report["average_busbw_Bps"] = average_busbw(results);
     const std::int64_t wrong = total_wrong(results);
     report["wrong"] = wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(wrong);
+    if (meta.compute) {
+        const io::ComputeProfile& c = *meta.compute;
+        report["compute"] = {{"model", c.model},
+                             {"batch_size", c.batch_size},
+                             {"input_shape", c.input_shape},
+                             {"classes", c.classes},
+                             {"input", c.input},
+                             {"threads", c.threads},
+                             {"warmup_steps", c.warmup_steps},
+                             {"steps", c.forward.size()},
+                             {"forward_s", c.forward_seconds},
+                             {"backward_s", c.backward_seconds},
+                             {"forward_min_s", perf::summarize(c.forward).min},
+                             {"forward_max_s", perf::summarize(c.forward).max},
+                             {"backward_min_s", perf::summarize(c.backward).min},
+                             {"backward_max_s", perf::summarize(c.backward).max}};
+    } else {
+        report["compute"] = nullptr;
+    }
     report["output"] = meta.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(meta.output);
     return report.dump(2) + "\n";
 }
@@ -299,6 +344,7 @@ io::CommProfile to_comm_profile(const std::vector<CollectiveResult>& results, co
         }
         p.collectives.push_back(std::move(c));
     }
+    p.compute = meta.compute;
     return p;
 }
 

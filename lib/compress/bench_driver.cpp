@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <set>
 
 namespace acc::compress {
@@ -112,11 +113,14 @@ void validate(BenchConfig& c) {
     if (!c.output.empty()) io::check_writable_destination(c.output);
 }
 
-std::vector<Input> load_inputs(const BenchConfig& c, std::vector<TensorInfo>& tensors, std::string& source) {
+// Fills `tensors`, `source` (what the inputs came from) and `model` (the model's name, when known).
+std::vector<Input> load_inputs(const BenchConfig& c, std::vector<TensorInfo>& tensors, std::string& source,
+                               std::string& model) {
     std::vector<Input> inputs;
     if (!c.from.empty()) {
         source = c.from;
         io::GradStats grads = io::read_grads(c.from);
+        model = grads.run.model;
         for (const auto& p : grads.parameters) tensors.push_back({p.name, p.shape});
         if (grads.snapshot_epochs.empty())
             throw FileError(c.from, "holds no gradient snapshots; run grad-dump with --snapshot-epochs");
@@ -146,6 +150,7 @@ std::vector<Input> load_inputs(const BenchConfig& c, std::vector<TensorInfo>& te
                              ") nor an existing shapes file");
         tensors = preset ? preset_shapes(c.shapes) : read_shapes_file(c.shapes);
         source = c.shapes;
+        if (preset) model = c.shapes;
         // Synthetic gradients: i.i.d. standard normal values (a hard case for low-rank and
         // sparse compressors; --from gives real gradients).
         Input in;
@@ -211,8 +216,8 @@ int run_bench(BenchConfig c) {
     validate(c);
     at::set_num_threads(static_cast<int>(c.threads));
     std::vector<TensorInfo> tensors;
-    std::string source;
-    std::vector<Input> inputs = load_inputs(c, tensors, source);
+    std::string source, model;
+    std::vector<Input> inputs = load_inputs(c, tensors, source, model);
     std::vector<std::string> warnings;
     auto warn = [&](const std::string& text) {
         spdlog::warn(text);
@@ -230,8 +235,10 @@ int run_bench(BenchConfig c) {
     std::string network_source = c.alpha_given ? "flags" : "default";
     perf::Network net{c.alpha, c.bandwidth}, gather_net = net;
     std::string network_line;
+    std::optional<io::ComputeProfile> profiled_compute;
     if (!c.comm.empty()) {
         io::CommProfile profile = io::read_comm_profile(c.comm);
+        profiled_compute = profile.compute;
         const io::CollectiveProfile* allreduce = profile.find("allreduce");
         if (!allreduce)
             throw FileError(c.comm, "has no allreduce profile; run comm-profile with --collectives allreduce,allgather");
@@ -255,8 +262,24 @@ int run_bench(BenchConfig c) {
         network_line = "  network: bandwidth " + bytes_text(net.bandwidth) + "/s, alpha " + short_number(net.alpha * 1e6) +
                        " us" + (c.alpha_given ? "" : " (defaults: pass --comm, or --alpha and --bandwidth)");
     }
+    // The compute: --compute-ms, else what comm-profile --model measured (its split into
+    // forward and backward sets the backward pass's share), else none.
     perf::Compute compute;
     compute.seconds = c.compute_ms / 1000.0;
+    std::string compute_line = "  compute " + short_number(c.compute_ms) + " ms per iteration" +
+                               (c.compute_ms > 0 ? "" : " (pass --compute-ms, or --comm with a profile taken with --model)");
+    if (!c.compute_ms_given && profiled_compute) {
+        const io::ComputeProfile& p = *profiled_compute;
+        compute.seconds = p.forward_seconds + p.backward_seconds;
+        compute.backward_share = p.backward_seconds / compute.seconds;
+        compute_line = "  compute " + short_number(compute.seconds * 1e3) + " ms per iteration (forward " +
+                       short_number(p.forward_seconds * 1e3) + " ms, backward " +
+                       short_number(p.backward_seconds * 1e3) + " ms) of " + p.model + ", batch " +
+                       std::to_string(p.batch_size) + " per rank, from " + c.comm;
+        if (!model.empty() && model != p.model)
+            warn(c.comm + " holds the compute time of " + p.model + ", but the gradients are " + model +
+                 "'s; pass --compute-ms, or time that model with comm-profile --model");
+    }
     const double memcpy_bandwidth = measure_memcpy();
 
     ExchangeOptions options;
@@ -287,7 +310,7 @@ int run_bench(BenchConfig c) {
     spdlog::info("{}: {} tensors, {} values ({} per worker and step uncompressed)", source, tensors.size(),
                  with_commas(values), bytes_text(dense_bytes));
     spdlog::info("{}", network_line);
-    spdlog::info("  compute {} ms per iteration{}", short_number(c.compute_ms), c.compute_ms > 0 ? "" : " (pass --compute-ms)");
+    spdlog::info("{}", compute_line);
     spdlog::info("  memcpy {}/s on one thread; {} thread{}, {} timed step{} after one warm-up", bytes_text(memcpy_bandwidth),
                  c.threads, c.threads == 1 ? "" : "s", c.reps, c.reps == 1 ? "" : "s");
     for (auto w : c.worlds)
@@ -404,6 +427,8 @@ int run_bench(BenchConfig c) {
                              {"source", file.network_source},
                              {"comm_profile", c.comm.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.comm)}};
         report["compute_seconds"] = compute.seconds;
+        report["backward_share"] = compute.backward_share;
+        report["compute_source"] = c.compute_ms_given ? "flag" : profiled_compute ? "comm" : "none";
         report["memcpy_bandwidth"] = memcpy_bandwidth;
         report["threads"] = c.threads;
         report["reps"] = c.reps;

@@ -47,6 +47,51 @@ void check_collective(const H5File& f, const std::string& group, const Collectiv
     if (!std::isfinite(c.bus_factor) || c.bus_factor < 0) f.fail(group + ": bus_factor is not a finite number >= 0");
 }
 
+void write_compute(H5File& f, const ComputeProfile& c) {
+    const std::string g = "/compute";
+    f.create_group(g);
+    f.write_attr(g, "model", c.model);
+    f.write_attr(g, "batch_size", c.batch_size);
+    f.write_attr(g, "classes", c.classes);
+    f.write_attr(g, "input", c.input);
+    f.write_attr(g, "warmup_steps", c.warmup_steps);
+    f.write_attr(g, "threads", c.threads);
+    f.write_attr(g, "forward_seconds", c.forward_seconds);
+    f.write_attr(g, "backward_seconds", c.backward_seconds);
+    f.write(g + "/input_shape", c.input_shape, Dims{c.input_shape.size()});
+    f.write(g + "/forward", c.forward, Dims{c.forward.size()});
+    f.write(g + "/backward", c.backward, Dims{c.backward.size()});
+}
+
+ComputeProfile read_compute(const H5File& f) {
+    const std::string g = "/compute";
+    ComputeProfile c;
+    c.model = f.read_attr_string(g, "model");
+    c.batch_size = f.read_attr_int(g, "batch_size");
+    if (f.has_attr(g, "classes")) c.classes = f.read_attr_int(g, "classes");
+    if (f.has_attr(g, "input")) c.input = f.read_attr_string(g, "input");
+    if (f.has_attr(g, "warmup_steps")) c.warmup_steps = f.read_attr_int(g, "warmup_steps");
+    if (f.has_attr(g, "threads")) c.threads = f.read_attr_int(g, "threads");
+    c.forward_seconds = f.read_attr_double(g, "forward_seconds");
+    c.backward_seconds = f.read_attr_double(g, "backward_seconds");
+    if (f.exists(g + "/input_shape")) c.input_shape = f.read<std::int64_t>(g + "/input_shape");
+    for (const char* name : {"forward", "backward"})
+        if (!f.exists(g + "/" + name)) f.fail("dataset " + g + "/" + name + " is missing");
+    Dims dims;
+    c.forward = f.read<double>(g + "/forward", &dims);
+    if (dims.size() != 1 || dims[0] < 1) f.fail(g + "/forward has shape " + dims_text(dims) + ", expected at least one step");
+    c.backward = read_column<double>(f, g + "/backward", dims[0]);
+    if (c.model.empty()) f.fail(g + ": model is empty");
+    if (c.batch_size < 1) f.fail(g + ": batch_size is " + std::to_string(c.batch_size) + "; it must be at least 1");
+    auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+    for (size_t i = 0; i < c.forward.size(); ++i)
+        if (!positive(c.forward[i]) || !positive(c.backward[i]))
+            f.fail(g + ": a time is not a finite number > 0 at step " + std::to_string(i));
+    if (!positive(c.forward_seconds) || !positive(c.backward_seconds))
+        f.fail(g + ": forward_seconds and backward_seconds must be finite numbers > 0");
+    return c;
+}
+
 }  // namespace
 
 double CollectiveProfile::predict(double bytes) const {
@@ -93,6 +138,7 @@ void write_comm_profile(const std::string& path, const CommProfile& p) {
         f.write_attr(g, "max_relative_residual", c.max_relative_residual);
         f.write_attr(g, "fit_points", c.fit_points);
     }
+    if (p.compute) write_compute(f, *p.compute);
     f.close();
     atomic.commit();
 }
@@ -149,6 +195,7 @@ CommProfile read_comm_profile(const std::string& path) {
         p.collectives.push_back(std::move(c));
     }
     if (p.collectives.empty()) f.fail("/collectives holds no collective");
+    if (f.exists("/compute")) p.compute = read_compute(f);
     return p;
 }
 
