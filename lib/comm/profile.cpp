@@ -1,5 +1,6 @@
 #include "comm/profile.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "base/text.hpp"
@@ -194,7 +195,7 @@ std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const Sweep
                 comm.barrier();
                 const auto start = Clock::now();
                 run_once(comm, c, buffers);
-                t = std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+                t = std::max(1e-9, seconds_since(start));
             }
             row.time = perf::summarize(slowest_rank(comm, times));
             set_bandwidths(row, c, world);
@@ -253,7 +254,7 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
     meta.provenance = config.provenance;
     meta.output = config.output;
     std::vector<CollectiveResult> results;
-    try {
+    run_in_group(*comm, [&] {
         if (leader && !config.output.empty()) io::check_writable_destination(config.output);
         if (human) {
             const size_t machines = std::set<std::string>(meta.hosts.begin(), meta.hosts.end()).size();
@@ -274,8 +275,7 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
         }
         // Before the sweep: a rank that would time a model and one that would not must not meet halfway.
         agree_on(*comm, config.model.empty() ? "" : config.model + ":" + std::to_string(compute_batch(config)),
-                 "model options",
-                 "--model and --batch-size");
+                 "model options", "--model and --batch-size");
         results = measure(*comm, plan, observer);
         if (!config.model.empty()) {
             meta.compute = measure_compute(*comm, config, plan);
@@ -286,11 +286,8 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
             if (config.csv) std::cout << results_csv(results) << std::flush;
             if (config.json) std::cout << results_json(results, meta) << std::flush;
         }
-        comm->finish();
-    } catch (const std::exception& e) {
-        comm->abort(e.what());
-        throw;
-    }
+        return cli::kExitOk;
+    });
     const std::int64_t wrong = total_wrong(results);
     if (human) {
         std::cerr << "# Avg bus bandwidth: " << fit_number(average_busbw(results) / 1e9, 10) << " GB/s\n";

@@ -2,6 +2,7 @@
 
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "cli/json.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -15,16 +16,6 @@ namespace {
 
 std::string right(const std::string& text, size_t width) {
     return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
-}
-
-std::string printf_text(const char* format, double value) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, format, value);
-    return buffer;
-}
-
-nlohmann::json finite_or_null(double value) {
-    return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
 const char* op_of(perf::Collective c) {
@@ -264,8 +255,8 @@ std::string results_json(const std::vector<CollectiveResult>& results, const Pro
                                     {"wrong", row.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(row.wrong)}});
         if (r.fit.points >= 2)
             c["fit"] = {{"alpha_s", r.fit.alpha},
-                        {"bandwidth_Bps", finite_or_null(r.fit.bandwidth)},
-                        {"bus_bandwidth_Bps", finite_or_null(fit_bus_bandwidth(r))},
+                        {"bandwidth_Bps", cli::json_number(r.fit.bandwidth)},
+                        {"bus_bandwidth_Bps", cli::json_number(fit_bus_bandwidth(r))},
                         {"r2", r.fit.r2},
                         {"rms_relative_residual", r.fit.rms_relative_residual},
                         {"max_relative_residual", r.fit.max_relative_residual},
@@ -296,7 +287,7 @@ std::string results_json(const std::vector<CollectiveResult>& results, const Pro
     } else {
         report["compute"] = nullptr;
     }
-    report["output"] = meta.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(meta.output);
+    report["output"] = cli::json_text_or_null(meta.output);
     return report.dump(2) + "\n";
 }
 

@@ -1,7 +1,9 @@
 #include "compress/bench_driver.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "cli/json.hpp"
 #include "compress/exchange.hpp"
 #include "compress/loopback.hpp"
 #include "compress/shapes.hpp"
@@ -39,12 +41,7 @@ struct Quality {
     double relative_error = 0, cosine = 0, gain = 0;
 };
 
-std::string number_text(double v, const char* format) {
-    if (!std::isfinite(v)) return "-";
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, format, v);
-    return buffer;
-}
+std::string number_text(double v, const char* format) { return std::isfinite(v) ? printf_text(format, v) : "-"; }
 
 std::string bytes_text(double bytes) {
     const char* unit[] = {"B", "kB", "MB", "GB", "TB"};
@@ -68,7 +65,7 @@ double measure_memcpy() {
     for (int rep = 0; rep < 5; ++rep) {
         auto t0 = std::chrono::steady_clock::now();
         std::memcpy(b.data(), a.data(), bytes);
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        best = std::min(best, seconds_since(t0));
         a[static_cast<size_t>(rep)] = b[bytes - 1 - static_cast<size_t>(rep)];  // keep the copies observable
     }
     return static_cast<double>(bytes) / best;
@@ -413,7 +410,6 @@ int run_bench(BenchConfig c) {
     }
     if (c.json) {
         nlohmann::json report;
-        auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
         report["source"] = source;
         report["parameters"] = tensors.size();
         report["values"] = values;
@@ -425,7 +421,7 @@ int run_bench(BenchConfig c) {
                              {"allgather_alpha", gather_net.alpha},
                              {"allgather_bandwidth", gather_net.bandwidth},
                              {"source", file.network_source},
-                             {"comm_profile", c.comm.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.comm)}};
+                             {"comm_profile", cli::json_text_or_null(c.comm)}};
         report["compute_seconds"] = compute.seconds;
         report["backward_share"] = compute.backward_share;
         report["compute_source"] = c.compute_ms_given ? "flag" : profiled_compute ? "comm" : "none";
@@ -448,20 +444,20 @@ int run_bench(BenchConfig c) {
                                {"world_size", r.world_size},
                                {"bytes_per_worker", r.bytes_per_worker},
                                {"floats_per_worker", static_cast<double>(r.bytes_per_worker) / 4.0},
-                               {"compression_ratio", num(r.compression_ratio)},
+                               {"compression_ratio", cli::json_number(r.compression_ratio)},
                                {"encode_seconds", {{"median", r.encode_median}, {"min", r.encode_min}, {"max", r.encode_max}}},
                                {"decode_seconds", {{"median", r.decode_median}, {"min", r.decode_min}, {"max", r.decode_max}}},
-                               {"throughput", num(r.throughput)},
-                               {"relative_error", num(r.relative_error)},
-                               {"cosine", num(r.cosine)},
-                               {"gain", num(r.gain)},
-                               {"comm_seconds", num(r.comm_seconds)},
-                               {"iteration_seconds", num(r.iteration_seconds)},
-                               {"baseline_iteration_seconds", num(r.baseline_iteration_seconds)},
-                               {"speedup", num(r.speedup)},
+                               {"throughput", cli::json_number(r.throughput)},
+                               {"relative_error", cli::json_number(r.relative_error)},
+                               {"cosine", cli::json_number(r.cosine)},
+                               {"gain", cli::json_number(r.gain)},
+                               {"comm_seconds", cli::json_number(r.comm_seconds)},
+                               {"iteration_seconds", cli::json_number(r.iteration_seconds)},
+                               {"baseline_iteration_seconds", cli::json_number(r.baseline_iteration_seconds)},
+                               {"speedup", cli::json_number(r.speedup)},
                                {"pays", r.speedup > 1}});
         report["results"] = results;
-        report["output"] = c.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.output);
+        report["output"] = cli::json_text_or_null(c.output);
         report["warnings"] = warnings;
         std::cout << report.dump(2) << std::endl;
     }

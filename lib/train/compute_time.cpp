@@ -1,20 +1,10 @@
 #include "train/compute_time.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "train/models.hpp"
 
-#include <chrono>
-
 namespace acc::train {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_between(Clock::time_point start, Clock::time_point end) {
-    return std::chrono::duration<double>(end - start).count();
-}
-
-}  // namespace
 
 ComputeInput default_compute_input(const std::string& model) {
     if (model == "mlp" || model == "cnn") return {{1, 28, 28}, 10, "Fashion-MNIST"};
@@ -47,23 +37,27 @@ ComputeTimes time_compute(const ComputeTimingConfig& c, const std::function<void
         input = torch::randn(dims, on);
         target = torch::randint(in.classes, {c.batch_size}, on.dtype(torch::kInt64));
     }
-    auto now = [&] {
+    // A GPU runs asynchronously: wait for it before reading the clock.
+    auto sync = [&] {
         if (device.is_cuda()) torch::cuda::synchronize(device.index());
-        return Clock::now();
     };
 
     ComputeTimes times;
     for (int step = 0; step < c.warmup + c.steps; ++step) {
         model->zero_grad();
         if (before_step) before_step();
-        const auto start = now();
+        sync();
+        const auto start = SteadyClock::now();
         torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(input), target);
-        const auto forward_done = now();
+        sync();
+        const double forward = seconds_since(start);
+        const auto backward_start = SteadyClock::now();
         loss.backward();
-        const auto backward_done = now();
+        sync();
+        const double backward = seconds_since(backward_start);
         if (step < c.warmup) continue;
-        times.forward.push_back(seconds_between(start, forward_done));
-        times.backward.push_back(seconds_between(forward_done, backward_done));
+        times.forward.push_back(forward);
+        times.backward.push_back(backward);
     }
     return times;
 }

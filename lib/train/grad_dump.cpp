@@ -3,6 +3,7 @@
 #include "base/error.hpp"
 #include "base/hash.hpp"
 #include "base/text.hpp"
+#include "cli/json.hpp"
 #include "cli/progress.hpp"
 #include "cli/tool.hpp"
 #include "comm/launch.hpp"
@@ -40,18 +41,6 @@ std::string count_of(std::int64_t n, const std::string& singular, const std::str
     return with_commas(n) + " " + (n == 1 ? singular : plural);
 }
 
-std::string percent(double fraction) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.1f%%", 100.0 * fraction);
-    return buffer;
-}
-
-std::string fixed(double value, int decimals) {
-    char buffer[48];
-    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-    return buffer;
-}
-
 // Checks the options alone; files are checked by the rank that writes them.
 void validate(GradDumpConfig& c) {
     train::validate(c.train);
@@ -87,29 +76,28 @@ void check_same_run(const std::string& path, const CheckpointInfo& info, const G
 std::string epoch_line(std::int64_t epoch, std::int64_t epochs, const io::EpochStats& s, bool text,
                        const std::string& unit) {
     std::string line = "epoch " + std::to_string(epoch) + " (" + std::to_string(epoch + 1) + "/" +
-                       std::to_string(epochs) + "): lr " + short_number(s.lr) + ", loss " + fixed(s.loss, 4) +
-                       ", accuracy " + percent(s.accuracy);
+                       std::to_string(epochs) + "): lr " + short_number(s.lr) + ", loss " + printf_text("%.4f", s.loss) +
+                       ", accuracy " + percent_text(s.accuracy);
     if (!std::isnan(s.test_loss)) {
-        line += ", test loss " + fixed(s.test_loss, 4) + ", test accuracy " + percent(s.test_accuracy);
-        if (text) line += ", perplexity " + fixed(std::exp(s.test_loss), 2);
+        line += ", test loss " + printf_text("%.4f", s.test_loss) + ", test accuracy " + percent_text(s.test_accuracy);
+        if (text) line += ", perplexity " + printf_text("%.2f", std::exp(s.test_loss));
     }
-    line += ", " + fixed(s.seconds, 1) + " s, " +
+    line += ", " + printf_text("%.1f", s.seconds) + " s, " +
             with_commas(std::llround(static_cast<double>(s.samples) / std::max(s.seconds, 1e-9))) + " " + unit + "/s";
     return line;
 }
 
 nlohmann::json epoch_json(std::int64_t epoch, const io::EpochStats& s, bool text) {
-    auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     nlohmann::json j = {{"epoch", epoch},
                         {"lr", s.lr},
-                        {"loss", number(s.loss)},
-                        {"accuracy", number(s.accuracy)},
-                        {"test_loss", number(s.test_loss)},
-                        {"test_accuracy", number(s.test_accuracy)},
+                        {"loss", cli::json_number(s.loss)},
+                        {"accuracy", cli::json_number(s.accuracy)},
+                        {"test_loss", cli::json_number(s.test_loss)},
+                        {"test_accuracy", cli::json_number(s.test_accuracy)},
                         {"steps", s.steps},
                         {"samples", s.samples},
                         {"seconds", s.seconds}};
-    if (text) j["perplexity"] = number(std::exp(s.test_loss));
+    if (text) j["perplexity"] = cli::json_number(std::exp(s.test_loss));
     return j;
 }
 
@@ -294,7 +282,7 @@ void report(const GradDumpConfig& c, const DataInfo& info, const std::vector<io:
         spdlog::info("  this run: {}, {} s of training, {} {}/s{}; checkpoint {}",
                      trained == 1 ? "epoch " + std::to_string(start)
                                   : "epochs " + std::to_string(start) + "-" + std::to_string(t.epochs - 1),
-                     fixed(seconds, 1), with_commas(std::llround(samples / std::max(seconds, 1e-9))), info.unit,
+                     printf_text("%.1f", seconds), with_commas(std::llround(samples / std::max(seconds, 1e-9))), info.unit,
                      world_size > 1 ? " on rank 0" : "", c.checkpoint);
     else
         spdlog::info("  nothing to train: the checkpoint is already at epoch {}", start);
@@ -450,15 +438,7 @@ int dump_rank(const GradDumpConfig& c) {
     cli::set_log_rank(rendezvous.rank);
     // Gloo also with --device cuda: the exchange averages the gradients in host memory.
     auto comm = comm::ProcessGroupCollectives::join(rendezvous, comm::Backend::gloo);
-    int code = cli::kExitOk;
-    try {
-        code = train_rank(c, comm.get());
-        comm->finish();
-    } catch (const std::exception& e) {
-        comm->abort(e.what());
-        throw;
-    }
-    return code;
+    return comm::run_in_group(*comm, [&] { return train_rank(c, comm.get()); });
 }
 
 }  // namespace

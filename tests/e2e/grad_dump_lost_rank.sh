@@ -14,10 +14,7 @@ grad-dump "${args[@]}" -q -o full.h5 || fail "uninterrupted 2-rank run"
 
 grad-dump "${args[@]}" -v -o part.h5 2>part.log &
 launcher=$!
-for _ in $(seq 600); do
-    grep -q '^grad-dump\[0\]: epoch 0 (1/5)' part.log 2>/dev/null && break
-    sleep 0.05
-done
+wait_for_line part.log '^grad-dump\[0\]: epoch 0 \(1/5\)' 30 || true
 victim=$(grep -oE 'rank 1 is pid [0-9]+' part.log | grep -oE '[0-9]+$')
 kill -KILL "$victim"
 got=0
@@ -37,29 +34,6 @@ PY
 grad-dump "${args[@]}" -o part.h5 --resume 2>resume.log || fail "resume on 2 ranks: $(tail -3 resume.log)"
 grep -Eq '^grad-dump\[0\]: resuming part.h5 after epoch [0-3] from part.ckpt.h5' resume.log || fail "resume log: $(cat resume.log)"
 
-$ACC_PYTHON - <<'PY' || fail "the resumed run differs from the uninterrupted one"
-import h5py
-import numpy as np
-
-def same(a, b, path):
-    if isinstance(a, h5py.Dataset):
-        x, y = a[()], b[()]
-        assert x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), path
-    else:
-        assert sorted(a.keys()) == sorted(b.keys()), path
-        for k in a.keys():
-            same(a[k], b[k], path + "/" + k)
-
-with h5py.File("full.h5", "r") as full, h5py.File("part.h5", "r") as part:
-    assert full.attrs["complete"] == 1 and part.attrs["complete"] == 1
-    for group in ("parameters", "steps", "snapshots"):
-        same(full[group], part[group], group)
-    for column in full["epochs"].keys():
-        if column != "seconds":
-            same(full["epochs"][column], part["epochs"][column], "epochs/" + column)
-with h5py.File("full.ckpt.h5", "r") as full, h5py.File("part.ckpt.h5", "r") as part:
-    assert full.attrs["global_step"] == part.attrs["global_step"] == 5 * 200
-    for group in ("model", "optimizer", "extra"):
-        same(full[group], part[group], group)
-PY
+"$ACC_PYTHON" "$ACC_SOURCE/tests/e2e/same_run.py" full.h5 part.h5 --epochs 5 --parameters 6 --global-step 1000 \
+    --checkpoint-groups model,optimizer,extra || fail "the resumed run differs from the uninterrupted one"
 finish
