@@ -85,4 +85,12 @@ std::string short_number(double value, int digits) {
     return buffer;
 }
 
+std::string printf_text(const char* format, double value) {
+    char buffer[128];
+    std::snprintf(buffer, sizeof buffer, format, value);
+    return buffer;
+}
+
+std::string percent_text(double fraction) { return printf_text("%.1f%%", 100.0 * fraction); }
+
 }  // namespace acc

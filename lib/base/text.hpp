@@ -25,4 +25,10 @@ std::string command_line(int argc, const char* const* argv);
 /// Formats a double with up to `digits` significant digits, without trailing zeros.
 std::string short_number(double value, int digits = 4);
 
+/// One number through a printf format with a single double conversion: ("%.3f ms", 1.5) -> "1.500 ms".
+std::string printf_text(const char* format, double value);
+
+/// "12.5%": a fraction as a percentage with one decimal.
+std::string percent_text(double fraction);
+
 }  // namespace acc

@@ -1,5 +1,6 @@
 #include "comm/process_group.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
 #include "comm/torch_compat.hpp"
@@ -41,7 +42,6 @@ constexpr milliseconds kDiagnosisTimeout{3000};
 // How long the rank hosting the store keeps it for the others to read the diagnosis.
 constexpr milliseconds kLinger{5000};
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 milliseconds to_ms(double seconds) { return milliseconds(static_cast<std::int64_t>(seconds * 1000 + 0.5)); }
 
@@ -734,6 +734,17 @@ void ProcessGroupCollectives::finish() {
         } catch (const std::exception&) {
             // Everything was measured; a rank that never says goodbye is not an error here.
         }
+    }
+}
+
+int run_in_group(ProcessGroupCollectives& comm, const std::function<int()>& work) {
+    try {
+        const int code = work();
+        comm.finish();
+        return code;
+    } catch (const std::exception& e) {
+        comm.abort(e.what());
+        throw;
     }
 }
 

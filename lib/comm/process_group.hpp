@@ -19,6 +19,7 @@
 #include "comm/collectives.hpp"
 #include "comm/rendezvous.hpp"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,5 +89,10 @@ private:
     explicit ProcessGroupCollectives(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;
 };
+
+/// Runs this rank's part of a program in the group: when `work` returns, ends
+/// cleanly (finish()) and returns its result; when it throws, tells the other
+/// ranks why (abort(), so that they report "rank R stopped: ...") and rethrows.
+int run_in_group(ProcessGroupCollectives& comm, const std::function<int()>& work);
 
 }  // namespace acc::comm

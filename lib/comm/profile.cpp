@@ -1,14 +1,19 @@
 #include "comm/profile.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "base/text.hpp"
 #include "base/version.hpp"
 #include "cli/tool.hpp"
 #include "comm/torch_compat.hpp"
 #include "io/atomic.hpp"
+#include "train/compute_time.hpp"
+#include "train/config.hpp"
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <set>
@@ -106,26 +111,31 @@ std::int64_t check_once(ProcessGroupCollectives& comm, perf::Collective c, Buffe
     return total.cpu().item<std::int64_t>();
 }
 
-// FNV-1a: the same text gives the same number on every machine.
-std::int64_t fingerprint(const std::string& text) {
-    std::uint64_t h = 1469598103934665603ull;
-    for (unsigned char ch : text) {
-        h ^= ch;
-        h *= 1099511628211ull;
-    }
-    return static_cast<std::int64_t>(h >> 1);
+// The same text gives the same number on every machine.
+std::int64_t fingerprint(const std::string& text) { return static_cast<std::int64_t>(fnv1a(text) >> 1); }
+
+// Per iteration, the time of the slowest rank.
+std::vector<double> slowest_rank(ProcessGroupCollectives& comm, const std::vector<double>& times) {
+    at::Tensor slowest = at::tensor(times, at::TensorOptions().dtype(at::kDouble)).to(comm.device());
+    comm.allreduce(slowest, ReduceOp::max);
+    slowest = slowest.cpu();
+    return std::vector<double>(slowest.data_ptr<double>(), slowest.data_ptr<double>() + slowest.numel());
 }
 
-void agree_on_plan(ProcessGroupCollectives& comm, const SweepPlan& plan) {
+// --batch-size, 128 unless given.
+std::int64_t compute_batch(const ProfileConfig& config) { return config.batch_size > 0 ? config.batch_size : 128; }
+
+// Every rank must run the same measurements: `options` lists what they are started with.
+void agree_on(ProcessGroupCollectives& comm, const std::string& signature, const std::string& what,
+              const std::string& options) {
     at::Tensor mine =
-        at::full({1}, fingerprint(plan.signature()), at::TensorOptions().dtype(at::kLong).device(comm.device()));
+        at::full({1}, fingerprint(signature), at::TensorOptions().dtype(at::kLong).device(comm.device()));
     std::vector<at::Tensor> all = comm.allgather(mine);
     const std::int64_t reference = all[0].cpu().item<std::int64_t>();
     for (int r = 1; r < comm.world_size(); ++r)
         if (all[static_cast<size_t>(r)].cpu().item<std::int64_t>() != reference)
-            throw UsageError("rank " + std::to_string(r) +
-                             " was started with other sweep options than rank 0 (--collectives, -b, -e, -f, -n, -w "
-                             "and --check must be the same on every rank)");
+            throw UsageError("rank " + std::to_string(r) + " was started with other " + what + " than rank 0 (" +
+                             options + " must be the same on every rank)");
 }
 
 bool human_output() { return spdlog::default_logger()->level() <= spdlog::level::info; }
@@ -156,7 +166,7 @@ std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const Sweep
                                       const SweepObserver& observer) {
     const int world = comm.world_size();
     const auto options = at::TensorOptions().dtype(at::kFloat).device(comm.device());
-    agree_on_plan(comm, plan);
+    agree_on(comm, plan.signature(), "sweep options", "--collectives, -b, -e, -f, -n, -w and --check");
     for (perf::Collective c : plan.collectives) {
         // Refused at once, identically on every rank, by backends without it.
         if (c == perf::Collective::reduce_scatter) {
@@ -185,14 +195,9 @@ std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const Sweep
                 comm.barrier();
                 const auto start = Clock::now();
                 run_once(comm, c, buffers);
-                t = std::max(1e-9, std::chrono::duration<double>(Clock::now() - start).count());
+                t = std::max(1e-9, seconds_since(start));
             }
-            // Each iteration takes as long as its slowest rank.
-            at::Tensor slowest = at::tensor(times, at::TensorOptions().dtype(at::kDouble)).to(comm.device());
-            comm.allreduce(slowest, ReduceOp::max);
-            slowest = slowest.cpu();
-            times.assign(slowest.data_ptr<double>(), slowest.data_ptr<double>() + slowest.numel());
-            row.time = perf::summarize(times);
+            row.time = perf::summarize(slowest_rank(comm, times));
             set_bandwidths(row, c, world);
             if (observer.row) observer.row(row);
             result.rows.push_back(row);
@@ -202,6 +207,31 @@ std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const Sweep
         results.push_back(std::move(result));
     }
     return results;
+}
+
+io::ComputeProfile measure_compute(ProcessGroupCollectives& comm, const ProfileConfig& config, const SweepPlan& plan) {
+    train::ComputeTimingConfig timing;
+    timing.model = config.model;
+    timing.batch_size = compute_batch(config);
+    timing.warmup = plan.warmup;
+    timing.steps = plan.iterations;
+    timing.device = config.device;
+    timing.device_index = comm.local_rank();
+    const train::ComputeTimes times = train::time_compute(timing, [&] { comm.barrier(); });
+    const train::ComputeInput input = train::default_compute_input(config.model);
+    io::ComputeProfile c;
+    c.model = config.model;
+    c.batch_size = timing.batch_size;
+    c.input_shape = input.shape;
+    c.classes = input.classes;
+    c.input = input.source;
+    c.warmup_steps = plan.warmup;
+    c.threads = at::get_num_threads();
+    c.forward = slowest_rank(comm, times.forward);
+    c.backward = slowest_rank(comm, times.backward);
+    c.forward_seconds = perf::median(c.forward);
+    c.backward_seconds = perf::median(c.backward);
+    return c;
 }
 
 namespace {
@@ -224,7 +254,7 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
     meta.provenance = config.provenance;
     meta.output = config.output;
     std::vector<CollectiveResult> results;
-    try {
+    run_in_group(*comm, [&] {
         if (leader && !config.output.empty()) io::check_writable_destination(config.output);
         if (human) {
             const size_t machines = std::set<std::string>(meta.hosts.begin(), meta.hosts.end()).size();
@@ -243,17 +273,21 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
             observer.row = [](const SizeResult& row) { std::cerr << table_row(row); };
             observer.end = [](const CollectiveResult& r) { std::cerr << fit_line(r) << "#\n"; };
         }
+        // Before the sweep: a rank that would time a model and one that would not must not meet halfway.
+        agree_on(*comm, config.model.empty() ? "" : config.model + ":" + std::to_string(compute_batch(config)),
+                 "model options", "--model and --batch-size");
         results = measure(*comm, plan, observer);
+        if (!config.model.empty()) {
+            meta.compute = measure_compute(*comm, config, plan);
+            if (human) std::cerr << compute_lines(*meta.compute, meta.world_size);
+        }
         if (leader) {
             if (!config.output.empty()) io::write_comm_profile(config.output, to_comm_profile(results, meta));
             if (config.csv) std::cout << results_csv(results) << std::flush;
             if (config.json) std::cout << results_json(results, meta) << std::flush;
         }
-        comm->finish();
-    } catch (const std::exception& e) {
-        comm->abort(e.what());
-        throw;
-    }
+        return cli::kExitOk;
+    });
     const std::int64_t wrong = total_wrong(results);
     if (human) {
         std::cerr << "# Avg bus bandwidth: " << fit_number(average_busbw(results) / 1e9, 10) << " GB/s\n";
@@ -272,6 +306,12 @@ int run_profile(const ProfileConfig& config, int argc, char** argv) {
     // Everything that can be checked alone is checked before any rank starts.
     const SweepPlan plan = make_plan(config);
     if (config.csv && config.json) throw UsageError("--csv and --json both print on standard output; choose one");
+    const auto& models = train::model_names();
+    if (!config.model.empty() && std::find(models.begin(), models.end(), config.model) == models.end())
+        throw UsageError("--model: unknown model '" + config.model + "' (known: " + join(models, ", ") + ")");
+    if (config.model.empty() && config.batch_size != 0)
+        throw UsageError("--batch-size: sets the batch of the timed model; it needs --model");
+    if (config.batch_size < 0) throw UsageError("--batch-size: must be at least 1");
     if (config.device != "cpu" && config.device != "cuda")
         throw UsageError("--device: must be 'cpu' or 'cuda', not '" + config.device + "'");
     const Backend backend = config.device == "cuda" ? Backend::nccl : Backend::gloo;

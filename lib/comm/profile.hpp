@@ -26,6 +26,8 @@ struct ProfileConfig {
     bool check = false;
     std::string device = "cpu";  ///< "cpu" (Gloo) or "cuda" (NCCL)
     std::string output;          ///< -o: comm-profile file to write; empty: none
+    std::string model;           ///< --model: also time this model's training step; empty: no
+    std::int64_t batch_size = 0; ///< --batch-size: samples per rank in the timed steps; 0: 128
     bool csv = false;            ///< CSV on stdout
     bool json = false;           ///< JSON on stdout
     io::Provenance provenance;
@@ -47,6 +49,11 @@ struct SweepObserver {
 /// compared with exactly predictable integer values.
 std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const SweepPlan& plan,
                                       const SweepObserver& observer = {});
+
+/// With config.model: times the model's forward and backward pass on every
+/// rank at once (-w untimed, then -n timed steps, after a barrier each), each
+/// step's time being the slowest rank's.
+io::ComputeProfile measure_compute(ProcessGroupCollectives& comm, const ProfileConfig& config, const SweepPlan& plan);
 
 /// comm-profile end to end: validates the options, starts --nproc local ranks
 /// if asked (re-executing argv), and runs this rank's part (only rank 0

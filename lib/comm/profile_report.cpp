@@ -2,6 +2,7 @@
 
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "cli/json.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -15,16 +16,6 @@ namespace {
 
 std::string right(const std::string& text, size_t width) {
     return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
-}
-
-std::string printf_text(const char* format, double value) {
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, format, value);
-    return buffer;
-}
-
-nlohmann::json finite_or_null(double value) {
-    return std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
 }
 
 const char* op_of(perf::Collective c) {
@@ -178,6 +169,32 @@ std::string fit_line(const CollectiveResult& result) {
            printf_text("%.1f%%", f.max_relative_residual * 100) + "\n";
 }
 
+std::string compute_lines(const io::ComputeProfile& c, int world_size) {
+    const perf::TimingStats forward = perf::summarize(c.forward), backward = perf::summarize(c.backward);
+    std::vector<double> sums;
+    for (size_t i = 0; i < c.forward.size(); ++i) sums.push_back(c.forward[i] + c.backward[i]);
+    const perf::TimingStats step = perf::summarize(sums);
+    std::string shape;
+    for (size_t i = 0; i < c.input_shape.size(); ++i) shape += (i ? "x" : "") + std::to_string(c.input_shape[i]);
+    const bool text = c.input_shape.size() == 1;
+    std::string out = "# compute: " + c.model + ", batch " + std::to_string(c.batch_size) +
+                      (text ? " streams of " + shape + " tokens (vocabulary " + with_commas(c.classes) + ")"
+                            : " of " + shape + " in " + std::to_string(c.classes) + " classes") +
+                      " per rank (" + c.input + "'s shape, random values), " + std::to_string(c.threads) +
+                      (c.threads == 1 ? " thread" : " threads") + " per rank\n";
+    out += "# " + std::to_string(c.forward.size()) + " timed steps after " + std::to_string(c.warmup_steps) +
+           " warm-up" + (world_size > 1 ? ", each the slowest rank's" : "") + "\n";
+    char buffer[96];
+    std::snprintf(buffer, sizeof buffer, "#  %-9s %12s %12s %12s\n", "ms/step", "min", "median", "max");
+    out += buffer;
+    auto line = [&](const char* name, const perf::TimingStats& t) {
+        std::snprintf(buffer, sizeof buffer, "   %-9s %12.3f %12.3f %12.3f\n", name, t.min * 1e3, t.median * 1e3,
+                      t.max * 1e3);
+        return std::string(buffer);
+    };
+    return out + line("forward", forward) + line("backward", backward) + line("step", step) + "#\n";
+}
+
 std::string results_csv(const std::vector<CollectiveResult>& results) {
     std::string out =
         "collective,size_bytes,count,type,time_min_s,time_median_s,time_max_s,algbw_Bps,busbw_Bps,wrong\n";
@@ -238,8 +255,8 @@ std::string results_json(const std::vector<CollectiveResult>& results, const Pro
                                     {"wrong", row.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(row.wrong)}});
         if (r.fit.points >= 2)
             c["fit"] = {{"alpha_s", r.fit.alpha},
-                        {"bandwidth_Bps", finite_or_null(r.fit.bandwidth)},
-                        {"bus_bandwidth_Bps", finite_or_null(fit_bus_bandwidth(r))},
+                        {"bandwidth_Bps", cli::json_number(r.fit.bandwidth)},
+                        {"bus_bandwidth_Bps", cli::json_number(fit_bus_bandwidth(r))},
                         {"r2", r.fit.r2},
                         {"rms_relative_residual", r.fit.rms_relative_residual},
                         {"max_relative_residual", r.fit.max_relative_residual},
@@ -251,7 +268,26 @@ std::string results_json(const std::vector<CollectiveResult>& results, const Pro
     report["average_busbw_Bps"] = average_busbw(results);
     const std::int64_t wrong = total_wrong(results);
     report["wrong"] = wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(wrong);
-    report["output"] = meta.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(meta.output);
+    if (meta.compute) {
+        const io::ComputeProfile& c = *meta.compute;
+        report["compute"] = {{"model", c.model},
+                             {"batch_size", c.batch_size},
+                             {"input_shape", c.input_shape},
+                             {"classes", c.classes},
+                             {"input", c.input},
+                             {"threads", c.threads},
+                             {"warmup_steps", c.warmup_steps},
+                             {"steps", c.forward.size()},
+                             {"forward_s", c.forward_seconds},
+                             {"backward_s", c.backward_seconds},
+                             {"forward_min_s", perf::summarize(c.forward).min},
+                             {"forward_max_s", perf::summarize(c.forward).max},
+                             {"backward_min_s", perf::summarize(c.backward).min},
+                             {"backward_max_s", perf::summarize(c.backward).max}};
+    } else {
+        report["compute"] = nullptr;
+    }
+    report["output"] = cli::json_text_or_null(meta.output);
     return report.dump(2) + "\n";
 }
 
@@ -299,6 +335,7 @@ io::CommProfile to_comm_profile(const std::vector<CollectiveResult>& results, co
         }
         p.collectives.push_back(std::move(c));
     }
+    p.compute = meta.compute;
     return p;
 }
 

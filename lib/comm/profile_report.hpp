@@ -8,6 +8,7 @@
 #include "perf/stats.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -94,7 +95,12 @@ struct ProfileMeta {
     SweepPlan plan;
     io::Provenance provenance;
     std::string output;  ///< the file written, or empty
+    std::optional<io::ComputeProfile> compute;  ///< with --model: the model's compute time per step
 };
+
+/// The compute section of the table: forward, backward and their sum per step,
+/// min, median and max in milliseconds, each line ending in '\n'.
+std::string compute_lines(const io::ComputeProfile& compute, int world_size);
 
 /// The JSON report (seconds and bytes/s; an unbounded bandwidth is null).
 std::string results_json(const std::vector<CollectiveResult>& results, const ProfileMeta& meta);

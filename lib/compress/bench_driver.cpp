@@ -1,7 +1,9 @@
 #include "compress/bench_driver.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "cli/json.hpp"
 #include "compress/exchange.hpp"
 #include "compress/loopback.hpp"
 #include "compress/shapes.hpp"
@@ -23,6 +25,7 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <set>
 
 namespace acc::compress {
@@ -38,12 +41,7 @@ struct Quality {
     double relative_error = 0, cosine = 0, gain = 0;
 };
 
-std::string number_text(double v, const char* format) {
-    if (!std::isfinite(v)) return "-";
-    char buffer[64];
-    std::snprintf(buffer, sizeof buffer, format, v);
-    return buffer;
-}
+std::string number_text(double v, const char* format) { return std::isfinite(v) ? printf_text(format, v) : "-"; }
 
 std::string bytes_text(double bytes) {
     const char* unit[] = {"B", "kB", "MB", "GB", "TB"};
@@ -67,7 +65,7 @@ double measure_memcpy() {
     for (int rep = 0; rep < 5; ++rep) {
         auto t0 = std::chrono::steady_clock::now();
         std::memcpy(b.data(), a.data(), bytes);
-        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        best = std::min(best, seconds_since(t0));
         a[static_cast<size_t>(rep)] = b[bytes - 1 - static_cast<size_t>(rep)];  // keep the copies observable
     }
     return static_cast<double>(bytes) / best;
@@ -112,11 +110,14 @@ void validate(BenchConfig& c) {
     if (!c.output.empty()) io::check_writable_destination(c.output);
 }
 
-std::vector<Input> load_inputs(const BenchConfig& c, std::vector<TensorInfo>& tensors, std::string& source) {
+// Fills `tensors`, `source` (what the inputs came from) and `model` (the model's name, when known).
+std::vector<Input> load_inputs(const BenchConfig& c, std::vector<TensorInfo>& tensors, std::string& source,
+                               std::string& model) {
     std::vector<Input> inputs;
     if (!c.from.empty()) {
         source = c.from;
         io::GradStats grads = io::read_grads(c.from);
+        model = grads.run.model;
         for (const auto& p : grads.parameters) tensors.push_back({p.name, p.shape});
         if (grads.snapshot_epochs.empty())
             throw FileError(c.from, "holds no gradient snapshots; run grad-dump with --snapshot-epochs");
@@ -146,6 +147,7 @@ std::vector<Input> load_inputs(const BenchConfig& c, std::vector<TensorInfo>& te
                              ") nor an existing shapes file");
         tensors = preset ? preset_shapes(c.shapes) : read_shapes_file(c.shapes);
         source = c.shapes;
+        if (preset) model = c.shapes;
         // Synthetic gradients: i.i.d. standard normal values (a hard case for low-rank and
         // sparse compressors; --from gives real gradients).
         Input in;
@@ -211,8 +213,8 @@ int run_bench(BenchConfig c) {
     validate(c);
     at::set_num_threads(static_cast<int>(c.threads));
     std::vector<TensorInfo> tensors;
-    std::string source;
-    std::vector<Input> inputs = load_inputs(c, tensors, source);
+    std::string source, model;
+    std::vector<Input> inputs = load_inputs(c, tensors, source, model);
     std::vector<std::string> warnings;
     auto warn = [&](const std::string& text) {
         spdlog::warn(text);
@@ -230,8 +232,10 @@ int run_bench(BenchConfig c) {
     std::string network_source = c.alpha_given ? "flags" : "default";
     perf::Network net{c.alpha, c.bandwidth}, gather_net = net;
     std::string network_line;
+    std::optional<io::ComputeProfile> profiled_compute;
     if (!c.comm.empty()) {
         io::CommProfile profile = io::read_comm_profile(c.comm);
+        profiled_compute = profile.compute;
         const io::CollectiveProfile* allreduce = profile.find("allreduce");
         if (!allreduce)
             throw FileError(c.comm, "has no allreduce profile; run comm-profile with --collectives allreduce,allgather");
@@ -255,8 +259,24 @@ int run_bench(BenchConfig c) {
         network_line = "  network: bandwidth " + bytes_text(net.bandwidth) + "/s, alpha " + short_number(net.alpha * 1e6) +
                        " us" + (c.alpha_given ? "" : " (defaults: pass --comm, or --alpha and --bandwidth)");
     }
+    // The compute: --compute-ms, else what comm-profile --model measured (its split into
+    // forward and backward sets the backward pass's share), else none.
     perf::Compute compute;
     compute.seconds = c.compute_ms / 1000.0;
+    std::string compute_line = "  compute " + short_number(c.compute_ms) + " ms per iteration" +
+                               (c.compute_ms > 0 ? "" : " (pass --compute-ms, or --comm with a profile taken with --model)");
+    if (!c.compute_ms_given && profiled_compute) {
+        const io::ComputeProfile& p = *profiled_compute;
+        compute.seconds = p.forward_seconds + p.backward_seconds;
+        compute.backward_share = p.backward_seconds / compute.seconds;
+        compute_line = "  compute " + short_number(compute.seconds * 1e3) + " ms per iteration (forward " +
+                       short_number(p.forward_seconds * 1e3) + " ms, backward " +
+                       short_number(p.backward_seconds * 1e3) + " ms) of " + p.model + ", batch " +
+                       std::to_string(p.batch_size) + " per rank, from " + c.comm;
+        if (!model.empty() && model != p.model)
+            warn(c.comm + " holds the compute time of " + p.model + ", but the gradients are " + model +
+                 "'s; pass --compute-ms, or time that model with comm-profile --model");
+    }
     const double memcpy_bandwidth = measure_memcpy();
 
     ExchangeOptions options;
@@ -287,7 +307,7 @@ int run_bench(BenchConfig c) {
     spdlog::info("{}: {} tensors, {} values ({} per worker and step uncompressed)", source, tensors.size(),
                  with_commas(values), bytes_text(dense_bytes));
     spdlog::info("{}", network_line);
-    spdlog::info("  compute {} ms per iteration{}", short_number(c.compute_ms), c.compute_ms > 0 ? "" : " (pass --compute-ms)");
+    spdlog::info("{}", compute_line);
     spdlog::info("  memcpy {}/s on one thread; {} thread{}, {} timed step{} after one warm-up", bytes_text(memcpy_bandwidth),
                  c.threads, c.threads == 1 ? "" : "s", c.reps, c.reps == 1 ? "" : "s");
     for (auto w : c.worlds)
@@ -390,7 +410,6 @@ int run_bench(BenchConfig c) {
     }
     if (c.json) {
         nlohmann::json report;
-        auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
         report["source"] = source;
         report["parameters"] = tensors.size();
         report["values"] = values;
@@ -402,8 +421,10 @@ int run_bench(BenchConfig c) {
                              {"allgather_alpha", gather_net.alpha},
                              {"allgather_bandwidth", gather_net.bandwidth},
                              {"source", file.network_source},
-                             {"comm_profile", c.comm.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.comm)}};
+                             {"comm_profile", cli::json_text_or_null(c.comm)}};
         report["compute_seconds"] = compute.seconds;
+        report["backward_share"] = compute.backward_share;
+        report["compute_source"] = c.compute_ms_given ? "flag" : profiled_compute ? "comm" : "none";
         report["memcpy_bandwidth"] = memcpy_bandwidth;
         report["threads"] = c.threads;
         report["reps"] = c.reps;
@@ -423,20 +444,20 @@ int run_bench(BenchConfig c) {
                                {"world_size", r.world_size},
                                {"bytes_per_worker", r.bytes_per_worker},
                                {"floats_per_worker", static_cast<double>(r.bytes_per_worker) / 4.0},
-                               {"compression_ratio", num(r.compression_ratio)},
+                               {"compression_ratio", cli::json_number(r.compression_ratio)},
                                {"encode_seconds", {{"median", r.encode_median}, {"min", r.encode_min}, {"max", r.encode_max}}},
                                {"decode_seconds", {{"median", r.decode_median}, {"min", r.decode_min}, {"max", r.decode_max}}},
-                               {"throughput", num(r.throughput)},
-                               {"relative_error", num(r.relative_error)},
-                               {"cosine", num(r.cosine)},
-                               {"gain", num(r.gain)},
-                               {"comm_seconds", num(r.comm_seconds)},
-                               {"iteration_seconds", num(r.iteration_seconds)},
-                               {"baseline_iteration_seconds", num(r.baseline_iteration_seconds)},
-                               {"speedup", num(r.speedup)},
+                               {"throughput", cli::json_number(r.throughput)},
+                               {"relative_error", cli::json_number(r.relative_error)},
+                               {"cosine", cli::json_number(r.cosine)},
+                               {"gain", cli::json_number(r.gain)},
+                               {"comm_seconds", cli::json_number(r.comm_seconds)},
+                               {"iteration_seconds", cli::json_number(r.iteration_seconds)},
+                               {"baseline_iteration_seconds", cli::json_number(r.baseline_iteration_seconds)},
+                               {"speedup", cli::json_number(r.speedup)},
                                {"pays", r.speedup > 1}});
         report["results"] = results;
-        report["output"] = c.output.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.output);
+        report["output"] = cli::json_text_or_null(c.output);
         report["warnings"] = warnings;
         std::cout << report.dump(2) << std::endl;
     }

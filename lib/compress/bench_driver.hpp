@@ -24,6 +24,7 @@ struct BenchConfig {
     bool alpha_given = false;              ///< --alpha was given (it needs --bandwidth, and vice versa)
     bool bandwidth_given = false;
     double compute_ms = 0;                 ///< forward plus backward time of one iteration
+    bool compute_ms_given = false;         ///< --compute-ms was given (else a --comm file's compute time, if any)
     std::string vectors = "none";          ///< "none": parameters with < 2 dimensions go uncompressed
     std::string topk_selection = "exact";  ///< "exact" or "sampled"
     std::int64_t threads = 1;

@@ -1,5 +1,6 @@
 #include "compress/exchange.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "compress/kernels.hpp"
 
@@ -18,7 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // How a tensor travels, given its level.
 enum class Method {
@@ -436,7 +436,7 @@ struct GradientExchange::Impl {
         if (!buffer.defined()) return nullptr;
         auto t0 = Clock::now();
         auto work = comm.allreduce_async(buffer, comm::ReduceOp::sum);
-        current.communication_seconds += since(t0);
+        current.communication_seconds += seconds_since(t0);
         current.collectives += 1;
         current.bytes += static_cast<std::int64_t>(buffer.nbytes());
         return work;
@@ -446,7 +446,7 @@ struct GradientExchange::Impl {
         if (!work) return;
         auto t0 = Clock::now();
         work->wait();
-        current.communication_seconds += since(t0);
+        current.communication_seconds += seconds_since(t0);
         work.reset();
     }
 
@@ -472,7 +472,7 @@ struct GradientExchange::Impl {
                 if (options.check_finite && !(add ? finite : k::all_finite(s.t, s.n))) not_finite(s);
             }
         }
-        current.encode_seconds += since(t0);
+        current.encode_seconds += seconds_since(t0);
         dense_work = launch(dense);
         half_work = launch(half);
         randomk_work = launch(randomk);
@@ -487,7 +487,7 @@ struct GradientExchange::Impl {
         if (gather.defined()) {
             auto t0 = Clock::now();
             std::vector<at::Tensor> received = comm.allgather(gather);
-            current.communication_seconds += since(t0);
+            current.communication_seconds += seconds_since(t0);
             current.collectives += 1;
             current.bytes += static_cast<std::int64_t>(gather.nbytes());
             if (static_cast<int>(received.size()) != W)
@@ -511,7 +511,7 @@ struct GradientExchange::Impl {
                                 std::to_string(step));
                 settle_memory(s);
             }
-            current.decode_seconds += since(t1);
+            current.decode_seconds += seconds_since(t1);
         }
         if (p_work) {
             wait(p_work);
@@ -526,7 +526,7 @@ struct GradientExchange::Impl {
                 for (std::int64_t j = 0; j < s.cols; ++j)
                     for (int c = 0; c < s.rank; ++c) qm[j * s.rank + c] = qt[static_cast<size_t>(c * s.cols + j)];
             }
-            current.encode_seconds += since(t0);
+            current.encode_seconds += seconds_since(t0);
             q_work = launch(q);
         }
         decode_dense(W);
@@ -545,7 +545,7 @@ struct GradientExchange::Impl {
                 if (!options.warm_start) s.fresh_q = true;
                 settle_memory(s);
             }
-            current.decode_seconds += since(t0);
+            current.decode_seconds += seconds_since(t0);
         }
         at::NoGradGuard no_grad;  // writing back into gradients is no part of any graph
         for (auto& s : slots)
@@ -589,7 +589,7 @@ struct GradientExchange::Impl {
             }
             settle_memory(s);
         }
-        current.decode_seconds += since(t0);
+        current.decode_seconds += seconds_since(t0);
     }
 };
 

@@ -1,5 +1,6 @@
 #include "compress/loopback.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 
 #include <chrono>
@@ -24,7 +25,7 @@ void LoopbackCollectives::allreduce(at::Tensor& tensor, comm::ReduceOp op) {
     if (op == comm::ReduceOp::sum && world_ > 1) tensor.mul_(world_);
     traffic_.calls += 1;
     traffic_.bytes += static_cast<std::int64_t>(tensor.nbytes());
-    traffic_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    traffic_.seconds += seconds_since(t0);
 }
 
 std::unique_ptr<comm::Work> LoopbackCollectives::allreduce_async(at::Tensor& tensor, comm::ReduceOp op) {

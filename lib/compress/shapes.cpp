@@ -1,6 +1,7 @@
 #include "compress/shapes.hpp"
 
 #include "base/error.hpp"
+#include "base/shape.hpp"
 #include "base/text.hpp"
 
 #include <fstream>
@@ -147,11 +148,7 @@ Shapes lstm_wikitext2() {
 
 }  // namespace
 
-std::int64_t TensorInfo::numel() const {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
-}
+std::int64_t TensorInfo::numel() const { return shape_numel(shape); }
 
 const std::vector<std::string>& model_presets() {
     static const std::vector<std::string> names = {"resnet18", "resnet50", "vgg19", "bert-base", "lstm"};

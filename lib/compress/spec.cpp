@@ -1,6 +1,7 @@
 #include "compress/spec.hpp"
 
 #include "base/error.hpp"
+#include "base/shape.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,12 +9,6 @@
 
 namespace acc::compress {
 namespace {
-
-std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
-}
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
@@ -108,7 +103,7 @@ Spec parse_spec(const std::string& text) {
 
 MatrixView matrix_view(const std::vector<std::int64_t>& shape) {
     MatrixView m;
-    std::int64_t n = numel_of(shape);
+    std::int64_t n = shape_numel(shape);
     m.rows = shape.empty() ? 1 : shape[0];
     m.cols = m.rows > 0 ? n / m.rows : 0;
     return m;
@@ -122,7 +117,7 @@ bool powersgd_compresses(const std::vector<std::int64_t>& shape, std::int64_t ra
 }
 
 std::int64_t wire_bytes(const Spec& spec, const std::vector<std::int64_t>& shape) {
-    const std::int64_t n = numel_of(shape);
+    const std::int64_t n = shape_numel(shape);
     const std::string& name = spec.name;
     if (name == "none") return 4 * n;
     if (name == "fp16") return 2 * n;

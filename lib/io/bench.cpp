@@ -1,7 +1,5 @@
 #include "io/bench.hpp"
 
-#include "io/atomic.hpp"
-
 namespace acc::io {
 namespace {
 
@@ -35,57 +33,54 @@ const std::vector<Column>& columns() {
 }  // namespace
 
 void write_bench(const std::string& path, const BenchFile& b) {
-    check_writable_destination(path);
-    AtomicPath atomic(path);
-    H5File f = create_with_header(atomic.temp(), path, b.header, kBenchFormat, kBenchMajor, kBenchMinor);
-    f.write_attr("/", "source", b.source);
-    f.write_attr("/", "network_source", b.network_source);
-    f.write_attr("/", "comm_profile", b.comm_profile);
-    f.write_attr("/", "alpha", b.alpha);
-    f.write_attr("/", "bandwidth", b.bandwidth);
-    f.write_attr("/", "allgather_alpha", b.allgather_alpha);
-    f.write_attr("/", "allgather_bandwidth", b.allgather_bandwidth);
-    f.write_attr("/", "compute_seconds", b.compute_seconds);
-    f.write_attr("/", "backward_share", b.backward_share);
-    f.write_attr("/", "bucket_bytes", b.bucket_bytes);
-    f.write_attr("/", "reps", b.reps);
-    f.write_attr("/", "threads", b.threads);
-    f.write_attr("/", "memcpy_bandwidth", b.memcpy_bandwidth);
-    f.write_attr("/", "vectors", b.vectors);
-    f.write_attr("/", "topk_selection", b.topk_selection);
-    write_parameters(f, b.parameters);
-    std::vector<std::string> names;
-    std::vector<double> norms;
-    for (const auto& in : b.inputs) {
-        names.push_back(in.name);
-        norms.push_back(in.norm);
-    }
-    f.write_strings("/inputs/name", names);
-    f.write("/inputs/norm", norms, Dims{norms.size()});
-    const Dims rows{b.rows.size()};
-    std::vector<std::int64_t> input, world, bytes;
-    std::vector<std::string> compressor;
-    std::vector<double> floats;
-    for (const auto& r : b.rows) {
-        input.push_back(r.input);
-        compressor.push_back(r.compressor);
-        world.push_back(r.world_size);
-        bytes.push_back(r.bytes_per_worker);
-        floats.push_back(static_cast<double>(r.bytes_per_worker) / 4.0);
-    }
-    f.create_group("/results");
-    f.write("/results/input", input, rows);
-    f.write_strings("/results/compressor", compressor);
-    f.write("/results/world_size", world, rows);
-    f.write("/results/bytes_per_worker", bytes, rows);
-    f.write("/results/floats_per_worker", floats, rows);
-    for (const auto& c : columns()) {
-        std::vector<double> v;
-        for (const auto& r : b.rows) v.push_back(r.*c.field);
-        f.write(std::string("/results/") + c.name, v, rows);
-    }
-    f.close();
-    atomic.commit();
+    write_file(path, b.header, kBenchFormat, kBenchMajor, kBenchMinor, [&](H5File& f) {
+        f.write_attr("/", "source", b.source);
+        f.write_attr("/", "network_source", b.network_source);
+        f.write_attr("/", "comm_profile", b.comm_profile);
+        f.write_attr("/", "alpha", b.alpha);
+        f.write_attr("/", "bandwidth", b.bandwidth);
+        f.write_attr("/", "allgather_alpha", b.allgather_alpha);
+        f.write_attr("/", "allgather_bandwidth", b.allgather_bandwidth);
+        f.write_attr("/", "compute_seconds", b.compute_seconds);
+        f.write_attr("/", "backward_share", b.backward_share);
+        f.write_attr("/", "bucket_bytes", b.bucket_bytes);
+        f.write_attr("/", "reps", b.reps);
+        f.write_attr("/", "threads", b.threads);
+        f.write_attr("/", "memcpy_bandwidth", b.memcpy_bandwidth);
+        f.write_attr("/", "vectors", b.vectors);
+        f.write_attr("/", "topk_selection", b.topk_selection);
+        write_parameters(f, b.parameters);
+        std::vector<std::string> names;
+        std::vector<double> norms;
+        for (const auto& in : b.inputs) {
+            names.push_back(in.name);
+            norms.push_back(in.norm);
+        }
+        f.write_strings("/inputs/name", names);
+        f.write("/inputs/norm", norms, Dims{norms.size()});
+        const Dims rows{b.rows.size()};
+        std::vector<std::int64_t> input, world, bytes;
+        std::vector<std::string> compressor;
+        std::vector<double> floats;
+        for (const auto& r : b.rows) {
+            input.push_back(r.input);
+            compressor.push_back(r.compressor);
+            world.push_back(r.world_size);
+            bytes.push_back(r.bytes_per_worker);
+            floats.push_back(static_cast<double>(r.bytes_per_worker) / 4.0);
+        }
+        f.create_group("/results");
+        f.write("/results/input", input, rows);
+        f.write_strings("/results/compressor", compressor);
+        f.write("/results/world_size", world, rows);
+        f.write("/results/bytes_per_worker", bytes, rows);
+        f.write("/results/floats_per_worker", floats, rows);
+        for (const auto& c : columns()) {
+            std::vector<double> v;
+            for (const auto& r : b.rows) v.push_back(r.*c.field);
+            f.write(std::string("/results/") + c.name, v, rows);
+        }
+    });
 }
 
 BenchFile read_bench(const std::string& path) {
@@ -120,12 +115,7 @@ BenchFile read_bench(const std::string& path) {
     auto compressor = f.read_strings("/results/compressor");
     const size_t count = compressor.size();
     auto column = [&](const std::string& name, auto sample) {
-        Dims d;
-        auto v = f.read<decltype(sample)>("/results/" + name, &d);
-        if (d != Dims{count})
-            f.fail("/results/" + name + " has shape " + dims_text(d) + ", expected " + std::to_string(count) +
-                   " (one per result)");
-        return v;
+        return f.read_shaped<decltype(sample)>("/results/" + name, {count}, "one per result");
     };
     auto input = column("input", std::int64_t{});
     auto world = column("world_size", std::int64_t{});

@@ -1,23 +1,11 @@
 #include "io/comm_profile.hpp"
 
-#include "io/atomic.hpp"
-
 #include <cmath>
 
 namespace acc::io {
 namespace {
 
 const char* const kRowDatasets[] = {"size", "count", "time_min", "time_median", "time_max", "algbw", "busbw", "wrong"};
-
-template <class T>
-std::vector<T> read_column(const H5File& f, const std::string& name, hsize_t rows) {
-    Dims dims;
-    auto values = f.read<T>(name, &dims);
-    if (dims.size() != 1 || dims[0] != rows)
-        f.fail(name + " has shape " + dims_text(dims) + ", expected " + std::to_string(rows) +
-               " (one entry per message size)");
-    return values;
-}
 
 std::string row_text(const CollectiveProfile& c, size_t i) { return "at size " + std::to_string(c.size[i]) + " B"; }
 
@@ -47,6 +35,51 @@ void check_collective(const H5File& f, const std::string& group, const Collectiv
     if (!std::isfinite(c.bus_factor) || c.bus_factor < 0) f.fail(group + ": bus_factor is not a finite number >= 0");
 }
 
+void write_compute(H5File& f, const ComputeProfile& c) {
+    const std::string g = "/compute";
+    f.create_group(g);
+    f.write_attr(g, "model", c.model);
+    f.write_attr(g, "batch_size", c.batch_size);
+    f.write_attr(g, "classes", c.classes);
+    f.write_attr(g, "input", c.input);
+    f.write_attr(g, "warmup_steps", c.warmup_steps);
+    f.write_attr(g, "threads", c.threads);
+    f.write_attr(g, "forward_seconds", c.forward_seconds);
+    f.write_attr(g, "backward_seconds", c.backward_seconds);
+    f.write(g + "/input_shape", c.input_shape, Dims{c.input_shape.size()});
+    f.write(g + "/forward", c.forward, Dims{c.forward.size()});
+    f.write(g + "/backward", c.backward, Dims{c.backward.size()});
+}
+
+ComputeProfile read_compute(const H5File& f) {
+    const std::string g = "/compute";
+    ComputeProfile c;
+    c.model = f.read_attr_string(g, "model");
+    c.batch_size = f.read_attr_int(g, "batch_size");
+    if (f.has_attr(g, "classes")) c.classes = f.read_attr_int(g, "classes");
+    if (f.has_attr(g, "input")) c.input = f.read_attr_string(g, "input");
+    if (f.has_attr(g, "warmup_steps")) c.warmup_steps = f.read_attr_int(g, "warmup_steps");
+    if (f.has_attr(g, "threads")) c.threads = f.read_attr_int(g, "threads");
+    c.forward_seconds = f.read_attr_double(g, "forward_seconds");
+    c.backward_seconds = f.read_attr_double(g, "backward_seconds");
+    if (f.exists(g + "/input_shape")) c.input_shape = f.read<std::int64_t>(g + "/input_shape");
+    for (const char* name : {"forward", "backward"})
+        if (!f.exists(g + "/" + name)) f.fail("dataset " + g + "/" + name + " is missing");
+    Dims dims;
+    c.forward = f.read<double>(g + "/forward", &dims);
+    if (dims.size() != 1 || dims[0] < 1) f.fail(g + "/forward has shape " + dims_text(dims) + ", expected at least one step");
+    c.backward = f.read_shaped<double>(g + "/backward", dims, "one per timed step");
+    if (c.model.empty()) f.fail(g + ": model is empty");
+    if (c.batch_size < 1) f.fail(g + ": batch_size is " + std::to_string(c.batch_size) + "; it must be at least 1");
+    auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+    for (size_t i = 0; i < c.forward.size(); ++i)
+        if (!positive(c.forward[i]) || !positive(c.backward[i]))
+            f.fail(g + ": a time is not a finite number > 0 at step " + std::to_string(i));
+    if (!positive(c.forward_seconds) || !positive(c.backward_seconds))
+        f.fail(g + ": forward_seconds and backward_seconds must be finite numbers > 0");
+    return c;
+}
+
 }  // namespace
 
 double CollectiveProfile::predict(double bytes) const {
@@ -60,41 +93,39 @@ const CollectiveProfile* CommProfile::find(const std::string& name) const {
 }
 
 void write_comm_profile(const std::string& path, const CommProfile& p) {
-    check_writable_destination(path);
-    AtomicPath atomic(path);
-    H5File f = create_with_header(atomic.temp(), path, p.header, kCommProfileFormat, kCommProfileMajor, kCommProfileMinor);
-    f.write_attr("/", "world_size", p.world_size);
-    f.write_attr("/", "backend", p.backend);
-    f.write_attr("/", "device", p.device);
-    f.write_attr("/", "iterations", p.iterations);
-    f.write_attr("/", "warmup_iterations", p.warmup_iterations);
-    f.write_attr("/", "checked", std::int64_t{p.checked ? 1 : 0});
-    f.write_strings("/hosts", p.hosts);
-    f.create_group("/collectives");
-    for (const auto& c : p.collectives) {
-        const std::string g = "/collectives/" + c.name;
-        const Dims rows{c.size.size()};
-        f.write(g + "/size", c.size, rows);
-        f.write(g + "/count", c.count, rows);
-        f.write(g + "/time_min", c.time_min, rows);
-        f.write(g + "/time_median", c.time_median, rows);
-        f.write(g + "/time_max", c.time_max, rows);
-        f.write(g + "/algbw", c.algbw, rows);
-        f.write(g + "/busbw", c.busbw, rows);
-        f.write(g + "/wrong", c.wrong, rows);
-        f.write_attr(g, "op", c.op);
-        f.write_attr(g, "dtype", c.dtype);
-        f.write_attr(g, "bus_factor", c.bus_factor);
-        f.write_attr(g, "alpha", c.alpha);
-        f.write_attr(g, "bandwidth", c.bandwidth);
-        f.write_attr(g, "bus_bandwidth", c.bus_bandwidth);
-        f.write_attr(g, "r2", c.r2);
-        f.write_attr(g, "rms_relative_residual", c.rms_relative_residual);
-        f.write_attr(g, "max_relative_residual", c.max_relative_residual);
-        f.write_attr(g, "fit_points", c.fit_points);
-    }
-    f.close();
-    atomic.commit();
+    write_file(path, p.header, kCommProfileFormat, kCommProfileMajor, kCommProfileMinor, [&](H5File& f) {
+        f.write_attr("/", "world_size", p.world_size);
+        f.write_attr("/", "backend", p.backend);
+        f.write_attr("/", "device", p.device);
+        f.write_attr("/", "iterations", p.iterations);
+        f.write_attr("/", "warmup_iterations", p.warmup_iterations);
+        f.write_attr("/", "checked", std::int64_t{p.checked ? 1 : 0});
+        f.write_strings("/hosts", p.hosts);
+        f.create_group("/collectives");
+        for (const auto& c : p.collectives) {
+            const std::string g = "/collectives/" + c.name;
+            const Dims rows{c.size.size()};
+            f.write(g + "/size", c.size, rows);
+            f.write(g + "/count", c.count, rows);
+            f.write(g + "/time_min", c.time_min, rows);
+            f.write(g + "/time_median", c.time_median, rows);
+            f.write(g + "/time_max", c.time_max, rows);
+            f.write(g + "/algbw", c.algbw, rows);
+            f.write(g + "/busbw", c.busbw, rows);
+            f.write(g + "/wrong", c.wrong, rows);
+            f.write_attr(g, "op", c.op);
+            f.write_attr(g, "dtype", c.dtype);
+            f.write_attr(g, "bus_factor", c.bus_factor);
+            f.write_attr(g, "alpha", c.alpha);
+            f.write_attr(g, "bandwidth", c.bandwidth);
+            f.write_attr(g, "bus_bandwidth", c.bus_bandwidth);
+            f.write_attr(g, "r2", c.r2);
+            f.write_attr(g, "rms_relative_residual", c.rms_relative_residual);
+            f.write_attr(g, "max_relative_residual", c.max_relative_residual);
+            f.write_attr(g, "fit_points", c.fit_points);
+        }
+        if (p.compute) write_compute(f, *p.compute);
+    });
 }
 
 CommProfile read_comm_profile(const std::string& path) {
@@ -125,14 +156,14 @@ CommProfile read_comm_profile(const std::string& path) {
         const hsize_t rows = dims[0];
         for (const char* column : kRowDatasets)
             if (!f.exists(g + "/" + column)) f.fail("dataset " + g + "/" + column + " is missing");
-        c.size = read_column<std::int64_t>(f, g + "/size", rows);
-        c.count = read_column<std::int64_t>(f, g + "/count", rows);
-        c.time_min = read_column<double>(f, g + "/time_min", rows);
-        c.time_median = read_column<double>(f, g + "/time_median", rows);
-        c.time_max = read_column<double>(f, g + "/time_max", rows);
-        c.algbw = read_column<double>(f, g + "/algbw", rows);
-        c.busbw = read_column<double>(f, g + "/busbw", rows);
-        c.wrong = read_column<std::int64_t>(f, g + "/wrong", rows);
+        c.size = f.read_shaped<std::int64_t>(g + "/size", {rows}, "one entry per message size");
+        c.count = f.read_shaped<std::int64_t>(g + "/count", {rows}, "one entry per message size");
+        c.time_min = f.read_shaped<double>(g + "/time_min", {rows}, "one entry per message size");
+        c.time_median = f.read_shaped<double>(g + "/time_median", {rows}, "one entry per message size");
+        c.time_max = f.read_shaped<double>(g + "/time_max", {rows}, "one entry per message size");
+        c.algbw = f.read_shaped<double>(g + "/algbw", {rows}, "one entry per message size");
+        c.busbw = f.read_shaped<double>(g + "/busbw", {rows}, "one entry per message size");
+        c.wrong = f.read_shaped<std::int64_t>(g + "/wrong", {rows}, "one entry per message size");
         if (f.has_attr(g, "op")) c.op = f.read_attr_string(g, "op");
         if (f.has_attr(g, "dtype")) c.dtype = f.read_attr_string(g, "dtype");
         c.bus_factor = f.read_attr_double(g, "bus_factor");
@@ -149,6 +180,7 @@ CommProfile read_comm_profile(const std::string& path) {
         p.collectives.push_back(std::move(c));
     }
     if (p.collectives.empty()) f.fail("/collectives holds no collective");
+    if (f.exists("/compute")) p.compute = read_compute(f);
     return p;
 }
 

@@ -5,6 +5,7 @@
 #include "io/header.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,7 +13,7 @@ namespace acc::io {
 
 inline constexpr const char* kCommProfileFormat = "accordion.comm-profile";
 inline constexpr int kCommProfileMajor = 1;
-inline constexpr int kCommProfileMinor = 0;
+inline constexpr int kCommProfileMinor = 1;  ///< 1.1 added the optional /compute group
 
 /// One collective's sweep over message sizes and its alpha-beta fit.
 struct CollectiveProfile {
@@ -44,6 +45,21 @@ struct CollectiveProfile {
     double predict(double bytes) const;
 };
 
+/// Forward and backward compute time per training step of one model (comm-profile --model).
+struct ComputeProfile {
+    std::string model;                     ///< e.g. "resnet18"
+    std::int64_t batch_size = 0;           ///< samples per step and rank (streams for a language model)
+    std::vector<std::int64_t> input_shape; ///< per sample, e.g. {3, 32, 32}; a language model: {bptt}
+    std::int64_t classes = 0;              ///< classes, or the vocabulary size
+    std::string input;                     ///< where the shape comes from, e.g. "CIFAR-10"
+    std::int64_t warmup_steps = 0;         ///< untimed steps before the timed ones
+    std::int64_t threads = 1;              ///< CPU threads per rank
+    std::vector<double> forward;   ///< seconds per timed step (forward pass and loss), each the slowest rank's
+    std::vector<double> backward;  ///< seconds per timed step (backward pass), each the slowest rank's
+    double forward_seconds = 0;    ///< median of `forward`
+    double backward_seconds = 0;   ///< median of `backward`
+};
+
 struct CommProfile {
     FileHeader header;
     std::int64_t world_size = 1;
@@ -54,6 +70,7 @@ struct CommProfile {
     bool checked = false;            ///< whether results were checked (wrong >= 0)
     std::vector<std::string> hosts;  ///< host name of each rank, in rank order
     std::vector<CollectiveProfile> collectives;
+    std::optional<ComputeProfile> compute;  ///< absent unless comm-profile ran with --model
 
     /// The collective called `name`, or nullptr.
     const CollectiveProfile* find(const std::string& name) const;

@@ -18,12 +18,7 @@ template <class T>
 std::optional<std::vector<T>> optional_column(const H5File& f, const std::string& name, size_t epochs) {
     std::string path = "/epochs/" + name;
     if (!f.exists(path)) return std::nullopt;
-    Dims dims;
-    auto values = f.read<T>(path, &dims);
-    if (dims != Dims{epochs})
-        f.fail(path + " has shape " + dims_text(dims) + ", expected " + std::to_string(epochs) +
-               " (one value per epoch of /epochs/norm)");
-    return values;
+    return f.read_shaped<T>(path, {epochs}, "one value per epoch of /epochs/norm");
 }
 
 template <class T>

@@ -84,6 +84,10 @@ public:
     /// same class as T (an integer field rejects floats and vice versa).
     template <class T>
     std::vector<T> read(const std::string& dataset, Dims* dims = nullptr) const;
+    /// read() of a dataset that must have shape `expected`; otherwise fails with
+    /// "<dataset> has shape 2x3, expected 4x3 (<what>)".
+    template <class T>
+    std::vector<T> read_shaped(const std::string& dataset, const Dims& expected, const std::string& what) const;
     std::vector<std::string> read_strings(const std::string& dataset) const;
 
     // Datasets that grow along their first dimension, one row block at a time.
@@ -128,6 +132,15 @@ std::vector<T> H5File::read(const std::string& dataset, Dims* dims) const {
     std::vector<T> out(element_count(d));
     read_raw(dataset, H5Type<T>::native(), H5Type<T>::cls, out.data(), out.size());
     if (dims) *dims = d;
+    return out;
+}
+
+template <class T>
+std::vector<T> H5File::read_shaped(const std::string& dataset, const Dims& expected, const std::string& what) const {
+    Dims d;
+    std::vector<T> out = read<T>(dataset, &d);
+    if (d != expected)
+        fail(dataset + " has shape " + dims_text(d) + ", expected " + dims_text(expected) + " (" + what + ")");
     return out;
 }
 

@@ -1,5 +1,7 @@
 #include "io/header.hpp"
 
+#include "io/atomic.hpp"
+
 #include <cstdio>
 #include <ctime>
 
@@ -21,6 +23,16 @@ H5File create_with_header(const std::string& temp_path, const std::string& path,
     header.minor = minor;
     write_header(f, header);
     return f;
+}
+
+void write_file(const std::string& path, const FileHeader& header, const char* format, int major, int minor,
+                const std::function<void(H5File&)>& body) {
+    check_writable_destination(path);
+    AtomicPath atomic(path);
+    H5File f = create_with_header(atomic.temp(), path, header, format, major, minor);
+    body(f);
+    f.close();
+    atomic.commit();
 }
 
 FileHeader read_header(const H5File& file, const std::string& format, int supported_major) {

@@ -3,6 +3,7 @@
 
 #include "io/h5.hpp"
 
+#include <functional>
 #include <string>
 
 namespace acc::io {
@@ -29,6 +30,12 @@ void write_header(H5File& file, const FileHeader& header);
 /// MAJOR.MINOR are written from `header`'s provenance.
 H5File create_with_header(const std::string& temp_path, const std::string& path, FileHeader header,
                           const char* format, int major, int minor);
+
+/// Writes a whole file of `format` MAJOR.MINOR at `path`: checks that it can be
+/// written there, creates it under a temporary name with the common attributes
+/// from `header`'s provenance, lets `body` fill it, and renames it into place.
+void write_file(const std::string& path, const FileHeader& header, const char* format, int major, int minor,
+                const std::function<void(H5File&)>& body);
 
 /// Reads and checks the root attributes: the file must be of `format` with a
 /// major version no newer than `supported_major`. Missing producer or command

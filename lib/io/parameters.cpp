@@ -1,15 +1,13 @@
 #include "io/parameters.hpp"
 
+#include "base/shape.hpp"
+
 #include <algorithm>
 #include <set>
 
 namespace acc::io {
 
-std::int64_t Parameter::numel() const {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return n;
-}
+std::int64_t Parameter::numel() const { return shape_numel(shape); }
 
 std::string shape_text(const std::vector<std::int64_t>& shape) {
     if (shape.empty()) return "scalar";

@@ -1,7 +1,5 @@
 #include "io/schedule.hpp"
 
-#include "io/atomic.hpp"
-
 #include <cmath>
 
 namespace acc::io {
@@ -11,49 +9,37 @@ const char* kReasonLegend =
     "0: rate of change below eta (not critical); 1: rate of change at or above eta; 2: first interval; "
     "3: previous norm was zero; 4: learning rate decayed";
 
-template <class T>
-std::vector<T> read_table(const H5File& f, const std::string& name, const Dims& expected, const std::string& what) {
-    Dims dims;
-    auto values = f.read<T>(name, &dims);
-    if (dims != expected)
-        f.fail(name + " has shape " + dims_text(dims) + ", expected " + dims_text(expected) + " (" + what + ")");
-    return values;
-}
-
 }  // namespace
 
 void write_schedule(const std::string& path, const Schedule& s) {
-    check_writable_destination(path);
-    AtomicPath atomic(path);
-    H5File f = create_with_header(atomic.temp(), path, s.header, kScheduleFormat, kScheduleMajor, kScheduleMinor);
-    f.write_attr("/", "mode", s.mode);
-    f.write_attr("/", "detector", s.detector);
-    f.write_attr("/", "eta", s.eta);
-    f.write_attr("/", "interval", s.interval);
-    f.write_attr("/", "granularity", s.granularity);
-    f.write_attr("/", "low", s.low);
-    f.write_attr("/", "high", s.high);
-    f.write_attr("/", "monotone", std::int64_t{s.monotone ? 1 : 0});
-    f.write_attr("/", "source", s.source);
-    write_parameters(f, s.parameters);
-    const Dims table{static_cast<hsize_t>(s.epochs), s.parameters.size()};
-    const Dims column{static_cast<hsize_t>(s.epochs)};
-    std::vector<std::int64_t> epoch_index(static_cast<size_t>(s.epochs));
-    for (size_t e = 0; e < epoch_index.size(); ++e) epoch_index[e] = static_cast<std::int64_t>(e);
-    f.write("/epochs/epoch", epoch_index, column);
-    f.write("/epochs/critical", s.critical, table);
-    f.write("/epochs/ratio", s.ratio, table);
-    f.write("/epochs/reason", s.reason, table);
-    f.write_attr("/epochs/reason", "meaning", std::string(kReasonLegend));
-    if (s.mode == "compression") {
-        f.write_strings("/levels", s.levels);
-        f.write("/epochs/level", s.level, table);
-    } else {
-        f.write("/epochs/batch_size", s.batch_size, column);
-        f.write("/epochs/lr_scale", s.lr_scale, column);
-    }
-    f.close();
-    atomic.commit();
+    write_file(path, s.header, kScheduleFormat, kScheduleMajor, kScheduleMinor, [&](H5File& f) {
+        f.write_attr("/", "mode", s.mode);
+        f.write_attr("/", "detector", s.detector);
+        f.write_attr("/", "eta", s.eta);
+        f.write_attr("/", "interval", s.interval);
+        f.write_attr("/", "granularity", s.granularity);
+        f.write_attr("/", "low", s.low);
+        f.write_attr("/", "high", s.high);
+        f.write_attr("/", "monotone", std::int64_t{s.monotone ? 1 : 0});
+        f.write_attr("/", "source", s.source);
+        write_parameters(f, s.parameters);
+        const Dims table{static_cast<hsize_t>(s.epochs), s.parameters.size()};
+        const Dims column{static_cast<hsize_t>(s.epochs)};
+        std::vector<std::int64_t> epoch_index(static_cast<size_t>(s.epochs));
+        for (size_t e = 0; e < epoch_index.size(); ++e) epoch_index[e] = static_cast<std::int64_t>(e);
+        f.write("/epochs/epoch", epoch_index, column);
+        f.write("/epochs/critical", s.critical, table);
+        f.write("/epochs/ratio", s.ratio, table);
+        f.write("/epochs/reason", s.reason, table);
+        f.write_attr("/epochs/reason", "meaning", std::string(kReasonLegend));
+        if (s.mode == "compression") {
+            f.write_strings("/levels", s.levels);
+            f.write("/epochs/level", s.level, table);
+        } else {
+            f.write("/epochs/batch_size", s.batch_size, column);
+            f.write("/epochs/lr_scale", s.lr_scale, column);
+        }
+    });
 }
 
 Schedule read_schedule(const std::string& path) {
@@ -80,9 +66,9 @@ Schedule read_schedule(const std::string& path) {
     if (dims[0] == 0) f.fail("the schedule covers no epoch");
     s.epochs = static_cast<std::int64_t>(dims[0]);
     const Dims table = dims, column{dims[0]};
-    s.critical = read_table<std::uint8_t>(f, "/epochs/critical", table, "epochs x parameters");
-    s.ratio = read_table<double>(f, "/epochs/ratio", table, "epochs x parameters");
-    s.reason = read_table<std::int8_t>(f, "/epochs/reason", table, "epochs x parameters");
+    s.critical = f.read_shaped<std::uint8_t>("/epochs/critical", table, "epochs x parameters");
+    s.ratio = f.read_shaped<double>("/epochs/ratio", table, "epochs x parameters");
+    s.reason = f.read_shaped<std::int8_t>("/epochs/reason", table, "epochs x parameters");
     const size_t count = s.parameters.size();
     for (size_t i = 0; i < s.critical.size(); ++i) {
         std::string where = "epoch " + std::to_string(i / count) + ", parameter '" + s.parameters[i % count].name + "'";
@@ -95,15 +81,15 @@ Schedule read_schedule(const std::string& path) {
     if (s.mode == "compression") {
         s.levels = f.read_strings("/levels");
         if (s.levels.empty()) f.fail("/levels lists no level");
-        s.level = read_table<std::int32_t>(f, "/epochs/level", table, "epochs x parameters");
+        s.level = f.read_shaped<std::int32_t>("/epochs/level", table, "epochs x parameters");
         for (size_t i = 0; i < s.level.size(); ++i)
             if (s.level[i] < 0 || static_cast<size_t>(s.level[i]) >= s.levels.size())
                 f.fail("/epochs/level is " + std::to_string(s.level[i]) + " at epoch " + std::to_string(i / count) +
                        ", parameter '" + s.parameters[i % count].name + "', but /levels has " +
                        std::to_string(s.levels.size()) + " entries");
     } else {
-        s.batch_size = read_table<std::int64_t>(f, "/epochs/batch_size", column, "one per epoch");
-        s.lr_scale = read_table<double>(f, "/epochs/lr_scale", column, "one per epoch");
+        s.batch_size = f.read_shaped<std::int64_t>("/epochs/batch_size", column, "one per epoch");
+        s.lr_scale = f.read_shaped<double>("/epochs/lr_scale", column, "one per epoch");
         for (std::int64_t e = 0; e < s.epochs; ++e) {
             if (s.batch_size[static_cast<size_t>(e)] < 1)
                 f.fail("/epochs/batch_size is " + std::to_string(s.batch_size[static_cast<size_t>(e)]) + " at epoch " +

@@ -66,12 +66,6 @@ void validate(DetectConfig& c) {
     io::check_writable_destination(c.output);
 }
 
-std::string percent(double fraction) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.1f%%", 100.0 * fraction);
-    return buffer;
-}
-
 std::string ratio_text(double a, double b) {
     if (!(b > 0)) return "-";
     char buffer[32];
@@ -186,7 +180,7 @@ int run_detect(DetectConfig c) {
         std::vector<std::string> parts;
         nlohmann::json shares = nlohmann::json::object();
         for (const auto& share : level_shares(plan, counted)) {
-            parts.push_back(share.level + " " + percent(share.share));
+            parts.push_back(share.level + " " + percent_text(share.share));
             shares[share.level] = share.share;
         }
         levels_line = join(parts, ", ") + " of compressible parameter-epochs";

@@ -1,8 +1,10 @@
 // grad-dump's work: train a model and write the gradient-statistics file one
-// epoch at a time, with a checkpoint after every epoch. main() only parses
+// epoch at a time, with a checkpoint after every epoch; on several ranks,
+// data-parallel, with rank 0 recording its local gradients. main() only parses
 // options into a GradDumpConfig. No LibTorch in this header.
 #pragma once
 
+#include "comm/rendezvous.hpp"
 #include "io/header.hpp"
 #include "train/config.hpp"
 
@@ -20,14 +22,18 @@ struct GradDumpConfig {
     std::vector<std::int64_t> snapshot_epochs;  ///< epochs whose summed gradients are stored whole
     bool step_norms = false;                    ///< also store per-step, per-parameter norms
     bool json = false;                          ///< also print the summary as JSON on stdout
+    comm::RendezvousConfig rendezvous;          ///< several ranks: torchrun's environment, flags or --nproc
     io::Provenance provenance;
 };
 
 /// "grads.h5" -> "grads.ckpt.h5"; other names get ".ckpt.h5" appended.
 std::string default_checkpoint_path(const std::string& output);
 
-/// Validates (UsageError), trains, writes the files and prints the summary.
+/// Validates (UsageError), starts --nproc local ranks if asked (re-executing
+/// argv), trains, writes the files and prints the summary. With a world of
+/// several ranks each trains on its shard, gradients are averaged across ranks
+/// every step, and rank 0 records its raw local gradients and writes the files.
 /// Returns the exit code.
-int run_grad_dump(GradDumpConfig config);
+int run_grad_dump(GradDumpConfig config, int argc, char** argv);
 
 }  // namespace acc::train

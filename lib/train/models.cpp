@@ -4,18 +4,13 @@
 #include "train/models.hpp"
 
 #include "base/error.hpp"
+#include "base/shape.hpp"
 
 namespace acc::train {
 namespace {
 
 namespace nn = torch::nn;
 namespace F = torch::nn::functional;
-
-std::int64_t product(const std::vector<std::int64_t>& v) {
-    std::int64_t n = 1;
-    for (auto x : v) n *= x;
-    return n;
-}
 
 void require_image(const std::string& model, const DataShape& shape, std::int64_t min_side) {
     if (shape.input.size() != 3) throw UsageError("--model " + model + ": needs images (channels x height x width)");
@@ -233,7 +228,7 @@ std::shared_ptr<Model> make_model(const std::string& name, const DataShape& shap
     }
     if (shape.input.empty()) throw UsageError("--model " + name + ": needs an image dataset, not text");
     if (name == "mlp")
-        return std::make_shared<Mlp>(product(shape.input), options.hidden_size > 0 ? options.hidden_size : 256,
+        return std::make_shared<Mlp>(shape_numel(shape.input), options.hidden_size > 0 ? options.hidden_size : 256,
                                      shape.classes);
     if (name == "cnn") {
         require_image(name, shape, 6);

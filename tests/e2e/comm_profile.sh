@@ -29,7 +29,7 @@ import h5py, numpy as np
 j = json.load(open("report.json"))
 f = h5py.File("comm.h5", "r")
 assert f.attrs["format"] == "accordion.comm-profile", f.attrs["format"]
-assert f.attrs["format_version"] == "1.0"
+assert f.attrs["format_version"] == "1.1"
 assert f.attrs["producer"].startswith("comm-profile ")
 assert "--nproc 2" in f.attrs["command_line"]
 assert f.attrs["world_size"] == 2 and j["world_size"] == 2

@@ -11,10 +11,7 @@ long=(-b 8 -e 32M -n 300 -w 1 --collectives allreduce)
 
 # wait_for_row FILE: waits (up to 30 s) until rank 0 has printed a table row.
 wait_for_row() {
-    for _ in $(seq 300); do
-        grep -qE '^(\[0\] )? +[0-9]+ +[0-9]+ +float' "$1" 2>/dev/null && return 0
-        sleep 0.1
-    done
+    wait_for_line "$1" '^(\[0\] )? +[0-9]+ +[0-9]+ +float' 30 && return 0
     fail "no table row in $1 after 30 s"
     return 1
 }

@@ -37,6 +37,17 @@ finish() {
     echo "all checks passed"
 }
 
+# wait_for_line FILE PATTERN [SECONDS]: waits (default 30 s) until a line of FILE
+# matches the extended regular expression PATTERN; returns 1 if none does in time.
+wait_for_line() {
+    local file=$1 pattern=$2 polls=$((${3:-30} * 20))
+    for _ in $(seq "$polls"); do
+        grep -qE -- "$pattern" "$file" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
 # free_port: a TCP port on 127.0.0.1 that was free a moment ago (for multi-process tests).
 free_port() {
     "$ACC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -4,6 +4,8 @@
   gradients: with --lr 0 the weights never move, so the gradient summed over an
       epoch is PyTorch's gradient of the summed batch losses at the checkpoint's
       weights. Compares it with the snapshot and the norms in the grads file.
+      With --world-size W, only the samples of rank --rank's shard count (the
+      local gradient that rank 0 of a data-parallel run records).
   evaluate: loads the checkpoint (parameters and batch-norm buffers) into the
       PyTorch model and compares its test loss and accuracy with the file's.
 
@@ -141,6 +143,50 @@ def tokens(path):
     return out
 
 
+MASK = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+class SplitMix64:
+    """The toolkit's portable generator (lib/train/plan.hpp), rewritten from its description."""
+
+    def __init__(self, seed):
+        self.state = seed & MASK
+
+    def next(self):
+        self.state = (self.state + GOLDEN) & MASK
+        z = self.state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        return z ^ (z >> 31)
+
+    def below(self, bound):
+        limit = MASK - MASK % bound
+        while True:
+            x = self.next()
+            if x < limit:
+                return x % bound
+
+
+def mix_seed(seed, *values):
+    h = seed & MASK
+    for v in (list(values) + [0, 0, 0])[:3]:
+        h ^= (v + GOLDEN + ((h << 6) & MASK) + (h >> 2)) & MASK
+        h = SplitMix64(h).next()
+    return h
+
+
+def shard_indices(samples, epoch, seed, rank, world_size):
+    """Sample indices rank `rank` of `world_size` trains on in `epoch`: every
+    world_size-th entry of a permutation drawn from (seed, epoch)."""
+    order = list(range(samples))
+    random = SplitMix64(mix_seed(seed, 0x0DE5, epoch))
+    for i in range(samples, 1, -1):
+        j = random.below(i)
+        order[i - 1], order[j] = order[j], order[i - 1]
+    return order[rank:(samples // world_size) * world_size:world_size]
+
+
 def load(model, grads_path, checkpoint_path):
     with h5py.File(grads_path, "r") as g:
         stored = [(n.decode() if isinstance(n, bytes) else n) for n in g["parameters/name"][:]]
@@ -177,6 +223,9 @@ def check_gradients(args, model):
             F.cross_entropy(logits, data[start + 1:start + 1 + n].reshape(-1)).backward()
     else:
         x, y = fashion_mnist(args.data_dir, "train", args.train_samples)
+        if args.world_size > 1:
+            mine = torch.tensor(shard_indices(args.train_samples, 0, args.seed, args.rank, args.world_size))
+            x, y = x[mine], y[mine]
         # Every batch holds `batch` samples, so the sum of the batch means is the total loss / batch.
         (F.cross_entropy(model(x), y, reduction="sum") / args.batch).backward()
     with h5py.File(args.grads, "r") as g:
@@ -220,6 +269,9 @@ def main():
     ap.add_argument("--bptt", type=int, default=35)
     ap.add_argument("--size", type=int, default=16, help="lstm embedding and hidden size")
     ap.add_argument("--tied", action="store_true")
+    ap.add_argument("--rank", type=int, default=0, help="the rank whose shard the gradients come from")
+    ap.add_argument("--world-size", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=42)
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.model == "lstm":

@@ -11,10 +11,7 @@ grad-dump "${args[@]}" -o full.h5 -q || fail "uninterrupted run"
 
 grad-dump "${args[@]}" -o part.h5 2>part.log &
 pid=$!
-for _ in $(seq 1200); do
-    grep -q '^epoch 2 (3/6)' part.log && break
-    sleep 0.05
-done
+wait_for_line part.log '^epoch 2 \(3/6\)' 60 || true
 kill -KILL "$pid" 2>/dev/null || true
 status=0
 wait "$pid" 2>/dev/null || status=$?
@@ -31,32 +28,6 @@ regime-detect part.h5 -o partial-sched.h5 -q 2>/dev/null || fail "regime-detect 
 grad-dump "${args[@]}" -o part.h5 --resume 2>resume.log || fail "resume: $(cat resume.log)"
 grep -Eq '^resuming part.h5 after epoch [2-4] from part.ckpt.h5' resume.log || fail "resume log: $(cat resume.log)"
 
-$ACC_PYTHON - <<'PY' || fail "the resumed run differs from the uninterrupted one"
-import h5py
-import numpy as np
-
-def same(a, b, path):
-    if isinstance(a, h5py.Dataset):
-        x, y = a[()], b[()]
-        assert x.shape == y.shape and x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), path
-    else:
-        assert sorted(a.keys()) == sorted(b.keys()), (path, sorted(a.keys()), sorted(b.keys()))
-        for k in a.keys():
-            same(a[k], b[k], path + "/" + k)
-
-with h5py.File("full.h5", "r") as full, h5py.File("part.h5", "r") as part:
-    assert full.attrs["complete"] == 1 and part.attrs["complete"] == 1
-    for group in ("parameters", "steps", "snapshots"):
-        same(full[group], part[group], group)
-    assert sorted(full["epochs"].keys()) == sorted(part["epochs"].keys())
-    for column in full["epochs"].keys():
-        if column != "seconds":  # wall time differs
-            same(full["epochs"][column], part["epochs"][column], "epochs/" + column)
-    assert part["epochs/norm"].shape == (6, 6)
-with h5py.File("full.ckpt.h5", "r") as full, h5py.File("part.ckpt.h5", "r") as part:
-    assert full.attrs["epoch"] == part.attrs["epoch"] == 6
-    assert full.attrs["global_step"] == part.attrs["global_step"] == 600
-    for group in ("model", "optimizer"):
-        same(full[group], part[group], group)
-PY
+"$ACC_PYTHON" "$ACC_SOURCE/tests/e2e/same_run.py" full.h5 part.h5 --epochs 6 --parameters 6 --global-step 600 ||
+    fail "the resumed run differs from the uninterrupted one"
 finish

@@ -1,5 +1,6 @@
 #include "support/thread_collectives.hpp"
 
+#include "base/clock.hpp"
 #include "base/error.hpp"
 
 #include <chrono>
@@ -116,7 +117,7 @@ public:
         auto t0 = Clock::now();
         shared_->wait(seq_, rank_);
         waited_ = true;
-        traffic_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+        traffic_.seconds += seconds_since(t0);
     }
 
 private:
@@ -173,7 +174,7 @@ private:
         auto t0 = Clock::now();
         shared_->arrive(seq, rank_, kind == "allgather_unequal" ? "allgather" : kind, tensor, comm::ReduceOp::sum, 0);
         auto out = shared_->wait(seq, rank_);
-        traffic_.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+        traffic_.seconds += seconds_since(t0);
         return out;
     }
 

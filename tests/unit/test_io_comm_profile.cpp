@@ -168,3 +168,63 @@ TEST(CommProfileFile, OneRankHasNoBusTraffic) {
     write_comm_profile(dir.file("negative.h5"), p);
     EXPECT_CONTAINS(read_error(dir.file("negative.h5")), "bus_factor is not a finite number >= 0");
 }
+
+TEST(CommProfileFile, ComputeGroupIsOptional) {
+    TempDir dir;
+    write_comm_profile(dir.file("plain.h5"), sample());
+    CommProfile plain = read_comm_profile(dir.file("plain.h5"));
+    EXPECT_FALSE(plain.compute.has_value());
+    EXPECT_EQ(plain.header.major, 1);
+    EXPECT_EQ(plain.header.minor, 1);
+
+    // A file of version 1.0 (no /compute) reads as before.
+    {
+        H5File f = H5File::open(dir.file("plain.h5"), true);
+        f.write_attr("/", "format_version", std::string("1.0"));
+        f.close();
+    }
+    EXPECT_FALSE(read_comm_profile(dir.file("plain.h5")).compute.has_value());
+
+    CommProfile p = sample();
+    ComputeProfile c;
+    c.model = "resnet18";
+    c.batch_size = 128;
+    c.input_shape = {3, 32, 32};
+    c.classes = 10;
+    c.input = "CIFAR-10";
+    c.warmup_steps = 5;
+    c.threads = 1;
+    c.forward = {0.11, 0.10, 0.12};
+    c.backward = {0.21, 0.20, 0.25};
+    c.forward_seconds = 0.11;
+    c.backward_seconds = 0.21;
+    p.compute = c;
+    write_comm_profile(dir.file("compute.h5"), p);
+    CommProfile back = read_comm_profile(dir.file("compute.h5"));
+    ASSERT_TRUE(back.compute.has_value());
+    EXPECT_EQ(back.compute->model, "resnet18");
+    EXPECT_EQ(back.compute->batch_size, 128);
+    EXPECT_EQ(back.compute->input_shape, (std::vector<std::int64_t>{3, 32, 32}));
+    EXPECT_EQ(back.compute->classes, 10);
+    EXPECT_EQ(back.compute->input, "CIFAR-10");
+    EXPECT_EQ(back.compute->warmup_steps, 5);
+    EXPECT_EQ(back.compute->forward, c.forward);
+    EXPECT_EQ(back.compute->backward, c.backward);
+    EXPECT_DOUBLE_EQ(back.compute->forward_seconds, 0.11);
+    EXPECT_DOUBLE_EQ(back.compute->backward_seconds, 0.21);
+
+    auto broken = [&](const std::string& name, auto&& edit) {
+        CommProfile q = p;
+        edit(*q.compute);
+        write_comm_profile(dir.file(name), q);
+        return read_error(dir.file(name));
+    };
+    EXPECT_CONTAINS(broken("nan.h5", [](ComputeProfile& x) { x.backward[1] = std::nan(""); }),
+                    "/compute: a time is not a finite number > 0 at step 1");
+    EXPECT_CONTAINS(broken("short.h5", [](ComputeProfile& x) { x.backward.pop_back(); }),
+                    "/compute/backward has shape 2, expected 3");
+    EXPECT_CONTAINS(broken("median.h5", [](ComputeProfile& x) { x.forward_seconds = 0; }),
+                    "/compute: forward_seconds and backward_seconds must be finite numbers > 0");
+    EXPECT_CONTAINS(broken("batch.h5", [](ComputeProfile& x) { x.batch_size = 0; }),
+                    "/compute: batch_size is 0; it must be at least 1");
+}

@@ -1,8 +1,9 @@
 // lib/train with LibTorch: models (names and sizes pinned), datasets, the
 // optimizer against LibTorch's own SGD, the recorder, the exchange hook,
-// micro-batches, checkpoints and determinism.
+// micro-batches, checkpoints, determinism, and the timing of a step's compute.
 #include "base/error.hpp"
 #include "io/grads.hpp"
+#include "train/compute_time.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -515,4 +516,29 @@ TEST(Checkpoint, RefusesAnotherModel) {
                     dir.file("mlp.h5: does not belong to this model"));
     std::ofstream(dir.file("junk.h5")) << "not hdf5";
     EXPECT_CONTAINS(error_of([&] { a.load_checkpoint(dir.file("junk.h5")); }), dir.file("junk.h5"));
+}
+
+TEST(ComputeTime, TimesForwardAndBackwardOfEachStep) {
+    EXPECT_EQ(default_compute_input("cnn").shape, (std::vector<std::int64_t>{1, 28, 28}));
+    EXPECT_EQ(default_compute_input("vgg19_bn").shape, (std::vector<std::int64_t>{3, 32, 32}));
+    EXPECT_EQ(default_compute_input("lstm").classes, 33278);
+    EXPECT_CONTAINS(error_of([] { default_compute_input("resnet50"); }), "--model: unknown model 'resnet50'");
+
+    ComputeTimingConfig config;
+    config.model = "mlp";
+    config.batch_size = 4;
+    config.warmup = 2;
+    config.steps = 3;
+    int calls = 0;
+    ComputeTimes times = time_compute(config, [&] { ++calls; });
+    EXPECT_EQ(calls, 5);  // before every step, warm-up included
+    ASSERT_EQ(times.forward.size(), 3u);
+    ASSERT_EQ(times.backward.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_GT(times.forward[i], 0);
+        EXPECT_GT(times.backward[i], 0);
+        EXPECT_LT(times.forward[i] + times.backward[i], 10.0);
+    }
+    config.batch_size = 0;
+    EXPECT_CONTAINS(error_of([&] { time_compute(config); }), "--batch-size: must be at least 1");
 }

@@ -2,13 +2,15 @@
 // nccl-tests does, fit the alpha-beta model, and write comm.h5. See man/comm-profile.1.
 #include "cli/tool.hpp"
 #include "comm/profile.hpp"
+#include "train/config.hpp"
 
 int main(int argc, char** argv) {
     acc::comm::ProfileConfig config;
     return acc::cli::run_tool(
         "comm-profile",
         "Time collectives (allreduce, allgather, broadcast, reduce_scatter) over a sweep of message sizes,\n"
-        "report time, algbw and busbw as nccl-tests does, and fit t(S) = alpha + S/B per collective.",
+        "report time, algbw and busbw as nccl-tests does, and fit t(S) = alpha + S/B per collective;\n"
+        "with --model, also time a model's forward and backward pass per step.",
         argc, argv,
         [&](CLI::App& app) {
             app.add_option("--collectives", config.collectives,
@@ -27,6 +29,13 @@ int main(int argc, char** argv) {
                          "Check every collective on integer-valued data with exactly known results (#wrong)");
             app.add_option("--device", config.device, "cpu (Gloo) or cuda (NCCL, in CUDA builds)")
                 ->check(CLI::IsMember({"cpu", "cuda"}));
+            app.add_option("--model", config.model,
+                           "Also time the forward and backward pass of this model's training step")
+                ->check(CLI::IsMember(acc::train::model_names()));
+            app.add_option("--batch-size", config.batch_size,
+                           "Samples per rank in the timed steps (streams for lstm) [128]")
+                ->check(acc::cli::at_least(1))
+                ->default_str("");
             app.add_option("-o,--output", config.output,
                            "Write the profile to this HDF5 file (accordion.comm-profile)");
             auto* csv = app.add_flag("--csv", config.csv, "Print the results as CSV on stdout");

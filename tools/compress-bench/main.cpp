@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
     acc::compress::BenchConfig config;
     CLI::Option* alpha = nullptr;
     CLI::Option* bandwidth = nullptr;
+    CLI::Option* compute_ms = nullptr;
     return acc::cli::run_tool(
         "compress-bench",
         "Run gradient compressors on tensors with a real model's shapes (or on the gradient snapshots of a\n"
@@ -42,8 +43,10 @@ int main(int argc, char** argv) {
                         ->type_name("SECONDS");
             bandwidth = app.add_option("--bandwidth", config.bandwidth, "Network bandwidth in bytes per second")
                             ->type_name("BYTES_PER_S");
-            app.add_option("--compute-ms", config.compute_ms, "Forward plus backward time of one iteration, in ms")
-                ->type_name("MS");
+            compute_ms = app.add_option("--compute-ms", config.compute_ms,
+                                        "Forward plus backward time of one iteration, in ms [the time comm-profile "
+                                        "--model stored in --comm, else 0]")
+                             ->type_name("MS");
             app.add_option("--vectors", config.vectors,
                            "Parameters with fewer than 2 dimensions: sent uncompressed (none) or compressed too")
                 ->check(CLI::IsMember({"none", "compress"}));
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
         [&] {
             config.alpha_given = alpha->count() > 0;
             config.bandwidth_given = bandwidth->count() > 0;
+            config.compute_ms_given = compute_ms->count() > 0;
             config.provenance = acc::cli::provenance();
             return acc::compress::run_bench(config);
         });

@@ -1,5 +1,5 @@
-// grad-dump: train a model and record per-parameter gradient statistics, one
-// epoch at a time. See man/grad-dump.1.
+// grad-dump: train a model (on one process, or data-parallel on several ranks)
+// and record per-parameter gradient statistics, one epoch at a time. See man/grad-dump.1.
 #include "cli/tool.hpp"
 #include "train/grad_dump.hpp"
 
@@ -27,9 +27,10 @@ int main(int argc, char** argv) {
             app.add_flag("--step-norms", config.step_norms, "Also store per-step, per-parameter gradient norms")
                 ->group(group);
             app.add_flag("--json", config.json, "Also print the summary as JSON on stdout")->group(group);
+            acc::comm::add_rendezvous_options(app, config.rendezvous);
         },
         [&] {
             config.provenance = acc::cli::provenance();
-            return acc::train::run_grad_dump(config);
+            return acc::train::run_grad_dump(config, argc, argv);
         });
 }

@@ -1,0 +1,48 @@
+// Forward and backward time of one training step of a model, for the
+// performance model (comm-profile --model). No LibTorch in this header.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace acc::train {
+
+/// The data a model is timed on: the shape of the dataset it is meant for.
+struct ComputeInput {
+    std::vector<std::int64_t> shape;  ///< per sample, {channels, height, width}; the language model: {bptt}
+    std::int64_t classes = 0;         ///< classes, or the vocabulary size
+    std::string source;               ///< the dataset whose shape this is, e.g. "CIFAR-10"
+};
+
+/// mlp and cnn: Fashion-MNIST (1x28x28, 10 classes); resnet18 and vgg19_bn:
+/// CIFAR-10 (3x32x32, 10 classes); lstm: WikiText-2 (33,278 words, sequences of
+/// 35 tokens). Throws UsageError for an unknown model.
+ComputeInput default_compute_input(const std::string& model);
+
+struct ComputeTimingConfig {
+    std::string model;
+    std::int64_t batch_size = 128;  ///< samples per step (streams for the language model)
+    int warmup = 5;                 ///< untimed steps first
+    int steps = 20;                 ///< timed steps
+    std::string device = "cpu";     ///< "cpu" or "cuda"
+    int device_index = 0;           ///< the GPU, with "cuda"
+    std::uint64_t seed = 42;        ///< initial weights and random data
+};
+
+/// Seconds per timed step.
+struct ComputeTimes {
+    std::vector<double> forward;   ///< forward pass and loss
+    std::vector<double> backward;  ///< backward pass (gradients of every parameter)
+};
+
+/// Builds the model with its default sizes for default_compute_input(), and
+/// times training steps on random data of that shape: `warmup` untimed, then
+/// `steps` timed, each split into forward (and the cross-entropy loss) and
+/// backward. `before_step`, if given, runs before each step outside the timing
+/// (e.g. a barrier, so that ranks time their steps together). Uses the threads
+/// LibTorch is set to.
+ComputeTimes time_compute(const ComputeTimingConfig& config, const std::function<void()>& before_step = {});
+
+}  // namespace acc::train
