@@ -23,13 +23,9 @@ steps=${STEPS:-8}
 shaped_steps=${SHAPED_STEPS:-3}
 work=$(mktemp -d)
 tag=accb$$
-cleanup() {
-    kill -KILL $(jobs -p) 2>/dev/null || true
-    ip netns del "${tag}a" 2>/dev/null || true
-    ip netns del "${tag}b" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
+namespaces=("${tag}a" "${tag}b")
+# On every exit: no rank left running, the namespaces (and their veth pair) gone.
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; for n in "${namespaces[@]}"; do ip netns del "$n" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 
 model=(--model resnet18 --dataset synthetic --test-samples 64 --eval-every 0 --batch-size 32 --epochs 2 --threads 1 -q)
 
@@ -50,10 +46,18 @@ ours() {  # ours SPEC: seconds per step
     step_seconds "$work/ours.h5" | cut -d' ' -f1
 }
 
-ddp() {  # ddp HOOK: seconds per step
-    "$python" scripts/bench_train_dist_ddp.py --hook "$1" --steps "$steps" --warmup 3 \
-        --port "$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')" |
-        "$python" -c 'import json, sys; print(json.loads(sys.stdin.readline())["mean"])'
+ddp() {  # ddp HOOK: seconds per step (one retry: a port picked free can be taken meanwhile)
+    local try
+    for try in 1 2; do
+        if "$python" scripts/bench_train_dist_ddp.py --hook "$1" --steps "$steps" --warmup 3 \
+            --port "$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')" \
+            >"$work/ddp.json" 2>"$work/ddp.err"; then
+            "$python" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["mean"])' "$work/ddp.json"
+            return
+        fi
+    done
+    echo "DDP ($1) failed twice: $(tail -3 "$work/ddp.err")" >&2
+    return 1
 }
 
 # summary NAME VALUES...: "fastest (median)" of the values.
@@ -82,31 +86,29 @@ report "powersgd:2 vs DDP powerSGD_hook" "${ours_psgd[*]}" "${ddp_psgd[*]}"
 
 # ---------------------------------------------------------------- shaped link
 if [ "${SHAPED:-1}" = 0 ]; then exit 0; fi
-if [ "$(id -u)" != 0 ] || ! command -v tc >/dev/null || ! ip netns add "${tag}a" 2>/dev/null; then
+if [ "$(id -u)" != 0 ] || ! command -v tc >/dev/null || ! ip netns add "${namespaces[0]}" 2>/dev/null; then
     echo "shaped link: skipped (needs root, ip and tc)"
     exit 0
 fi
-ip netns add "${tag}b"
-ip link add "${tag}0" type veth peer name "${tag}1"
+ip netns add "${namespaces[1]}"
 addr=(10.233.9.1 10.233.9.2)
+ip link add "${tag}0" netns "${namespaces[0]}" type veth peer name "${tag}1" netns "${namespaces[1]}"
 for side in 0 1; do
-    ns=${tag}a
-    [ "$side" = 1 ] && ns=${tag}b
-    ip link set "${tag}$side" netns "$ns"
-    ip -n "$ns" addr add "${addr[$side]}/24" dev "${tag}$side"
-    ip -n "$ns" link set lo up
-    ip -n "$ns" link set "${tag}$side" up
-    ip netns exec "$ns" tc qdisc add dev "${tag}$side" root tbf rate 100mbit burst 32kb latency 100ms
+    in_ns=(ip netns exec "${namespaces[$side]}")
+    "${in_ns[@]}" ip addr add "${addr[$side]}/24" dev "${tag}$side"
+    "${in_ns[@]}" ip link set dev lo up
+    "${in_ns[@]}" ip link set dev "${tag}$side" up
+    "${in_ns[@]}" tc qdisc add dev "${tag}$side" root tbf rate 100mbit burst 32kb latency 100ms
 done
 
-# pair PROGRAM ARGS...: rank 0 in the first namespace, rank 1 in the second.
+# pair PROGRAM ARGS...: rank 1 in the second namespace (in the background), rank 0 in the first.
 pair() {
     local program=$1
     shift
     local common=(--world-size 2 --master-addr "${addr[0]}" --master-port 29533 --timeout 120)
-    ip netns exec "${tag}b" "$bin/$program" --rank 1 "${common[@]}" "$@" -q &
+    ip netns exec "${namespaces[1]}" "$bin/$program" --rank 1 "${common[@]}" "$@" -q &
     local other=$!
-    ip netns exec "${tag}a" "$bin/$program" --rank 0 "${common[@]}" "$@"
+    ip netns exec "${namespaces[0]}" "$bin/$program" --rank 0 "${common[@]}" "$@"
     wait "$other"
 }
 

@@ -17,42 +17,26 @@
 #include "train/trainer.hpp"
 
 #include <nlohmann/json.hpp>
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 #include <iostream>
 #include <optional>
-#include <sys/stat.h>
 
 namespace acc::dist {
 namespace {
-
-bool file_exists(const std::string& path) {
-    struct stat st;
-    return ::stat(path.c_str(), &st) == 0;
-}
 
 std::vector<std::uint8_t> read_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw FileError(path, "cannot be read");
     return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string percent(double fraction) {
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, "%.1f%%", 100.0 * fraction);
-    return buffer;
-}
-
-std::string fixed(double value, int decimals) {
-    char buffer[48];
-    std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-    return buffer;
 }
 
 comm::Backend backend_of(const TrainDistConfig& c) {
@@ -126,40 +110,32 @@ struct Leader {
 // The run's settings that a resumed run must share, from the checkpoint.
 void check_same_run(const std::string& path, const train::CheckpointInfo& info, const TrainDistConfig& c, int world,
                     bool batch_mode) {
-    auto differs = [&](const std::string& option, const std::string& then, const std::string& now) {
-        if (then != now)
-            throw UsageError("--resume: " + path + " is from a run with " + option + " " + then + ", not " + now +
-                             "; resume with the options of the original run");
+    struct Setting {
+        const char* what;
+        std::string then, now;
     };
-    differs("--model", info.model, c.train.model);
-    differs("--dataset", info.dataset, c.train.data.name);
-    differs("--seed", std::to_string(info.seed), std::to_string(c.train.seed));
-    differs("world size", std::to_string(info.world_size), std::to_string(world));
-    if (!batch_mode) differs("--batch-size", std::to_string(info.batch_size), std::to_string(c.train.batch_size));
-}
-
-std::vector<double> finite_norms(const train::GradientRecorder& recorder, const std::vector<io::Parameter>& parameters,
-                                 std::int64_t epoch) {
-    std::vector<double> norms = recorder.norms();
-    for (size_t p = 0; p < norms.size(); ++p)
-        if (!std::isfinite(norms[p]))
-            throw Error("training diverged: the summed gradient of '" + parameters[p].name + "' has norm " +
-                        (std::isnan(norms[p]) ? "NaN" : "infinity") + " at epoch " + std::to_string(epoch) +
-                        " (try a lower --lr or --clip-norm)");
-    return norms;
+    std::vector<Setting> settings = {{"--model", info.model, c.train.model},
+                                     {"--dataset", info.dataset, c.train.data.name},
+                                     {"--seed", std::to_string(info.seed), std::to_string(c.train.seed)},
+                                     {"world size", std::to_string(info.world_size), std::to_string(world)}};
+    if (!batch_mode)
+        settings.push_back({"--batch-size", std::to_string(info.batch_size), std::to_string(c.train.batch_size)});
+    for (const auto& s : settings)
+        if (s.then != s.now)
+            throw UsageError("--resume: " + path + " is from a run with " + s.what + " " + s.then + ", not " + s.now +
+                             "; resume with the options of the original run");
 }
 
 std::string epoch_line(std::int64_t epoch, std::int64_t epochs, const io::MetricsEpoch& m, const std::string& levels) {
-    std::string line = "epoch " + std::to_string(epoch) + " (" + std::to_string(epoch + 1) + "/" +
-                       std::to_string(epochs) + "): loss " + fixed(m.loss, 4) + ", accuracy " + percent(m.accuracy);
+    std::string line = fmt::format("epoch {} ({}/{}): loss {:.4f}, accuracy {:.1f}%", epoch, epoch + 1, epochs, m.loss,
+                                   100 * m.accuracy);
     if (!std::isnan(m.test_accuracy))
-        line += ", test loss " + fixed(m.test_loss, 4) + ", test accuracy " + percent(m.test_accuracy);
-    line += ", lr " + short_number(m.lr) + ", batch " + std::to_string(m.batch_size) + "; levels " + levels +
-            "; sent " + si_count(m.floats_sent) + " floats (" + si_count(static_cast<double>(m.bytes_sent)) +
-            "B), total " + si_count(m.floats_sent_total) + " floats; " + fixed(m.seconds, 2) + " s: compute " +
-            fixed(m.compute_seconds, 2) + " s, compression " + fixed(m.compression_seconds, 2) +
-            " s, communication " + fixed(m.communication_seconds, 2) + " s";
-    return line;
+        line += fmt::format(", test loss {:.4f}, test accuracy {:.1f}%", m.test_loss, 100 * m.test_accuracy);
+    return line + fmt::format(", lr {}, batch {}; levels {}; sent {} floats ({}B), total {} floats; {:.2f} s: compute "
+                              "{:.2f} s, compression {:.2f} s, communication {:.2f} s",
+                              short_number(m.lr), m.batch_size, levels, si_count(m.floats_sent),
+                              si_count(static_cast<double>(m.bytes_sent)), si_count(m.floats_sent_total), m.seconds,
+                              m.compute_seconds, m.compression_seconds, m.communication_seconds);
 }
 
 nlohmann::json epoch_json(std::int64_t epoch, const io::MetricsEpoch& m, const std::vector<std::string>& levels) {
@@ -253,9 +229,9 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     if (leader) {
         io::check_writable_destination(c.metrics);
         io::check_writable_destination(checkpoint);
-        if (c.resume && !file_exists(checkpoint))
+        if (c.resume && !std::filesystem::exists(checkpoint))
             throw FileError(checkpoint, "no checkpoint to resume from (one is written after every completed epoch)");
-        if (c.resume && !file_exists(c.metrics))
+        if (c.resume && !std::filesystem::exists(c.metrics))
             throw FileError(c.metrics, "no such file; --resume continues the metrics file of the stopped run");
     }
 
@@ -455,7 +431,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
         if (leader) {
             RunPlan& plan = *lead.plan;
             if (plan.online()) {
-                plan.record_norms(epoch, finite_norms(*lead.recorder, parameters, epoch));
+                plan.record_norms(epoch, lead.recorder->finite_norms(parameters, epoch));
                 m.norm.assign(plan.norms().end() - static_cast<std::ptrdiff_t>(count), plan.norms().end());
                 m.critical = decided.critical;
                 m.ratio = decided.ratio;
@@ -499,7 +475,8 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
                          "compression {} s, communication {} s; checkpoint {}",
                          c.metrics, rows.size(), t.model, info.name, world, world == 1 ? "rank" : "ranks",
                          si_count(last.floats_sent_total), si_count(static_cast<double>(last.bytes_sent_total)),
-                         fixed(compute, 1), fixed(compression, 1), fixed(communication, 1), checkpoint);
+                         fmt::format("{:.1f}", compute), fmt::format("{:.1f}", compression),
+                         fmt::format("{:.1f}", communication), checkpoint);
         }
         if (c.json) {
             nlohmann::json summary = {{"metrics", c.metrics},

@@ -45,6 +45,29 @@ const IntColumn kIntColumns[] = {
     {"bytes_sent_total", &MetricsEpoch::bytes_sent_total},
 };
 
+// The root attributes, likewise.
+struct TextAttribute {
+    const char* name;
+    std::string MetricsRun::*field;
+};
+struct IntAttribute {
+    const char* name;
+    std::int64_t MetricsRun::*field;
+};
+const TextAttribute kTextAttributes[] = {
+    {"model", &MetricsRun::model},       {"dataset", &MetricsRun::dataset},
+    {"mode", &MetricsRun::mode},         {"compress", &MetricsRun::compress},
+    {"schedule", &MetricsRun::schedule}, {"schedule_mode", &MetricsRun::schedule_mode},
+    {"low", &MetricsRun::low},           {"high", &MetricsRun::high},
+    {"backend", &MetricsRun::backend},   {"device", &MetricsRun::device},
+};
+const IntAttribute kIntAttributes[] = {
+    {"batch_size", &MetricsRun::batch_size},
+    {"world_size", &MetricsRun::world_size},
+    {"seed", &MetricsRun::seed},
+    {"interval", &MetricsRun::interval},
+};
+
 template <class T>
 std::vector<T> table(const std::vector<MetricsEpoch>& epochs, std::vector<T> MetricsEpoch::*field) {
     std::vector<T> out;
@@ -84,23 +107,10 @@ void write_metrics(const std::string& path, const Metrics& m) {
     }
     AtomicPath atomic(path);
     H5File f = create_with_header(atomic.temp(), path, m.header, kMetricsFormat, kMetricsMajor, kMetricsMinor);
-    const MetricsRun& r = m.run;
     f.write_attr("/", "complete", std::int64_t{m.complete ? 1 : 0});
-    f.write_attr("/", "model", r.model);
-    f.write_attr("/", "dataset", r.dataset);
-    f.write_attr("/", "batch_size", r.batch_size);
-    f.write_attr("/", "world_size", r.world_size);
-    f.write_attr("/", "seed", r.seed);
-    f.write_attr("/", "mode", r.mode);
-    f.write_attr("/", "compress", r.compress);
-    f.write_attr("/", "schedule", r.schedule);
-    f.write_attr("/", "schedule_mode", r.schedule_mode);
-    f.write_attr("/", "eta", r.eta);
-    f.write_attr("/", "interval", r.interval);
-    f.write_attr("/", "low", r.low);
-    f.write_attr("/", "high", r.high);
-    f.write_attr("/", "backend", r.backend);
-    f.write_attr("/", "device", r.device);
+    for (const auto& a : kTextAttributes) f.write_attr("/", a.name, m.run.*(a.field));
+    for (const auto& a : kIntAttributes) f.write_attr("/", a.name, m.run.*(a.field));
+    f.write_attr("/", "eta", m.run.eta);
     write_parameters(f, m.parameters);
     f.write_strings("/levels", m.levels);
 
@@ -136,27 +146,11 @@ Metrics read_metrics(const std::string& path) {
     m.header = read_header(f, kMetricsFormat, kMetricsMajor);
     m.complete = f.has_attr("/", "complete") && f.read_attr_int("/", "complete") != 0;
     MetricsRun& r = m.run;
-    auto text = [&](const char* name, std::string& out) {
-        if (f.has_attr("/", name)) out = f.read_attr_string("/", name);
-    };
-    auto integer = [&](const char* name, std::int64_t& out) {
-        if (f.has_attr("/", name)) out = f.read_attr_int("/", name);
-    };
-    text("model", r.model);
-    text("dataset", r.dataset);
-    integer("batch_size", r.batch_size);
-    integer("world_size", r.world_size);
-    integer("seed", r.seed);
-    text("mode", r.mode);
-    text("compress", r.compress);
-    text("schedule", r.schedule);
-    text("schedule_mode", r.schedule_mode);
+    for (const auto& a : kTextAttributes)
+        if (f.has_attr("/", a.name)) r.*(a.field) = f.read_attr_string("/", a.name);
+    for (const auto& a : kIntAttributes)
+        if (f.has_attr("/", a.name)) r.*(a.field) = f.read_attr_int("/", a.name);
     if (f.has_attr("/", "eta")) r.eta = f.read_attr_double("/", "eta");
-    integer("interval", r.interval);
-    text("low", r.low);
-    text("high", r.high);
-    text("backend", r.backend);
-    text("device", r.device);
     if (r.world_size < 1) f.fail("world_size is " + std::to_string(r.world_size) + "; it must be at least 1");
     m.parameters = read_parameters(f);
     m.levels = f.read_strings("/levels");

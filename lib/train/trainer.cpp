@@ -132,6 +132,17 @@ std::vector<double> GradientRecorder::norms() const {
     return out;
 }
 
+std::vector<double> GradientRecorder::finite_norms(const std::vector<io::Parameter>& parameters,
+                                                   std::int64_t epoch) const {
+    std::vector<double> out = norms();
+    for (size_t p = 0; p < out.size(); ++p)
+        if (!std::isfinite(out[p]))
+            throw Error("training diverged: the summed gradient of '" + parameters.at(p).name + "' has norm " +
+                        (std::isnan(out[p]) ? "NaN" : "infinity") + " at epoch " + std::to_string(epoch) +
+                        " (try a lower --lr or --clip-norm)");
+    return out;
+}
+
 Sgd::Sgd(std::vector<torch::Tensor> parameters, OptimizerConfig config)
     : parameters_(std::move(parameters)),
       config_(config),

@@ -67,6 +67,9 @@ public:
     void add(const std::vector<torch::Tensor>& gradients);
     /// Per parameter, the L2 norm of the sum (computed in double precision).
     std::vector<double> norms() const;
+    /// The same, throwing acc::Error ("training diverged: ...", naming the parameter
+    /// and `epoch`) when one is NaN or infinite.
+    std::vector<double> finite_norms(const std::vector<io::Parameter>& parameters, std::int64_t epoch) const;
     /// The sums, one tensor per parameter.
     const std::vector<torch::Tensor>& sums() const { return sums_; }
     /// Norms of the last step's gradients (empty unless step_norms).

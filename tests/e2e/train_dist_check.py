@@ -176,41 +176,28 @@ def same_run(args):
         walk(a, b, "")
 
 
+# Each command: its function and its arguments (name, options).
+COMMANDS = {
+    "schedule": (schedule, [("out", {}), ("--model-from", {"required": True}), ("--levels", {"required": True}),
+                            ("--epochs", {"type": int, "default": 4})]),
+    "batch-schedule": (batch_schedule, [("out", {}), ("--model-from", {"required": True}),
+                                        ("--batch", {"required": True}), ("--scale", {"required": True})]),
+    "data-sent": (data_sent, [("metrics", {})]),
+    "levels": (levels_match, [("metrics", {}), ("schedule", {})]),
+    "grads-from": (grads_from, [("metrics", {}), ("out", {})]),
+    "decisions": (decisions, [("metrics", {}), ("schedule", {})]),
+    "same-run": (same_run, [("a", {}), ("b", {}), ("--skip", {"default": ""})]),
+}
+
+
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("schedule")
-    p.add_argument("out")
-    p.add_argument("--model-from", required=True)
-    p.add_argument("--levels", required=True)
-    p.add_argument("--epochs", type=int, default=4)
-    p.set_defaults(run=schedule)
-    p = sub.add_parser("batch-schedule")
-    p.add_argument("out")
-    p.add_argument("--model-from", required=True)
-    p.add_argument("--batch", required=True)
-    p.add_argument("--scale", required=True)
-    p.set_defaults(run=batch_schedule)
-    p = sub.add_parser("data-sent")
-    p.add_argument("metrics")
-    p.set_defaults(run=data_sent)
-    p = sub.add_parser("levels")
-    p.add_argument("metrics")
-    p.add_argument("schedule")
-    p.set_defaults(run=levels_match)
-    p = sub.add_parser("grads-from")
-    p.add_argument("metrics")
-    p.add_argument("out")
-    p.set_defaults(run=grads_from)
-    p = sub.add_parser("decisions")
-    p.add_argument("metrics")
-    p.add_argument("schedule")
-    p.set_defaults(run=decisions)
-    p = sub.add_parser("same-run")
-    p.add_argument("a")
-    p.add_argument("b")
-    p.add_argument("--skip", default="")
-    p.set_defaults(run=same_run)
+    for name, (run, arguments) in COMMANDS.items():
+        p = sub.add_parser(name)
+        for argument, options in arguments:
+            p.add_argument(argument, **options)
+        p.set_defaults(run=run)
     args = parser.parse_args()
     args.run(args)
 

@@ -70,6 +70,24 @@ struct Net {
     std::vector<torch::Tensor> parameters;
 };
 
+// Synthetic one-channel side x side images in `classes` classes.
+std::unique_ptr<acc::train::Dataset> tiny_data(std::int64_t side, std::int64_t classes, std::int64_t train,
+                                               std::int64_t test, std::uint64_t seed) {
+    acc::train::SyntheticOptions o;
+    o.shape = {1, side, side};
+    o.classes = classes;
+    o.train = train;
+    o.test = test;
+    return acc::train::make_synthetic(o, seed);
+}
+
+acc::train::TrainerOptions batches(std::int64_t batch, std::int64_t micro) {
+    acc::train::TrainerOptions options;
+    options.batch_size = batch;
+    options.micro_batch_size = micro;
+    return options;
+}
+
 std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& tensors) {
     std::vector<torch::Tensor> out;
     for (const auto& t : tensors) out.push_back(t.detach().clone());
@@ -333,15 +351,8 @@ public:
 }  // namespace
 
 TEST(Trainer, ArmsTheExchangeBeforeTheLastMicroBatch) {
-    acc::train::SyntheticOptions o;
-    o.shape = {1, 4, 4};
-    o.classes = 3;
-    o.train = 40;
-    o.test = 30;
-    auto data = acc::train::make_synthetic(o, 1);
-    acc::train::TrainerOptions options;
-    options.batch_size = 20;
-    options.micro_batch_size = 8;
+    auto data = tiny_data(4, 3, 40, 30, 1);
+    acc::train::TrainerOptions options = batches(20, 8);
     auto model = acc::train::make_model("mlp", data->info().shape, {8});
     acc::train::Trainer trainer(model, *data, options);
     Probe probe;
@@ -374,4 +385,43 @@ TEST(Trainer, ArmsTheExchangeBeforeTheLastMicroBatch) {
     EXPECT_EQ(samples, whole.samples);
     EXPECT_NEAR(loss / static_cast<double>(samples), whole.loss, 1e-5);
     EXPECT_NEAR(correct / static_cast<double>(samples), whole.accuracy, 1e-9);
+}
+
+// With the exchange overlapping the backward pass, the recorder still sums each
+// rank's own raw gradient: at learning rate 0 the weights stay put, so rank r's
+// sums equal those of a run on rank r's shard without any exchange.
+TEST(Trainer, RecorderSeesTheLocalGradientWhileBucketsOverlap) {
+    auto data = tiny_data(6, 4, 96, 8, 2);
+    acc::train::TrainerOptions options = batches(12, 5);
+    const int world = 2;
+    std::vector<std::shared_ptr<acc::train::Model>> models, alone;
+    for (int r = 0; r < 2 * world; ++r) {
+        torch::manual_seed(8);  // here, not in the rank threads: the global generator is shared
+        (r < world ? models : alone).push_back(acc::train::make_model("mlp", data->info().shape, {16}));
+    }
+    std::vector<std::vector<torch::Tensor>> with_exchange(world), without(world);
+    std::vector<std::int64_t> early(world);
+    ranks(world, [&](int rank, Collectives& comm) {
+        acc::train::Trainer trainer(models[rank], *data, options, {rank, world});
+        acc::train::GradientRecorder recorder(trainer.parameter_tensors(), false);
+        trainer.set_recorder(&recorder);
+        std::vector<std::string> levels(trainer.parameters().size(), "none");
+        DistExchange exchange(trainer.parameter_tensors(), trainer.parameters(), comm, torch::kCPU, {}, levels);
+        trainer.set_exchange(&exchange);
+        trainer.train_epoch(0, 0.0);
+        with_exchange[rank] = clones(recorder.sums());
+        early[rank] = exchange.take_totals().early_launches;
+
+        acc::train::Trainer plain(alone[rank], *data, options, {rank, world});
+        acc::train::GradientRecorder reference(plain.parameter_tensors(), false);
+        plain.set_recorder(&reference);
+        plain.train_epoch(0, 0.0);
+        without[rank] = clones(reference.sums());
+    });
+    for (int r = 0; r < world; ++r) {
+        EXPECT_EQ(early[r], 4);  // 48 samples per rank in batches of 12: every step's bucket went out early
+        for (size_t p = 0; p < without[r].size(); ++p)
+            EXPECT_TRUE(torch::equal(with_exchange[r][p], without[r][p])) << "rank " << r << ", parameter " << p;
+    }
+    EXPECT_FALSE(torch::equal(with_exchange[0][0], with_exchange[1][0]));  // the ranks' data differ
 }
