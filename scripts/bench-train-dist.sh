@@ -13,7 +13,7 @@
 # Each side runs REPS times (default 3), alternating; the script prints the fastest
 # and the median. train-dist's step time is its epoch time over the steps of the
 # second of two epochs (the first warms up); DDP's is the mean over STEPS timed
-# steps after 3 untimed ones. Set SHAPED=0 to skip the shaped link.
+# steps after 3 untimed ones. SHAPED=0 skips the shaped link, LOOPBACK=0 the comparison with DDP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin
@@ -64,6 +64,7 @@ ddp() {  # ddp HOOK: seconds per step (one retry: a port picked free can be take
 stats() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {printf "%.3f %.3f", v[1], (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+if [ "${LOOPBACK:-1}" != 0 ]; then
 declare -a ours_none ddp_none ours_psgd ddp_psgd
 for ((r = 0; r < reps; r++)); do
     ours_none+=("$(ours none)")
@@ -83,6 +84,7 @@ report() {  # report LABEL "ours values" "theirs values"
 echo "2 ranks, 1 thread each, resnet18, batch 32 per rank, loopback; fastest of $reps runs (median in brackets)"
 report "uncompressed vs DDP" "${ours_none[*]}" "${ddp_none[*]}"
 report "powersgd:2 vs DDP powerSGD_hook" "${ours_psgd[*]}" "${ddp_psgd[*]}"
+fi
 
 # ---------------------------------------------------------------- shaped link
 if [ "${SHAPED:-1}" = 0 ]; then exit 0; fi

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 namespace acc::dist {
@@ -101,7 +102,10 @@ void check_spec(const std::string& option, const std::string& spec) {
 }  // namespace
 
 void validate(const TrainDistConfig& c) {
-    train::validate(c.train);
+    train::TrainConfig t = c.train;
+    // A batch schedule may set batches larger than --batch-size, which micro-batches then split.
+    if (!c.schedule.empty() && !c.batch_size_given) t.batch_size = std::max(t.batch_size, t.micro_batch_size);
+    train::validate(t);
     const int modes = (!c.compress.empty() ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0);
     if (modes > 1) throw UsageError("--compress, --schedule and --accordion: choose one");
     if (!c.compress.empty()) check_spec("--compress", c.compress);

@@ -29,6 +29,7 @@
 #endif
 #include <iostream>
 #include <optional>
+#include <thread>
 
 namespace acc::dist {
 namespace {
@@ -509,7 +510,10 @@ int run_rank(const TrainDistConfig& c, comm::Backend backend) {
     if (rendezvous.world_size == 1 && c.rendezvous.master_port < 0 && !std::getenv("MASTER_PORT"))
         rendezvous.master_port = comm::free_local_port();
     if (rendezvous.world_size > 1) cli::set_log_rank(rendezvous.rank);
-    if (c.train.threads > 0) torch::set_num_threads(c.train.threads);
+    if (c.train.threads > 0)
+        torch::set_num_threads(c.train.threads);
+    else if (c.rendezvous.nproc > 1)  // ranks started here share this machine's cores
+        torch::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c.rendezvous.nproc));
     auto pg = comm::ProcessGroupCollectives::join(rendezvous, backend);
     int code = cli::kExitOk;
     try {
@@ -526,7 +530,8 @@ int run_rank(const TrainDistConfig& c, comm::Backend backend) {
 
 int run_train_dist(TrainDistConfig c, int argc, char** argv) {
     validate(c);
-    if (c.mode() == Mode::schedule) io::read_schedule(c.schedule);  // a bad file stops the run before any rank starts
+    // A bad schedule stops the run before any rank starts; only rank 0 (or the launcher) reads it.
+    if (c.mode() == Mode::schedule && comm::resolve_rendezvous(c.rendezvous).rank == 0) io::read_schedule(c.schedule);
     if (c.train.device == "cuda" && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
     const comm::Backend backend = backend_of(c);
