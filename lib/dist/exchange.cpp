@@ -1,6 +1,7 @@
 #include "dist/exchange.hpp"
 
 #include "base/error.hpp"
+#include "dist/staging.hpp"
 
 #include <algorithm>
 #include <map>
@@ -32,12 +33,16 @@ torch::Tensor step_tensor(std::int64_t step) { return torch::tensor(std::vector<
 DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
                            comm::Collectives& comm, torch::Device device, ExchangeSetup setup,
                            const std::vector<std::string>& levels)
-    : parameters_(std::move(parameters)), description_(std::move(description)), comm_(comm), setup_(setup) {
+    : parameters_(std::move(parameters)),
+      description_(std::move(description)),
+      staged_(device.is_cpu() ? nullptr : staged_collectives(comm, device)),
+      comm_(staged_ ? *staged_ : comm),
+      setup_(setup) {
     if (levels.size() != parameters_.size() || description_.size() != parameters_.size())
         throw Error("internal error: " + std::to_string(levels.size()) + " levels and " +
                     std::to_string(description_.size()) + " descriptions for " + std::to_string(parameters_.size()) +
                     " parameters");
-    reducer_ = std::make_unique<BucketReducer>(parameters_, comm_, device, setup_.buckets);
+    reducer_ = std::make_unique<BucketReducer>(parameters_, comm, device, setup_.buckets);
     levels_ = canonical(levels);
     compressed_ = compressed_of(levels_);
     if (!compressed_.empty()) {

@@ -77,7 +77,8 @@ private:
 
     std::vector<torch::Tensor> parameters_;
     std::vector<io::Parameter> description_;
-    comm::Collectives& comm_;
+    std::unique_ptr<comm::Collectives> staged_;  // host tensors over a device backend (NCCL)
+    comm::Collectives& comm_;                    // what the compressed exchange talks to
     ExchangeSetup setup_;
     std::vector<std::string> levels_;
     std::vector<size_t> compressed_;  // parameters in the compressed exchange, in model order

@@ -8,6 +8,7 @@
 #include "comm/process_group.hpp"
 #include "dist/exchange.hpp"
 #include "dist/plan.hpp"
+#include "dist/staging.hpp"
 #include "dist/state.hpp"
 #include "io/atomic.hpp"
 #include "io/metrics.hpp"
@@ -54,44 +55,42 @@ std::string mode_name(Mode mode) {
     return "?";
 }
 
-// Small collectives on the collectives' device (cpu for Gloo, the rank's GPU for NCCL).
+// Small collectives of host values; `host` stages them to the backend's device (NCCL's GPU).
 class Group {
 public:
-    Group(comm::ProcessGroupCollectives& comm) : comm_(comm), device_(comm.device()) {}
-    comm::ProcessGroupCollectives& comm() { return comm_; }
-    int rank() const { return comm_.rank(); }
-    int world() const { return comm_.world_size(); }
-    bool leader() const { return comm_.rank() == 0; }
+    Group(comm::ProcessGroupCollectives& pg) : pg_(pg), host_(staged_collectives(pg, pg.device())) {}
+    comm::Collectives& host() { return *host_; }
+    int rank() const { return pg_.rank(); }
+    int world() const { return pg_.world_size(); }
+    bool leader() const { return pg_.rank() == 0; }
 
     std::vector<double> sum(const std::vector<double>& values) {
-        torch::Tensor t = torch::tensor(values, torch::kFloat64).to(device_);
-        comm_.allreduce(t, comm::ReduceOp::sum);
-        t = t.cpu();
+        torch::Tensor t = torch::tensor(values, torch::kFloat64);
+        host_->allreduce(t, comm::ReduceOp::sum);
         return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
     }
     std::vector<double> broadcast(std::vector<double> values, std::int64_t count) {
         values.resize(static_cast<size_t>(count));
-        torch::Tensor t = torch::tensor(values, torch::kFloat64).to(device_);
-        comm_.broadcast(t, 0);
-        t = t.cpu();
+        torch::Tensor t = torch::tensor(values, torch::kFloat64);
+        host_->broadcast(t, 0);
         return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
     }
     std::vector<std::int64_t> gather(std::int64_t value) {
-        torch::Tensor t = torch::tensor(std::vector<std::int64_t>{value}, torch::kLong).to(device_);
         std::vector<std::int64_t> out;
-        for (const auto& part : comm_.allgather(t)) out.push_back(part.cpu().item<std::int64_t>());
+        for (const auto& part : host_->allgather(torch::tensor(std::vector<std::int64_t>{value}, torch::kLong)))
+            out.push_back(part.item<std::int64_t>());
         return out;
     }
     void broadcast_tensor(torch::Tensor tensor) {
         torch::NoGradGuard no_grad;
-        torch::Tensor t = tensor.device() == device_ && tensor.is_contiguous() ? tensor : tensor.to(device_).contiguous();
-        comm_.broadcast(t, 0);
+        torch::Tensor t = tensor.is_contiguous() ? tensor : tensor.contiguous();
+        host_->broadcast(t, 0);
         if (!t.is_same(tensor)) tensor.copy_(t);
     }
 
 private:
-    comm::ProcessGroupCollectives& comm_;
-    torch::Device device_;
+    comm::ProcessGroupCollectives& pg_;
+    std::unique_ptr<comm::Collectives> host_;
 };
 
 // What rank 0 tells every rank before an epoch.
@@ -241,7 +240,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     torch::manual_seed(t.seed);
     auto model = train::make_model(t.model, info.shape, t.model_options);
     train::TrainerOptions options = train::trainer_options(t);
-    if (t.device == "cuda") options.device = pg.device().is_cuda() ? pg.device() : torch::Device(torch::kCUDA);
+    if (t.device == "cuda") options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank()));
     const train::Shard shard{rank, world};
     train::Trainer trainer(model, *data, options, shard);
     const auto& parameters = trainer.parameters();
@@ -266,7 +265,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     }
     {
         std::vector<std::uint8_t> bytes(levels_text.begin(), levels_text.end());
-        bytes = broadcast_bytes(pg, bytes, 0);
+        bytes = broadcast_bytes(group.host(), bytes, 0);
         levels_text.assign(bytes.begin(), bytes.end());
     }
     std::vector<std::string> level_names = split(levels_text, '\n');
@@ -288,7 +287,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     train::TensorMap my_state;
     if (c.resume) {
         std::vector<std::uint8_t> image = leader ? read_file(checkpoint) : std::vector<std::uint8_t>();
-        image = broadcast_bytes(pg, std::move(image), 0);
+        image = broadcast_bytes(group.host(), std::move(image), 0);
         train::TensorMap extra;
         train::CheckpointInfo saved = trainer.load_checkpoint_image(image, checkpoint, &extra);
         check_same_run(checkpoint, saved, c, world, batch_mode);
@@ -428,7 +427,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
                       sent.steps * static_cast<std::int64_t>(exchange.reducer().buckets().size()));
 
         // Every rank's error memories and compressor state, for rank 0's checkpoint.
-        std::vector<train::TensorMap> states = gather_maps(pg, exchange.state());
+        std::vector<train::TensorMap> states = gather_maps(group.host(), exchange.state());
         if (leader) {
             RunPlan& plan = *lead.plan;
             if (plan.online()) {

@@ -38,7 +38,7 @@ run() {
 
 mkdir ck-none ck-powersgd ck-topk ck-mixed ck-batch ck-accordion
 run none 3
-run powersgd 3 --compress powersgd:2
+run powersgd 3 --compress powersgd:2 --json
 run topk 3 --compress topk:0.1
 $check schedule mixed-sched.h5 --model-from none.h5 --levels powersgd:1,none,topk:0.2,signsgd,fp16 --epochs 2
 run mixed 3 --schedule mixed-sched.h5 --schedule-extend last --micro-batch-size 10
@@ -56,6 +56,16 @@ grep -q "train-dist\[0\]: epoch 2 (3/3): loss [0-9.]*, accuracy [0-9.]*%, test l
 grep -qE "rank 0: ([1-9][0-9]*) of \1 buckets launched during the backward pass" none.log ||
     fail "uncompressed buckets did not overlap the backward pass: $(grep buckets none.log | head -2)"
 
+$ACC_PYTHON - <<'PY' || fail "--json summary: $(head -c 300 powersgd.out)"
+import json, h5py
+summary = json.load(open("powersgd.out"))
+assert summary["metrics"] == "powersgd.h5" and summary["world_size"] == 2 and summary["mode"] == "compress"
+rows = summary["trained"]
+assert [r["epoch"] for r in rows] == [0, 1, 2]
+assert rows[0]["levels"] == ["powersgd:2", "none"] * 3, rows[0]["levels"]
+with h5py.File("powersgd.h5", "r") as f:
+    assert [r["bytes_sent_total"] for r in rows] == list(f["epochs/bytes_sent_total"][()])
+PY
 $ACC_PYTHON - <<'PY' || fail "metrics files"
 import h5py, numpy as np
 with h5py.File("none.h5", "r") as f:
