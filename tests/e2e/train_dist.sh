@@ -98,18 +98,18 @@ with h5py.File("batch.h5", "r") as f:
 PY
 
 # Online Accordion against regime-detect on the norms the run recorded.
-run accordion 7 --accordion --low powersgd:2 --high topk:0.05 --interval 2 --eta 0.2 --lr-decay-epochs 5
+run accordion 7 --accordion --low topk:0.05 --high powersgd:2 --interval 2 --eta 0.5 --lr-decay-epochs 5
 $check data-sent accordion.h5 >/dev/null || fail "accordion: data sent"
 $check grads-from accordion.h5 accordion-grads.h5
-regime-detect accordion-grads.h5 --eta 0.2 --interval 2 --low powersgd:2 --high topk:0.05 -o offline.h5 -q ||
+regime-detect accordion-grads.h5 --eta 0.5 --interval 2 --low topk:0.05 --high powersgd:2 -o offline.h5 -q ||
     fail "regime-detect on the recorded norms"
 $check decisions accordion.h5 offline.h5 || fail "online decisions differ from regime-detect's"
 $ACC_PYTHON - <<'PY' || fail "accordion metrics"
 import h5py
 with h5py.File("accordion.h5", "r") as f:
     levels = [l.decode() if isinstance(l, bytes) else l for l in f["levels"][()]]
-    assert levels == ["none", "powersgd:2", "topk:0.05"], levels
-    assert f.attrs["mode"] == "accordion" and f.attrs["interval"] == 2 and f.attrs["low"] == "powersgd:2"
+    assert levels == ["none", "topk:0.05", "powersgd:2"], levels
+    assert f.attrs["mode"] == "accordion" and f.attrs["interval"] == 2 and f.attrs["low"] == "topk:0.05"
     used = set(f["epochs/level"][()].flatten())
     assert used == {0, 1, 2}, used  # both levels were used
     assert (f["epochs/reason"][5] == 4).all()  # the rate decays at epoch 5
