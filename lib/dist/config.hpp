@@ -59,6 +59,10 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& config);
 /// Checks what can be checked without the model and data; throws UsageError naming the option.
 void validate(const TrainDistConfig& config);
 
+/// The settings every rank must share (model, data, training, levels, seed, ...),
+/// as text; output files and the rendezvous are left out.
+std::string shared_settings(const TrainDistConfig& config);
+
 /// The checkpoint file of a run: <checkpoint dir>/train-dist.ckpt.h5, the
 /// directory defaulting to the metrics file's.
 std::string checkpoint_path(const TrainDistConfig& config);

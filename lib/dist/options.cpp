@@ -1,5 +1,6 @@
 // train-dist's command-line options and the checks that need neither model nor data.
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "cli/tool.hpp"
 #include "compress/spec.hpp"
 #include "dist/config.hpp"
@@ -128,6 +129,28 @@ void validate(const TrainDistConfig& c) {
         throw UsageError("--first-bucket-mb: must be a number > 0");
     if (c.dgc_warmup_epochs < 0) throw UsageError("--dgc-warmup-epochs: must be >= 0");
     if (c.metrics.empty()) throw UsageError("--metrics: must name a file");
+}
+
+std::string shared_settings(const TrainDistConfig& c) {
+    const train::TrainConfig& t = c.train;
+    std::vector<std::string> fields = {t.model, std::to_string(t.model_options.hidden_size),
+                                       std::to_string(t.model_options.embedding_size), std::to_string(t.model_options.tied),
+                                       std::to_string(t.model_options.dropout), t.data.name, t.data.dir,
+                                       std::to_string(t.data.train_samples), std::to_string(t.data.test_samples),
+                                       std::to_string(t.data.bptt), std::to_string(t.epochs),
+                                       std::to_string(t.batch_size), std::to_string(t.micro_batch_size),
+                                       std::to_string(t.schedule.lr), std::to_string(t.schedule.warmup_epochs),
+                                       std::to_string(t.schedule.warmup_lr), std::to_string(t.schedule.decay_factor),
+                                       std::to_string(t.optimizer.momentum), std::to_string(t.optimizer.nesterov),
+                                       std::to_string(t.optimizer.weight_decay), std::to_string(t.clip_norm),
+                                       std::to_string(t.eval_every), std::to_string(t.seed), t.device, c.compress,
+                                       c.schedule, c.schedule_extend, std::to_string(c.accordion),
+                                       c.accordion_config.low, c.accordion_config.high,
+                                       std::to_string(c.accordion_config.eta), std::to_string(c.accordion_config.interval),
+                                       c.backend, std::to_string(c.bucket_mb), std::to_string(c.first_bucket_mb),
+                                       std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume)};
+    for (auto e : t.schedule.decay_epochs) fields.push_back(std::to_string(e));
+    return join(fields, "\n");
 }
 
 std::string checkpoint_path(const TrainDistConfig& c) {

@@ -225,6 +225,16 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     const int rank = group.rank(), world = group.world();
     const bool leader = group.leader();
 
+    // Ranks that disagree on the run would train different models, or hang.
+    std::uint64_t fingerprint = 1469598103934665603ull;
+    for (unsigned char ch : shared_settings(c)) fingerprint = (fingerprint ^ ch) * 1099511628211ull;
+    const auto fingerprints = group.gather(static_cast<std::int64_t>(fingerprint));
+    for (int other = 1; other < world; ++other)
+        if (fingerprints[static_cast<size_t>(other)] != fingerprints[0])
+            throw UsageError("rank " + std::to_string(other) +
+                             " was started with other options than rank 0; every rank needs the same model, data, "
+                             "training and communication options");
+
     const std::string checkpoint = checkpoint_path(c);
     if (leader) {
         io::check_writable_destination(c.metrics);
@@ -323,6 +333,11 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
             }
         }
         if (start >= t.epochs && leader) spdlog::info("nothing to train: the checkpoint is already at epoch {}", start);
+    }
+    if (!c.resume) {
+        // Every rank starts from rank 0's weights, as DDP does, whatever its own generator drew.
+        for (auto& p : tensors) group.broadcast_tensor(p);
+        for (auto& b : model->buffers()) group.broadcast_tensor(b);
     }
     DistExchange exchange(tensors, parameters, pg, pg.device(), setup, initial);
     if (c.resume) exchange.load_state(my_state);

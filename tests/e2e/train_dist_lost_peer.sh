@@ -61,4 +61,9 @@ PY
 expect_exit 2 "^train-dist\[0\]: error: other.h5 does not fit this run: \(1\) it lists 1 parameters, the model has 6; \(2\) the model's parameter 'fc1.weight' is missing" -- \
     train-dist --model mlp --train-samples 500 --epochs 4 --nproc 2 --schedule other.h5 --metrics o.h5
 grep -q "^train-dist\[1\]: error: rank 0 stopped: other.h5 does not fit this run" "$WORK/err" || fail "rank 1: $(grep 'train-dist\[1\]' "$WORK/err")"
+
+# Ranks started by hand with different options refuse to train.
+port=$(free_port)
+expect_exit 2 "^train-dist\[0\]: error: rank 1 was started with other options than rank 0; every rank needs the same" -- \
+    bash -c "train-dist --model mlp --train-samples 100 --epochs 1 --rank 1 --world-size 2 --master-port $port --lr 0.2 -q 2>/dev/null & train-dist --model mlp --train-samples 100 --epochs 1 --rank 0 --world-size 2 --master-port $port --metrics o2.h5; status=\$?; wait; exit \$status"
 finish
