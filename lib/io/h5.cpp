@@ -124,6 +124,23 @@ H5File H5File::open(const std::string& path, bool writable) {
     return H5File(Handle(id, H5Fclose), path);
 }
 
+H5File H5File::open_image(const std::vector<std::uint8_t>& bytes, const std::string& display_path) {
+    silence_hdf5();
+    if (bytes.empty()) throw FileError(display_path, "the file is empty");
+    Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    // The core driver without a backing store reads the image in place of a file on disk.
+    if (H5Pset_fapl_core(fapl.get(), 1 << 20, 0) < 0 ||
+        H5Pset_file_image(fapl.get(), const_cast<std::uint8_t*>(bytes.data()), bytes.size()) < 0)
+        throw FileError(display_path, "cannot open the file image (" + innermost_hdf5_error() + ")");
+    // The core driver refuses a name that exists on disk; this one never does.
+    hid_t id = H5Fopen("/proc/self/acc-file-image", H5F_ACC_RDONLY, fapl.get());
+    if (id < 0) {
+        std::string why = innermost_hdf5_error();
+        throw FileError(display_path, "cannot open the HDF5 file" + (why.empty() ? "" : " (" + why + ")"));
+    }
+    return H5File(Handle(id, H5Fclose), display_path);
+}
+
 void H5File::fail(const std::string& problem) const { throw FileError(path_, problem); }
 
 void H5File::flush() {

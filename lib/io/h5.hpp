@@ -54,6 +54,9 @@ public:
     /// Opens an existing file. Readers open without HDF5 file locking so that a file
     /// another process is still appending to can be read.
     static H5File open(const std::string& path, bool writable);
+    /// Opens, read-only, a whole file held in memory (e.g. received from another
+    /// process); `display_path` names it in messages.
+    static H5File open_image(const std::vector<std::uint8_t>& bytes, const std::string& display_path);
 
     const std::string& path() const { return path_; }
     hid_t id() const { return file_.get(); }

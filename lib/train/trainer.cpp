@@ -132,13 +132,52 @@ std::vector<double> GradientRecorder::norms() const {
     return out;
 }
 
+std::vector<double> GradientRecorder::finite_norms(const std::vector<io::Parameter>& parameters,
+                                                   std::int64_t epoch) const {
+    std::vector<double> out = norms();
+    for (size_t p = 0; p < out.size(); ++p)
+        if (!std::isfinite(out[p]))
+            throw Error("training diverged: the summed gradient of '" + parameters.at(p).name + "' has norm " +
+                        (std::isnan(out[p]) ? "NaN" : "infinity") + " at epoch " + std::to_string(epoch) +
+                        " (try a lower --lr or --clip-norm)");
+    return out;
+}
+
 Sgd::Sgd(std::vector<torch::Tensor> parameters, OptimizerConfig config)
-    : parameters_(std::move(parameters)), config_(config), momentum_(parameters_.size()) {}
+    : parameters_(std::move(parameters)),
+      config_(config),
+      momentum_(parameters_.size()),
+      momentum_in_gradient_(parameters_.size(), false) {}
+
+void Sgd::set_momentum_in_gradient(std::vector<bool> flags) {
+    if (flags.size() != parameters_.size())
+        throw Error("internal error: momentum flags for " + std::to_string(flags.size()) + " of " +
+                    std::to_string(parameters_.size()) + " parameters");
+    momentum_in_gradient_ = std::move(flags);
+}
 
 void Sgd::step(const std::vector<torch::Tensor>& gradients, double lr) {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < parameters_.size(); ++i) {
         torch::Tensor g = gradients[i];
+        if (momentum_in_gradient_[i]) {
+            // Only the weight-decay term still needs momentum.
+            if (config_.weight_decay == 0) {
+                parameters_[i].add_(g, -lr);
+                continue;
+            }
+            torch::Tensor decay = parameters_[i].mul(config_.weight_decay);
+            if (config_.momentum != 0) {
+                torch::Tensor& buffer = momentum_[i];
+                if (!buffer.defined())
+                    buffer = decay.clone();
+                else
+                    buffer.mul_(config_.momentum).add_(decay);
+                decay = config_.nesterov ? decay.add(buffer, config_.momentum) : buffer;
+            }
+            parameters_[i].add_(g.add(decay), -lr);
+            continue;
+        }
         if (config_.weight_decay != 0) g = g.add(parameters_[i], config_.weight_decay);
         if (config_.momentum != 0) {
             torch::Tensor& buffer = momentum_[i];
@@ -171,10 +210,21 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Dataset& data, TrainerOptio
       parameters_(parameters_on(*model_, options.device)),
       description_(describe_parameters(*model_)),
       sgd_(parameters_, options.optimizer) {
-    if (data_.train(0, shard_, options_.batch_size, options_.seed)->size() == 0)
+    check_batches(options_.batch_size);
+}
+
+void Trainer::check_batches(std::int64_t batch_size) const {
+    if (batch_size < 1 || data_.train(0, shard_, batch_size, options_.seed)->size() == 0)
         throw UsageError("--batch-size: the training split (" + std::to_string(data_.info().train_size) + " " +
                          data_.info().unit + ") gives rank " + std::to_string(shard_.rank) + " of " +
-                         std::to_string(shard_.world_size) + " no batch of at least 2 samples");
+                         std::to_string(shard_.world_size) + " no batch of at least 2 samples at batch size " +
+                         std::to_string(batch_size));
+}
+
+void Trainer::set_batch_size(std::int64_t batch_size) {
+    if (batch_size == options_.batch_size) return;
+    check_batches(batch_size);
+    options_.batch_size = batch_size;
 }
 
 std::int64_t Trainer::steps_in_epoch(std::int64_t epoch) const {
@@ -207,6 +257,7 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
         if (micro < rows && rows != batch.samples)
             throw Error("micro-batches apply only to data with one sample per row (not text)");
         double step_loss = 0;
+        const StepInfo info{epoch, i, global_step_, lr};
         for (std::int64_t first = 0; first < rows; first += micro) {
             const std::int64_t count = std::min(micro, rows - first);
             torch::Tensor part_input = count == rows ? input : input.slice(0, first, first + count);
@@ -214,6 +265,7 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
             torch::Tensor logits = model_->forward(part_input);
             torch::Tensor loss = torch::nn::functional::cross_entropy(logits, part_target);
             const double share = static_cast<double>(part_target.size(0)) / static_cast<double>(batch.samples);
+            if (exchange_ && options_.clip_norm <= 0 && first + count >= rows) exchange_->before_backward(info, first > 0);
             (count == rows ? loss : loss * share).backward();
             step_loss += loss.item<double>() * share;
             correct += logits.detach().argmax(1).eq(part_target).sum().item<std::int64_t>();
@@ -233,7 +285,6 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
             if (coefficient < 1)
                 for (auto& g : gradients) g.mul_(coefficient);
         }
-        const StepInfo info{epoch, i, global_step_, lr};
         if (recorder_) recorder_->add(gradients);
         if (exchange_) exchange_->exchange(gradients, info);
         sgd_.step(gradients, lr);
@@ -249,7 +300,7 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
     return result;
 }
 
-EvalResult Trainer::evaluate() {
+EvalResult Trainer::evaluate(Shard shard) {
     torch::NoGradGuard no_grad;
     model_->eval();
     model_->reset_state();
@@ -257,7 +308,10 @@ EvalResult Trainer::evaluate() {
     EvalResult result;
     double loss_sum = 0;
     std::int64_t correct = 0;
-    for (std::int64_t i = 0; i < batches->size(); ++i) {
+    // A contiguous run of batches per rank, so that text keeps its hidden state within it.
+    const std::int64_t world = std::max(1, shard.world_size), n = batches->size();
+    const std::int64_t first = n * shard.rank / world, last = n * (shard.rank + 1) / world;
+    for (std::int64_t i = first; i < last; ++i) {
         Batch batch = batches->get(i);
         torch::Tensor target = batch.target.to(options_.device);
         torch::Tensor logits = model_->forward(batch.input.to(options_.device));
@@ -304,7 +358,15 @@ void Trainer::save_checkpoint(const std::string& path, const CheckpointInfo& inf
 }
 
 CheckpointInfo Trainer::load_checkpoint(const std::string& path, TensorMap* extra) {
-    io::H5File f = io::H5File::open(path, false);
+    return load_checkpoint_from(io::H5File::open(path, false), extra);
+}
+
+CheckpointInfo Trainer::load_checkpoint_image(const std::vector<std::uint8_t>& bytes, const std::string& path,
+                                              TensorMap* extra) {
+    return load_checkpoint_from(io::H5File::open_image(bytes, path), extra);
+}
+
+CheckpointInfo Trainer::load_checkpoint_from(const io::H5File& f, TensorMap* extra) {
     CheckpointInfo info;
     info.provenance = io::read_header(f, kCheckpointFormat, 1).provenance;
     const std::string mismatch = io::compare_parameters(description_, io::read_parameters(f));

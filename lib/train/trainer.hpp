@@ -1,7 +1,9 @@
 // The training loop, built to be shared: grad-dump runs it on one process,
 // train-dist on several. One optimizer step is
 //
-//   for each micro-batch: forward, backward (gradients accumulate)
+//   for each micro-batch: forward, backward (gradients accumulate); before the
+//     last one's backward the exchange may arm hooks that start communicating
+//     gradients as the backward pass produces them (not with clipping)
 //   clip the local gradient (optional)
 //   recorder: add the raw local gradient to the epoch's sum
 //   exchange: replace each gradient with an aggregated one (identity on one process)
@@ -41,6 +43,12 @@ struct StepInfo {
 class GradientExchange {
 public:
     virtual ~GradientExchange() = default;
+    /// Called before the backward pass of a step's last micro-batch, unless the
+    /// gradient is clipped (clipping needs every gradient before any is sent). An
+    /// exchange that overlaps communication with the backward pass starts here;
+    /// `accumulated`: earlier micro-batches already left gradients in .grad.
+    /// exchange() is called after the backward pass either way.
+    virtual void before_backward(const StepInfo& /*step*/, bool /*accumulated*/) {}
     /// `gradients[i]` is parameter i's local gradient; replace or modify each in place.
     virtual void exchange(std::vector<torch::Tensor>& gradients, const StepInfo& step) = 0;
     /// State to keep in checkpoints (e.g. error-feedback memories), and to restore from them.
@@ -59,6 +67,9 @@ public:
     void add(const std::vector<torch::Tensor>& gradients);
     /// Per parameter, the L2 norm of the sum (computed in double precision).
     std::vector<double> norms() const;
+    /// The same, throwing acc::Error ("training diverged: ...", naming the parameter
+    /// and `epoch`) when one is NaN or infinite.
+    std::vector<double> finite_norms(const std::vector<io::Parameter>& parameters, std::int64_t epoch) const;
     /// The sums, one tensor per parameter.
     const std::vector<torch::Tensor>& sums() const { return sums_; }
     /// Norms of the last step's gradients (empty unless step_norms).
@@ -72,10 +83,16 @@ private:
 
 /// SGD as PyTorch's torch.optim.SGD (dampening 0): g += wd * p; buf = m * buf + g
 /// (buf = g at the first step); g = g + m * buf (Nesterov) or buf; p -= lr * g.
+/// A gradient that already carries momentum (DGC's momentum correction) gets
+/// momentum on its weight-decay term only, as DGC's optimizer does:
+/// d = wd * p; buf = m * buf + d; g = g + (d + m * buf (Nesterov) or buf).
 class Sgd {
 public:
     Sgd(std::vector<torch::Tensor> parameters, OptimizerConfig config);
     void step(const std::vector<torch::Tensor>& gradients, double lr);
+    /// Marks which parameters' gradients arrive with momentum applied (all false at first).
+    void set_momentum_in_gradient(std::vector<bool> flags);
+    const std::vector<bool>& momentum_in_gradient() const { return momentum_in_gradient_; }
     /// Momentum buffers, one per parameter (undefined before the first step).
     std::vector<torch::Tensor>& momentum() { return momentum_; }
     const std::vector<torch::Tensor>& momentum() const { return momentum_; }
@@ -84,6 +101,7 @@ private:
     std::vector<torch::Tensor> parameters_;
     OptimizerConfig config_;
     std::vector<torch::Tensor> momentum_;
+    std::vector<bool> momentum_in_gradient_;
 };
 
 /// Results of one epoch of training, as the recording rank saw it.
@@ -145,13 +163,20 @@ public:
     /// The recorder that sees every step's raw local gradient; nullptr: none.
     void set_recorder(GradientRecorder* recorder) { recorder_ = recorder; }
 
+    Sgd& optimizer() { return sgd_; }
+    std::int64_t batch_size() const { return options_.batch_size; }
+    /// Changes the batch size per rank from the next epoch on (a batch schedule);
+    /// throws UsageError if the training split then gives some rank no batch.
+    void set_batch_size(std::int64_t batch_size);
+
     /// Steps one epoch takes on this rank.
     std::int64_t steps_in_epoch(std::int64_t epoch) const;
     /// Trains one epoch at learning rate `lr` (the caller applies schedule and
     /// scale). Throws acc::Error if the loss becomes NaN or infinite.
     EpochResult train_epoch(std::int64_t epoch, double lr, const StepCallback& on_step = {});
-    /// Loss and accuracy on the whole test split.
-    EvalResult evaluate();
+    /// Loss and accuracy on the whole test split; with a shard of several ranks, on
+    /// this rank's part of it (the rank-th of world_size runs of consecutive batches).
+    EvalResult evaluate(Shard shard = {});
 
     /// Writes model, buffers, optimizer state and `extra` tensors (plus the
     /// exchange's state under "exchange/") to `path`, atomically.
@@ -159,8 +184,14 @@ public:
     /// Restores what save_checkpoint wrote; checks that the parameters match.
     /// Returns the info and fills `extra` with the other tensors.
     CheckpointInfo load_checkpoint(const std::string& path, TensorMap* extra = nullptr);
+    /// The same from a checkpoint file held in memory (`bytes`, named `path` in messages).
+    CheckpointInfo load_checkpoint_image(const std::vector<std::uint8_t>& bytes, const std::string& path,
+                                         TensorMap* extra = nullptr);
 
 private:
+    CheckpointInfo load_checkpoint_from(const io::H5File& file, TensorMap* extra);
+    void check_batches(std::int64_t batch_size) const;
+
     std::shared_ptr<Model> model_;
     const Dataset& data_;
     TrainerOptions options_;

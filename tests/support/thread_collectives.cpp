@@ -48,7 +48,7 @@ struct ThreadGroup::Shared {
             }
             if (s.op == comm::ReduceOp::average) acc = work == at::kLong ? at::div(acc, world, "trunc") : acc / world;
             for (auto& t : s.inputs) t.copy_(acc.to(t.scalar_type()));
-        } else if (s.kind == "allgather") {
+        } else if (s.kind == "allgather" || s.kind == "allgather_unequal") {
             for (auto& t : s.inputs) s.gathered.push_back(t.clone());
         } else if (s.kind == "broadcast") {
             for (int r = 0; r < world; ++r)
@@ -172,7 +172,7 @@ private:
         count(tensor);
         std::int64_t seq = next_++;
         auto t0 = Clock::now();
-        shared_->arrive(seq, rank_, kind == "allgather_unequal" ? "allgather" : kind, tensor, comm::ReduceOp::sum, 0);
+        shared_->arrive(seq, rank_, kind, tensor, comm::ReduceOp::sum, 0);
         auto out = shared_->wait(seq, rank_);
         traffic_.seconds += seconds_since(t0);
         return out;

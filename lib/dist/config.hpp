@@ -1,0 +1,70 @@
+// train-dist's settings and the command-line options that fill them. No LibTorch here.
+#pragma once
+
+#include "comm/rendezvous.hpp"
+#include "io/header.hpp"
+#include "train/config.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace acc::dist {
+
+/// How the gradient of each parameter is combined, epoch by epoch.
+enum class Mode {
+    fixed,      ///< --compress SPEC (or none): one level for every matrix parameter
+    schedule,   ///< --schedule FILE: a regime-detect schedule (compression or batch mode)
+    accordion,  ///< --accordion: Accordion's rule run online on rank 0's gradients
+};
+
+struct AccordionConfig {
+    std::string low = "powersgd:2";   ///< level of critical epochs (little compression)
+    std::string high = "powersgd:1";  ///< level of the other epochs
+    double eta = 0.5;                 ///< threshold on the relative change of the norm
+    std::int64_t interval = 10;       ///< epochs between decisions
+};
+
+struct TrainDistConfig {
+    train::TrainConfig train;
+    comm::RendezvousConfig rendezvous;
+    std::string compress;             ///< --compress; empty: none
+    std::string schedule;             ///< --schedule file; empty: no schedule
+    std::string schedule_extend;      ///< --schedule-extend: "" (a short schedule is an error) or "last"
+    bool accordion = false;           ///< --accordion
+    AccordionConfig accordion_config;
+    bool batch_size_given = false;    ///< --batch-size was on the command line (a batch schedule sets it)
+    std::string backend;              ///< "gloo" or "nccl"; empty: gloo on cpu, nccl on cuda
+    double bucket_mb = 25;            ///< MiB per bucket of uncompressed gradients (DDP's bucket_cap_mb)
+    double first_bucket_mb = 1;       ///< MiB of the first bucket (DDP's first bucket)
+    std::int64_t dgc_warmup_epochs = 0;
+    std::string metrics = "metrics.h5";  ///< metrics file (accordion.metrics), written by rank 0
+    std::string checkpoint_dir;          ///< empty: the metrics file's directory
+    bool resume = false;
+    bool json = false;
+    io::Provenance provenance;
+
+    Mode mode() const {
+        return accordion ? Mode::accordion : !schedule.empty() ? Mode::schedule : Mode::fixed;
+    }
+};
+
+/// Adds train-dist's own options (--compress, --schedule, --accordion, ...) and the
+/// shared training and rendezvous options to `app`.
+void add_train_dist_options(CLI::App& app, TrainDistConfig& config);
+
+/// Checks what can be checked without the model and data; throws UsageError naming the option.
+void validate(const TrainDistConfig& config);
+
+/// The settings every rank must share (model, data, training, levels, seed, ...),
+/// as text; output files and the rendezvous are left out.
+std::string shared_settings(const TrainDistConfig& config);
+
+/// The checkpoint file of a run: <checkpoint dir>/train-dist.ckpt.h5, the
+/// directory defaulting to the metrics file's.
+std::string checkpoint_path(const TrainDistConfig& config);
+
+}  // namespace acc::dist

@@ -1,0 +1,93 @@
+// train-dist's gradient exchange: every parameter's gradient combined at its
+// own level, the levels changing from epoch to epoch.
+//
+// Parameters at level none go through the BucketReducer, whose allreduces overlap
+// the backward pass. The others go through one compress::GradientExchange over
+// just those parameters, after the backward pass: its start() (error feedback,
+// encoding, the first allreduces) runs while the last buckets are still in
+// flight, its finish() (allgathers, PowerSGD's second round, decoding) after
+// they are done. Collectives are issued in the same order on every rank: the
+// buckets in bucket order, then the compressed exchange's.
+//
+// A level change keeps each parameter's error-feedback memory and resets its
+// compressor state (compress::GradientExchange::set_levels). A parameter that
+// changes to none sends its memory once, in its next bucket, and then keeps none.
+#pragma once
+
+#include "compress/exchange.hpp"
+#include "dist/reducer.hpp"
+#include "io/parameters.hpp"
+#include "train/trainer.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace acc::dist {
+
+/// What the exchange did over some steps (this worker).
+struct ExchangeTotals {
+    std::int64_t steps = 0;
+    std::int64_t bytes = 0;            ///< handed to collectives (docs/metrics.md, "Data sent")
+    double encode_seconds = 0;         ///< error feedback and encoding
+    double decode_seconds = 0;         ///< turning what came back into averaged gradients
+    double communication_seconds = 0;  ///< issuing and waiting for collectives, not hidden by computation
+    std::int64_t early_launches = 0;   ///< buckets allreduced while the backward pass still ran
+};
+
+struct ExchangeSetup {
+    BucketOptions buckets;
+    compress::ExchangeOptions compression;
+};
+
+class DistExchange final : public train::GradientExchange {
+public:
+    /// `parameters` (the model's, in model order) described by `description`;
+    /// `levels` (compressor specs, one per parameter) for the first epoch. Collective.
+    DistExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
+                 comm::Collectives& comm, torch::Device device, ExchangeSetup setup,
+                 const std::vector<std::string>& levels);
+    ~DistExchange() override;
+
+    /// New levels from the next step on. Collective: every rank passes the same.
+    void set_levels(const std::vector<std::string>& levels);
+    const std::vector<std::string>& levels() const { return levels_; }
+    /// The epoch about to run (DGC's warm-up).
+    void set_epoch(std::int64_t epoch);
+    /// Per parameter: its aggregated gradient already carries momentum (dgc), so
+    /// SGD applies momentum to its weight decay only.
+    std::vector<bool> momentum_in_gradient() const;
+
+    void before_backward(const train::StepInfo& step, bool accumulated) override;
+    void exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& step) override;
+
+    /// This rank's state for a checkpoint: error memories and compressor state,
+    /// named "<parameter>/error", "<parameter>/powersgd_q", ..., "exchange/...".
+    train::TensorMap state() const;
+    /// Restores state(); throws acc::Error naming an entry that does not fit.
+    void load_state(const train::TensorMap& state);
+
+    /// Totals since the last take_totals(), which resets them.
+    ExchangeTotals take_totals();
+    const BucketReducer& reducer() const { return *reducer_; }
+
+private:
+    void rebuild(const std::vector<std::string>& levels);
+
+    std::vector<torch::Tensor> parameters_;
+    std::vector<io::Parameter> description_;
+    std::unique_ptr<comm::Collectives> staged_;  // host tensors over a device backend (NCCL)
+    comm::Collectives& comm_;                    // what the compressed exchange talks to
+    ExchangeSetup setup_;
+    std::vector<std::string> levels_;
+    std::vector<size_t> compressed_;  // parameters in the compressed exchange, in model order
+    std::unique_ptr<BucketReducer> reducer_;
+    std::unique_ptr<compress::GradientExchange> compress_;
+    train::TensorMap carried_;  // the compressed exchange's own state while there is none
+    std::int64_t epoch_ = 0;
+    std::int64_t steps_ = 0;  // steps exchanged: the compressed exchange's step counter, kept while there is none
+    ExchangeTotals totals_;
+};
+
+}  // namespace acc::dist

@@ -1,0 +1,242 @@
+#include "io/metrics.hpp"
+
+#include "base/error.hpp"
+#include "io/atomic.hpp"
+#include "io/schedule.hpp"
+
+#include <cmath>
+
+namespace acc::io {
+namespace {
+
+const char* kReasonMeaning =
+    "0: rate of change below eta (not critical); 1: rate of change at or above eta; 2: first interval; "
+    "3: previous norm was zero; 4: learning rate decayed";
+
+// The per-epoch columns, each tied to its field, so that writing and reading list them once.
+struct DoubleColumn {
+    const char* name;
+    double MetricsEpoch::*field;
+};
+struct IntColumn {
+    const char* name;
+    std::int64_t MetricsEpoch::*field;
+};
+const DoubleColumn kDoubleColumns[] = {
+    {"lr", &MetricsEpoch::lr},
+    {"loss", &MetricsEpoch::loss},
+    {"accuracy", &MetricsEpoch::accuracy},
+    {"test_loss", &MetricsEpoch::test_loss},
+    {"test_accuracy", &MetricsEpoch::test_accuracy},
+    {"floats_sent", &MetricsEpoch::floats_sent},
+    {"floats_sent_total", &MetricsEpoch::floats_sent_total},
+    {"seconds", &MetricsEpoch::seconds},
+    {"compute_seconds", &MetricsEpoch::compute_seconds},
+    {"compression_seconds", &MetricsEpoch::compression_seconds},
+    {"encode_seconds", &MetricsEpoch::encode_seconds},
+    {"decode_seconds", &MetricsEpoch::decode_seconds},
+    {"communication_seconds", &MetricsEpoch::communication_seconds},
+};
+const IntColumn kIntColumns[] = {
+    {"steps", &MetricsEpoch::steps},
+    {"samples", &MetricsEpoch::samples},
+    {"batch_size", &MetricsEpoch::batch_size},
+    {"bytes_sent", &MetricsEpoch::bytes_sent},
+    {"bytes_sent_total", &MetricsEpoch::bytes_sent_total},
+};
+
+// The root attributes, likewise.
+struct TextAttribute {
+    const char* name;
+    std::string MetricsRun::*field;
+};
+struct IntAttribute {
+    const char* name;
+    std::int64_t MetricsRun::*field;
+};
+const TextAttribute kTextAttributes[] = {
+    {"model", &MetricsRun::model},       {"dataset", &MetricsRun::dataset},
+    {"mode", &MetricsRun::mode},         {"compress", &MetricsRun::compress},
+    {"schedule", &MetricsRun::schedule}, {"schedule_mode", &MetricsRun::schedule_mode},
+    {"low", &MetricsRun::low},           {"high", &MetricsRun::high},
+    {"backend", &MetricsRun::backend},   {"device", &MetricsRun::device},
+};
+const IntAttribute kIntAttributes[] = {
+    {"batch_size", &MetricsRun::batch_size},
+    {"world_size", &MetricsRun::world_size},
+    {"seed", &MetricsRun::seed},
+    {"interval", &MetricsRun::interval},
+};
+
+template <class T>
+std::vector<T> table(const std::vector<MetricsEpoch>& epochs, std::vector<T> MetricsEpoch::*field) {
+    std::vector<T> out;
+    for (const auto& e : epochs) out.insert(out.end(), (e.*field).begin(), (e.*field).end());
+    return out;
+}
+
+template <class T>
+std::vector<T> read_shaped(const H5File& f, const std::string& name, const Dims& expected, const std::string& what) {
+    Dims dims;
+    auto values = f.read<T>(name, &dims);
+    if (dims != expected)
+        f.fail(name + " has shape " + dims_text(dims) + ", expected " + dims_text(expected) + " (" + what + ")");
+    return values;
+}
+
+template <class T>
+void spread(std::vector<MetricsEpoch>& epochs, std::vector<T> MetricsEpoch::*field, const std::vector<T>& values,
+            size_t count) {
+    for (size_t e = 0; e < epochs.size(); ++e)
+        (epochs[e].*field)
+            .assign(values.begin() + static_cast<std::ptrdiff_t>(e * count),
+                    values.begin() + static_cast<std::ptrdiff_t>((e + 1) * count));
+}
+
+}  // namespace
+
+void write_metrics(const std::string& path, const Metrics& m) {
+    const size_t count = m.parameters.size(), epochs = m.epochs.size();
+    if (epochs == 0) throw Error(path + ": a metrics file needs at least one epoch");
+    const bool decisions = m.has_decisions();
+    for (size_t e = 0; e < epochs; ++e) {
+        const MetricsEpoch& row = m.epochs[e];
+        if (row.level.size() != count || (decisions && (row.norm.size() != count || row.critical.size() != count ||
+                                                        row.ratio.size() != count || row.reason.size() != count)))
+            throw Error(path + ": internal error: epoch " + std::to_string(e) + " does not have one entry per parameter");
+    }
+    AtomicPath atomic(path);
+    H5File f = create_with_header(atomic.temp(), path, m.header, kMetricsFormat, kMetricsMajor, kMetricsMinor);
+    f.write_attr("/", "complete", std::int64_t{m.complete ? 1 : 0});
+    for (const auto& a : kTextAttributes) f.write_attr("/", a.name, m.run.*(a.field));
+    for (const auto& a : kIntAttributes) f.write_attr("/", a.name, m.run.*(a.field));
+    f.write_attr("/", "eta", m.run.eta);
+    write_parameters(f, m.parameters);
+    f.write_strings("/levels", m.levels);
+
+    const Dims column{epochs}, per_parameter{epochs, count};
+    std::vector<std::int64_t> index(epochs);
+    for (size_t e = 0; e < epochs; ++e) index[e] = static_cast<std::int64_t>(e);
+    f.write("/epochs/epoch", index, column);
+    for (const auto& c : kDoubleColumns) {
+        std::vector<double> values;
+        for (const auto& e : m.epochs) values.push_back(e.*(c.field));
+        f.write(std::string("/epochs/") + c.name, values, column);
+    }
+    for (const auto& c : kIntColumns) {
+        std::vector<std::int64_t> values;
+        for (const auto& e : m.epochs) values.push_back(e.*(c.field));
+        f.write(std::string("/epochs/") + c.name, values, column);
+    }
+    f.write("/epochs/level", table(m.epochs, &MetricsEpoch::level), per_parameter);
+    if (decisions) {
+        f.write("/epochs/norm", table(m.epochs, &MetricsEpoch::norm), per_parameter);
+        f.write("/epochs/critical", table(m.epochs, &MetricsEpoch::critical), per_parameter);
+        f.write("/epochs/ratio", table(m.epochs, &MetricsEpoch::ratio), per_parameter);
+        f.write("/epochs/reason", table(m.epochs, &MetricsEpoch::reason), per_parameter);
+        f.write_attr("/epochs/reason", "meaning", std::string(kReasonMeaning));
+    }
+    f.close();
+    atomic.commit();
+}
+
+Metrics read_metrics(const std::string& path) {
+    H5File f = H5File::open(path, false);
+    Metrics m;
+    m.header = read_header(f, kMetricsFormat, kMetricsMajor);
+    m.complete = f.has_attr("/", "complete") && f.read_attr_int("/", "complete") != 0;
+    MetricsRun& r = m.run;
+    for (const auto& a : kTextAttributes)
+        if (f.has_attr("/", a.name)) r.*(a.field) = f.read_attr_string("/", a.name);
+    for (const auto& a : kIntAttributes)
+        if (f.has_attr("/", a.name)) r.*(a.field) = f.read_attr_int("/", a.name);
+    if (f.has_attr("/", "eta")) r.eta = f.read_attr_double("/", "eta");
+    if (r.world_size < 1) f.fail("world_size is " + std::to_string(r.world_size) + "; it must be at least 1");
+    m.parameters = read_parameters(f);
+    m.levels = f.read_strings("/levels");
+    if (m.levels.empty()) f.fail("/levels lists no level");
+
+    const Dims lr_dims = f.shape("/epochs/lr");
+    if (lr_dims.size() != 1 || lr_dims[0] == 0) f.fail("/epochs/lr has shape " + dims_text(lr_dims) + "; expected one value per epoch, at least one epoch");
+    const size_t epochs = lr_dims[0], count = m.parameters.size();
+    const Dims column{epochs}, per_parameter{epochs, count};
+    m.epochs.resize(epochs);
+    auto epoch_index = read_shaped<std::int64_t>(f, "/epochs/epoch", column, "one per epoch");
+    for (size_t e = 0; e < epochs; ++e)
+        if (epoch_index[e] != static_cast<std::int64_t>(e))
+            f.fail("/epochs/epoch row " + std::to_string(e) + " is " + std::to_string(epoch_index[e]) +
+                   "; epochs must be numbered 0, 1, 2, ...");
+    for (const auto& c : kDoubleColumns) {
+        auto values = read_shaped<double>(f, std::string("/epochs/") + c.name, column, "one per epoch");
+        for (size_t e = 0; e < epochs; ++e) m.epochs[e].*(c.field) = values[e];
+    }
+    for (const auto& c : kIntColumns) {
+        auto values = read_shaped<std::int64_t>(f, std::string("/epochs/") + c.name, column, "one per epoch");
+        for (size_t e = 0; e < epochs; ++e) {
+            if (values[e] < 0) f.fail(std::string("/epochs/") + c.name + " is negative at epoch " + std::to_string(e));
+            m.epochs[e].*(c.field) = values[e];
+        }
+    }
+    for (size_t e = 0; e < epochs; ++e)
+        if (!std::isfinite(m.epochs[e].lr) || m.epochs[e].lr < 0)
+            f.fail("/epochs/lr at epoch " + std::to_string(e) + " must be a finite number >= 0");
+    auto level = read_shaped<std::int32_t>(f, "/epochs/level", per_parameter, "epochs x parameters");
+    for (size_t i = 0; i < level.size(); ++i)
+        if (level[i] < 0 || static_cast<size_t>(level[i]) >= m.levels.size())
+            f.fail("/epochs/level is " + std::to_string(level[i]) + " at epoch " + std::to_string(i / count) +
+                   ", parameter '" + m.parameters[i % count].name + "', but /levels has " +
+                   std::to_string(m.levels.size()) + " entries");
+    spread(m.epochs, &MetricsEpoch::level, level, count);
+    if (f.exists("/epochs/critical")) {
+        spread(m.epochs, &MetricsEpoch::norm, read_shaped<double>(f, "/epochs/norm", per_parameter, "epochs x parameters"), count);
+        auto critical = read_shaped<std::uint8_t>(f, "/epochs/critical", per_parameter, "epochs x parameters");
+        auto reason = read_shaped<std::int8_t>(f, "/epochs/reason", per_parameter, "epochs x parameters");
+        for (size_t i = 0; i < critical.size(); ++i) {
+            if (critical[i] > 1) f.fail("/epochs/critical is " + std::to_string(critical[i]) + "; use 0 or 1");
+            if (reason[i] < 0 || reason[i] >= kReasonCodes)
+                f.fail("/epochs/reason is " + std::to_string(reason[i]) + "; valid codes are 0.." +
+                       std::to_string(kReasonCodes - 1));
+        }
+        spread(m.epochs, &MetricsEpoch::critical, critical, count);
+        spread(m.epochs, &MetricsEpoch::ratio, read_shaped<double>(f, "/epochs/ratio", per_parameter, "epochs x parameters"), count);
+        spread(m.epochs, &MetricsEpoch::reason, reason, count);
+    }
+    return m;
+}
+
+MetricsWriter::MetricsWriter(std::string path, Metrics metrics) : path_(std::move(path)), metrics_(std::move(metrics)) {
+    check_writable_destination(path_);
+    metrics_.complete = false;
+}
+
+MetricsWriter MetricsWriter::resume(std::string path, const Metrics& expected, std::int64_t keep_epochs) {
+    Metrics stored = read_metrics(path);
+    const std::string mismatch = compare_parameters(expected.parameters, stored.parameters);
+    if (!mismatch.empty()) throw FileError(path, "does not belong to this model: " + mismatch);
+    if (stored.levels != expected.levels)
+        throw FileError(path, "was written by a run with other compression levels; resume with its options");
+    if (stored.run.world_size != expected.run.world_size)
+        throw FileError(path, "was written by a run of " + std::to_string(stored.run.world_size) + " ranks, not " +
+                                  std::to_string(expected.run.world_size));
+    if (static_cast<std::int64_t>(stored.epochs.size()) < keep_epochs)
+        throw FileError(path, "holds " + std::to_string(stored.epochs.size()) +
+                                  " epochs but the checkpoint is at epoch " + std::to_string(keep_epochs) +
+                                  "; it cannot be continued");
+    Metrics m = expected;
+    m.header = stored.header;
+    m.epochs.assign(stored.epochs.begin(), stored.epochs.begin() + keep_epochs);
+    MetricsWriter writer(std::move(path), std::move(m));
+    return writer;
+}
+
+void MetricsWriter::append_epoch(const MetricsEpoch& epoch) {
+    metrics_.epochs.push_back(epoch);
+    write_metrics(path_, metrics_);
+}
+
+void MetricsWriter::finish() {
+    metrics_.complete = true;
+    if (!metrics_.epochs.empty()) write_metrics(path_, metrics_);
+}
+
+}  // namespace acc::io

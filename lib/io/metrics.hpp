@@ -1,0 +1,102 @@
+// The metrics file (format accordion.metrics) of a train-dist run: per epoch loss,
+// accuracy, learning rate, levels used, data sent and time. Layout: docs/formats.md.
+#pragma once
+
+#include "io/header.hpp"
+#include "io/parameters.hpp"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace acc::io {
+
+inline constexpr const char* kMetricsFormat = "accordion.metrics";
+inline constexpr int kMetricsMajor = 1;
+inline constexpr int kMetricsMinor = 0;
+
+/// How the run was set up (root attributes).
+struct MetricsRun {
+    std::string model;
+    std::string dataset;
+    std::int64_t batch_size = 0;  ///< per rank (a batch schedule overrides it per epoch)
+    std::int64_t world_size = 1;
+    std::int64_t seed = 0;
+    std::string mode;             ///< "compress", "schedule" or "accordion"
+    std::string compress;         ///< the --compress level ("none" when not given), in compress mode
+    std::string schedule;         ///< the schedule file, in schedule mode
+    std::string schedule_mode;    ///< its mode: "compression" or "batch"
+    double eta = 0;               ///< accordion mode: the rule's settings
+    std::int64_t interval = 0;
+    std::string low, high;
+    std::string backend;          ///< "gloo" or "nccl"
+    std::string device;           ///< "cpu" or "cuda"
+};
+
+/// One row of /epochs.
+struct MetricsEpoch {
+    static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+    double lr = 0;                       ///< learning rate of the epoch (schedule and scale applied)
+    double loss = kNone;                 ///< mean training loss per sample, over every rank's samples
+    double accuracy = kNone;             ///< training accuracy over every rank's samples
+    double test_loss = kNone;            ///< NaN when the epoch was not evaluated
+    double test_accuracy = kNone;
+    std::int64_t steps = 0;              ///< optimizer steps
+    std::int64_t samples = 0;            ///< training samples of all ranks together
+    std::int64_t batch_size = 0;         ///< global batch size (all ranks, one step)
+    std::int64_t bytes_sent = 0;         ///< per worker, this epoch (docs/metrics.md)
+    std::int64_t bytes_sent_total = 0;   ///< per worker, since the start of the run
+    double floats_sent = 0;              ///< bytes_sent / 4
+    double floats_sent_total = 0;
+    double seconds = kNone;              ///< wall time of the epoch's training, evaluation excluded
+    double compute_seconds = kNone;      ///< seconds minus compression and communication
+    double compression_seconds = kNone;  ///< encode + decode
+    double encode_seconds = kNone;
+    double decode_seconds = kNone;
+    double communication_seconds = kNone;  ///< issuing and waiting for collectives, not hidden by compute
+    std::vector<std::int32_t> level;     ///< per parameter: index into Metrics::levels
+    // Accordion mode (empty otherwise): rank 0's gradient norms and the decision governing the epoch.
+    std::vector<double> norm;
+    std::vector<std::uint8_t> critical;
+    std::vector<double> ratio;
+    std::vector<std::int8_t> reason;
+};
+
+struct Metrics {
+    FileHeader header;
+    bool complete = false;
+    MetricsRun run;
+    std::vector<Parameter> parameters;
+    std::vector<std::string> levels;  ///< every level the run may use; "none" first
+    std::vector<MetricsEpoch> epochs;
+    bool has_decisions() const { return !epochs.empty() && !epochs.front().critical.empty(); }
+};
+
+/// Writes the whole file under a temporary name and renames it into place.
+void write_metrics(const std::string& path, const Metrics& metrics);
+/// Reads and validates a metrics file.
+Metrics read_metrics(const std::string& path);
+
+/// Keeps a run's metrics in memory and rewrites the file after every epoch, so
+/// that the file under its final name is always whole: after a crash it holds
+/// every completed epoch, with complete = 0.
+class MetricsWriter {
+public:
+    MetricsWriter(std::string path, Metrics metrics);
+    /// Continues the file of a stopped run: keeps its first `keep_epochs` epochs
+    /// after checking that it lists the same parameters and levels as `expected`.
+    static MetricsWriter resume(std::string path, const Metrics& expected, std::int64_t keep_epochs);
+
+    void append_epoch(const MetricsEpoch& epoch);
+    /// Marks the file complete.
+    void finish();
+    const Metrics& metrics() const { return metrics_; }
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+    Metrics metrics_;
+};
+
+}  // namespace acc::io

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Step time of train-dist against PyTorch DDP, both measured in this run:
+# 2 ranks with one thread each, the CIFAR ResNet-18 (the same definition on both
+# sides), batch 32 per rank, synthetic data, Gloo over loopback.
+#   uncompressed train-dist / DDP                              goal <= 1.0
+#   train-dist --compress powersgd:2 / DDP with powerSGD_hook (rank 2)   goal <= 1.0
+# Then, as root, on a 100 Mbit/s link (tc tbf on a veth pair between two network
+# namespaces this script creates and removes; no traffic leaves them):
+#   uncompressed step / powersgd:2 step                        goal >= 3
+#   compress-bench's model, given the measured compute time and the link's alpha
+#   and bandwidth from comm-profile in the same namespaces, predicts both step
+#   times within 25%.
+# Each side runs REPS times (default 3), alternating; the script prints the fastest
+# and the median. train-dist's step time is its epoch time over the steps of the
+# second of two epochs (the first warms up); DDP's is the mean over STEPS timed
+# steps after 3 untimed ones. SHAPED=0 skips the shaped link, LOOPBACK=0 the comparison with DDP.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${ACC_BUILD_DIR:-build}/bin
+python=${ACC_PYTHON:-/usr/bin/python3}
+reps=${REPS:-3}
+steps=${STEPS:-8}
+shaped_steps=${SHAPED_STEPS:-3}
+work=$(mktemp -d)
+tag=accb$$
+namespaces=("${tag}a" "${tag}b")
+# On every exit: no rank left running, the namespaces (and their veth pair) gone.
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; for n in "${namespaces[@]}"; do ip netns del "$n" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+
+model=(--model resnet18 --dataset synthetic --test-samples 64 --eval-every 0 --batch-size 32 --epochs 2 --threads 1 -q)
+
+# step_seconds METRICS: the second epoch's seconds per step (and its compute per step).
+step_seconds() {
+    "$python" - "$1" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    e = f["epochs"]
+    print(e["seconds"][1] / e["steps"][1], e["compute_seconds"][1] / e["steps"][1],
+          e["compression_seconds"][1] / e["steps"][1], e["communication_seconds"][1] / e["steps"][1])
+PY
+}
+
+ours() {  # ours SPEC: seconds per step
+    "$bin/train-dist" "${model[@]}" --train-samples $((steps * 64)) --nproc 2 --compress "$1" \
+        --metrics "$work/ours.h5" --checkpoint-dir "$work"
+    step_seconds "$work/ours.h5" | cut -d' ' -f1
+}
+
+ddp() {  # ddp HOOK: seconds per step (one retry: a port picked free can be taken meanwhile)
+    local try
+    for try in 1 2; do
+        if "$python" scripts/bench_train_dist_ddp.py --hook "$1" --steps "$steps" --warmup 3 \
+            --port "$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')" \
+            >"$work/ddp.json" 2>"$work/ddp.err"; then
+            "$python" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["mean"])' "$work/ddp.json"
+            return
+        fi
+    done
+    echo "DDP ($1) failed twice: $(tail -3 "$work/ddp.err")" >&2
+    return 1
+}
+
+# summary NAME VALUES...: "fastest (median)" of the values.
+stats() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {printf "%.3f %.3f", v[1], (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
+
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+if [ "${LOOPBACK:-1}" != 0 ]; then
+declare -a ours_none ddp_none ours_psgd ddp_psgd
+for ((r = 0; r < reps; r++)); do
+    ours_none+=("$(ours none)")
+    ddp_none+=("$(ddp none)")
+    ours_psgd+=("$(ours powersgd:2)")
+    ddp_psgd+=("$(ddp powersgd)")
+done
+echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+report() {  # report LABEL "ours values" "theirs values"
+    local a b
+    read -r a_min a_med <<<"$(stats $2)"
+    read -r b_min b_med <<<"$(stats $3)"
+    awk -v l="$1" -v a="$a_min" -v am="$a_med" -v b="$b_min" -v bm="$b_med" 'BEGIN {
+        r = a / b; printf "  %s: train-dist %.3f s (%.3f s), DDP %.3f s (%.3f s) per step; ratio %.3f (%.3f), goal <= 1.0: %s\n",
+            l, a, am, b, bm, r, am / bm, r <= 1.0 ? "ok" : "MISSED" }'
+}
+echo "2 ranks, 1 thread each, resnet18, batch 32 per rank, loopback; fastest of $reps runs (median in brackets)"
+report "uncompressed vs DDP" "${ours_none[*]}" "${ddp_none[*]}"
+report "powersgd:2 vs DDP powerSGD_hook" "${ours_psgd[*]}" "${ddp_psgd[*]}"
+fi
+
+# ---------------------------------------------------------------- shaped link
+if [ "${SHAPED:-1}" = 0 ]; then exit 0; fi
+if [ "$(id -u)" != 0 ] || ! command -v tc >/dev/null || ! ip netns add "${namespaces[0]}" 2>/dev/null; then
+    echo "shaped link: skipped (needs root, ip and tc)"
+    exit 0
+fi
+ip netns add "${namespaces[1]}"
+addr=(10.233.9.1 10.233.9.2)
+ip link add "${tag}0" netns "${namespaces[0]}" type veth peer name "${tag}1" netns "${namespaces[1]}"
+for side in 0 1; do
+    in_ns=(ip netns exec "${namespaces[$side]}")
+    "${in_ns[@]}" ip addr add "${addr[$side]}/24" dev "${tag}$side"
+    "${in_ns[@]}" ip link set dev lo up
+    "${in_ns[@]}" ip link set dev "${tag}$side" up
+    "${in_ns[@]}" tc qdisc add dev "${tag}$side" root tbf rate 100mbit burst 32kb latency 100ms
+done
+
+# pair PROGRAM ARGS...: rank 1 in the second namespace (in the background), rank 0 in the first.
+pair() {
+    local program=$1
+    shift
+    local common=(--world-size 2 --master-addr "${addr[0]}" --master-port 29533 --timeout 120)
+    ip netns exec "${namespaces[1]}" "$bin/$program" --rank 1 "${common[@]}" "$@" -q &
+    local other=$!
+    ip netns exec "${namespaces[0]}" "$bin/$program" --rank 0 "${common[@]}" "$@"
+    wait "$other"
+}
+
+pair comm-profile --collectives allreduce,allgather -b 256K -e 8M -n 3 -w 1 -o "$work/comm.h5" -q
+for spec in none powersgd:2; do
+    pair train-dist "${model[@]}" --train-samples $((shaped_steps * 64)) --compress "$spec" \
+        --metrics "$work/shaped-$spec.h5" --checkpoint-dir "$work"
+done
+read -r none_step _ _ _ <<<"$(step_seconds "$work/shaped-none.h5")"
+read -r psgd_step psgd_compute psgd_compression psgd_comm <<<"$(step_seconds "$work/shaped-powersgd:2.h5")"
+"$bin/compress-bench" --shapes resnet18 --world 2 --comm "$work/comm.h5" --compressors none,powersgd:2 --reps 3 \
+    --compute-ms "$(awk -v t="$psgd_compute" 'BEGIN {print t * 1000}')" --json -q >"$work/model.json"
+"$python" - "$work/comm.h5" "$work/model.json" "$none_step" "$psgd_step" "$psgd_compute" "$psgd_compression" "$psgd_comm" <<'PY'
+import json, sys, h5py
+comm, model = h5py.File(sys.argv[1], "r"), json.load(open(sys.argv[2]))
+none_step, psgd_step, compute, compression, communication = map(float, sys.argv[3:8])
+ar = comm["collectives/allreduce"].attrs
+rows = {r["compressor"]: r for r in model["results"]}
+predicted_none = rows["none"]["baseline_iteration_seconds"]
+predicted_psgd = rows["powersgd:2"]["iteration_seconds"]
+print("100 Mbit/s link (tc tbf) between two network namespaces, one rank in each:")
+print(f"  comm-profile allreduce fit: alpha {ar['alpha'] * 1e6:.0f} us, bandwidth {ar['bandwidth'] / 1e6:.2f} MB/s "
+      f"(bus {ar['bus_bandwidth'] / 1e6:.2f} MB/s)")
+print(f"  measured compute {compute:.3f} s, compression {compression:.3f} s, communication {communication:.3f} s per powersgd:2 step")
+speedup = none_step / psgd_step
+print(f"  uncompressed {none_step:.3f} s, powersgd:2 {psgd_step:.3f} s per step: {speedup:.2f}x, goal >= 3: "
+      + ("ok" if speedup >= 3 else "MISSED"))
+for name, measured, predicted in (("uncompressed", none_step, predicted_none), ("powersgd:2", psgd_step, predicted_psgd)):
+    error = predicted / measured - 1
+    print(f"  model for {name}: {predicted:.3f} s predicted, {measured:.3f} s measured, {100 * error:+.1f}%, "
+          f"goal within 25%: " + ("ok" if abs(error) <= 0.25 else "MISSED"))
+PY

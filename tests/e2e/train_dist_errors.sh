@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# train-dist refuses bad options and files with one sentence naming the option
+# or file, exit 2 for usage errors and 1 for runtime errors.
+source "$(dirname "$0")/common.sh"
+cd "$WORK"
+check="$ACC_PYTHON $ACC_SOURCE/tests/e2e/train_dist_check.py"
+small=(--model mlp --hidden-size 16 --dataset synthetic --train-samples 64 --test-samples 16 --batch-size 16 --threads 1)
+
+expect_exit 2 "^train-dist: error: --compress: 'powersgd:0': RANK must be a whole number" -- \
+    train-dist "${small[@]}" --epochs 1 --compress powersgd:0
+expect_exit 2 "^train-dist: error: --compress excludes --schedule" -- \
+    train-dist "${small[@]}" --epochs 1 --compress topk:0.1 --schedule s.h5
+expect_exit 2 "^train-dist: error: --low requires --accordion" -- train-dist "${small[@]}" --epochs 1 --low topk:0.1
+expect_exit 2 "^train-dist: error: --high: 'fastsgd' is not a compressor" -- \
+    train-dist "${small[@]}" --epochs 1 --accordion --high fastsgd
+expect_exit 2 "^train-dist: error: --eta: must be a number > 0" -- train-dist "${small[@]}" --epochs 1 --accordion --eta 0
+expect_exit 2 "^train-dist: error: --schedule-extend: needs --schedule" -- \
+    train-dist "${small[@]}" --epochs 1 --schedule-extend last
+expect_exit 2 "^train-dist: error: --backend nccl: needs --device cuda" -- train-dist "${small[@]}" --epochs 1 --backend nccl
+expect_exit 2 "^train-dist: error: --device cuda: no CUDA device is available" -- train-dist "${small[@]}" --epochs 1 --device cuda
+expect_exit 2 "^train-dist: error: --micro-batch-size: must be between 0 and --batch-size \(16\)" -- \
+    train-dist "${small[@]}" --epochs 1 --micro-batch-size 32
+expect_exit 1 "^train-dist: error: nope.h5: no such file$" -- train-dist "${small[@]}" --epochs 1 --schedule nope.h5
+expect_exit 1 "^train-dist: error: no/dir/m.h5: directory no/dir does not exist$" -- \
+    train-dist "${small[@]}" --epochs 1 --metrics no/dir/m.h5
+expect_exit 1 "^train-dist: error: ./train-dist.ckpt.h5: no checkpoint to resume from" -- \
+    train-dist "${small[@]}" --epochs 1 --resume
+expect_exit 1 "^train-dist: error: training diverged: the loss is (NaN|infinite) at epoch 0" -- \
+    train-dist "${small[@]}" --epochs 1 --lr 1e30
+
+# A run to take the model's shapes from, and to resume.
+train-dist "${small[@]}" --epochs 1 --compress topk:0.5 --metrics m.h5 -q || fail "a small run"
+expect_exit 1 "^train-dist: error: m.h5: is an accordion.metrics file, expected an accordion.schedule file" -- \
+    train-dist "${small[@]}" --epochs 1 --schedule m.h5
+$check schedule short.h5 --model-from m.h5 --levels topk:0.1 --epochs 2
+expect_exit 2 "^train-dist: error: short.h5 does not fit this run: \(1\) it covers 2 epochs, --epochs is 3 \(--schedule-extend last repeats its last epoch\)$" -- \
+    train-dist "${small[@]}" --epochs 3 --schedule short.h5
+$check batch-schedule batch.h5 --model-from m.h5 --batch 32,64 --scale 1,2
+expect_exit 2 "^train-dist: error: batch.h5 does not fit this run: \(1\) it is a batch schedule, which sets the batch size of every epoch: leave out --batch-size$" -- \
+    train-dist "${small[@]}" --epochs 2 --schedule batch.h5
+$check batch-schedule odd.h5 --model-from m.h5 --batch 33,64 --scale 1,2
+expect_exit 2 "^train-dist\[0\]: error: odd.h5 does not fit this run: \(1\) its global batch size does not split evenly over 2 ranks in 1 epoch \(epoch 0: 33\)$" -- \
+    train-dist --model mlp --hidden-size 16 --dataset synthetic --train-samples 64 --epochs 2 --schedule odd.h5 --nproc 2
+
+# Resuming with other options than the stopped run's.
+expect_exit 2 "^train-dist: error: --resume: ./train-dist.ckpt.h5 is from a run with --seed 42, not 7; resume with the options of the original run$" -- \
+    train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume --seed 7
+expect_exit 2 "^train-dist: error: --resume: ./train-dist.ckpt.h5 is from a run with other compression levels" -- \
+    train-dist "${small[@]}" --epochs 2 --compress topk:0.25 --metrics m.h5 --resume
+expect_exit 1 "^train-dist: error: gone.h5: no such file; --resume continues the metrics file of the stopped run$" -- \
+    train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics gone.h5 --resume
+mkdir bad.ckpt
+echo garbage >bad.ckpt/train-dist.ckpt.h5
+expect_exit 1 "^train-dist: error: bad.ckpt/train-dist.ckpt.h5: cannot open the HDF5 file" -- \
+    train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --checkpoint-dir bad.ckpt --resume
+train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume -q || fail "a proper resume"
+finish

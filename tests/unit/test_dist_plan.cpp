@@ -1,0 +1,241 @@
+// lib/dist without LibTorch: the levels of each epoch from --compress, from a
+// schedule (checked against the model, every mismatch named), and from
+// Accordion's rule online, which must decide as regime-detect does offline.
+#include "base/error.hpp"
+#include "dist/config.hpp"
+#include "dist/plan.hpp"
+#include "regime/plan.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+
+#include <cmath>
+#include <random>
+
+using namespace acc::dist;
+using acc::io::Parameter;
+
+namespace {
+
+std::vector<Parameter> small_model() {
+    return {{"conv.weight", {8, 3, 3, 3}}, {"conv.bias", {8}}, {"fc.weight", {10, 72}}, {"fc.bias", {10}}};
+}
+
+std::string level_of(const RunPlan& plan, std::int64_t epoch, size_t p) {
+    return plan.levels()[static_cast<size_t>(plan.levels_of(epoch).level[p])];
+}
+
+acc::io::Schedule compression_schedule(std::int64_t epochs) {
+    acc::io::Schedule s;
+    s.mode = "compression";
+    s.parameters = small_model();
+    s.epochs = epochs;
+    s.levels = {"none", "powersgd:2", "topk:0.1"};
+    for (std::int64_t e = 0; e < epochs; ++e) {
+        s.level.insert(s.level.end(), {e % 2 == 0 ? 1 : 2, 0, 1, 0});
+        for (int p = 0; p < 4; ++p) {
+            s.critical.push_back(0);
+            s.ratio.push_back(0);
+            s.reason.push_back(0);
+        }
+    }
+    return s;
+}
+
+std::string usage_error(const std::function<void()>& action) {
+    try {
+        action();
+    } catch (const acc::UsageError& e) {
+        return e.what();
+    }
+    return "(no usage error)";
+}
+
+}  // namespace
+
+TEST(Plan, FixedLevelOnMatricesOnly) {
+    RunPlan plan = RunPlan::fixed(small_model(), "powersgd:2", 3);
+    EXPECT_EQ(plan.levels(), (std::vector<std::string>{"none", "powersgd:2"}));
+    for (std::int64_t e = 0; e < 3; ++e) {
+        EXPECT_EQ(level_of(plan, e, 0), "powersgd:2");
+        EXPECT_EQ(level_of(plan, e, 1), "none");
+        EXPECT_EQ(level_of(plan, e, 2), "powersgd:2");
+        EXPECT_EQ(level_of(plan, e, 3), "none");
+    }
+    EXPECT_FALSE(plan.batch_mode());
+    EXPECT_EQ(RunPlan::fixed(small_model(), "", 1).levels(), std::vector<std::string>{"none"});
+    // Specs are canonical: "topk:.10" and "topk:0.1" are one level.
+    EXPECT_EQ(RunPlan::fixed(small_model(), "topk:.10", 1).levels()[1], "topk:0.1");
+    EXPECT_EQ(levels_summary(plan, plan.levels_of(0).level), "none x2, powersgd:2 x2");
+}
+
+TEST(Plan, ScheduleLevelsAndExtension) {
+    acc::io::Schedule s = compression_schedule(3);
+    check_schedule(s, "sched.h5", small_model(), 3, false, 2, false);
+    RunPlan plan = RunPlan::from_schedule(s, small_model(), 5);
+    EXPECT_EQ(level_of(plan, 0, 0), "powersgd:2");
+    EXPECT_EQ(level_of(plan, 1, 0), "topk:0.1");
+    EXPECT_EQ(level_of(plan, 2, 0), "powersgd:2");
+    EXPECT_EQ(level_of(plan, 1, 2), "powersgd:2");
+    EXPECT_EQ(level_of(plan, 1, 1), "none");
+    // --schedule-extend last: epochs 3 and 4 repeat epoch 2.
+    EXPECT_EQ(plan.levels_of(3).level, plan.levels_of(2).level);
+    EXPECT_EQ(plan.levels_of(4).level, plan.levels_of(2).level);
+    EXPECT_TRUE(plan.levels_of(0).critical.empty());
+}
+
+TEST(Plan, ScheduleMismatchesAreAllNamed) {
+    acc::io::Schedule s = compression_schedule(3);
+    s.parameters[2].shape = {72, 10};
+    s.parameters[3].name = "head.bias";
+    s.levels[2] = "topk:7";
+    const std::string message =
+        usage_error([&] { check_schedule(s, "sched.h5", small_model(), 10, false, 2, false); });
+    EXPECT_CONTAINS(message, "sched.h5 does not fit this run: (1) ");
+    EXPECT_CONTAINS(message, "'fc.weight' has shape 72x10, the model's is 10x72");
+    EXPECT_CONTAINS(message, "the model's parameter 'fc.bias' is missing");
+    EXPECT_CONTAINS(message, "it lists 'head.bias', which the model does not have");
+    EXPECT_CONTAINS(message, "it covers 3 epochs, --epochs is 10 (--schedule-extend last repeats its last epoch)");
+    EXPECT_CONTAINS(message, "its level 'topk:7' is not a compressor spec");
+    EXPECT_CONTAINS(message, "(5) ");
+
+    acc::io::Schedule fewer = compression_schedule(3);
+    fewer.parameters.pop_back();
+    EXPECT_CONTAINS(usage_error([&] { check_schedule(fewer, "s.h5", small_model(), 3, false, 1, false); }),
+                    "it lists 3 parameters, the model has 4");
+    acc::io::Schedule reordered = compression_schedule(3);
+    std::swap(reordered.parameters[0], reordered.parameters[2]);
+    EXPECT_CONTAINS(usage_error([&] { check_schedule(reordered, "s.h5", small_model(), 3, false, 1, false); }),
+                    "'conv.weight' is parameter 2 in the schedule but 0 in the model");
+    // Extending is allowed when asked for.
+    check_schedule(compression_schedule(3), "s.h5", small_model(), 10, true, 1, false);
+}
+
+TEST(Plan, BatchScheduleSplitsOverRanks) {
+    acc::io::Schedule s;
+    s.mode = "batch";
+    s.parameters = small_model();
+    s.epochs = 4;
+    s.batch_size = {64, 64, 512, 512};
+    s.lr_scale = {1, 1, 8, 8};
+    s.critical.assign(16, 0);
+    s.ratio.assign(16, 0);
+    s.reason.assign(16, 0);
+    check_schedule(s, "b.h5", small_model(), 4, false, 4, false);
+    RunPlan plan = RunPlan::from_schedule(s, small_model(), 4);
+    EXPECT_TRUE(plan.batch_mode());
+    EXPECT_EQ(plan.global_batch(2), 512);
+    EXPECT_EQ(plan.lr_scale(2), 8.0);
+    EXPECT_EQ(plan.levels(), std::vector<std::string>{"none"});
+    for (auto l : plan.levels_of(3).level) EXPECT_EQ(l, 0);
+
+    const std::string uneven = usage_error([&] { check_schedule(s, "b.h5", small_model(), 4, false, 3, true); });
+    EXPECT_CONTAINS(uneven, "leave out --batch-size");
+    EXPECT_CONTAINS(uneven, "does not split evenly over 3 ranks in 4 epochs (epoch 0: 64, epoch 1: 64, epoch 2: 512, ...)");
+    s.mode = "other";
+    EXPECT_CONTAINS(usage_error([&] { check_schedule(s, "b.h5", small_model(), 4, false, 1, false); }),
+                    "its mode is 'other'");
+}
+
+// Online decisions, epoch by epoch, equal regime-detect's on the whole table.
+TEST(Plan, OnlineAccordionDecidesAsTheOfflineRule) {
+    std::mt19937 random(11);
+    std::uniform_real_distribution<double> norm(0.0, 2.0);
+    for (std::int64_t interval : {1, 2, 3, 5}) {
+        const std::int64_t epochs = 23;
+        std::vector<double> lr;
+        for (std::int64_t e = 0; e < epochs; ++e) lr.push_back(e < 4 ? 0.1 * (e + 1) : e < 11 ? 0.4 : e < 17 ? 0.04 : 0.004);
+        AccordionConfig config;
+        config.low = "powersgd:4";
+        config.high = "powersgd:1";
+        config.eta = 0.5;
+        config.interval = interval;
+        RunPlan plan = RunPlan::accordion(small_model(), config, lr);
+        acc::regime::NormTable table{epochs, 4, {}};
+        for (std::int64_t i = 0; i < epochs * 4; ++i) table.values.push_back(i % 7 == 3 ? 0.0 : norm(random));
+        acc::regime::Decisions offline = acc::regime::detect(table, lr, {0.5, interval});
+        acc::regime::CompressionPlan levels =
+            acc::regime::plan_compression(offline, {true, false, true, false}, "powersgd:4", "powersgd:1");
+        for (std::int64_t e = 0; e < epochs; ++e) {
+            EpochLevels online = plan.levels_of(e);
+            for (size_t p = 0; p < 4; ++p) {
+                const size_t i = offline.at(e, static_cast<std::int64_t>(p));
+                EXPECT_EQ(online.critical[p], offline.critical[i]) << "interval " << interval << " epoch " << e;
+                EXPECT_EQ(online.reason[p], static_cast<std::int8_t>(offline.reason[i]));
+                EXPECT_TRUE(online.ratio[p] == offline.ratio[i] || (std::isnan(online.ratio[p]) && std::isnan(offline.ratio[i])));
+                EXPECT_EQ(plan.levels()[static_cast<size_t>(online.level[p])],
+                          levels.levels[static_cast<size_t>(levels.level[i])]);
+            }
+            plan.record_norms(e, std::vector<double>(table.values.begin() + e * 4, table.values.begin() + e * 4 + 4));
+        }
+    }
+}
+
+TEST(Plan, OnlineAccordionByHand) {
+    AccordionConfig config;
+    config.low = "topk:0.1";
+    config.high = "topk:0.01";
+    config.interval = 2;
+    RunPlan plan = RunPlan::accordion(small_model(), config, std::vector<double>(8, 0.1));
+    EXPECT_EQ(plan.levels(), (std::vector<std::string>{"none", "topk:0.1", "topk:0.01"}));
+    // Epochs 0..2 are the first interval: low on matrices, none on vectors.
+    EXPECT_EQ(level_of(plan, 0, 0), "topk:0.1");
+    EXPECT_EQ(level_of(plan, 0, 1), "none");
+    plan.record_norms(0, {4, 4, 4, 4});
+    plan.record_norms(1, {1, 1, 1, 1});
+    EXPECT_EQ(level_of(plan, 2, 0), "topk:0.1");
+    // Epoch 2 decides epochs 3 and 4: conv.weight changed by 0.25 (high), fc.weight by 0.5 (low).
+    plan.record_norms(2, {3, 3, 2, 2});
+    EXPECT_EQ(level_of(plan, 3, 0), "topk:0.01");
+    EXPECT_EQ(level_of(plan, 3, 2), "topk:0.1");
+    EXPECT_DOUBLE_EQ(plan.levels_of(3).ratio[0], 0.25);
+    EXPECT_EQ(plan.levels_of(3).reason[2], 1);
+    plan.record_norms(3, {9, 9, 9, 9});
+    EXPECT_EQ(level_of(plan, 4, 0), "topk:0.01");  // decided at epoch 2, epoch 3 changes nothing
+    EXPECT_THROW(plan.levels_of(6), acc::Error);   // needs the norms of epoch 4 and 5
+}
+
+TEST(Plan, OnlineLearningRateDecayMakesEveryLayerCritical) {
+    AccordionConfig config;
+    config.interval = 4;
+    std::vector<double> lr = {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.01};
+    RunPlan plan = RunPlan::accordion(small_model(), config, lr);
+    for (std::int64_t e = 0; e < 6; ++e) plan.record_norms(e, {1, 1, 1, 1});
+    EXPECT_EQ(level_of(plan, 5, 0), "powersgd:1");  // no change: high
+    EXPECT_EQ(level_of(plan, 6, 0), "powersgd:2");  // the rate decays at epoch 6
+    EXPECT_EQ(plan.levels_of(6).reason[0], 4);
+}
+
+TEST(Options, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
+    auto parse = [](std::vector<std::string> args) {
+        TrainDistConfig config;
+        CLI::App app;
+        add_train_dist_options(app, config);
+        args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
+        std::reverse(args.begin(), args.end());
+        app.parse(args);
+        return config;
+    };
+    EXPECT_THROW(parse({"--compress", "topk:0.1", "--accordion"}), CLI::ParseError);
+    EXPECT_THROW(parse({"--compress", "topk:0.1", "--schedule", "s.h5"}), CLI::ParseError);
+    EXPECT_THROW(parse({"--low", "topk:0.1"}), CLI::ParseError);
+    TrainDistConfig accordion = parse({"--accordion", "--low", "topk:0.1", "--interval", "3"});
+    EXPECT_EQ(accordion.mode(), Mode::accordion);
+    EXPECT_EQ(accordion.accordion_config.interval, 3);
+    EXPECT_FALSE(accordion.batch_size_given);
+    EXPECT_TRUE(parse({"--batch-size", "64"}).batch_size_given);
+    EXPECT_EQ(parse({}).mode(), Mode::fixed);
+
+    TrainDistConfig c = parse({"--compress", "powersgd:0"});
+    EXPECT_CONTAINS(usage_error([&] { validate(c); }), "powersgd");
+    c = parse({"--backend", "nccl"});
+    EXPECT_CONTAINS(usage_error([&] { validate(c); }), "--backend nccl: needs --device cuda");
+    c = parse({"--metrics", "out/m.h5"});
+    EXPECT_EQ(checkpoint_path(c), "out/train-dist.ckpt.h5");
+    c = parse({"--metrics", "m.h5", "--checkpoint-dir", "ck/"});
+    EXPECT_EQ(checkpoint_path(c), "ck/train-dist.ckpt.h5");
+    EXPECT_EQ(checkpoint_path(parse({})), "./train-dist.ckpt.h5");
+}
