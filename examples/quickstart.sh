@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# The main job: sets up, builds, and finds the critical regimes of a ResNet-18
-# training profile, writing a PowerSGD schedule to build/example/sched.h5.
-# The profile is a synthetic gradient-statistics file written with h5py by
-# examples/synth_grads.py (300 epochs, CIFAR-10 ResNet-18 shapes, LR decays
-# after epochs 150 and 250).
+# The main job: sets up, builds, and runs Accordion's pipeline on Fashion-MNIST
+# with 2 local ranks (examples/pipeline.sh with its defaults): grad-dump
+# profiles an MLP, regime-detect finds its critical regimes and writes a
+# PowerSGD schedule (rank 2 when critical, rank 1 elsewhere), and train-dist
+# replays it next to the two fixed ranks. It ends with a table like Table 1 of
+# the Accordion paper; files and plots go to build/example. About 3-4 minutes
+# on 2 cores once built. Options go to examples/pipeline.sh (see its --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh >/dev/null
-out=${ACC_BUILD_DIR:-build}/example
-mkdir -p "$out"
-/usr/bin/python3 examples/synth_grads.py -o "$out/grads.h5" --epochs 300
-"${ACC_BUILD_DIR:-build}"/bin/regime-detect "$out/grads.h5" --eta 0.5 --low powersgd:2 --high powersgd:1 -o "$out/sched.h5"
+exec bash examples/pipeline.sh --out "${ACC_BUILD_DIR:-build}/example" --plots "$@"
