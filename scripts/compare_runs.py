@@ -33,7 +33,7 @@ def summarize(label, runs):
         "accuracy_spread": float(accuracy.max() - accuracy.min()) if len(runs) > 1 else math.nan,
         "floats": float(floats.mean()),
         "seconds": float(seconds.mean()),
-        "critical": " | ".join(sorted(critical)),
+        "critical": "; ".join(sorted(critical)),
         "incomplete": sum(not r.complete for r in runs),
         "epochs": sorted({r.epochs for r in runs}),
     }
