@@ -4,7 +4,7 @@
 # profiles an MLP, regime-detect finds its critical regimes and writes a
 # PowerSGD schedule (rank 2 when critical, rank 1 elsewhere), and train-dist
 # replays it next to the two fixed ranks. It ends with a table like Table 1 of
-# the Accordion paper; files and plots go to build/example. About 3-4 minutes
+# the Accordion paper; files and plots go to build/example. About 3 minutes
 # on 2 cores once built. Options go to examples/pipeline.sh (see its --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
