@@ -68,13 +68,13 @@ mkdir -p "$out"
 cd "$out"
 common=(--model "$model" --dataset "$dataset" --epochs "$epochs" --seed "$seed" --nproc "$nproc" -q)
 step() { printf '\n== %s\n' "$*" >&2; }
-# The training options with the value of option $1 replaced by $2 (--lr is
-# always there), in the array "replaced"; the old value in "previous".
-with_option() {
+# The training options with the value of option $1 (present: --lr always is)
+# multiplied by $2, in the array "scaled".
+scale_option() {
     local i
-    replaced=("${training[@]}")
-    for ((i = 0; i < ${#replaced[@]} - 1; i++)); do
-        if [ "${replaced[i]}" = "$1" ]; then previous=${replaced[i + 1]} replaced[i + 1]=$2; fi
+    scaled=("${training[@]}")
+    for ((i = 0; i < ${#scaled[@]} - 1; i++)); do
+        if [ "${scaled[i]}" = "$1" ]; then scaled[i + 1]=$(/usr/bin/python3 -c "print(${scaled[i + 1]} * $2)"); fi
     done
 }
 
@@ -107,10 +107,9 @@ if [ "$mode" = compression ]; then
     [ "$online" = 0 ] || run online "${training[@]}" --accordion --low "$low" --high "$high" --eta "$eta" --interval "$interval"
 else
     # The large batch's learning rate scaled as the schedule scales it.
-    with_option --lr 0
-    with_option --lr "$(/usr/bin/python3 -c "print($previous * $high / $low)")"
+    scale_option --lr "$high / $low"
     run low "${training[@]}" --batch-size $((low / nproc))
-    run high "${replaced[@]}" --batch-size $((high / nproc))
+    run high "${scaled[@]}" --batch-size $((high / nproc))
     run accordion "${training[@]}" --schedule sched.h5
 fi
 

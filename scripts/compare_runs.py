@@ -56,9 +56,6 @@ def rows(summaries, baseline):
         ]
 
 
-HEADER = ["run", "test accuracy", "floats sent (M)", "vs " , "time (s)", "vs ", "critical epochs"]
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", metavar="LABEL=FILE[,FILE...]")
@@ -74,9 +71,8 @@ def main():
         sys.exit(f"compare_runs.py: error: --baseline: no run is labelled '{args.baseline}' (labels: {', '.join(labels)})")
     baseline = labels.index(args.baseline) if args.baseline else 0
     summaries = [summarize(label, runs) for label, runs in groups]
-    header = list(HEADER)
-    header[3] = f"vs {labels[baseline]}"
-    header[5] = f"vs {labels[baseline]}"
+    versus = f"vs {labels[baseline]}"
+    header = ["run", "test accuracy", "floats sent (M)", versus, "time (s)", versus, "critical epochs"]
     table = list(rows(summaries, baseline))
     if args.markdown:
         print("| " + " | ".join(header) + " |")

@@ -2,6 +2,7 @@
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "compress/kernels.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -195,11 +196,9 @@ struct GradientExchange::Impl {
     // Every worker must run the same levels: compare a hash of them across workers.
     void check_agreement() {
         if (world() <= 1) return;
-        std::uint64_t h = 1469598103934665603ull;
-        auto feed = [&](const std::string& text) {
-            for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-            h = (h ^ 0xff) * 1099511628211ull;
-        };
+        // Each text ends with a byte no text holds, so that ("ab", "c") and ("a", "bc") differ.
+        std::uint64_t h = kFnv1aStart;
+        auto feed = [&](const std::string& text) { h = fnv1a(text + '\xff', h); };
         for (const auto& s : slots) {
             feed(s.info.name);
             feed(s.level.text());

@@ -437,6 +437,18 @@ ACC_SIMD inline __attribute__((always_inline)) __m256i qsgd_codes8(const float* 
     return _mm256_sub_epi32(_mm256_xor_si256(q, sign), sign);
 }
 
+// A bucket's 128 QSGD codes as int8, in order.
+ACC_SIMD inline __attribute__((always_inline)) void codes128_int8(const float* x, __m256 scale, __m256i top,
+                                                                  __m256i& counter, void* out) {
+    for (int g = 0; g < 128; g += 32) {
+        __m256i a = qsgd_codes8(x + g, scale, top, counter);
+        __m256i b = qsgd_codes8(x + g + 8, scale, top, counter);
+        __m256i c = qsgd_codes8(x + g + 16, scale, top, counter);
+        __m256i d = qsgd_codes8(x + g + 24, scale, top, counter);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<std::uint8_t*>(out) + g), pack_int8(a, b, c, d));
+    }
+}
+
 // Sum of squares of 128 values, in double lanes combined as combine_lanes() does.
 ACC_SIMD inline __attribute__((always_inline)) double bucket_squares_simd(const float* x) {
     __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
@@ -488,13 +500,7 @@ ACC_SIMD bool qsgd_encode_simd(const float* x, std::int64_t buckets, int levels,
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(cb + 2 * g), ac);
             }
         } else {
-            for (int g = 0; g < 128; g += 32) {
-                __m256i a = qsgd_codes8(xb + g, s, top, counter);
-                __m256i b8 = qsgd_codes8(xb + g + 8, s, top, counter);
-                __m256i c = qsgd_codes8(xb + g + 16, s, top, counter);
-                __m256i d = qsgd_codes8(xb + g + 24, s, top, counter);
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(cb + g), pack_int8(a, b8, c, d));
-            }
+            codes128_int8(xb, s, top, counter, cb);
         }
     }
     return true;
@@ -516,13 +522,7 @@ ACC_SIMD void ternary_block_simd(const float* x, std::uint32_t base, float inver
     __m256i counter = _mm256_add_epi32(
         _mm256_set1_epi32(static_cast<int>(key32 + kGolden * base)),
         _mm256_mullo_epi32(_mm256_set1_epi32(static_cast<int>(kGolden)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
-    for (int g = 0; g < 128; g += 32) {
-        __m256i a = qsgd_codes8(x + g, s, top, counter);
-        __m256i b = qsgd_codes8(x + g + 8, s, top, counter);
-        __m256i c = qsgd_codes8(x + g + 16, s, top, counter);
-        __m256i d = qsgd_codes8(x + g + 24, s, top, counter);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + g), pack_int8(a, b, c, d));
-    }
+    codes128_int8(x, s, top, counter, codes);
 }
 
 // ------------------------------------------------------------ AVX-512 QSGD

@@ -111,14 +111,4 @@ std::vector<std::uint8_t> broadcast_bytes(comm::Collectives& comm, std::vector<s
     return std::vector<std::uint8_t>(p, p + n);
 }
 
-std::uint64_t checksum(const std::vector<torch::Tensor>& parameters) {
-    std::uint64_t h = 1469598103934665603ull;
-    for (const auto& p : parameters) {
-        torch::Tensor t = p.detach().to(torch::kCPU).contiguous();
-        const auto* bytes = static_cast<const std::uint8_t*>(t.data_ptr());
-        for (size_t i = 0, n = t.nbytes(); i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ull;
-    }
-    return h;
-}
-
 }  // namespace acc::dist

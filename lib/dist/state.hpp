@@ -23,8 +23,4 @@ std::vector<train::TensorMap> gather_maps(comm::Collectives& comm, const train::
 /// Root's `bytes` on every rank (its length first, then the bytes). Collective.
 std::vector<std::uint8_t> broadcast_bytes(comm::Collectives& comm, std::vector<std::uint8_t> bytes, int root);
 
-/// A 64-bit FNV-1a hash of the parameters' bytes, in order: equal on two ranks
-/// exactly when they hold bit-identical weights (barring collisions).
-std::uint64_t checksum(const std::vector<torch::Tensor>& parameters);
-
 }  // namespace acc::dist

@@ -1,6 +1,7 @@
 #include "dist/train_dist.hpp"
 
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "base/text.hpp"
 #include "cli/progress.hpp"
 #include "cli/tool.hpp"
@@ -226,9 +227,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     const bool leader = group.leader();
 
     // Ranks that disagree on the run would train different models, or hang.
-    std::uint64_t fingerprint = 1469598103934665603ull;
-    for (unsigned char ch : shared_settings(c)) fingerprint = (fingerprint ^ ch) * 1099511628211ull;
-    const auto fingerprints = group.gather(static_cast<std::int64_t>(fingerprint));
+    const auto fingerprints = group.gather(static_cast<std::int64_t>(fnv1a(shared_settings(c))));
     for (int other = 1; other < world; ++other)
         if (fingerprints[static_cast<size_t>(other)] != fingerprints[0])
             throw UsageError("rank " + std::to_string(other) +
@@ -398,7 +397,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
         // Batch-norm statistics differ by rank: everyone takes rank 0's, so that
         // evaluation and the checkpoint describe one model.
         for (auto& buffer : model->buffers()) group.broadcast_tensor(buffer);
-        const std::uint64_t sum = checksum(tensors);
+        const std::uint64_t sum = train::checksum(tensors);
         spdlog::debug("rank {}: parameters after epoch {} (step {}): checksum {:016x}", rank, epoch,
                       trainer.global_step(), sum);
         const auto sums = group.gather(static_cast<std::int64_t>(sum));

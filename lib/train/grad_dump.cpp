@@ -1,7 +1,6 @@
 #include "train/grad_dump.hpp"
 
 #include "base/error.hpp"
-#include "base/hash.hpp"
 #include "base/text.hpp"
 #include "cli/json.hpp"
 #include "cli/progress.hpp"
@@ -174,16 +173,6 @@ std::vector<torch::Tensor> buffers_of(Model& model) {
     std::vector<torch::Tensor> out;
     for (const auto& b : model.buffers()) out.push_back(b);
     return out;
-}
-
-// A hash of the tensors' bytes: equal on two ranks only when their values are bit for bit equal.
-std::uint64_t checksum(const std::vector<torch::Tensor>& tensors) {
-    std::uint64_t hash = kFnv1aStart;
-    for (const auto& t : tensors) {
-        at::Tensor host = t.detach().to(torch::kCPU).contiguous();
-        hash = fnv1a(host.data_ptr(), host.nbytes(), hash);
-    }
-    return hash;
 }
 
 std::string hex(std::uint64_t value) {

@@ -1,6 +1,7 @@
 #include "train/trainer.hpp"
 
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "io/atomic.hpp"
 #include "io/h5.hpp"
 
@@ -8,6 +9,16 @@
 #include <cmath>
 
 namespace acc::train {
+
+std::uint64_t checksum(const std::vector<torch::Tensor>& tensors) {
+    std::uint64_t hash = kFnv1aStart;
+    for (const auto& t : tensors) {
+        torch::Tensor host = t.detach().to(torch::kCPU).contiguous();
+        hash = fnv1a(host.data_ptr(), host.nbytes(), hash);
+    }
+    return hash;
+}
+
 namespace {
 
 // Checkpoint tensors: one HDF5 dataset each, with a 'dtype' attribute that

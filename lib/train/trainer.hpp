@@ -30,6 +30,10 @@ namespace acc::train {
 /// Named tensors, e.g. a component's state in a checkpoint.
 using TensorMap = std::map<std::string, torch::Tensor>;
 
+/// A 64-bit FNV-1a hash of the tensors' bytes, in order: equal on two ranks
+/// exactly when they hold bit-identical values (barring collisions).
+std::uint64_t checksum(const std::vector<torch::Tensor>& tensors);
+
 /// Where a step is.
 struct StepInfo {
     std::int64_t epoch = 0;

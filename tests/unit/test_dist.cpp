@@ -312,8 +312,8 @@ TEST(State, PackGatherAndBroadcast) {
         EXPECT_EQ(received[r], (std::vector<std::uint8_t>{1, 2, 3}));
     }
     Net a(1), b(1), c(2);
-    EXPECT_EQ(checksum(a.parameters), checksum(b.parameters));
-    EXPECT_NE(checksum(a.parameters), checksum(c.parameters));
+    EXPECT_EQ(acc::train::checksum(a.parameters), acc::train::checksum(b.parameters));
+    EXPECT_NE(acc::train::checksum(a.parameters), acc::train::checksum(c.parameters));
 }
 
 // DGC's optimizer: the gradient already carries momentum; only weight decay gets it.
