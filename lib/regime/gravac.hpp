@@ -1,0 +1,204 @@
+// GraVAC's decision core (Tyagi & Swany, "GraVAC: Adaptive Compression for
+// Communication-Efficient Distributed DL Training", Algorithm 1): which
+// compression factor to send each step, and how the factors evolve. Pure
+// arithmetic on scalars, no LibTorch, no I/O.
+//
+// A compression factor (CF) is the paper's: 10 means 10x, i.e. keep 10 % of the
+// floats; 1 means dense (uncompressed).
+//
+// One step, as the training loop drives it:
+//   1. compress g_o = g + residual to theta_min() (C_min), then C_min(g_o) further
+//      by candidate_scale() to candidate() (multi-level, paper section IV-C);
+//   2. all-reduce the squared L2 norms ||g_o||^2, ||C_min(g_o)||^2,
+//      ||C_cand(g_o)||^2 and pass them to decide(): it updates both gains and
+//      says what to send (candidate, theta_min or dense; lines 10-24);
+//   3. send that, update the residual, and pass the step's system throughput
+//      (samples per second, the same on every rank) to end_step(): it records
+//      the compression throughput of the factor used and, every `window` steps,
+//      runs CheckGraVAC (scale-up, theta_min raise, saturation stop).
+//
+// Determinism: the controller holds no clock, no random state and no unordered
+// container; the same sequence of inputs gives bit-identical decisions. Ranks
+// that feed it all-reduced values (identical on every rank) therefore take the
+// same decisions without any further broadcast.
+//
+// Where this differs from Algorithm 1 read literally, and from the released code
+// (which does not run): docs/compressors.md, section "GraVAC".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace acc::regime {
+
+// The paper's defaults (section IV-B, exponential policy on DGC).
+inline constexpr double kGravacThetaMin = 10;      ///< minimum CF, 10x
+inline constexpr double kGravacThetaMax = 1000;    ///< maximum CF, 1000x
+inline constexpr double kGravacEpsilon = 0.7;      ///< minimum gain for a CF to be sent
+inline constexpr std::int64_t kGravacWindow = 500; ///< steps between CheckGraVAC (2000 in the geometric runs)
+inline constexpr double kGravacOmega = 0.01;       ///< 1 %: saturation and theta_min-raise tolerance
+inline constexpr double kGravacThetaS = 2;         ///< first candidate = theta_s * theta_min (20x)
+inline constexpr double kGravacSmoothingPerWorker = 0.01;  ///< EWMA weight of a new sample: N / 100
+
+enum class GravacPolicy : std::int8_t {
+    exponential = 0,  ///< scale s relative to the initial theta_min squares: 2, 4, 16, 256 (10x, 20x, 40x, 160x, 1000x)
+    geometric = 1,    ///< s is multiplied by theta_s: 2, 4, 8, 16, ... (10x, 20x, 40x, 80x, ...)
+};
+const char* gravac_policy_name(GravacPolicy policy);
+/// "exponential" or "geometric"; anything else throws acc::UsageError naming --gravac-policy.
+GravacPolicy parse_gravac_policy(const std::string& text);
+
+/// The paper's EWMA smoothing for N workers: min(1, N / 100).
+/// Throws acc::UsageError for N < 1.
+double gravac_smoothing(std::int64_t world_size);
+
+struct GravacSettings {
+    double theta_min = kGravacThetaMin;   ///< > 1 (CF 1 is dense)
+    double theta_max = kGravacThetaMax;   ///< >= theta_min
+    double epsilon = kGravacEpsilon;      ///< in (0, 1]
+    std::int64_t window = kGravacWindow;  ///< >= 1 step
+    double omega = kGravacOmega;          ///< in [0, 1)
+    double theta_s = kGravacThetaS;       ///< > 1
+    double smoothing = kGravacSmoothingPerWorker;  ///< in (0, 1]; set gravac_smoothing(N) for N workers
+    GravacPolicy policy = GravacPolicy::exponential;
+};
+
+/// The defaults with the smoothing for `world_size` workers.
+GravacSettings gravac_defaults(std::int64_t world_size);
+
+/// Throws acc::UsageError whose message starts with the option at fault
+/// ("--gravac-epsilon: must be in (0, 1], not 1.5").
+void validate(const GravacSettings& settings);
+
+/// Exponentially weighted moving average of the per-step gains: the first
+/// sample starts it (y1 = x1), then y = alpha x + (1 - alpha) y. It is usable
+/// from the first step on, with no warm-up window.
+class GravacEwma {
+public:
+    explicit GravacEwma(double alpha) : alpha_(alpha) {}
+    void add(double x);
+    bool empty() const { return samples_ == 0; }
+    std::int64_t samples() const { return samples_; }
+    /// NaN while empty.
+    double value() const;
+
+private:
+    double alpha_;
+    double value_ = 0;
+    std::int64_t samples_ = 0;
+};
+
+/// Squared L2 norms of one step over the whole model, summed over ranks by the
+/// caller (so identical on every rank).
+struct GravacNorms {
+    double grad_sq = 0;       ///< ||g_o||^2, g_o = gradient + residual (error feedback)
+    double min_sq = 0;        ///< ||C(g_o, theta_min)||^2
+    double candidate_sq = 0;  ///< ||C(C(g_o, theta_min), theta_s)||^2, the candidate CF
+};
+
+enum class GravacChoice : std::int8_t {
+    candidate = 0,  ///< send C_cand(g_o) at candidate(): its gain >= epsilon (line 11)
+    theta_min = 1,  ///< send C_min(g_o) at theta_min(): candidate gain < epsilon <= theta_min gain (line 16)
+    dense = 2,      ///< send g_o uncompressed, residual = 0: both gains < epsilon, or no gain yet (line 21)
+};
+const char* gravac_choice_name(GravacChoice choice);
+
+struct GravacDecision {
+    GravacChoice choice = GravacChoice::dense;
+    double factor = 1;  ///< CF sent: candidate(), theta_min() or 1 (dense)
+    double gain = 1;    ///< gain credited to that CF in the throughput table (1 for dense)
+};
+
+/// One entry of the compression-throughput table.
+struct GravacThroughput {
+    double factor = 1;      ///< CF; 1 is dense
+    double throughput = 0;  ///< system throughput (samples/s) x gain, the last one measured at this CF
+};
+
+/// Everything a metrics file may want to record, after any call.
+struct GravacState {
+    std::int64_t steps = 0;          ///< completed steps (end_step calls)
+    double theta_min = 0;            ///< current minimum CF
+    double candidate = 0;            ///< CF to evaluate next step
+    double candidate_scale = 0;      ///< theta_s = candidate / theta_min
+    double gain_min = 0;             ///< EWMA gain of theta_min; NaN before the first sample
+    double gain_candidate = 0;       ///< EWMA gain of the candidate; NaN before the first sample
+    std::int64_t gain_samples = 0;   ///< steps that fed the gains
+    std::int64_t zero_norm_steps = 0;  ///< steps skipped because ||g_o|| = 0
+    bool decided = false;            ///< a decision has been made (the next three are valid)
+    GravacChoice choice = GravacChoice::dense;  ///< last decision
+    double factor_used = 1;          ///< CF sent at the last decision
+    double evaluated = 0;            ///< candidate CF evaluated at the last decision
+    std::int64_t checks = 0;         ///< CheckGraVAC runs so far
+    bool raised_theta_min = false;   ///< the last check raised theta_min (omega rule)
+    bool saturated = false;          ///< the last check stopped at theta_ideal (throughput saturation)
+    std::vector<GravacThroughput> throughput;  ///< ascending factor
+};
+
+class GravacController {
+public:
+    /// Validates the settings (acc::UsageError).
+    explicit GravacController(const GravacSettings& settings);
+
+    double theta_min() const { return theta_min_; }
+    /// CF to evaluate this step: theta_s * theta_min, within [theta_min, theta_max].
+    double candidate() const { return candidate_; }
+    /// theta_s: the factor by which C_min(g_o) is compressed again to reach candidate().
+    double candidate_scale() const { return candidate_ / theta_min_; }
+
+    /// Lines 7, 9 and 10-24 of Algorithm 1: feeds the step's gains into the
+    /// EWMAs and picks what to send. A step with ||g_o|| = 0 carries no
+    /// information about what compression loses (0/0): it leaves the gains
+    /// unchanged. Until a first gain exists the choice is dense.
+    /// Throws acc::Error for a NaN, infinite or negative norm (the gradients
+    /// diverged; every rank sees the same all-reduced value and throws alike),
+    /// std::logic_error when the previous decision has not been ended.
+    GravacDecision decide(const GravacNorms& norms);
+
+    /// UpdateStep and CheckGraVAC: records throughput x gain for the CF
+    /// decided this step, counts the step and, every `window` steps, scales the
+    /// candidate up, raises theta_min when the two gains are within omega, and
+    /// stops at theta_ideal when the two best compression throughputs are within
+    /// omega. `samples_per_second` is the step's system throughput N b / t_iter
+    /// (reduce it over ranks, e.g. with the slowest rank's time, so that all
+    /// ranks pass the same value). Throws acc::Error unless it is finite and
+    /// > 0, std::logic_error without a pending decision.
+    void end_step(double samples_per_second);
+
+    GravacState state() const;
+    const GravacSettings& settings() const { return settings_; }
+
+private:
+    void check();
+
+    GravacSettings settings_;
+    double theta_min_;
+    double candidate_;
+    GravacEwma gain_min_;
+    GravacEwma gain_candidate_;
+    std::int64_t steps_ = 0;
+    std::int64_t zero_norm_steps_ = 0;
+    bool pending_ = false;
+    bool decided_ = false;
+    GravacDecision last_;
+    double evaluated_ = 0;
+    std::int64_t checks_ = 0;
+    bool raised_ = false;
+    bool saturated_ = false;
+    std::vector<GravacThroughput> table_;  // ascending factor, unique factors
+};
+
+/// PowerSGD rank for compression factor `factor` on a rows x cols matrix (a
+/// conv weight viewed as out x in*kh*kw): rank r sends r (rows + cols) floats
+/// of rows * cols, so r = max(1, floor(rows * cols / (factor (rows + cols))))
+/// keeps about 1/factor of them. For factor >= 1 this never exceeds
+/// min(rows, cols). Throws acc::Error for rows or cols < 1 or factor < 1 or
+/// non-finite.
+std::int64_t powersgd_rank_for_factor(std::int64_t rows, std::int64_t cols, double factor);
+
+/// Fraction of entries a sparsifier (topk, randomk, dgc) keeps at `factor`: 1 / factor.
+/// Throws acc::Error for factor < 1 or non-finite.
+double keep_fraction_for_factor(double factor);
+
+}  // namespace acc::regime
