@@ -160,9 +160,10 @@ public:
     /// decided this step, counts the step and, every `window` steps, scales the
     /// candidate up, raises theta_min when the two gains are within omega, and
     /// stops at theta_ideal when the two best compression throughputs are within
-    /// omega. `samples_per_second` is the step's system throughput N b / t_iter
-    /// (reduce it over ranks, e.g. with the slowest rank's time, so that all
-    /// ranks pass the same value). Throws acc::Error unless it is finite and
+    /// omega. `samples_per_second` is the step's system throughput N b / t_iter,
+    /// t_iter counting compression time only on compressed steps (line 23);
+    /// reduce it over ranks (e.g. the slowest rank's time) so that all ranks
+    /// pass the same value. Throws acc::Error unless it is finite and
     /// > 0, std::logic_error without a pending decision.
     void end_step(double samples_per_second);
 
