@@ -109,6 +109,8 @@ void check_writable_destination(const std::string& path) {
     if (!fs::is_directory(dir, ec)) throw FileError(path, "directory " + dir + " does not exist");
     if (::access(dir.c_str(), W_OK) != 0) throw FileError(path, "directory " + dir + " is not writable");
     if (fs::is_directory(path, ec)) throw FileError(path, "is a directory");
+    // Programs call this when they start: what a killed run left goes now.
+    remove_stale_temporaries(path);
 }
 
 }  // namespace acc::io

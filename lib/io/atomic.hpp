@@ -30,7 +30,8 @@ private:
     bool committed_ = false;
 };
 
-/// Fails with a FileError if `path`'s directory does not exist or is not writable.
+/// Fails with a FileError if `path`'s directory does not exist or is not writable;
+/// otherwise removes the stale temporary entries of `path` (see below).
 void check_writable_destination(const std::string& path);
 
 /// Removes temporary entries (`.<name>.tmp-<pid>-...`) of `destination` whose

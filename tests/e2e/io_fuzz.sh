@@ -7,7 +7,7 @@
 source "$(dirname "$0")/common.sh"
 cd "$WORK"
 count=${FUZZ_COUNT:-300}
-reader="$ACC_BUILD_DIR/bin/read_files"
+reader="${FUZZ_READER:-$ACC_BUILD_DIR/bin/read_files}"
 
 # One valid file of each kind, written by the programs themselves.
 write_sample_grads grads.h5 || fail "write_sample_grads"

@@ -177,6 +177,10 @@ TEST(Faults, StaleTemporariesOfDeadProcessesAreRemoved) {
     EXPECT_EQ(left, (std::vector<std::string>{".other.h5.tmp-" + dead + "-0", ".out.h5.tmp-" + alive + "-0",
                                               ".out.h5.tmp-notapid", "out.h5", "victim.txt"}));
     EXPECT_EQ(fs::file_size(dir.file("victim.txt")), 8u);
+    // A program checks its output when it starts, and that clears them already.
+    std::ofstream(dir.file(".late.h5.tmp-" + dead + "-0")) << "old scheme";
+    check_writable_destination(dir.file("late.h5"));
+    EXPECT_FALSE(fs::exists(dir.file(".late.h5.tmp-" + dead + "-0")));
 }
 
 // A damaged length of a variable-length string is an error, never a crash.
