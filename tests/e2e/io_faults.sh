@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writers under faults and readers of foreign files: a disk that fills up ends the
 # program with one error line (exit 1, never a crash) and leaves the previous
-# file whole and resumable; a temporary file is never written through a planted
+# file whole and resumable (grad-dump's statistics, train-dist's checkpoint and
+# metrics); a temporary file is never written through a planted
 # link, and what a killed run left behind goes at the next start; h5py's
 # fixed-length strings read whole. The tmpfs cases need root and say so when
 # skipped.
@@ -99,5 +100,21 @@ import h5py
 with h5py.File("full/g.h5", "r") as f:
     assert f.attrs["complete"] == 1 and f["epochs/norm"].shape[0] == 4
     assert sorted(f["snapshots"]) == [f"epoch_{e}" for e in range(4)], list(f["snapshots"])
+PY
+
+# train-dist: the first checkpoint (6.9 MB) fits, the second cannot be written
+# beside it; the first stays, with the metrics, and --resume finishes the run.
+umount full
+mount -t tmpfs -o size=7m tmpfs full
+args=(--model mlp --hidden-size 256 --dataset synthetic --train-samples 64 --test-samples 16 --batch-size 16
+      --threads 1 --epochs 3 --seed 2 --metrics full/m.h5 --checkpoint-dir full -q)
+expect_exit 1 "^train-dist: error: full/train-dist.ckpt.h5: .*No space left on device" -- train-dist "${args[@]}"
+ls -A full | grep -q '\.tmp-' && fail "temporary files were left on the full disk: $(ls -A full)"
+mount -o remount,size=64m tmpfs full
+train-dist "${args[@]}" --resume 2>resume-dist.err || fail "train-dist --resume after freeing space: $(cat resume-dist.err)"
+$ACC_PYTHON - <<'PY' || fail "the resumed train-dist run's metrics"
+import h5py
+with h5py.File("full/m.h5", "r") as f:
+    assert f.attrs["complete"] == 1 and list(f["epochs/epoch"][:]) == [0, 1, 2], list(f["epochs/epoch"][:])
 PY
 finish
