@@ -3,7 +3,8 @@
 # file the toolkit reads, each with one or two bytes changed at random (fixed
 # seeds), go through the readers (tests/helpers/read_files, one child process per
 # file under a time limit). Each must be read or refused with an error; a signal
-# or a timeout fails the test. FUZZ_COUNT sets the number of copies per kind.
+# or a timeout fails the test. FUZZ_COUNT sets the number of copies per kind,
+# FUZZ_READER another reader program (e.g. one built from an older tree).
 source "$(dirname "$0")/common.sh"
 cd "$WORK"
 count=${FUZZ_COUNT:-300}
