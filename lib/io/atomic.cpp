@@ -2,12 +2,14 @@
 
 #include "base/error.hpp"
 
-#include <atomic>
+#include <cctype>
 #include <cerrno>
-#include <cstdio>
+#include <csignal>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <random>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace fs = std::filesystem;
@@ -21,25 +23,74 @@ std::string directory_of(const std::string& path) {
 }
 
 void sync_path(const std::string& path, int flags) {
-    int fd = ::open(path.c_str(), flags);
+    int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
     if (fd >= 0) {
         ::fsync(fd);
         ::close(fd);
     }
 }
 
+std::string temp_prefix(const std::string& destination) {
+    return "." + fs::path(destination).filename().string() + ".tmp-";
+}
+
+// A process that no longer runs cannot be writing its temporary file.
+bool process_gone(pid_t pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH; }
+
 }  // namespace
 
+int remove_stale_temporaries(const std::string& destination) {
+    const std::string prefix = temp_prefix(destination);
+    int removed = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(directory_of(destination), ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.compare(0, prefix.size(), prefix) != 0) continue;
+        // Only our own pattern: prefix, a process id, '-', anything.
+        size_t digits = 0;
+        while (prefix.size() + digits < name.size() && std::isdigit(static_cast<unsigned char>(name[prefix.size() + digits])))
+            ++digits;
+        if (digits == 0 || digits > 9 || prefix.size() + digits >= name.size() || name[prefix.size() + digits] != '-')
+            continue;
+        const pid_t pid = static_cast<pid_t>(std::stol(name.substr(prefix.size(), digits)));
+        if (pid == ::getpid() || !process_gone(pid)) continue;
+        std::error_code remove_ec;
+        // symlink_status: a planted link is removed itself, never followed.
+        if (fs::is_directory(fs::symlink_status(it->path(), remove_ec)))
+            fs::remove_all(it->path(), remove_ec);
+        else
+            fs::remove(it->path(), remove_ec);
+        if (!remove_ec) ++removed;
+    }
+    return removed;
+}
+
 AtomicPath::AtomicPath(std::string destination) : destination_(std::move(destination)) {
-    static std::atomic<unsigned> counter{0};
+    remove_stale_temporaries(destination_);
     fs::path dest(destination_);
-    fs::path temp = dest.parent_path() / ("." + dest.filename().string() + ".tmp-" + std::to_string(::getpid()) +
-                                          "-" + std::to_string(counter++));
-    temp_ = temp.string();
+    const fs::path parent = dest.parent_path();
+    std::random_device entropy;
+    std::uniform_int_distribution<unsigned long long> pick;
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    for (int attempt = 0;; ++attempt) {
+        unsigned long long r = pick(entropy);
+        std::string suffix;
+        for (int i = 0; i < 12; ++i, r /= 36) suffix += digits[r % 36];
+        fs::path dir = parent / (temp_prefix(destination_) + std::to_string(::getpid()) + "-" + suffix);
+        // mkdir never follows a link and fails if the name exists: the directory is ours.
+        if (::mkdir(dir.c_str(), 0700) == 0) {
+            directory_ = dir.string();
+            break;
+        }
+        if (errno != EEXIST || attempt >= 16)
+            throw FileError(destination_, std::string("cannot create a temporary file beside it: ") + std::strerror(errno));
+    }
+    temp_ = (fs::path(directory_) / dest.filename()).string();
 }
 
 AtomicPath::~AtomicPath() {
     if (!committed_) ::unlink(temp_.c_str());
+    ::rmdir(directory_.c_str());
 }
 
 void AtomicPath::commit() {
@@ -47,6 +98,7 @@ void AtomicPath::commit() {
     if (::rename(temp_.c_str(), destination_.c_str()) != 0)
         throw FileError(destination_, std::string("cannot move the finished file into place: ") + std::strerror(errno));
     committed_ = true;
+    ::rmdir(directory_.c_str());
     sync_path(directory_of(destination_), O_RDONLY | O_DIRECTORY);
 }
 
@@ -57,6 +109,8 @@ void check_writable_destination(const std::string& path) {
     if (!fs::is_directory(dir, ec)) throw FileError(path, "directory " + dir + " does not exist");
     if (::access(dir.c_str(), W_OK) != 0) throw FileError(path, "directory " + dir + " is not writable");
     if (fs::is_directory(path, ec)) throw FileError(path, "is a directory");
+    // Programs call this when they start: what a killed run left goes now.
+    remove_stale_temporaries(path);
 }
 
 }  // namespace acc::io

@@ -8,7 +8,11 @@ namespace acc::io {
 
 class AtomicPath {
 public:
-    /// Picks a temporary name beside `destination` (same directory, so rename is atomic).
+    /// Creates, beside `destination` (same directory, so rename is atomic), a new
+    /// private directory `.<name>.tmp-<pid>-<random>` (mode 0700, created
+    /// exclusively) and names the temporary file inside it, so nothing planted in
+    /// the directory can redirect the write. Temporary entries of the same
+    /// destination left by a process that no longer runs are removed first.
     explicit AtomicPath(std::string destination);
     ~AtomicPath();
     AtomicPath(const AtomicPath&) = delete;
@@ -21,11 +25,17 @@ public:
 
 private:
     std::string destination_;
+    std::string directory_;  ///< the private temporary directory
     std::string temp_;
     bool committed_ = false;
 };
 
-/// Fails with a FileError if `path`'s directory does not exist or is not writable.
+/// Fails with a FileError if `path`'s directory does not exist or is not writable;
+/// otherwise removes the stale temporary entries of `path` (see below).
 void check_writable_destination(const std::string& path);
+
+/// Removes temporary entries (`.<name>.tmp-<pid>-...`) of `destination` whose
+/// process no longer runs; returns how many were removed.
+int remove_stale_temporaries(const std::string& destination);
 
 }  // namespace acc::io

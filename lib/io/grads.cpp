@@ -3,8 +3,14 @@
 #include "base/error.hpp"
 #include "io/atomic.hpp"
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+#include <functional>
 #include <optional>
+
 
 namespace acc::io {
 namespace {
@@ -12,6 +18,52 @@ namespace {
 const char* kDoubleColumns[] = {"lr", "loss", "accuracy", "test_loss", "test_accuracy", "seconds"};
 
 std::string snapshot_group(std::int64_t epoch) { return "/snapshots/epoch_" + std::to_string(epoch); }
+
+// Copies `from` to the new file `to`, reporting the system's reason on failure.
+void copy_file(const std::string& from, const std::string& to) {
+    auto failed = [&](const char* what) {
+        throw FileError(from, std::string("cannot copy the file to update it (") + what + ": " + std::strerror(errno) + ")");
+    };
+    int in = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+    if (in < 0) failed("open");
+    int out = ::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (out < 0) {
+        ::close(in);
+        failed("create");
+    }
+    std::vector<char> buffer(1 << 20);
+    for (;;) {
+        ssize_t n = ::read(in, buffer.data(), buffer.size());
+        if (n == 0) break;
+        ssize_t written = 0;
+        while (n > 0 && written < n) {
+            ssize_t w = ::write(out, buffer.data() + written, static_cast<size_t>(n - written));
+            if (w < 0) break;
+            written += w;
+        }
+        if (n < 0 || written < n) {
+            int saved = errno;
+            ::close(in);
+            ::close(out);
+            errno = saved;
+            failed(n < 0 ? "read" : "write");
+        }
+    }
+    ::close(in);
+    if (::close(out) != 0) failed("write");
+}
+
+// Changes an existing file without ever touching it in place: the change is made
+// to a copy beside it, which then replaces it in one rename. A change that fails
+// half-way (a full disk, a crash) leaves the previous file whole.
+void update_file(const std::string& path, const std::function<void(H5File&)>& change) {
+    AtomicPath atomic(path);
+    copy_file(path, atomic.temp());
+    H5File f = H5File::open(atomic.temp(), true, path);
+    change(f);
+    f.close();
+    atomic.commit();
+}
 
 // Reads an optional per-epoch column; returns nullopt if absent.
 template <class T>
@@ -43,14 +95,23 @@ GradStats read_grads(const std::string& path) {
     g.parameters = read_parameters(f);
     const size_t count = g.parameters.size();
 
-    Dims dims;
-    std::vector<double> norm = f.read<double>("/epochs/norm", &dims);
+    // Shapes first: the table of norms is read only once the columns that must
+    // agree with it do, so a damaged row count is refused before it is allocated.
+    Dims dims = f.shape("/epochs/norm");
     if (dims.size() != 2) f.fail("/epochs/norm has shape " + dims_text(dims) + ", expected epochs x parameters");
     if (dims[1] != count)
         f.fail("/epochs/norm has " + std::to_string(dims[1]) + " columns but /parameters lists " +
                std::to_string(count) + " parameters");
     const size_t epochs = dims[0];
     if (epochs == 0) f.fail("holds no completed epoch (/epochs/norm has zero rows)");
+    for (const char* column : {"/epochs/lr", "/epochs/steps"}) {
+        if (!f.exists(column)) f.fail(std::string("dataset ") + column + " is missing");
+        Dims d = f.shape(column);
+        if (d != Dims{epochs})
+            f.fail(std::string(column) + " has shape " + dims_text(d) + ", expected " + std::to_string(epochs) +
+                   " (one value per epoch of /epochs/norm)");
+    }
+    std::vector<double> norm = f.read_shaped<double>("/epochs/norm", dims, "epochs x parameters");
 
     auto lr = required_column<double>(f, "lr", epochs);
     auto steps = required_column<std::int64_t>(f, "steps", epochs);
@@ -207,8 +268,7 @@ GradsWriter::GradsWriter(std::string path, Provenance provenance, RunInfo run, s
 GradsWriter GradsWriter::resume(std::string path, std::vector<Parameter> parameters, std::int64_t keep_epochs,
                                 bool step_norms) {
     auto state = std::make_unique<State>();
-    {
-        H5File f = H5File::open(path, true);
+    update_file(path, [&](H5File& f) {
         read_header(f, kGradsFormat, kGradsMajor);
         std::string mismatch = compare_parameters(parameters, read_parameters(f));
         if (!mismatch.empty()) f.fail("does not belong to this model: " + mismatch);
@@ -235,8 +295,7 @@ GradsWriter GradsWriter::resume(std::string path, std::vector<Parameter> paramet
             }
         }
         f.write_attr("/", "complete", std::int64_t{0});
-        f.close();
-    }
+    });
     state->path = std::move(path);
     state->parameters = std::move(parameters);
     state->epochs = keep_epochs;
@@ -276,9 +335,7 @@ void GradsWriter::append_epoch(const EpochStats& stats) {
         f.close();
         atomic.commit();
     } else {
-        H5File f = H5File::open(s.path, true);
-        s.write_epoch(f, stats);
-        f.close();
+        update_file(s.path, [&](H5File& f) { s.write_epoch(f, stats); });
     }
     ++s.epochs;
 }
@@ -286,9 +343,7 @@ void GradsWriter::append_epoch(const EpochStats& stats) {
 void GradsWriter::finish() {
     State& s = *state_;
     if (s.epochs == 0 || s.finished) return;
-    H5File f = H5File::open(s.path, true);
-    f.write_attr("/", "complete", std::int64_t{1});
-    f.close();
+    update_file(s.path, [](H5File& f) { f.write_attr("/", "complete", std::int64_t{1}); });
     s.finished = true;
 }
 

@@ -3,6 +3,8 @@
 #include "base/error.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <limits>
 #include <cstdlib>
 #include <filesystem>
 #include <cstring>
@@ -13,8 +15,14 @@ namespace acc::io {
 namespace {
 
 // HDF5 prints its error stack to stderr by default; we report errors ourselves.
+//
+// HDF5 1.10 also closes every file still open when the process exits, and a file
+// whose close failed (a full disk) stays on that list: closing it a second time
+// crashes inside the library. Our writers always close explicitly and report a
+// failed close, so the clean-up at exit is turned off before the library starts.
 void silence_hdf5() {
     static const bool done = [] {
+        H5dont_atexit();
         H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
         return true;
     }();
@@ -32,6 +40,15 @@ std::string innermost_hdf5_error() {
         },
         &message);
     H5Eclear2(H5E_DEFAULT);
+    // A failed system call comes with a time stamp, buffer addresses and the like;
+    // the system's own words are what a user can act on.
+    const std::string marker = "error message = '";
+    size_t start = message.find(marker);
+    if (start != std::string::npos) {
+        start += marker.size();
+        size_t end = message.find('\'', start);
+        if (end != std::string::npos) return message.substr(start, end - start);
+    }
     return message;
 }
 
@@ -46,12 +63,34 @@ std::string type_class_name(H5T_class_t cls) {
     }
 }
 
-Handle vlen_string_type() {
+// Writers use UTF-8; a reader takes the character set of the `stored` type, since
+// HDF5 refuses to convert between ASCII and UTF-8.
+Handle vlen_string_type(hid_t stored = -1) {
     hid_t type = H5Tcopy(H5T_C_S1);
     H5Tset_size(type, H5T_VARIABLE);
-    H5Tset_cset(type, H5T_CSET_UTF8);
+    H5T_cset_t cset = stored >= 0 ? H5Tget_cset(stored) : H5T_CSET_UTF8;
+    H5Tset_cset(type, cset == H5T_CSET_ASCII ? H5T_CSET_ASCII : H5T_CSET_UTF8);
     return Handle(type, H5Tclose);
 }
+
+// A null-terminated memory string type of `width` bytes with the character set of
+// `stored` (HDF5 refuses to convert between ASCII and UTF-8).
+Handle fixed_string_type(hid_t stored, size_t width) {
+    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mem.get(), width);
+    H5Tset_strpad(mem.get(), H5T_STR_NULLTERM);
+    H5T_cset_t cset = H5Tget_cset(stored);
+    if (cset == H5T_CSET_ASCII || cset == H5T_CSET_UTF8) H5Tset_cset(mem.get(), cset);
+    return mem;
+}
+
+// Longest fixed-length string accepted; names and attributes are far shorter.
+constexpr size_t kMaxFixedString = 1 << 20;
+// More values than a dataset of any real file holds (2^48 doubles are 2 PiB);
+// also keeps byte counts far from overflowing.
+constexpr hsize_t kMaxElements = hsize_t{1} << 48;
+// How far a filter may have shrunk a chunked dataset (deflate cannot pass ~1032:1).
+constexpr hsize_t kMaxCompression = 1100;
 
 }  // namespace
 
@@ -74,7 +113,11 @@ bool Handle::reset() {
 
 hsize_t element_count(const Dims& dims) {
     hsize_t n = 1;
-    for (hsize_t d : dims) n *= d;
+    for (hsize_t d : dims) {
+        if (d == 0) return 0;
+        if (n > std::numeric_limits<hsize_t>::max() / d) n = std::numeric_limits<hsize_t>::max();
+        else n *= d;
+    }
     return n;
 }
 
@@ -98,23 +141,24 @@ H5File H5File::create(const std::string& disk_path, const std::string& display_p
     return H5File(Handle(id, H5Fclose), display_path);
 }
 
-H5File H5File::open(const std::string& path, bool writable) {
+H5File H5File::open(const std::string& disk_path, bool writable, const std::string& display_path) {
     silence_hdf5();
+    const std::string& path = display_path.empty() ? disk_path : display_path;
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) throw FileError(path, "no such file");
+    if (::stat(disk_path.c_str(), &st) != 0) throw FileError(path, "no such file");
     if (S_ISDIR(st.st_mode)) throw FileError(path, "is a directory, not a file");
     if (st.st_size == 0) throw FileError(path, "the file is empty");
-    htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+    htri_t is_hdf5 = H5Fis_hdf5(disk_path.c_str());
     innermost_hdf5_error();
     if (is_hdf5 <= 0) {
-        if (::access(path.c_str(), R_OK) != 0) throw FileError(path, "cannot be read (permission denied)");
+        if (::access(disk_path.c_str(), R_OK) != 0) throw FileError(path, "cannot be read (permission denied)");
         throw FileError(path, "not an HDF5 file");
     }
     Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
 #if H5_VERSION_GE(1, 10, 7)
     if (!writable) H5Pset_file_locking(fapl.get(), false, true);
 #endif
-    hid_t id = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get());
+    hid_t id = H5Fopen(disk_path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl.get());
     if (id < 0) {
         std::string why = innermost_hdf5_error();
         if (why.find("truncated") != std::string::npos)
@@ -132,8 +176,12 @@ H5File H5File::open_image(const std::vector<std::uint8_t>& bytes, const std::str
     if (H5Pset_fapl_core(fapl.get(), 1 << 20, 0) < 0 ||
         H5Pset_file_image(fapl.get(), const_cast<std::uint8_t*>(bytes.data()), bytes.size()) < 0)
         throw FileError(display_path, "cannot open the file image (" + innermost_hdf5_error() + ")");
-    // The core driver refuses a name that exists on disk; this one never does.
-    hid_t id = H5Fopen("/proc/self/acc-file-image", H5F_ACC_RDONLY, fapl.get());
+    // The core driver refuses a name that exists on disk; this one never does. The
+    // name differs for every image, since HDF5 hands back the file already open
+    // under a name instead of opening a second image.
+    static std::atomic<unsigned long> images{0};
+    const std::string name = "/proc/self/acc-file-image-" + std::to_string(images++);
+    hid_t id = H5Fopen(name.c_str(), H5F_ACC_RDONLY, fapl.get());
     if (id < 0) {
         std::string why = innermost_hdf5_error();
         throw FileError(display_path, "cannot open the HDF5 file" + (why.empty() ? "" : " (" + why + ")"));
@@ -252,6 +300,143 @@ void H5File::write_attr(const std::string& object, const std::string& name, std:
 
 namespace {
 
+constexpr const char* kRawVlenTag = "acc.raw-vlen";
+
+// A conversion from a variable-length string to an opaque type of the same size as
+// the stored element: it leaves the bytes as they are, so a read through it yields
+// the (length, heap address, index) records exactly as the file holds them.
+herr_t keep_raw_vlen(hid_t src, hid_t dst, H5T_cdata_t* cdata, size_t, size_t, size_t, void*, void*, hid_t) {
+    if (cdata->command == H5T_CONV_INIT) {
+        cdata->need_bkg = H5T_BKG_NO;
+        char* tag = H5Tget_tag(dst);
+        const bool ours = tag && std::strcmp(tag, kRawVlenTag) == 0;
+        H5free_memory(tag);
+        if (!ours || H5Tis_variable_str(src) <= 0 || H5Tget_size(src) != H5Tget_size(dst)) return -1;
+    }
+    return 0;
+}
+
+Handle raw_vlen_type(size_t size) {
+    static const bool registered = [] {
+        Handle vlen = vlen_string_type();
+        Handle opaque(H5Tcreate(H5T_OPAQUE, 16), H5Tclose);
+        H5Tset_tag(opaque.get(), kRawVlenTag);
+        return H5Tregister(H5T_PERS_SOFT, "acc_keep_raw_vlen", vlen.get(), opaque.get(), keep_raw_vlen) >= 0;
+    }();
+    (void)registered;
+    Handle type(H5Tcreate(H5T_OPAQUE, size), H5Tclose);
+    H5Tset_tag(type.get(), kRawVlenTag);
+    return type;
+}
+
+std::uint64_t little_endian(const std::uint8_t* p, size_t bytes) {
+    std::uint64_t v = 0;
+    for (size_t i = bytes; i-- > 0;) v = (v << 8) | p[i];
+    return v;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> H5File::file_bytes(haddr_t address, size_t size, const std::string& what) const {
+    hsize_t file_size = 0;
+    Handle fcpl(H5Fget_create_plist(file_.get()), H5Pclose);
+    hsize_t userblock = 0;
+    if (H5Fget_filesize(file_.get(), &file_size) < 0 || !fcpl || H5Pget_userblock(fcpl.get(), &userblock) < 0)
+        fail("cannot read " + what + " (" + innermost_hdf5_error() + ")");
+    if (address > file_size || userblock > file_size - address || size > file_size - address - userblock)
+        fail(what + " points outside the file; the file is corrupt");
+    const hsize_t offset = userblock + address;
+    std::vector<std::uint8_t> out(size);
+    Handle fapl(H5Fget_access_plist(file_.get()), H5Pclose);
+    hid_t driver = fapl ? H5Pget_driver(fapl.get()) : -1;
+    void* handle = nullptr;
+    if (driver == H5FD_SEC2 && H5Fget_vfd_handle(file_.get(), fapl.get(), &handle) >= 0 && handle) {
+        const int fd = *static_cast<int*>(handle);
+        size_t done = 0;
+        while (done < size) {
+            ssize_t n = ::pread(fd, out.data() + done, size - done, static_cast<off_t>(offset + done));
+            if (n <= 0) fail("cannot read " + what + " (the file is truncated?)");
+            done += static_cast<size_t>(n);
+        }
+    } else if (driver == H5FD_CORE && H5Fget_vfd_handle(file_.get(), fapl.get(), &handle) >= 0 && handle) {
+        // The core driver's handle points to its memory image's address.
+        const std::uint8_t* image = *static_cast<const std::uint8_t* const*>(handle);
+        if (!image) fail("cannot read " + what + " (no file image)");
+        std::memcpy(out.data(), image + offset, size);
+    } else {
+        fail("cannot read " + what + " (unsupported HDF5 file driver)");
+    }
+    H5Eclear2(H5E_DEFAULT);
+    return out;
+}
+
+void H5File::check_vlen_strings(hid_t object, bool is_attribute, size_t count, const std::string& what) const {
+    if (count == 0) return;
+    Handle fcpl(H5Fget_create_plist(file_.get()), H5Pclose);
+    size_t sizeof_addr = 0, sizeof_size = 0;
+    if (!fcpl || H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size) < 0 || sizeof_addr > 8 || sizeof_size > 8)
+        fail("cannot read " + what + " (" + innermost_hdf5_error() + ")");
+    // On disk a variable-length value is its length (4 bytes), the address of a
+    // global heap collection and the index of the object in it (4 bytes).
+    const size_t record = 4 + sizeof_addr + 4;
+    Handle raw = raw_vlen_type(record);
+    std::vector<std::uint8_t> records = allocate<std::uint8_t>(what, count * record);
+    herr_t status = is_attribute ? H5Aread(object, raw.get(), records.data())
+                                 : H5Dread(object, raw.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, records.data());
+    if (status < 0) fail("cannot read " + what + " (" + innermost_hdf5_error() + "); the file may be corrupt");
+
+    // A collection: "GCOL", version 1, 3 reserved bytes, its size; then objects,
+    // each an index (2 bytes), a reference count (2), 4 reserved bytes, the
+    // object's size and its data padded to 8 bytes. Index 0 is free space.
+    const size_t header = 8 + sizeof_size, object_header = 8 + sizeof_size;
+    haddr_t loaded_address = HADDR_UNDEF;
+    std::vector<std::uint8_t> collection;
+    for (size_t i = 0; i < count; ++i) {
+        const std::uint8_t* r = records.data() + i * record;
+        const std::uint64_t length = little_endian(r, 4);
+        const haddr_t address = little_endian(r + 4, sizeof_addr);
+        const std::uint64_t index = little_endian(r + 4 + sizeof_addr, 4);
+        if (length == 0) continue;  // an empty string reads nothing from the heap
+        const std::string where = what + (count > 1 ? " (value " + std::to_string(i) + ")" : "");
+        if (address != loaded_address) {
+            std::vector<std::uint8_t> head = file_bytes(address, header, where);
+            if (std::memcmp(head.data(), "GCOL", 4) != 0 || head[4] != 1)
+                fail(where + " points to a damaged global heap; the file is corrupt");
+            const std::uint64_t size = little_endian(head.data() + 8, sizeof_size);
+            if (size < header || size > (std::uint64_t{1} << 32))
+                fail(where + " points to a global heap of " + std::to_string(size) + " bytes; the file is corrupt");
+            collection = file_bytes(address, static_cast<size_t>(size), where);
+            loaded_address = address;
+        }
+        bool found = false;
+        size_t at = header;
+        while (at + object_header <= collection.size()) {
+            const std::uint64_t id = little_endian(collection.data() + at, 2);
+            const std::uint64_t size = little_endian(collection.data() + at + 8, sizeof_size);
+            if (id == 0) {
+                // Free space: libhdf5 skips `size` bytes from the object's start
+                // (and would loop for ever on a size of zero).
+                if (size < object_header || size > collection.size() - at)
+                    fail(where + " points to a damaged global heap; the file is corrupt");
+                at += static_cast<size_t>(size);
+                continue;
+            }
+            if (size > collection.size() - at - object_header)
+                fail(where + ": global heap object " + std::to_string(id) + " runs past its collection; the file is corrupt");
+            if (id == index) {
+                if (size != length)
+                    fail(where + " declares " + std::to_string(length) + " bytes but its heap object holds " +
+                         std::to_string(size) + "; the file is corrupt");
+                found = true;
+            }
+            at += object_header + ((size + 7) / 8) * 8;
+        }
+        if (!found) fail(where + " points to a missing global heap object; the file is corrupt");
+    }
+}
+
+namespace {
+
 struct OpenAttr {
     Handle attr;
     Handle type;
@@ -278,7 +463,8 @@ std::string H5File::read_attr_string(const std::string& object, const std::strin
     if (H5Tget_class(a.type.get()) != H5T_STRING)
         fail("attribute '" + name + "' of " + object + " should be a string");
     if (H5Tis_variable_str(a.type.get()) > 0) {
-        Handle mem = vlen_string_type();
+        check_vlen_strings(a.attr.get(), true, 1, "attribute '" + name + "' of " + object);
+        Handle mem = vlen_string_type(a.type.get());
         char* text = nullptr;
         if (H5Aread(a.attr.get(), mem.get(), &text) < 0 || !text)
             fail("cannot read attribute '" + name + "' of " + object);
@@ -287,9 +473,12 @@ std::string H5File::read_attr_string(const std::string& object, const std::strin
         return out;
     }
     size_t size = H5Tget_size(a.type.get());
-    std::string out(size, '\0');
-    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(mem.get(), size);
+    if (size == 0 || size > kMaxFixedString)
+        fail("attribute '" + name + "' of " + object + " declares strings of " + std::to_string(size) + " bytes");
+    // One byte more than the stored width: a string that fills its width (h5py's
+    // null-padded "S" type) keeps its last character next to the terminator.
+    std::string out(size + 1, '\0');
+    Handle mem = fixed_string_type(a.type.get(), size + 1);
     if (H5Aread(a.attr.get(), mem.get(), out.data()) < 0) fail("cannot read attribute '" + name + "' of " + object);
     out.resize(std::min(out.size(), out.find('\0')));
     return out;
@@ -352,9 +541,48 @@ Dims H5File::shape(const std::string& dataset) const {
     Handle space(H5Dget_space(ds.get()), H5Sclose);
     int rank = H5Sget_simple_extent_ndims(space.get());
     if (rank < 0) fail("cannot read the shape of " + dataset);
+    if (rank > H5S_MAX_RANK) fail(dataset + " declares " + std::to_string(rank) + " dimensions");
     Dims dims(static_cast<size_t>(rank));
-    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    if (H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr) < 0) fail("cannot read the shape of " + dataset);
+    if (element_count(dims) > kMaxElements)
+        fail(dataset + " declares shape " + dims_text(dims) + ", more values than any file holds (the file is corrupt)");
     return dims;
+}
+
+size_t H5File::checked_elements(const std::string& dataset, const Dims& dims) const {
+    const hsize_t elements = element_count(dims);
+    if (elements > kMaxElements)
+        fail(dataset + " declares shape " + dims_text(dims) + ", more values than any file holds (the file is corrupt)");
+    Handle ds = open_dataset(dataset);
+    Handle dcpl(H5Dget_create_plist(ds.get()), H5Pclose);
+    if (!dcpl) fail("cannot read the storage properties of " + dataset + " (" + innermost_hdf5_error() + ")");
+    // Data in another file would be read as if it were ours; refuse rather than follow it.
+    if (H5Pget_external_count(dcpl.get()) != 0)
+        fail("dataset " + dataset + " keeps its data in another file (HDF5 external storage), which is not accepted");
+    H5D_layout_t layout = H5Pget_layout(dcpl.get());
+    if (layout != H5D_COMPACT && layout != H5D_CONTIGUOUS && layout != H5D_CHUNKED)
+        fail("dataset " + dataset + " uses an unsupported storage layout (only compact, contiguous and chunked "
+             "datasets are accepted)");
+    if (elements == 0) return 0;
+    Handle type(H5Dget_type(ds.get()), H5Tclose);
+    const hsize_t value_bytes = std::max<size_t>(H5Tget_size(type.get()), 1);
+    const hsize_t declared = elements * value_bytes;  // cannot overflow: elements <= kMaxElements
+    const hsize_t stored = H5Dget_storage_size(ds.get());
+    hsize_t file_bytes = 0;
+    if (H5Fget_filesize(file_.get(), &file_bytes) < 0) file_bytes = std::numeric_limits<hsize_t>::max();
+    H5Eclear2(H5E_DEFAULT);
+    const std::string declared_text = "declares " + dims_text(dims) + " values (" + std::to_string(declared) + " bytes)";
+    if (stored > file_bytes)
+        fail("dataset " + dataset + " " + declared_text + " stored in " + std::to_string(stored) +
+             " bytes, more than the whole file (" + std::to_string(file_bytes) + " bytes); the file is corrupt");
+    const bool filtered = layout == H5D_CHUNKED && H5Pget_nfilters(dcpl.get()) > 0;
+    // Compression shrinks data at most ~1000-fold (deflate's limit); without a
+    // filter every declared byte must be in the file.
+    const hsize_t can_hold = filtered ? stored * kMaxCompression + (hsize_t{1} << 16) : stored;
+    if (declared > can_hold)
+        fail("dataset " + dataset + " " + declared_text + " but the file holds only " + std::to_string(stored) +
+             " bytes of it; the file is truncated or corrupt");
+    return static_cast<size_t>(elements);
 }
 
 void H5File::read_raw(const std::string& dataset, hid_t mem_type, H5T_class_t expected, void* out,
@@ -376,11 +604,13 @@ std::vector<std::string> H5File::read_strings(const std::string& dataset) const 
         fail("dataset " + dataset + " holds " + type_class_name(H5Tget_class(type.get())) + ", expected strings");
     Dims dims = shape(dataset);
     if (dims.size() != 1) fail("dataset " + dataset + " should be one-dimensional, not " + dims_text(dims));
-    std::vector<std::string> out(dims[0]);
-    if (dims[0] == 0) return out;
+    const size_t count = checked_elements(dataset, dims);
+    std::vector<std::string> out = allocate<std::string>(dataset, count);
+    if (count == 0) return out;
     if (H5Tis_variable_str(type.get()) > 0) {
-        Handle mem = vlen_string_type();
-        std::vector<char*> pointers(dims[0], nullptr);
+        check_vlen_strings(ds.get(), false, count, "dataset " + dataset);
+        Handle mem = vlen_string_type(type.get());
+        std::vector<char*> pointers(count, nullptr);
         if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0)
             fail("cannot read dataset " + dataset + " (" + innermost_hdf5_error() + ")");
         for (size_t i = 0; i < pointers.size(); ++i) {
@@ -390,14 +620,17 @@ std::vector<std::string> H5File::read_strings(const std::string& dataset) const 
         return out;
     }
     size_t size = H5Tget_size(type.get());
-    std::vector<char> buffer(size * dims[0]);
-    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(mem.get(), size);
+    if (size == 0 || size > kMaxFixedString)
+        fail("dataset " + dataset + " declares strings of " + std::to_string(size) + " bytes");
+    // As for attributes: room for a terminator after a string that fills its width.
+    const size_t width = size + 1;
+    std::vector<char> buffer = allocate<char>(dataset, width * out.size());
+    Handle mem = fixed_string_type(type.get(), width);
     if (H5Dread(ds.get(), mem.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()) < 0)
         fail("cannot read dataset " + dataset + " (" + innermost_hdf5_error() + ")");
     for (size_t i = 0; i < out.size(); ++i) {
-        const char* start = buffer.data() + i * size;
-        out[i].assign(start, strnlen(start, size));
+        const char* start = buffer.data() + i * width;
+        out[i].assign(start, strnlen(start, width));
     }
     return out;
 }

@@ -7,6 +7,7 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,8 +53,9 @@ public:
     /// Creates (truncating) `disk_path`; messages name `display_path`.
     static H5File create(const std::string& disk_path, const std::string& display_path);
     /// Opens an existing file. Readers open without HDF5 file locking so that a file
-    /// another process is still appending to can be read.
-    static H5File open(const std::string& path, bool writable);
+    /// another process is still appending to can be read. Messages name
+    /// `display_path` when given (a temporary copy of that file), else `path`.
+    static H5File open(const std::string& path, bool writable, const std::string& display_path = "");
     /// Opens, read-only, a whole file held in memory (e.g. received from another
     /// process); `display_path` names it in messages.
     static H5File open_image(const std::vector<std::uint8_t>& bytes, const std::string& display_path);
@@ -104,6 +106,18 @@ public:
     [[noreturn]] void fail(const std::string& problem) const;
 
 private:
+    /// Checks, before anything is allocated, that `dataset` keeps its data in this
+    /// file and that the file can hold what its shape declares; returns the number
+    /// of elements.
+    size_t checked_elements(const std::string& dataset, const Dims& dims) const;
+    template <class T>
+    std::vector<T> allocate(const std::string& dataset, size_t elements) const;
+    /// Checks that each of the `count` variable-length strings of an attribute or
+    /// dataset points inside a well-formed global heap object of the declared
+    /// length, since libhdf5 1.10 copies whatever a damaged file declares.
+    void check_vlen_strings(hid_t object, bool is_attribute, size_t count, const std::string& what) const;
+    /// `size` bytes of the file from HDF5 address `address`; fails when outside the file.
+    std::vector<std::uint8_t> file_bytes(haddr_t address, size_t size, const std::string& what) const;
     H5File(Handle file, std::string path) : file_(std::move(file)), path_(std::move(path)) {}
     Handle open_object(const std::string& object) const;
     Handle open_dataset(const std::string& dataset) const;
@@ -118,7 +132,8 @@ private:
     std::string path_;
 };
 
-/// Number of elements of a shape (1 for a scalar).
+/// Number of elements of a shape (1 for a scalar); saturates at the largest
+/// hsize_t instead of wrapping around.
 hsize_t element_count(const Dims& dims);
 /// "62x300" style text for messages.
 std::string dims_text(const Dims& dims);
@@ -130,9 +145,18 @@ void H5File::write(const std::string& dataset, const std::vector<T>& data, const
 }
 
 template <class T>
+std::vector<T> H5File::allocate(const std::string& dataset, size_t elements) const {
+    try {
+        return std::vector<T>(elements);
+    } catch (const std::bad_alloc&) {
+        fail("not enough memory to read dataset " + dataset + " (" + std::to_string(elements) + " values)");
+    }
+}
+
+template <class T>
 std::vector<T> H5File::read(const std::string& dataset, Dims* dims) const {
     Dims d = shape(dataset);
-    std::vector<T> out(element_count(d));
+    std::vector<T> out = allocate<T>(dataset, checked_elements(dataset, d));
     read_raw(dataset, H5Type<T>::native(), H5Type<T>::cls, out.data(), out.size());
     if (dims) *dims = d;
     return out;

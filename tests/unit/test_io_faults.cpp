@@ -1,0 +1,340 @@
+// The file layer under faults and hostile files: a full disk during an append,
+// planted symbolic links, damaged variable-length strings, declared sizes the
+// file cannot hold, data kept in another file, fixed-length strings.
+#include "base/error.hpp"
+#include "io/atomic.hpp"
+#include "io/grads.hpp"
+#include "io/h5.hpp"
+#include "io/header.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using namespace acc::io;
+using acc::test::error_of;
+using acc::test::TempDir;
+
+namespace {
+
+std::vector<Parameter> model() { return {{"fc1.weight", {64, 64}}, {"fc1.bias", {64}}}; }
+
+EpochStats epoch(int e) {
+    EpochStats s;
+    s.lr = 0.1;
+    s.steps = 10;
+    s.norm = {1.0 + e, 2.0 + e};
+    return s;
+}
+
+std::vector<char> bytes_of(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::vector<char>& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Offset of `needle` in `bytes`, or npos.
+size_t find(const std::vector<char>& bytes, const std::string& needle, size_t from = 0) {
+    auto it = std::search(bytes.begin() + static_cast<std::ptrdiff_t>(from), bytes.end(), needle.begin(), needle.end());
+    return it == bytes.end() ? std::string::npos : static_cast<size_t>(it - bytes.begin());
+}
+
+std::string le(std::uint64_t value, size_t bytes) {
+    std::string out;
+    for (size_t i = 0; i < bytes; ++i, value >>= 8) out += static_cast<char>(value & 0xff);
+    return out;
+}
+
+// A file with one header (variable-length string attributes) and `body`.
+std::string write_small(const TempDir& dir, const std::string& name, const std::function<void(H5File&)>& body) {
+    std::string path = dir.file(name);
+    write_file(path, {"", 1, 0, {"test_io_faults 1", "test_io_faults"}, "2026-01-01T00:00:00Z"}, "accordion.test", 1, 0,
+               body);
+    return path;
+}
+
+// Creates a file with the raw HDF5 API, for layouts our writers never produce.
+struct RawFile {
+    explicit RawFile(const std::string& path) : id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)) {}
+    ~RawFile() { H5Fclose(id); }
+    hid_t id;
+};
+
+}  // namespace
+
+// A full disk during an append leaves the previous epochs whole and resumable.
+TEST(Faults, FailedAppendKeepsThePreviousEpochs) {
+    TempDir dir;
+    std::string path = dir.file("grads.h5");
+    {
+        GradsWriter w(path, {"t", "t"}, {}, model(), true);
+        w.append_epoch(epoch(0));
+        w.append_epoch(epoch(1));
+    }
+    const auto before = fs::file_size(path);
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+        // Files may not grow past what epochs 0-1 need, so the next epoch's
+        // snapshot cannot be written: the same as a disk that is full.
+        std::signal(SIGXFSZ, SIG_IGN);
+        rlimit limit{before + 4096, before + 4096};
+        setrlimit(RLIMIT_FSIZE, &limit);
+        int code = 0;
+        try {
+            GradsWriter w = GradsWriter::resume(path, model(), 2, true);
+            for (size_t p = 0; p < model().size(); ++p)
+                w.add_snapshot(p, std::vector<float>(static_cast<size_t>(model()[p].numel()), 1.5f));
+            w.add_step_norms(20, {1, 2});
+            w.append_epoch(epoch(2));
+            code = 3;  // the append should have failed
+        } catch (const acc::FileError&) {
+            code = 1;
+        } catch (...) {
+            code = 4;
+        }
+        _exit(code);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status)) << "the writer died of signal " << WTERMSIG(status);
+    ASSERT_EQ(WEXITSTATUS(status), 1);
+    GradStats g = read_grads(path);
+    ASSERT_EQ(g.epochs.size(), 2u);
+    EXPECT_EQ(g.epochs[1].norm, epoch(1).norm);
+    EXPECT_TRUE(g.snapshot_epochs.empty());
+    // Nothing of the failed attempt is left beside the file, and the run can go on.
+    EXPECT_EQ(dir.entries(), (std::vector<std::string>{"grads.h5"}));
+    GradsWriter w = GradsWriter::resume(path, model(), 2, true);
+    w.append_epoch(epoch(2));
+    w.finish();
+    EXPECT_EQ(read_grads(path).epochs.size(), 3u);
+}
+
+// A link planted where a temporary file might go is never written through.
+TEST(Faults, PlantedLinksAreNotFollowed) {
+    TempDir dir;
+    std::string victim = dir.file("victim.txt");
+    std::ofstream(victim) << "precious";
+    // Every name the old scheme would have picked: .<name>.tmp-<pid>-<n>.
+    for (int n = 0; n < 8; ++n)
+        fs::create_symlink(victim, dir.file(".out.h5.tmp-" + std::to_string(getpid()) + "-" + std::to_string(n)));
+    std::string out = dir.file("out.h5");
+    for (int i = 0; i < 3; ++i) write_small(dir, "out.h5", [](H5File& f) { f.write_attr("/", "x", std::int64_t{1}); });
+    std::ifstream in(victim);
+    std::string content;
+    in >> content;
+    EXPECT_EQ(content, "precious");
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(out)));
+    EXPECT_EQ(H5File::open(out, false).read_attr_int("/", "x"), 1);
+}
+
+TEST(Faults, TemporaryNamesAreUnpredictableAndPrivate) {
+    TempDir dir;
+    std::string dest = dir.file("out.h5");
+    AtomicPath a(dest), b(dest);
+    EXPECT_NE(a.temp(), b.temp());
+    struct stat st {};
+    ASSERT_EQ(lstat(fs::path(a.temp()).parent_path().c_str(), &st), 0);
+    EXPECT_TRUE(S_ISDIR(st.st_mode));
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    EXPECT_NE(fs::path(a.temp()).parent_path().filename().string().find(".out.h5.tmp-" + std::to_string(getpid()) + "-"),
+              std::string::npos);
+}
+
+// What a killed run left behind goes at the next start; nothing else does.
+TEST(Faults, StaleTemporariesOfDeadProcessesAreRemoved) {
+    TempDir dir;
+    pid_t gone = fork();
+    if (gone == 0) _exit(0);
+    waitpid(gone, nullptr, 0);
+    const std::string dead = std::to_string(gone), alive = std::to_string(getppid());
+    std::ofstream(dir.file(".out.h5.tmp-" + dead + "-0")) << "old scheme";
+    fs::create_directory(dir.file(".out.h5.tmp-" + dead + "-abc"));
+    std::ofstream(dir.file(".out.h5.tmp-" + dead + "-abc/out.h5")) << "new scheme";
+    std::ofstream(dir.file("victim.txt")) << "precious";
+    fs::create_symlink(dir.file("victim.txt"), dir.file(".out.h5.tmp-" + dead + "-1"));
+    std::ofstream(dir.file(".out.h5.tmp-" + alive + "-0")) << "another run's";
+    std::ofstream(dir.file(".other.h5.tmp-" + dead + "-0")) << "another file's";
+    std::ofstream(dir.file(".out.h5.tmp-notapid")) << "not ours";
+    write_small(dir, "out.h5", [](H5File&) {});
+    std::vector<std::string> left = dir.entries();
+    std::sort(left.begin(), left.end());
+    EXPECT_EQ(left, (std::vector<std::string>{".other.h5.tmp-" + dead + "-0", ".out.h5.tmp-" + alive + "-0",
+                                              ".out.h5.tmp-notapid", "out.h5", "victim.txt"}));
+    EXPECT_EQ(fs::file_size(dir.file("victim.txt")), 8u);
+    // A program checks its output when it starts, and that clears them already.
+    std::ofstream(dir.file(".late.h5.tmp-" + dead + "-0")) << "old scheme";
+    check_writable_destination(dir.file("late.h5"));
+    EXPECT_FALSE(fs::exists(dir.file(".late.h5.tmp-" + dead + "-0")));
+}
+
+// A damaged length of a variable-length string is an error, never a crash.
+TEST(Faults, DamagedStringLengthsAreRefused) {
+    TempDir dir;
+    std::string path = write_small(dir, "a.h5", [](H5File& f) {
+        f.write_strings("/names", {"fc1.weight", "fc1.bias"});
+    });
+    const std::vector<char> good = bytes_of(path);
+    const size_t heap = find(good, "GCOL");
+    ASSERT_NE(heap, std::string::npos);
+    // The attribute's record: length 14 ("accordion.test"), the heap's address.
+    const size_t record = find(good, le(14, 4) + le(heap, 8));
+    ASSERT_NE(record, std::string::npos);
+    for (std::uint32_t length : {0u, 1u, 13u, 15u, 0x7fffffffu, 0xffffffffu}) {
+        std::vector<char> bad = good;
+        std::memcpy(bad.data() + record, le(length, 4).data(), 4);
+        write_bytes(path, bad);
+        std::string message = error_of([&] { read_header(H5File::open(path, false), "accordion.test", 1); });
+        if (length == 0) {
+            // Zero reads as an empty string: the wrong kind of file, found without reading the heap.
+            EXPECT_CONTAINS(message, "a.h5: ");
+        } else {
+            EXPECT_CONTAINS(message, "a.h5: attribute 'format' of / declares " + std::to_string(length));
+        }
+    }
+    // The heap object's own size, past the end of its collection.
+    std::vector<char> bad = good;
+    const size_t object = find(good, "fc1.weight", heap) - 8;  // its size field precedes the text
+    std::memcpy(bad.data() + object, le(1 << 20, 8).data(), 8);
+    write_bytes(path, bad);
+    EXPECT_CONTAINS(error_of([&] { H5File::open(path, false).read_strings("/names"); }), "a.h5: dataset /names");
+}
+
+// A declared shape is checked against the file before any memory is allocated.
+TEST(Faults, DeclaredSizesMustFitTheFile) {
+    TempDir dir;
+    std::string path = dir.file("huge.h5");
+    {
+        RawFile f(path);
+        // 2^26 rows of 6 doubles (3.2 GB) in a file of a few kilobytes: chunks never written.
+        hsize_t dims[2] = {hsize_t{1} << 26, 6}, max[2] = {H5S_UNLIMITED, 6}, chunk[2] = {16, 6};
+        hid_t space = H5Screate_simple(2, dims, max);
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(dcpl, 2, chunk);
+        H5Dclose(H5Dcreate2(f.id, "rows", H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+        H5Pset_deflate(dcpl, 4);
+        H5Dclose(H5Dcreate2(f.id, "packed", H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+        // 2^32 x 2^32 elements: the count wraps to 0 in 64 bits.
+        hsize_t wide[2] = {hsize_t{1} << 32, hsize_t{1} << 32}, wide_max[2] = {H5S_UNLIMITED, H5S_UNLIMITED};
+        hid_t wide_space = H5Screate_simple(2, wide, wide_max);
+        H5Dclose(H5Dcreate2(f.id, "wrapped", H5T_IEEE_F64LE, wide_space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+        hsize_t names[1] = {hsize_t{1} << 40}, names_max[1] = {H5S_UNLIMITED}, name_chunk[1] = {64};
+        hid_t names_space = H5Screate_simple(1, names, names_max);
+        hid_t names_dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_chunk(names_dcpl, 1, name_chunk);
+        hid_t text = H5Tcopy(H5T_C_S1);
+        H5Tset_size(text, H5T_VARIABLE);
+        H5Dclose(H5Dcreate2(f.id, "names", text, names_space, H5P_DEFAULT, names_dcpl, H5P_DEFAULT));
+        for (hid_t id : {space, wide_space, names_space}) H5Sclose(id);
+        for (hid_t id : {dcpl, names_dcpl}) H5Pclose(id);
+        H5Tclose(text);
+    }
+    H5File f = H5File::open(path, false);
+    EXPECT_CONTAINS(error_of([&] { f.read<double>("rows"); }),
+                    "huge.h5: dataset rows declares 67108864x6 values (3221225472 bytes) but the file holds only 0 bytes");
+    EXPECT_CONTAINS(error_of([&] { f.read<double>("packed"); }), "huge.h5: dataset packed declares 67108864x6 values");
+    EXPECT_CONTAINS(error_of([&] { f.read<double>("wrapped"); }),
+                    "huge.h5: wrapped declares shape 4294967296x4294967296, more values than any file holds");
+    EXPECT_CONTAINS(error_of([&] { f.read_strings("names"); }), "huge.h5: dataset names declares 1099511627776 values");
+}
+
+TEST(Faults, ExternalStorageIsRefused) {
+    TempDir dir;
+    std::string secret = dir.file("secret.bin");
+    write_bytes(secret, std::vector<char>(64, 'x'));
+    std::string path = dir.file("external.h5");
+    {
+        RawFile f(path);
+        hsize_t dims[1] = {8};
+        hid_t space = H5Screate_simple(1, dims, nullptr);
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_external(dcpl, secret.c_str(), 0, 64);
+        H5Dclose(H5Dcreate2(f.id, "data", H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+        H5Sclose(space);
+        H5Pclose(dcpl);
+    }
+    EXPECT_CONTAINS(error_of([&] { H5File::open(path, false).read<double>("data"); }),
+                    "external.h5: dataset data keeps its data in another file (HDF5 external storage)");
+}
+
+// Fixed-length strings that fill their width (h5py's null-padded "S" type) keep
+// their last character.
+TEST(Faults, FixedLengthStringsKeepTheirLastCharacter) {
+    TempDir dir;
+    std::string path = dir.file("fixed.h5");
+    {
+        RawFile f(path);
+        hid_t type = H5Tcopy(H5T_C_S1);
+        H5Tset_size(type, 10);
+        H5Tset_strpad(type, H5T_STR_NULLPAD);
+        hsize_t dims[1] = {2};
+        hid_t space = H5Screate_simple(1, dims, nullptr);
+        const char names[] = "fc1.weightfc1.bias\0\0";
+        hid_t ds = H5Dcreate2(f.id, "names", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, names);
+        H5Dclose(ds);
+        hid_t scalar = H5Screate(H5S_SCALAR);
+        hid_t attr = H5Acreate2(f.id, "format", type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(attr, type, "accordion.");
+        H5Aclose(attr);
+        H5Sclose(scalar);
+        H5Sclose(space);
+        H5Tclose(type);
+    }
+    H5File f = H5File::open(path, false);
+    EXPECT_EQ(f.read_strings("names"), (std::vector<std::string>{"fc1.weight", "fc1.bias"}));
+    EXPECT_EQ(f.read_attr_string("/", "format"), "accordion.");
+}
+
+// Datasets that must agree are compared before the larger one is read.
+TEST(Faults, RowCountsAreComparedBeforeReading) {
+    TempDir dir;
+    std::string path = dir.file("grads.h5");
+    {
+        GradsWriter w(path, {"t", "t"}, {}, model(), false);
+        for (int e = 0; e < 3; ++e) w.append_epoch(epoch(e));
+    }
+    {
+        hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t ds = H5Dopen2(f, "/epochs/norm", H5P_DEFAULT);
+        hsize_t dims[2] = {hsize_t{1} << 26, 2};
+        ASSERT_GE(H5Dset_extent(ds, dims), 0);
+        H5Dclose(ds);
+        H5Fclose(f);
+    }
+    EXPECT_CONTAINS(error_of([&] { read_grads(path); }),
+                    "grads.h5: /epochs/lr has shape 3, expected 67108864 (one value per epoch of /epochs/norm)");
+}
+
+// The same checks hold for a file received as an image in memory.
+TEST(Faults, FileImagesAreCheckedToo) {
+    TempDir dir;
+    std::string path = write_small(dir, "a.h5", [](H5File& f) { f.write_strings("/names", {"fc1.weight", "fc1.bias"}); });
+    const std::vector<char> good = bytes_of(path);
+    auto image = [](const std::vector<char>& bytes) { return std::vector<std::uint8_t>(bytes.begin(), bytes.end()); };
+    H5File f = H5File::open_image(image(good), "sent.h5");
+    EXPECT_EQ(read_header(f, "accordion.test", 1).provenance.producer, "test_io_faults 1");
+    EXPECT_EQ(f.read_strings("/names"), (std::vector<std::string>{"fc1.weight", "fc1.bias"}));
+    const size_t heap = find(good, "GCOL");
+    const size_t record = find(good, le(14, 4) + le(heap, 8));
+    ASSERT_NE(record, std::string::npos);
+    std::vector<char> bad = good;
+    bad[record] = 2;
+    EXPECT_CONTAINS(error_of([&] { read_header(H5File::open_image(image(bad), "sent.h5"), "accordion.test", 1); }),
+                    "sent.h5: attribute 'format' of / declares 2 bytes but its heap object holds 14");
+}
