@@ -37,8 +37,9 @@ using std::chrono::milliseconds;
 constexpr milliseconds kHeartbeatPeriod{500};
 // Long enough for a live rank to beat at least twice.
 constexpr milliseconds kSilenceWindow{1600};
-// Store operations after a failure: short, so that a dead store cannot stall the report.
-constexpr milliseconds kDiagnosisTimeout{3000};
+// Store operations after a failure: short, so that a dead or stopped store
+// cannot stall the report much beyond --timeout.
+constexpr milliseconds kDiagnosisTimeout{2000};
 // How long the rank hosting the store keeps it for the others to read the diagnosis.
 constexpr milliseconds kLinger{5000};
 
@@ -233,6 +234,15 @@ struct ProcessGroupCollectives::Impl {
         return (ranks.size() == 1 ? "rank " : "ranks ") + acc::join(parts, ", ");
     }
 
+    // TCPStore::setTimeout alone bounds only later wait() calls: get, add and
+    // check keep the socket timeout of the last wait (--timeout, from the
+    // rendezvous), so a stopped store host would make the diagnosis wait a
+    // second --timeout. A wait on a key that exists applies the short one.
+    void shorten_store_timeout() {
+        tcp_store->setTimeout(kDiagnosisTimeout);
+        store->wait({key("member/" + std::to_string(rank()))}, kDiagnosisTimeout);
+    }
+
     // Closes this rank's connections so that peers blocked on it fail at once.
     void close_connections() noexcept {
         try {
@@ -278,7 +288,7 @@ struct ProcessGroupCollectives::Impl {
             message = std::string(op) + " failed after " + seconds_text(elapsed) + ": " + detail;
         } else {
             try {
-                tcp_store->setTimeout(kDiagnosisTimeout);
+                shorten_store_timeout();
                 if (store->check({key("failure")})) {
                     message = publish("", world());
                 } else {
@@ -754,7 +764,7 @@ void ProcessGroupCollectives::abort(const std::string& reason) noexcept {
     impl_->stop_heartbeat();
     if (impl_->world() > 1 && impl_->tcp_store) {
         try {
-            impl_->tcp_store->setTimeout(kDiagnosisTimeout);
+            impl_->shorten_store_timeout();
             impl_->publish(*impl_->failure, impl_->world());
         } catch (...) {
         }
