@@ -17,9 +17,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <optional>
+#include <random>
 #include <set>
 
 extern char** environ;
@@ -190,6 +192,18 @@ std::string describe_status(int status) {
     return "exited with " + std::to_string(status);
 }
 
+// 128 random bits in hex: a run token no other process can guess.
+std::string random_token() {
+    std::random_device device;
+    std::string token;
+    for (int i = 0; i < 4; ++i) {
+        char part[9];
+        std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(device()));
+        token += part;
+    }
+    return token;
+}
+
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, Child& child) {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
@@ -262,12 +276,16 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
         std::string entry = *e;
         std::string name = entry.substr(0, entry.find('='));
         if (is_rendezvous_variable(name) || name == kLauncherVariable) continue;
+        if (name == kRunTokenVariable && entry.size() == name.size() + 1) continue;  // set but empty
         has_omp = has_omp || name == "OMP_NUM_THREADS";
         base_env.push_back(entry);
     }
     // As torchrun does: one OpenMP thread per rank unless the user chose otherwise.
     if (!has_omp) base_env.push_back("OMP_NUM_THREADS=1");
     base_env.push_back(std::string(kLauncherVariable) + "=" + std::to_string(::getpid()));
+    // The ranks' store is theirs alone: a process that does not know the token cannot join it.
+    const char* token = std::getenv(kRunTokenVariable);
+    if (!token || !*token) base_env.push_back(std::string(kRunTokenVariable) + "=" + random_token());
     spdlog::debug("starting {} ranks, rendezvous at {}:{}", config.nproc, addr, port);
 
     SignalGuard signals;
