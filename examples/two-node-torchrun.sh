@@ -13,7 +13,9 @@
 # (cuda, or cpu for Gloo) defaults to cuda; PROFILE_MAX, the largest message
 # comm-profile sends, 64M. Rank 0 (on node 0) writes the
 # metrics and checkpoints to the current directory. The same with
-# comm-profile measures the link between the machines first.
+# comm-profile measures the link between the machines first. Export the same
+# ACC_RUN_TOKEN on both machines (e.g. from `openssl rand -hex 16`) so that
+# no other process can join the run (see SECURITY in the man pages).
 set -euo pipefail
 schedule=${1:?usage: MASTER_ADDR=HOST NODE_RANK=0|1 examples/two-node-torchrun.sh SCHED.h5 -- TRAIN-DIST OPTIONS}
 shift
