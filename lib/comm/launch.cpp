@@ -17,9 +17,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <chrono>
 #include <optional>
+#include <random>
 #include <set>
 
 extern char** environ;
@@ -79,6 +81,8 @@ struct Child {
     bool running = true;
     int status = 0;  // exit code, or 128 + signal
     Stream out, err;
+    std::string errors;     // the rank's "<tool>[r]: error: " lines, held until it exits
+    bool reported = false;  // `errors` passed on (or dropped)
 };
 
 bool is_rendezvous_variable(const std::string& name) {
@@ -102,25 +106,55 @@ class Forwarder {
 public:
     Forwarder(std::string tool) : tool_(std::move(tool)) {}
 
+    // Once a rank has exited and its output is drained: passes its error lines on,
+    // except a usage error (exit 2) that another rank already reported in the
+    // same words; every rank finds the same bad option, and the user should read it once.
+    void report(Child& child) {
+        if (child.reported || child.running || child.err.fd >= 0) return;
+        child.reported = true;
+        std::string kept;
+        size_t start = 0;
+        while (start < child.errors.size()) {
+            const size_t end = child.errors.find('\n', start) + 1;
+            const std::string line = child.errors.substr(start, end - start);
+            start = end;
+            const std::string message = line.substr(line.find("]: error: ") + 1);
+            if (child.status == 2 && !usage_errors_.insert(message).second) continue;
+            kept += line;
+        }
+        if (!kept.empty()) write_all(STDERR_FILENO, kept);
+        child.errors.clear();
+    }
+
     // Passes complete lines on; `eof` flushes an unterminated last line.
     void forward(Child& child, Stream& stream, bool is_stdout, bool eof) {
         size_t start = 0;
         std::string block;
+        auto pass = [&](const std::string& line) {
+            if (!is_stdout && is_error(child.rank, line))
+                child.errors += line;
+            else
+                block += decorate(child.rank, is_stdout, line);
+        };
         for (;;) {
             size_t end = stream.pending.find('\n', start);
             if (end == std::string::npos) break;
-            block += decorate(child.rank, is_stdout, stream.pending.substr(start, end - start + 1));
+            pass(stream.pending.substr(start, end - start + 1));
             start = end + 1;
         }
         stream.pending.erase(0, start);
         if (eof && !stream.pending.empty()) {
-            block += decorate(child.rank, is_stdout, stream.pending + "\n");
+            pass(stream.pending + "\n");
             stream.pending.clear();
         }
         if (!block.empty()) write_all(is_stdout ? STDOUT_FILENO : STDERR_FILENO, block);
     }
 
 private:
+    // The rank's own error message, as acc::cli::run_tool prints it.
+    bool is_error(int rank, const std::string& line) const {
+        return line.rfind(tool_ + "[" + std::to_string(rank) + "]: error: ", 0) == 0;
+    }
     std::string decorate(int rank, bool is_stdout, const std::string& line) const {
         if (is_stdout && rank == 0) return line;  // results stay machine-readable
         const std::string tag = tool_ + "[" + std::to_string(rank) + "]";
@@ -128,6 +162,7 @@ private:
         return "[" + std::to_string(rank) + "] " + line;
     }
     std::string tool_;
+    std::set<std::string> usage_errors_;
 };
 
 void drain(Child& child, Stream& stream, bool is_stdout, Forwarder& forwarder) {
@@ -155,6 +190,18 @@ std::string describe_status(int status) {
         return "was killed by signal " + std::to_string(status - 128) + (name ? std::string(" (") + name + ")" : "");
     }
     return "exited with " + std::to_string(status);
+}
+
+// 128 random bits in hex: a run token no other process can guess.
+std::string random_token() {
+    std::random_device device;
+    std::string token;
+    for (int i = 0; i < 4; ++i) {
+        char part[9];
+        std::snprintf(part, sizeof part, "%08x", static_cast<unsigned>(device()));
+        token += part;
+    }
+    return token;
 }
 
 pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>& env, Child& child) {
@@ -229,12 +276,16 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
         std::string entry = *e;
         std::string name = entry.substr(0, entry.find('='));
         if (is_rendezvous_variable(name) || name == kLauncherVariable) continue;
+        if (name == kRunTokenVariable && entry.size() == name.size() + 1) continue;  // set but empty
         has_omp = has_omp || name == "OMP_NUM_THREADS";
         base_env.push_back(entry);
     }
     // As torchrun does: one OpenMP thread per rank unless the user chose otherwise.
     if (!has_omp) base_env.push_back("OMP_NUM_THREADS=1");
     base_env.push_back(std::string(kLauncherVariable) + "=" + std::to_string(::getpid()));
+    // The ranks' store is theirs alone: a process that does not know the token cannot join it.
+    const char* token = std::getenv(kRunTokenVariable);
+    if (!token || !*token) base_env.push_back(std::string(kRunTokenVariable) + "=" + random_token());
     spdlog::debug("starting {} ranks, rendezvous at {}:{}", config.nproc, addr, port);
 
     SignalGuard signals;
@@ -298,6 +349,7 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
             if (c.status != 0 && !failed_at) failed_at = Clock::now();
             if (WIFSIGNALED(status) && !terminated_at) spdlog::warn("rank {} {}", c.rank, describe_status(c.status));
         }
+        for (Child& c : children) forwarder.report(c);
         const auto now = Clock::now();
         if (const int signal = g_forward_signal) {
             g_forward_signal = 0;
@@ -320,6 +372,7 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
             killed = true;
         }
     }
+    for (Child& c : children) forwarder.report(c);
     int worst = 0;
     for (const Child& c : children) worst = std::max(worst, c.status);
     return worst;

@@ -3,7 +3,10 @@
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "comm/store_server.hpp"
 #include "comm/torch_compat.hpp"
+
+#include <c10/util/hash.h>
 
 #ifdef ACC_HAVE_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -37,8 +40,9 @@ using std::chrono::milliseconds;
 constexpr milliseconds kHeartbeatPeriod{500};
 // Long enough for a live rank to beat at least twice.
 constexpr milliseconds kSilenceWindow{1600};
-// Store operations after a failure: short, so that a dead store cannot stall the report.
-constexpr milliseconds kDiagnosisTimeout{3000};
+// Store operations after a failure: short, so that a dead or stopped store
+// cannot stall the report much beyond --timeout.
+constexpr milliseconds kDiagnosisTimeout{2000};
 // How long the rank hosting the store keeps it for the others to read the diagnosis.
 constexpr milliseconds kLinger{5000};
 
@@ -153,6 +157,7 @@ struct ProcessGroupCollectives::Impl {
     c10::intrusive_ptr<c10d::Store> store;       // base_store, under torchrun's attempt prefix
     c10::intrusive_ptr<compat::BackendBase> pg;
     bool hosts_store = false;
+    std::string space;  // this run's key names, derived from its token
     std::vector<Member> members;
     std::vector<std::string> hosts;
     Traffic traffic;
@@ -174,7 +179,9 @@ struct ProcessGroupCollectives::Impl {
 
     int rank() const { return rendezvous.rank; }
     int world() const { return rendezvous.world_size; }
-    std::string key(const std::string& name) const { return "acc/" + name; }
+    // Keys live under a name only the run token gives, so that a process
+    // without it can neither read nor plant them.
+    std::string key(const std::string& name) const { return "acc/" + space + "/" + name; }
 
     void start_heartbeat() {
         heartbeat = std::thread([this] {
@@ -233,6 +240,15 @@ struct ProcessGroupCollectives::Impl {
         return (ranks.size() == 1 ? "rank " : "ranks ") + acc::join(parts, ", ");
     }
 
+    // TCPStore::setTimeout alone bounds only later wait() calls: get, add and
+    // check keep the socket timeout of the last wait (--timeout, from the
+    // rendezvous), so a stopped store host would make the diagnosis wait a
+    // second --timeout. A wait on a key that exists applies the short one.
+    void shorten_store_timeout() {
+        tcp_store->setTimeout(kDiagnosisTimeout);
+        store->wait({key("member/" + std::to_string(rank()))}, kDiagnosisTimeout);
+    }
+
     // Closes this rank's connections so that peers blocked on it fail at once.
     void close_connections() noexcept {
         try {
@@ -278,7 +294,7 @@ struct ProcessGroupCollectives::Impl {
             message = std::string(op) + " failed after " + seconds_text(elapsed) + ": " + detail;
         } else {
             try {
-                tcp_store->setTimeout(kDiagnosisTimeout);
+                shorten_store_timeout();
                 if (store->check({key("failure")})) {
                     message = publish("", world());
                 } else {
@@ -406,11 +422,15 @@ void connect_store(ProcessGroupCollectives::Impl& impl) {
                     seconds_text(rv.timeout) + "; " +
                     (rv.agent_store ? "is torchrun's agent still running?" : "did rank 0 start?"));
     try {
-        auto tcp = c10::make_intrusive<c10d::TCPStore>(
-            rv.master_addr,
-            compat::store_options(static_cast<std::uint16_t>(rv.master_port), impl.hosts_store, timeout));
+        auto tcp = impl.hosts_store
+                       ? start_store_server(rv.master_addr, rv.master_port, timeout)
+                       : c10::make_intrusive<c10d::TCPStore>(
+                             rv.master_addr,
+                             compat::store_options(static_cast<std::uint16_t>(rv.master_port), false, timeout));
         impl.tcp_store = tcp.get();
         impl.base_store = tcp;
+    } catch (const acc::Error&) {
+        throw;
     } catch (const std::exception& e) {
         const std::string detail = backend_message(e);
         if (impl.hosts_store)
@@ -444,12 +464,36 @@ void connect_store(ProcessGroupCollectives::Impl& impl) {
     throw Error(message);
 }
 
+// Public keys (outside the run's name space): the run token's check value,
+// which the first rank to arrive sets, and how many ranks it turned away.
+constexpr const char* kRunCheckKey = "acc/run";
+constexpr const char* kRefusedKey = "acc/refused";
+
+std::string token_hash(const std::string& purpose, const std::string& token) {
+    return c10::sha1("accordion run token, " + purpose + ": " + token).str();
+}
+
+// A rank presents its run token: the store must have been opened with the
+// same one. The check value does not give away the key names.
+void present_token(ProcessGroupCollectives::Impl& impl) {
+    const Rendezvous& rv = impl.rendezvous;
+    if (!impl.tcp_store) return;  // one rank, a store in memory
+    const std::string check = token_hash("check", rv.run_token);
+    const std::string found = text_of(impl.store->compareSet(kRunCheckKey, {}, bytes_of(check)));
+    if (found == check) return;
+    impl.store->add(kRefusedKey, 1);
+    throw Error("rendezvous at " + rv.master_addr + ":" + std::to_string(rv.master_port) +
+                ": the store there belongs to another run (it was opened with another run token); give every rank "
+                "the same " + kRunTokenVariable + ", or none");
+}
+
 // Every rank announces itself and waits for the others, so that a rank that
 // never arrives is named.
 void meet(ProcessGroupCollectives::Impl& impl) {
     const Rendezvous& rv = impl.rendezvous;
     const std::string me = std::to_string(rv.rank);
     const std::string where = rv.master_addr + ":" + std::to_string(rv.master_port);
+    present_token(impl);
     if (impl.store->add(impl.key("claims/" + me), 1) > 1)
         throw Error("rendezvous: rank " + me + " was started twice (another process already joined as rank " + me +
                     ")");
@@ -479,10 +523,18 @@ void meet(ProcessGroupCollectives::Impl& impl) {
         if (!missing.empty()) {
             std::vector<std::string> names;
             for (int r : missing) names.push_back(std::to_string(r));
+            std::int64_t refused = 0;
+            try {
+                refused = impl.store->add(kRefusedKey, 0);
+            } catch (const std::exception&) {
+            }
             fail_rendezvous(impl,
                             "rendezvous at " + where + " timed out after " + seconds_text(rv.timeout) + ": " +
                                 (missing.size() == 1 ? "rank " : "ranks ") + join(names, ", ") + " of " +
-                                std::to_string(rv.world_size) + " never arrived",
+                                std::to_string(rv.world_size) + " never arrived" +
+                                (refused > 0 ? " (" + std::to_string(refused) + " turned away: another " +
+                                                   kRunTokenVariable + ")"
+                                             : ""),
                             rv.world_size - static_cast<int>(missing.size()));
         }
         std::this_thread::sleep_for(milliseconds(20));
@@ -562,6 +614,7 @@ std::unique_ptr<ProcessGroupCollectives> ProcessGroupCollectives::join(const Ren
     auto impl = std::make_unique<Impl>();
     impl->rendezvous = rendezvous;
     impl->backend = backend;
+    impl->space = token_hash("keys", rendezvous.run_token).substr(0, 20);
     spdlog::debug("joining as rank {} of {} ({}), store at {}:{}{}", rendezvous.rank, rendezvous.world_size,
                   backend_name(backend), rendezvous.master_addr, rendezvous.master_port,
                   rendezvous.world_size == 1 ? " (not needed)"
@@ -754,7 +807,7 @@ void ProcessGroupCollectives::abort(const std::string& reason) noexcept {
     impl_->stop_heartbeat();
     if (impl_->world() > 1 && impl_->tcp_store) {
         try {
-            impl_->tcp_store->setTimeout(kDiagnosisTimeout);
+            impl_->shorten_store_timeout();
             impl_->publish(*impl_->failure, impl_->world());
         } catch (...) {
         }

@@ -85,6 +85,7 @@ Rendezvous resolve_rendezvous(const RendezvousConfig& config, const Environment&
     const bool store_moved = !config.master_addr.empty() || config.master_port >= 1;
     r.agent_store = agent && std::string(agent) == "True" && !store_moved;
     r.restart_count = env_int(env, "TORCHELASTIC_RESTART_COUNT", 0, 0, std::numeric_limits<int>::max());
+    if (const char* token = env(kRunTokenVariable)) r.run_token = token;
     return r;
 }
 

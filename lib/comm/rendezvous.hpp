@@ -35,7 +35,14 @@ struct Rendezvous {
     bool agent_store = false;  ///< torchrun's agent hosts the store; every rank connects as a client
     int restart_count = 0;     ///< TORCHELASTIC_RESTART_COUNT: the agent store's key prefix
     double timeout = 60;       ///< seconds
+    /// ACC_RUN_TOKEN: what every rank of this run presents at the store; ranks
+    /// keep their keys under a name derived from it and refuse a store that
+    /// another token opened. Empty: the toolkit's default, which anyone can present.
+    std::string run_token;
 };
+
+/// The environment variable that gives the run token (--nproc sets a random one).
+inline constexpr const char* kRunTokenVariable = "ACC_RUN_TOKEN";
 
 /// Reads one environment variable; nullptr when unset. Tests pass their own.
 using Environment = std::function<const char*(const char*)>;

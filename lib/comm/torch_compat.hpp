@@ -50,6 +50,25 @@ inline c10d::TCPStoreOptions store_options(std::uint16_t port, bool is_server, s
     return options;
 }
 
+/// Whether TCPStoreOptions::masterListenFd exists (2.1+): the store then takes
+/// over a socket lib/comm bound to one address. Older versions bind the
+/// store to every interface inside the TCPStore constructor; store_server.cpp
+/// narrows that bind there.
+#define ACC_TORCH_STORE_TAKES_LISTEN_FD ACC_TORCH_AT_LEAST(2, 1)
+
+/// A server store on `port` that takes over `listen_fd` (bound and listening)
+/// where this version can; otherwise the constructor binds by itself.
+inline c10::intrusive_ptr<c10d::TCPStore> start_store(const std::string& host, std::uint16_t port,
+                                                       std::chrono::milliseconds timeout, int listen_fd) {
+    c10d::TCPStoreOptions options = store_options(port, true, timeout);
+#if ACC_TORCH_STORE_TAKES_LISTEN_FD
+    options.masterListenFd = listen_fd;
+#else
+    (void)listen_fd;
+#endif
+    return c10::make_intrusive<c10d::TCPStore>(host, options);
+}
+
 /// Gloo transport devices. 2.x added a trailing `bool lazyInit = false`; the
 /// default keeps the one-argument call valid in both.
 inline std::shared_ptr<::gloo::transport::Device> gloo_device_for_host(const std::string& host) {

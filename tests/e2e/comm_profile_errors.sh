@@ -37,6 +37,13 @@ if [ "$got" != 0 ]; then
     [ "$got" = 2 ] || fail "reduce_scatter on a backend without it exited with $got"
     grep -q "reduce_scatter: the gloo backend of LibTorch .* has no reduce-scatter" "$WORK/err" || fail "reduce_scatter: $(cat "$WORK/err")"
 fi
+# A usage error every rank finds reaches the user once.
+got=0
+comm-profile --nproc 2 --collectives reduce_scatter -e 64 -n 1 -q 2>"$WORK/err" || got=$?
+if [ "$got" = 2 ]; then
+    [ "$(grep -c "error: reduce_scatter: the gloo backend" "$WORK/err")" = 1 ] ||
+        fail "--nproc 2: a usage error of every rank is not printed once: $(cat "$WORK/err")"
+fi
 
 # Runtime errors: exit 1.
 expect_exit 1 "^comm-profile: error: no/such/dir/comm.h5: directory no/such/dir does not exist$" -- comm-profile -e 64 -o no/such/dir/comm.h5

@@ -71,6 +71,22 @@ kill -KILL "$rank1"
 grep -qE "^comm-profile\[0\]: error: rank 1 \(host [^,]+, pid $rank1\) lost during (allreduce|barrier) after [0-9.]+ s \(no progress within --timeout 8.0 s\)$" rank0.err ||
     fail "hung peer: $(tail -2 rank0.err)"
 
+# Rank 0, which hosts the store, hangs: rank 1 gives up after --timeout plus the
+# few seconds the diagnosis may take (the store no longer answers), not after
+# a second --timeout.
+start_pair 10
+disown "$rank0"
+start=$(date +%s%N)
+kill -STOP "$rank0"
+got=0
+wait "$rank1" || got=$?
+took=$(seconds_since "$start")
+kill -KILL "$rank0"
+[ "$got" = 1 ] || fail "rank 1 exited with $got after rank 0 hung"
+[ "$took" -ge 10 ] && [ "$took" -le 15 ] || fail "rank 1 gave up on a hung rank 0 after $took s (timeout 10 s)"
+grep -qE "^comm-profile\[1\]: error: rank 0 \(host [^,]+, pid $rank0\) lost during (allreduce|barrier) after [0-9.]+ s \(it hosted the rendezvous store, which no longer answers\)$" rank1.err ||
+    fail "hung store host: $(tail -2 rank1.err)"
+
 # Rendezvous where a rank never starts, seen from either side.
 # (Rank 1 starts first and waits for the store, so that only rank 2 is late;
 # it reports what rank 0 found, long before its own timeout.)

@@ -8,8 +8,8 @@ cd "$WORK"
 args=(--model mlp --hidden-size 32 --train-samples 800 --test-samples 100 --batch-size 40 --epochs 2 --lr 0.1 --seed 9)
 port=$(free_port)
 got=0
-# --redirects 1 --tee 1: torchrun 1.13's defaults crash on Python 3.11.
-"$ACC_PYTHON" -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node 2 --master_port "$port" \
+# The form the manual gives, which torchrun 1.13 and 2.x both accept.
+"$ACC_PYTHON" -m torch.distributed.run --nproc_per_node 2 --redirects 2 --tee 2 --master_port "$port" \
     --log_dir "$WORK/logs" --no_python "$ACC_BIN/grad-dump" "${args[@]}" -v -o torchrun.h5 >out.txt 2>err.txt || got=$?
 [ "$got" = 0 ] || fail "torchrun exited with $got: $(tail -5 err.txt)"
 cat out.txt err.txt >all.txt

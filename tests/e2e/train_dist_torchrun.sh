@@ -8,8 +8,8 @@ cd "$WORK"
 port=$(free_port)
 mkdir run
 got=0
-# --redirects 1 --tee 1: torchrun 1.13's defaults crash on Python 3.11.
-"$ACC_PYTHON" -m torch.distributed.run --redirects 1 --tee 1 --nproc_per_node 2 --master_port "$port" \
+# The form the manual gives, which torchrun 1.13 and 2.x both accept.
+"$ACC_PYTHON" -m torch.distributed.run --nproc_per_node 2 --redirects 2 --tee 2 --master_port "$port" \
     --log_dir "$WORK/logs" --no_python "$ACC_BIN/train-dist" --model cnn --dataset synthetic --train-samples 400 \
     --test-samples 100 --batch-size 20 --epochs 2 --threads 1 --compress topk:0.05 --metrics run/metrics.h5 -v \
     >out.txt 2>err.txt || got=$?

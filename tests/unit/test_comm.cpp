@@ -96,6 +96,8 @@ TEST(Rendezvous, ReadsTorchrunsEnvironment) {
     EXPECT_TRUE(r.agent_store);
     EXPECT_EQ(r.restart_count, 2);
     EXPECT_EQ(agent_store_prefix(r.restart_count), "/worker/attempt_2");
+    EXPECT_EQ(r.run_token, "");
+    EXPECT_EQ(resolve_rendezvous({}, fake_env({{"ACC_RUN_TOKEN", "s3cret"}})).run_token, "s3cret");
 }
 
 TEST(Rendezvous, FlagsOverrideTheEnvironment) {
@@ -421,6 +423,34 @@ TEST(ProcessGroup, MismatchedWorldSizesAreNamed) {
     other.join();
     EXPECT_EQ(error0, "rendezvous: rank 1 was started with a world size of 3, rank 0 with 2");
     EXPECT_EQ(error1, error0) << "the rank still waiting reports the same cause";
+}
+
+TEST(ProcessGroup, ARankWithAnotherRunTokenIsTurnedAway) {
+    const int port = free_local_port();
+    auto join_as = [port](int rank, const std::string& token, double timeout, std::string* error) {
+        try {
+            Rendezvous rv;
+            rv.rank = rank;
+            rv.world_size = 2;
+            rv.master_port = port;
+            rv.timeout = timeout;
+            rv.run_token = token;
+            ProcessGroupCollectives::join(rv);
+        } catch (const std::exception& e) {
+            *error = e.what();
+        }
+    };
+    std::string error0, error1;
+    std::thread host(join_as, 0, "secret", 3.0, &error0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 0 opens the store first
+    join_as(1, "guess", 3.0, &error1);
+    host.join();
+    const std::string where = "127.0.0.1:" + std::to_string(port);
+    EXPECT_EQ(error1, "rendezvous at " + where +
+                          ": the store there belongs to another run (it was opened with another run token); give "
+                          "every rank the same ACC_RUN_TOKEN, or none");
+    EXPECT_EQ(error0, "rendezvous at " + where +
+                          " timed out after 3.0 s: rank 1 of 2 never arrived (1 turned away: another ACC_RUN_TOKEN)");
 }
 
 TEST(ProcessGroup, AnAbortingRankTellsTheOthersWhy) {
