@@ -66,8 +66,8 @@ bool is_loopback(const std::string& host) { return host == "localhost" || host.r
 
 // The local address this machine uses to reach `host`: the address Gloo must
 // listen on so that peers on the same network (or in the same network
-// namespace) can connect to it.
-std::string local_address_towards(const std::string& host, int port) {
+// namespace) can connect to it. Unused in builds without Gloo.
+[[maybe_unused]] std::string local_address_towards(const std::string& host, int port) {
     if (is_loopback(host)) return "127.0.0.1";
     addrinfo hints{};
     hints.ai_family = AF_INET;

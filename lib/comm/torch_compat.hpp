@@ -3,12 +3,16 @@
 // TORCH_VERSION_*.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>  // also without Gloo, whose header brought it in
 #ifndef ACC_WITHOUT_GLOO  // cmake/AccTorch.cmake sets it where Gloo's headers are missing (pip's LibTorch)
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>  // needs USE_C10D_GLOO
 #endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/version.h>
 #ifdef C10_USE_GLOG
 #include <glog/logging.h>
