@@ -9,7 +9,7 @@ message(STATUS "LibTorch ${Torch_VERSION}")
 
 # c10d's Gloo and NCCL process-group headers are guarded by these definitions,
 # which TorchConfig.cmake does not set.
-set(ACC_TORCH_DEFINITIONS USE_C10D_GLOO)
+set(ACC_TORCH_DEFINITIONS)
 set(ACC_HAVE_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
   set(ACC_HAVE_CUDA ON)
@@ -17,10 +17,49 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
   message(STATUS "CUDA LibTorch: NCCL backend and --device cuda enabled")
 endif()
 
+# Gloo's own headers (gloo/algorithm.h, ...) come with Debian's LibTorch but not
+# with pip's wheels, and c10d's ProcessGroupGloo.hpp needs them. Without them the
+# toolkit builds without the Gloo backend: the programs then refuse it with a
+# usage error, and NCCL (CUDA builds) still works.
+include(CheckCXXSourceCompiles)
+set(CMAKE_REQUIRED_INCLUDES ${TORCH_INCLUDE_DIRS})
+set(CMAKE_REQUIRED_DEFINITIONS -DUSE_C10D_GLOO)
+set(CMAKE_REQUIRED_QUIET ON)
+set(CMAKE_TRY_COMPILE_TARGET_TYPE STATIC_LIBRARY)  # compile only: the headers are the question
+check_cxx_source_compiles([[
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+int options_size() { return static_cast<int>(sizeof(c10d::ProcessGroupGloo::Options)); }
+]] ACC_HAVE_GLOO)
+unset(CMAKE_REQUIRED_INCLUDES)
+unset(CMAKE_REQUIRED_DEFINITIONS)
+unset(CMAKE_REQUIRED_QUIET)
+unset(CMAKE_TRY_COMPILE_TARGET_TYPE)
+# LibTorch's own targets may define USE_C10D_GLOO (Debian's do) whether or not
+# Gloo's headers are installed, so the code tests ACC_WITHOUT_GLOO instead.
+if(ACC_HAVE_GLOO)
+  list(APPEND ACC_TORCH_DEFINITIONS USE_C10D_GLOO)
+  message(STATUS "Gloo backend enabled (c10d's ProcessGroupGloo.hpp and Gloo's headers found)")
+else()
+  list(APPEND ACC_TORCH_DEFINITIONS ACC_WITHOUT_GLOO=1)
+  message(STATUS "Gloo backend disabled: this LibTorch has no Gloo headers (gloo/algorithm.h); "
+                 "--device cpu runs of more than one rank are refused, NCCL is unaffected")
+endif()
+
 add_library(acc_torch_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cpp)
-target_link_libraries(acc_torch_pch PUBLIC ${TORCH_LIBRARIES})
+# fmt and spdlog before LibTorch: pip's LibTorch bundles its own fmt (a newer
+# major version) under its include directory, and spdlog must see the fmt it was
+# built against. The order of the link items sets the order of -isystem.
+target_link_libraries(acc_torch_pch PUBLIC fmt::fmt spdlog::spdlog ${TORCH_LIBRARIES})
 target_compile_definitions(acc_torch_pch PUBLIC ${ACC_TORCH_DEFINITIONS})
 target_precompile_headers(acc_torch_pch PRIVATE <torch/torch.h>)
+# libstdc++ first among every LibTorch program's DT_NEEDED entries. pip's
+# libtorch_cpu.so carries its own copy of std::filesystem (linked statically
+# from the manylinux toolchain's libstdc++_nonshared.a and exported), and the
+# dynamic linker binds each symbol to the first library in load order that
+# defines it: with libtorch listed before libstdc++, our calls went to that
+# older copy and std::filesystem::remove_all crashed. --no-as-needed keeps the
+# early entry even though nothing before it refers to libstdc++ yet.
+target_link_options(acc_torch_pch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 
 function(acc_use_torch target)
   target_link_libraries(${target} PUBLIC acc_torch_pch)

@@ -10,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/comm-profile
-python=${ACC_PYTHON:-/usr/bin/python3}
+source scripts/python.sh
+python=$(acc_python)
 steps=${STEPS:-10}
 batch=${BATCH:-32}
 work=$(mktemp -d)

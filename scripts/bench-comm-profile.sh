@@ -10,7 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/comm-profile
-python=${ACC_PYTHON:-/usr/bin/python3}
+source scripts/python.sh
+python=$(acc_python)
 iters=${ITERS:-20}
 work=$(mktemp -d)
 trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT

@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/compress-bench
-python=${ACC_PYTHON:-/usr/bin/python3}
+source scripts/python.sh
+python=$(acc_python)
 reps=${REPS:-20}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/regime-detect
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-/usr/bin/python3 examples/synth_grads.py -o "$work/grads.h5" --epochs 300
+source scripts/python.sh
+"$(acc_python)" examples/synth_grads.py -o "$work/grads.h5" --epochs 300
 times=()
 for _ in $(seq 20); do
     start=$(date +%s%N)

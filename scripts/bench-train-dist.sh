@@ -17,7 +17,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin
-python=${ACC_PYTHON:-/usr/bin/python3}
+source scripts/python.sh
+python=$(acc_python)
 reps=${REPS:-3}
 steps=${STEPS:-8}
 shaped_steps=${SHAPED_STEPS:-3}

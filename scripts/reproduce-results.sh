@@ -8,6 +8,8 @@
 #   scripts/reproduce-results.sh [OUT] [SEEDS]      # defaults: build/results "1 2 3"
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+source "$here/scripts/python.sh"
+python=$(acc_python)
 out=${1:-$here/build/results}
 seeds=${2:-1 2 3}
 mkdir -p "$out"
@@ -36,8 +38,8 @@ files() { local list=() s; for s in $seeds; do list+=("$out/$1/seed$s/$2.h5"); d
         labels=("low=$(files "$v" low)" "high=$(files "$v" high)" "accordion=$(files "$v" accordion)")
         [ "$v" = batch ] || labels+=("online=$(files "$v" online)")
         printf '\n## %s (%s)\n\n' "$v" "${args[$v]}"
-        /usr/bin/python3 "$here/scripts/compare_runs.py" --markdown "${labels[@]}"
-        /usr/bin/python3 "$here/scripts/plot_runs.py" "${labels[@]}" -o "$out/$v.png" --title "$v: ${args[$v]}" 2>/dev/null
+        "$python" "$here/scripts/compare_runs.py" --markdown "${labels[@]}"
+        "$python" "$here/scripts/plot_runs.py" "${labels[@]}" -o "$out/$v.png" --title "$v: ${args[$v]}" 2>/dev/null
     done
 } > "$out/results.md"
 cat "$out/results.md"

@@ -13,6 +13,7 @@
 #endif
 
 #include <spdlog/spdlog.h>
+#include <torch/cuda.h>
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -69,8 +70,8 @@ bool is_loopback(const std::string& host) { return host == "localhost" || host.r
 
 // The local address this machine uses to reach `host`: the address Gloo must
 // listen on so that peers on the same network (or in the same network
-// namespace) can connect to it.
-std::string local_address_towards(const std::string& host, int port) {
+// namespace) can connect to it. Unused in builds without Gloo.
+[[maybe_unused]] std::string local_address_towards(const std::string& host, int port) {
     if (is_loopback(host)) return "127.0.0.1";
     addrinfo hints{};
     hints.ai_family = AF_INET;
@@ -143,9 +144,22 @@ void check_backend_available(Backend backend) {
 #ifndef ACC_HAVE_CUDA
     if (backend == Backend::nccl)
         throw UsageError("the nccl backend needs a build against a CUDA LibTorch; this one has Gloo only");
-#else
-    (void)backend;
 #endif
+    if (backend == Backend::gloo && !compat::kHaveGloo)
+        throw UsageError("the gloo backend (--device cpu) is not in this build: its LibTorch came without Gloo's "
+                         "headers; use --device cuda (nccl)");
+}
+
+at::Device rank_gpu(int rank, int local_rank, int gpus) {
+    if (local_rank < 0 || local_rank >= gpus)
+        throw Error("rank " + std::to_string(rank) + " needs GPU " + std::to_string(local_rank) +
+                    " (LOCAL_RANK), but this machine has " + std::to_string(gpus) +
+                    (gpus == 1 ? " GPU" : " GPUs") + "; start at most one rank per GPU");
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+at::Device rank_gpu(int rank, int local_rank) {
+    return rank_gpu(rank, local_rank, static_cast<int>(torch::cuda::device_count()));
 }
 
 struct ProcessGroupCollectives::Impl {
@@ -172,9 +186,24 @@ struct ProcessGroupCollectives::Impl {
 
     ~Impl() {
         stop_heartbeat();
+        shutdown_backend();
         pg.reset();
         store.reset();
         base_store.reset();
+    }
+
+    // Frees the backend's resources explicitly (NCCL's communicators), at the
+    // end of every run, finished or failed.
+    void shutdown_backend() noexcept {
+#ifdef ACC_HAVE_CUDA
+        if (pg && backend == Backend::nccl) {
+            try {
+                compat::shutdown_nccl(static_cast<c10d::ProcessGroupNCCL&>(*pg));
+            } catch (const std::exception& e) {
+                spdlog::debug("shutting down the nccl process group: {}", backend_message(e));
+            }
+        }
+#endif
     }
 
     int rank() const { return rendezvous.rank; }
@@ -556,17 +585,14 @@ void meet(ProcessGroupCollectives::Impl& impl) {
 
 void create_process_group(ProcessGroupCollectives::Impl& impl) {
     const Rendezvous& rv = impl.rendezvous;
-    const milliseconds timeout = to_ms(rv.timeout);
+    [[maybe_unused]] const milliseconds timeout = to_ms(rv.timeout);
     // The process group's own keys live apart from ours.
-    auto pg_store = c10::make_intrusive<c10d::PrefixStore>("acc/pg", impl.store);
+    [[maybe_unused]] auto pg_store = c10::make_intrusive<c10d::PrefixStore>("acc/pg", impl.store);
     try {
 #ifdef ACC_HAVE_CUDA
         if (impl.backend == Backend::nccl) {
-            const int gpus = static_cast<int>(c10::cuda::device_count());
-            if (rv.local_rank >= gpus)
-                throw Error("rank " + std::to_string(rv.rank) + " needs GPU " + std::to_string(rv.local_rank) +
-                            " (LOCAL_RANK), but this machine has " + std::to_string(gpus));
-            c10::cuda::set_device(static_cast<c10::DeviceIndex>(rv.local_rank));
+            const at::Device gpu = rank_gpu(rv.rank, rv.local_rank);
+            c10::cuda::set_device(gpu.index());
             // Blocking waits make wait() return only when the collective is done
             // (host timing, as for Gloo) and throw after the timeout, which the
             // lost-peer diagnosis needs; they take precedence over torchrun's
@@ -575,10 +601,11 @@ void create_process_group(ProcessGroupCollectives::Impl& impl) {
             auto options = c10d::ProcessGroupNCCL::Options::create();
             options->timeout = timeout;
             impl.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rv.rank, rv.world_size, options);
-            impl.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rv.local_rank));
+            impl.device = gpu;
             return;
         }
 #endif
+#ifndef ACC_WITHOUT_GLOO  // check_backend_available refused Gloo before any rank started where it is missing
         auto options = c10d::ProcessGroupGloo::Options::create(timeout);
         const char* interface = std::getenv("GLOO_SOCKET_IFNAME");
         if (interface && *interface)
@@ -587,6 +614,7 @@ void create_process_group(ProcessGroupCollectives::Impl& impl) {
             options->devices.push_back(
                 compat::gloo_device_for_host(local_address_towards(rv.master_addr, rv.master_port)));
         impl.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rv.rank, rv.world_size, options);
+#endif
     } catch (const acc::Error&) {
         throw;
     } catch (const std::exception& e) {

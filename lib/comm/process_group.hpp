@@ -32,6 +32,11 @@ enum class Backend { gloo, nccl };
 const char* backend_name(Backend backend);
 /// Throws acc::UsageError when this build cannot use `backend` (NCCL needs a CUDA LibTorch).
 void check_backend_available(Backend backend);
+/// cuda:`local_rank`, the GPU of rank `rank` (LOCAL_RANK: one rank per GPU);
+/// acc::Error naming the rank and the GPU when the machine has only `gpus`.
+at::Device rank_gpu(int rank, int local_rank, int gpus);
+/// The same, counting this machine's GPUs (none in a CPU build).
+at::Device rank_gpu(int rank, int local_rank);
 
 class ProcessGroupCollectives final : public Collectives {
 public:

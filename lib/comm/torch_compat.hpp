@@ -3,10 +3,16 @@
 // TORCH_VERSION_*.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>  // needs USE_C10D_GLOO (cmake/AccTorch.cmake)
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>  // also without Gloo, whose header brought it in
+#ifndef ACC_WITHOUT_GLOO  // cmake/AccTorch.cmake sets it where Gloo's headers are missing (pip's LibTorch)
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>  // needs USE_C10D_GLOO
+#endif
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/version.h>
 #ifdef C10_USE_GLOG
 #include <glog/logging.h>
@@ -69,6 +75,10 @@ inline c10::intrusive_ptr<c10d::TCPStore> start_store(const std::string& host, s
     return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
 
+/// Whether this build has the Gloo backend (cmake/AccTorch.cmake checks for Gloo's headers).
+#ifndef ACC_WITHOUT_GLOO
+inline constexpr bool kHaveGloo = true;
+
 /// Gloo transport devices. 2.x added a trailing `bool lazyInit = false`; the
 /// default keeps the one-argument call valid in both.
 inline std::shared_ptr<::gloo::transport::Device> gloo_device_for_host(const std::string& host) {
@@ -77,6 +87,22 @@ inline std::shared_ptr<::gloo::transport::Device> gloo_device_for_host(const std
 inline std::shared_ptr<::gloo::transport::Device> gloo_device_for_interface(const std::string& name) {
     return c10d::ProcessGroupGloo::createDeviceForInterface(name);
 }
+#else
+inline constexpr bool kHaveGloo = false;
+#endif
+
+#ifdef ACC_HAVE_CUDA
+/// Releases NCCL's communicators at the end of a run. 2.2 added shutdown();
+/// from 2.4 a group destroyed without it warns "destroy_process_group() was
+/// not called". 1.13 frees them in the destructor.
+inline void shutdown_nccl(c10d::ProcessGroupNCCL& pg) {
+#if ACC_TORCH_AT_LEAST(2, 2)
+    pg.shutdown();
+#else
+    (void)pg;
+#endif
+}
+#endif
 
 /// NCCL's environment switch for blocking waits was renamed in 2.x (the old
 /// name is deprecated there), like NCCL_ASYNC_ERROR_HANDLING, which torchrun sets.

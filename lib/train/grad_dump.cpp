@@ -311,7 +311,8 @@ int train_rank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm) {
     torch::manual_seed(t.seed);
     auto model = make_model(t.model, info.shape, t.model_options);
     TrainerOptions options = trainer_options(t);
-    if (comm && t.device == "cuda") options.device = torch::Device(torch::kCUDA, comm->local_rank());
+    // One GPU per rank, checked like train-dist's and comm-profile's NCCL ranks.
+    if (comm && t.device == "cuda") options.device = comm::rank_gpu(comm->rank(), comm->local_rank());
     Trainer trainer(model, *data, options, Shard{rank, world_size});
     const auto& parameters = trainer.parameters();
     const std::int64_t values = total_values(parameters);
@@ -441,6 +442,9 @@ std::string default_checkpoint_path(const std::string& output) {
 
 int run_grad_dump(GradDumpConfig c, int argc, char** argv) {
     validate(c);
+    // Several ranks exchange over Gloo: a build without it refuses them before any starts.
+    if (c.rendezvous.nproc > 1 || comm::resolve_rendezvous(c.rendezvous).world_size > 1)
+        comm::check_backend_available(comm::Backend::gloo);
     return comm::run_ranks(c.rendezvous, argc, argv, "grad-dump", [&] { return dump_rank(c); });
 }
 

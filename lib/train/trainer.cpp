@@ -111,6 +111,14 @@ std::vector<torch::Tensor> parameters_on(Model& model, torch::Device device) {
 
 double l2_norm(const torch::Tensor& t) { return t.norm().item<double>(); }
 
+// Throws acc::Error when a step's loss is NaN or infinite.
+void check_finite_loss(double loss, std::int64_t epoch, std::int64_t step) {
+    if (!std::isfinite(loss))
+        throw Error("training diverged: the loss is " + std::string(std::isnan(loss) ? "NaN" : "infinite") +
+                    " at epoch " + std::to_string(epoch) + ", step " + std::to_string(step) +
+                    " (try a lower --lr or --clip-norm)");
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -169,37 +177,65 @@ void Sgd::set_momentum_in_gradient(std::vector<bool> flags) {
 
 void Sgd::step(const std::vector<torch::Tensor>& gradients, double lr) {
     torch::NoGradGuard no_grad;
+    // The common case goes through the multi-tensor (_foreach_) ops: a few
+    // kernels per step for all parameters on a GPU, and on a CPU the same
+    // elementwise operations in the same order as one parameter at a time,
+    // so the results are bit-identical to torch.optim.SGD's.
+    std::vector<size_t> plain;
+    plain.reserve(parameters_.size());
     for (size_t i = 0; i < parameters_.size(); ++i) {
-        torch::Tensor g = gradients[i];
-        if (momentum_in_gradient_[i]) {
-            // Only the weight-decay term still needs momentum.
-            if (config_.weight_decay == 0) {
-                parameters_[i].add_(g, -lr);
-                continue;
-            }
-            torch::Tensor decay = parameters_[i].mul(config_.weight_decay);
-            if (config_.momentum != 0) {
-                torch::Tensor& buffer = momentum_[i];
-                if (!buffer.defined())
-                    buffer = decay.clone();
-                else
-                    buffer.mul_(config_.momentum).add_(decay);
-                decay = config_.nesterov ? decay.add(buffer, config_.momentum) : buffer;
-            }
-            parameters_[i].add_(g.add(decay), -lr);
+        if (!momentum_in_gradient_[i]) {
+            plain.push_back(i);
             continue;
         }
-        if (config_.weight_decay != 0) g = g.add(parameters_[i], config_.weight_decay);
+        // DGC's momentum correction: only the weight-decay term still needs momentum.
+        const torch::Tensor& g = gradients[i];
+        if (config_.weight_decay == 0) {
+            parameters_[i].add_(g, -lr);
+            continue;
+        }
+        torch::Tensor decay = parameters_[i].mul(config_.weight_decay);
         if (config_.momentum != 0) {
             torch::Tensor& buffer = momentum_[i];
             if (!buffer.defined())
-                buffer = g.detach().clone();
+                buffer = decay.clone();
             else
-                buffer.mul_(config_.momentum).add_(g);
-            g = config_.nesterov ? g.add(buffer, config_.momentum) : buffer;
+                buffer.mul_(config_.momentum).add_(decay);
+            decay = config_.nesterov ? decay.add(buffer, config_.momentum) : buffer;
         }
-        parameters_[i].add_(g, -lr);
+        parameters_[i].add_(g.add(decay), -lr);
     }
+    if (plain.empty()) return;
+
+    std::vector<torch::Tensor> params, grads;
+    params.reserve(plain.size());
+    grads.reserve(plain.size());
+    for (size_t i : plain) {
+        params.push_back(parameters_[i]);
+        grads.push_back(gradients[i]);
+    }
+    if (config_.weight_decay != 0) grads = at::_foreach_add(grads, params, config_.weight_decay);
+    if (config_.momentum != 0) {
+        // buf = g at a parameter's first step, else buf = m * buf + g.
+        std::vector<torch::Tensor> buffers, continuing, continuing_grads;
+        buffers.reserve(plain.size());
+        for (size_t k = 0; k < plain.size(); ++k) {
+            torch::Tensor& buffer = momentum_[plain[k]];
+            if (!buffer.defined()) {
+                buffer = grads[k].detach().clone();
+            } else {
+                continuing.push_back(buffer);
+                continuing_grads.push_back(grads[k]);
+            }
+            buffers.push_back(buffer);
+        }
+        if (!continuing.empty()) {
+            at::_foreach_mul_(continuing, config_.momentum);
+            at::_foreach_add_(continuing, continuing_grads);
+        }
+        grads = config_.nesterov ? at::_foreach_add(grads, buffers, config_.momentum) : buffers;
+    }
+    at::_foreach_add_(params, grads, -lr);
 }
 
 TrainerOptions trainer_options(const TrainConfig& config) {
@@ -253,13 +289,29 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
     auto batches = data_.train(epoch, shard_, options_.batch_size, options_.seed);
     std::vector<torch::Tensor> gradients(parameters_.size());
     EpochResult result;
-    double loss_sum = 0;
-    std::int64_t correct = 0;
+    // Loss and correct count accumulate where the model runs (the loss in double,
+    // with the same operations the host did, so the printed numbers do not
+    // change) and are read once at the end: no step waits for the device unless
+    // `on_step` needs the step's loss. Steps whose loss was not read are checked
+    // for divergence at the end.
+    const torch::TensorOptions on_device = torch::TensorOptions().device(options_.device);
+    torch::Tensor loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat64));
+    torch::Tensor correct = torch::zeros({}, on_device.dtype(torch::kInt64));
+    std::vector<torch::Tensor> unread_losses;
+    std::vector<std::int64_t> unread_steps;
+    const bool to_gpu = options_.device.is_cuda();
+    std::vector<torch::Tensor> defined_grads;
     for (std::int64_t i = 0; i < batches->size(); ++i) {
         Batch batch = batches->get(i);
-        torch::Tensor input = batch.input.to(options_.device), target = batch.target.to(options_.device);
+        // From pinned memory, the copy to a GPU runs asynchronously.
+        torch::Tensor input = to_gpu ? batch.input.pin_memory().to(options_.device, /*non_blocking=*/true)
+                                     : batch.input.to(options_.device);
+        torch::Tensor target = to_gpu ? batch.target.pin_memory().to(options_.device, /*non_blocking=*/true)
+                                      : batch.target.to(options_.device);
+        defined_grads.clear();
         for (auto& p : parameters_)
-            if (p.grad().defined()) p.grad().zero_();
+            if (p.grad().defined()) defined_grads.push_back(p.grad());
+        if (!defined_grads.empty()) at::_foreach_zero_(defined_grads);
 
         // Micro-batches: each loss is weighted by its share of the batch, so the
         // accumulated gradient is that of the mean loss over the whole batch.
@@ -267,7 +319,7 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
         std::int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
         if (micro < rows && rows != batch.samples)
             throw Error("micro-batches apply only to data with one sample per row (not text)");
-        double step_loss = 0;
+        torch::Tensor step_loss;  // the host's 0 + x is x exactly: start from the first part
         const StepInfo info{epoch, i, global_step_, lr};
         for (std::int64_t first = 0; first < rows; first += micro) {
             const std::int64_t count = std::min(micro, rows - first);
@@ -278,13 +330,18 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
             const double share = static_cast<double>(part_target.size(0)) / static_cast<double>(batch.samples);
             if (exchange_ && options_.clip_norm <= 0 && first + count >= rows) exchange_->before_backward(info, first > 0);
             (count == rows ? loss : loss * share).backward();
-            step_loss += loss.item<double>() * share;
-            correct += logits.detach().argmax(1).eq(part_target).sum().item<std::int64_t>();
+            torch::Tensor part_loss = loss.detach().to(torch::kFloat64).mul(share);
+            step_loss = step_loss.defined() ? step_loss.add_(part_loss) : part_loss;
+            correct.add_(logits.detach().argmax(1).eq(part_target).sum());
         }
-        if (!std::isfinite(step_loss))
-            throw Error("training diverged: the loss is " + std::string(std::isnan(step_loss) ? "NaN" : "infinite") +
-                        " at epoch " + std::to_string(epoch) + ", step " + std::to_string(i) +
-                        " (try a lower --lr or --clip-norm)");
+        double step_loss_value = NAN;
+        if (on_step) {
+            step_loss_value = step_loss.item<double>();
+            check_finite_loss(step_loss_value, epoch, i);
+        } else {
+            unread_losses.push_back(step_loss);
+            unread_steps.push_back(i);
+        }
 
         for (size_t p = 0; p < parameters_.size(); ++p)
             gradients[p] = parameters_[p].grad().defined() ? parameters_[p].grad() : torch::zeros_like(parameters_[p]);
@@ -302,11 +359,19 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
         ++global_step_;
         ++result.steps;
         result.samples += batch.samples;
-        loss_sum += step_loss * static_cast<double>(batch.samples);
-        if (on_step) on_step(info, step_loss, batch.samples);
+        loss_sum.add_(step_loss.mul(static_cast<double>(batch.samples)));
+        if (on_step) on_step(info, step_loss_value, batch.samples);
     }
-    result.loss = result.samples ? loss_sum / static_cast<double>(result.samples) : 0;
-    result.accuracy = result.samples ? static_cast<double>(correct) / static_cast<double>(result.samples) : 0;
+    if (!unread_losses.empty()) {
+        const torch::Tensor finite = torch::isfinite(torch::stack(unread_losses)).cpu();
+        const auto* ok = finite.data_ptr<bool>();
+        for (size_t k = 0; k < unread_losses.size(); ++k)
+            if (!ok[k]) check_finite_loss(unread_losses[k].item<double>(), epoch, unread_steps[k]);
+    }
+    const double loss_total = loss_sum.item<double>();
+    const std::int64_t correct_total = correct.item<std::int64_t>();
+    result.loss = result.samples ? loss_total / static_cast<double>(result.samples) : 0;
+    result.accuracy = result.samples ? static_cast<double>(correct_total) / static_cast<double>(result.samples) : 0;
     result.seconds = seconds_since(start);
     return result;
 }

@@ -2,7 +2,10 @@
 # CTest sets ACC_BIN (built programs), ACC_SOURCE (source tree) and ACC_PYTHON.
 set -euo pipefail
 
-: "${ACC_BIN:?set by ctest}" "${ACC_SOURCE:?set by ctest}" "${ACC_PYTHON:=/usr/bin/python3}"
+: "${ACC_BIN:?set by ctest}" "${ACC_SOURCE:?set by ctest}"
+# CTest passes CMake's ACC_PYTHON; run by hand, the scripts' choice applies.
+source "$ACC_SOURCE/scripts/python.sh"
+ACC_PYTHON=$(acc_python)
 export PATH="$ACC_BIN:$PATH"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/acc-e2e-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -27,6 +30,12 @@ expect_exit() {
         fail "stderr of '$*' does not match /$pattern/:"
         sed 's/^/    /' "$WORK/err" >&2
     fi
+}
+
+# gpu_present: true when nvidia-smi shows a GPU here; then --device cuda may
+# run (in a CUDA build), and the checks that it is refused are skipped.
+gpu_present() {
+    command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
 }
 
 finish() {

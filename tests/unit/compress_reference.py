@@ -11,6 +11,12 @@ import os
 import sys
 import tempfile
 
+# The references run on CPU tensors. Where CUDA is present, powerSGD_hook calls
+# torch.cuda.synchronize(device) on the bucket's device after decompressing
+# (1.13 and 2.x alike), which refuses a CPU device: hide the GPUs before torch
+# loads so that the hook takes its CPU path on every machine.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
 import h5py
 import numpy as np
 import torch

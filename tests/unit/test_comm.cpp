@@ -265,6 +265,26 @@ TEST(Report, CsvJsonAndFileAgree) {
     EXPECT_EQ(to_comm_profile({lone}, meta).collectives[0].bus_bandwidth, 0);
 }
 
+TEST(ProcessGroup, EachRankNeedsItsOwnGpu) {
+    EXPECT_EQ(rank_gpu(0, 0, 1), at::Device(at::kCUDA, 0));
+    EXPECT_EQ(rank_gpu(5, 1, 2), at::Device(at::kCUDA, 1));  // LOCAL_RANK picks the GPU, not the global rank
+    try {
+        rank_gpu(1, 1, 1);
+        FAIL() << "rank 1 on a machine with one GPU was accepted";
+    } catch (const acc::UsageError&) {
+        FAIL() << "a missing GPU is a runtime error, not a usage error";
+    } catch (const acc::Error& e) {
+        EXPECT_STREQ(e.what(),
+                     "rank 1 needs GPU 1 (LOCAL_RANK), but this machine has 1 GPU; start at most one rank per GPU");
+    }
+    EXPECT_THROW(rank_gpu(0, 0, 0), acc::Error);
+    EXPECT_THROW(rank_gpu(0, -1, 4), acc::Error);
+    // Counting the GPUs itself: a build or machine without one refuses every rank.
+    if (!torch::cuda::is_available()) {
+        EXPECT_THROW(rank_gpu(0, 0), acc::Error);
+    }
+}
+
 TEST(ProcessGroup, AllreduceSumAverageAndMaxAreExactAndCounted) {
     expect_all_ok(in_threads(2, [](ProcessGroupCollectives& comm) {
         const int r = comm.rank();

@@ -280,6 +280,62 @@ TEST(Sgd, MatchesLibTorchsOwnSgd) {
         }
 }
 
+TEST(Sgd, BitIdenticalToLibTorchsSgdOverSeveralParameters) {
+    // The multi-tensor step must do exactly torch.optim.SGD's elementwise
+    // operations: the printed losses of a fixed seed depend on every bit.
+    struct Case {
+        double momentum;
+        bool nesterov;
+        double decay;
+    };
+    for (const Case& c : {Case{0, false, 0}, Case{0, false, 1e-3}, Case{0.9, false, 0}, Case{0.9, false, 5e-4},
+                          Case{0.9, true, 1e-4}, Case{0.5, true, 0}}) {
+        torch::manual_seed(7);
+        std::vector<torch::Tensor> ours_p, theirs_p;
+        for (auto shape : std::vector<std::vector<std::int64_t>>{{16, 8}, {8}, {3, 2, 5, 5}, {1}}) {
+            ours_p.push_back(torch::randn(shape));
+            theirs_p.push_back(ours_p.back().clone().requires_grad_());
+        }
+        Sgd ours(ours_p, {c.momentum, c.nesterov, c.decay});
+        torch::optim::SGD reference(theirs_p, torch::optim::SGDOptions(0.03)
+                                                  .momentum(c.momentum)
+                                                  .nesterov(c.nesterov)
+                                                  .weight_decay(c.decay));
+        for (int step = 0; step < 6; ++step) {
+            std::vector<torch::Tensor> grads;
+            for (const auto& p : ours_p) grads.push_back(torch::randn(p.sizes()));
+            for (size_t i = 0; i < grads.size(); ++i) theirs_p[i].mutable_grad() = grads[i].clone();
+            ours.step(grads, 0.03);
+            reference.step();
+            for (size_t i = 0; i < ours_p.size(); ++i)
+                ASSERT_TRUE(torch::equal(ours_p[i], theirs_p[i].detach()))
+                    << "parameter " << i << " after step " << step << ": momentum " << c.momentum << ", nesterov "
+                    << c.nesterov << ", decay " << c.decay;
+        }
+    }
+}
+
+TEST(Sgd, ParametersWithoutMomentumInTheGradientStayExact) {
+    // One parameter's gradient carries momentum (DGC); the others still step exactly as LibTorch's SGD.
+    torch::manual_seed(3);
+    std::vector<torch::Tensor> ours_p{torch::randn({4, 4}), torch::randn({6}), torch::randn({2, 3})};
+    std::vector<torch::Tensor> theirs_p{ours_p[0].clone().requires_grad_(), ours_p[2].clone().requires_grad_()};
+    Sgd ours(ours_p, {0.9, true, 1e-3});
+    ours.set_momentum_in_gradient({false, true, false});
+    torch::optim::SGD reference(theirs_p, torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true).weight_decay(1e-3));
+    torch::Tensor flagged = ours_p[1].clone();
+    for (int step = 0; step < 4; ++step) {
+        std::vector<torch::Tensor> grads{torch::randn({4, 4}), torch::zeros({6}), torch::randn({2, 3})};
+        theirs_p[0].mutable_grad() = grads[0].clone();
+        theirs_p[1].mutable_grad() = grads[2].clone();
+        ours.step(grads, 0.1);
+        reference.step();
+    }
+    EXPECT_TRUE(torch::equal(ours_p[0], theirs_p[0].detach()));
+    EXPECT_TRUE(torch::equal(ours_p[2], theirs_p[1].detach()));
+    EXPECT_FALSE(torch::equal(ours_p[1], flagged)) << "weight decay with momentum moves the flagged parameter";
+}
+
 TEST(Sgd, HandComputed) {
     // p = 1, g = 2, lr 0.1, momentum 0.5, weight decay 0.1:
     // step 1: d = 2 + 0.1 = 2.1, buf = 2.1, p = 1 - 0.21 = 0.79
@@ -429,7 +485,42 @@ TEST(Trainer, DivergenceIsAnError) {
     auto data = tiny_synthetic();
     torch::manual_seed(1);
     Trainer t(make_model("mlp", data->info().shape, {}), *data, plain_sgd());
-    EXPECT_CONTAINS(error_of([&] { t.train_epoch(0, 1e30); }), "training diverged: the loss is");
+    const std::string unread = error_of([&] { t.train_epoch(0, 1e30); });
+    EXPECT_CONTAINS(unread, "training diverged: the loss is");
+    // Read after every step (a progress callback) or at the end of the epoch: the same step is named.
+    torch::manual_seed(1);
+    Trainer u(make_model("mlp", data->info().shape, {}), *data, plain_sgd());
+    std::int64_t last = -1;
+    const std::string read = error_of([&] { u.train_epoch(0, 1e30, [&](const StepInfo& s, double, std::int64_t) { last = s.step; }); });
+    EXPECT_EQ(read, unread);
+    EXPECT_CONTAINS(read, ", step " + std::to_string(last + 1) + " ");
+}
+
+TEST(Trainer, EpochTotalsAreTheSumOfTheStepsExactly) {
+    // Loss and accuracy accumulate on the device; they must equal the host's
+    // double-precision sum of the steps' losses, bit for bit.
+    auto data = tiny_synthetic();
+    for (std::int64_t micro : {0, 8}) {
+        torch::manual_seed(1);
+        TrainerOptions o = plain_sgd();
+        o.micro_batch_size = micro;
+        Trainer t(make_model("mlp", data->info().shape, {}), *data, o);
+        double loss_sum = 0;
+        std::int64_t samples = 0;
+        EpochResult r = t.train_epoch(0, 0.05, [&](const StepInfo&, double loss, std::int64_t n) {
+            loss_sum += loss * static_cast<double>(n);
+            samples += n;
+        });
+        EXPECT_EQ(r.samples, samples);
+        EXPECT_EQ(r.loss, loss_sum / static_cast<double>(samples));
+        EXPECT_GT(r.accuracy, 0);
+        // The same run without a callback gives the same numbers.
+        torch::manual_seed(1);
+        Trainer quiet(make_model("mlp", data->info().shape, {}), *data, o);
+        EpochResult q = quiet.train_epoch(0, 0.05);
+        EXPECT_EQ(q.loss, r.loss);
+        EXPECT_EQ(q.accuracy, r.accuracy);
+    }
 }
 
 TEST(Trainer, LanguageModelLearnsARepeatedText) {

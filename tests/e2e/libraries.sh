@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# How the programs find and bind their shared libraries. pip's libtorch_cpu.so
+# exports its own copy of std::filesystem; the dynamic linker binds a symbol to
+# the first library in load order that defines it, so every program that links
+# LibTorch must list libstdc++ before it (cmake/AccTorch.cmake). Installed
+# programs must find every library without LD_LIBRARY_PATH (install RPATH).
+source "$(dirname "$0")/common.sh"
+: "${ACC_BUILD_DIR:?set by ctest}"
+cd "$WORK"
+command -v readelf >/dev/null || { echo "skip: readelf (binutils) is not installed"; exit 77; }
+
+needed() { readelf -d "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+
+checked=0
+for program in "$ACC_BIN"/*; do
+    [ -x "$program" ] && head -c 4 "$program" | grep -q ELF || continue
+    list=$(needed "$program")
+    torch_at=$(echo "$list" | grep -nE '^lib(torch|c10)' | head -1 | cut -d: -f1 || true)
+    [ -n "$torch_at" ] || continue
+    stdcxx_at=$(echo "$list" | grep -n '^libstdc++' | head -1 | cut -d: -f1 || true)
+    checked=$((checked + 1))
+    if [ -z "$stdcxx_at" ] || [ "$stdcxx_at" -gt "$torch_at" ]; then
+        fail "$(basename "$program") lists LibTorch before libstdc++: $(echo $list)"
+    fi
+done
+[ "$checked" -ge 5 ] || fail "only $checked programs link LibTorch in $ACC_BIN"
+
+# The std::filesystem functions grad-dump calls are bound to libstdc++'s copy.
+LD_BIND_NOW=1 LD_DEBUG=bindings LD_DEBUG_OUTPUT="$WORK/bind" grad-dump --version >/dev/null
+bindings=$(cat "$WORK"/bind.* | grep -E "binding file [^ ]*grad-dump .*symbol \`_ZN(K)?St10filesystem" || true)
+[ -n "$bindings" ] || fail "grad-dump binds no std::filesystem function (LD_DEBUG=bindings)"
+wrong=$(echo "$bindings" | grep -v ' to [^ ]*libstdc++\.so' || true)
+[ -z "$wrong" ] || fail "std::filesystem bound outside libstdc++: $(echo "$wrong" | head -3)"
+
+# Installed programs start with no LD_LIBRARY_PATH: every library is found.
+cmake --install "$ACC_BUILD_DIR" --prefix "$WORK/prefix" >/dev/null || fail "cmake --install"
+for tool in grad-dump train-dist comm-profile compress-bench regime-detect; do
+    missing=$(env -u LD_LIBRARY_PATH ldd "prefix/bin/$tool" | grep 'not found' || true)
+    [ -z "$missing" ] || fail "installed $tool: $missing"
+    env -u LD_LIBRARY_PATH "prefix/bin/$tool" --version | grep -q "Accordion toolkit" || fail "installed $tool --version"
+done
+finish
