@@ -203,9 +203,7 @@ std::string csv_field(const std::string& text) {
 }  // namespace
 
 const std::vector<std::string>& default_bench_compressors() {
-    static const std::vector<std::string> list = {"none",        "fp16",     "powersgd:1", "powersgd:2", "powersgd:4",
-                                                  "topk:0.01",   "randomk:0.01", "dgc:0.01", "signsgd",   "efsignsgd",
-                                                  "qsgd:127",    "terngrad"};
+    static const std::vector<std::string> list = default_specs();
     return list;
 }
 

@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -21,15 +22,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 
-// How a tensor travels, given its level.
-enum class Method {
-    dense,           // none: fp32 values in the flat allreduce
-    fp16,            // half precision in the flat fp16 allreduce
-    randomk,         // values at shared random indices in the flat randomk allreduce
-    powersgd,        // P and Q in the flat P and Q allreduces
-    powersgd_dense,  // a powersgd level on a tensor PowerSGD sends uncompressed
-    gather,          // a codec's payload in the one allgather
-};
+// The channels with a flat buffer of their own, in the order a step launches them:
+// the summed ones (before PowerSGD's P), then the allgather. PowerSGD's low_rank channel
+// has its P and Q buffers instead.
+constexpr std::array<Channel, 3> kSumChannels = {Channel::fp32_sum, Channel::fp16_sum, Channel::sparse_sum};
+constexpr size_t kChannels = 5;
+
+at::ScalarType channel_dtype(Channel c) {
+    switch (c) {
+    case Channel::fp16_sum: return at::kHalf;
+    case Channel::gather: return at::kByte;
+    default: return at::kFloat;
+    }
+}
 
 // The stream every worker shares (randomk's indices), as opposed to one per rank.
 constexpr std::uint64_t kSharedStream = ~0ull;
@@ -56,20 +61,18 @@ struct Slot {
     TensorInfo info;
     std::int64_t n = 0;
     Spec level, effective;
-    Method method = Method::dense;
     bool error_feedback = false;   // keeps an error memory at this level
     std::vector<float> memory;     // allocated on first use
     bool memory_used = false;      // memory may hold values that still have to be sent
-    std::unique_ptr<GatherCodec> codec;
+    std::unique_ptr<TensorCodec> codec;  // the effective level's, for this tensor
     // PowerSGD: the matrix view and the warm-start Q (cols x rank, row-major).
     std::int64_t rows = 0, cols = 0;
     int rank = 0;
     std::vector<float> q;
     bool fresh_q = true;
-    // Place in the flat buffers (elements; bytes for the gather buffer).
+    // Place in its channel's flat buffer (bytes), and in P and Q (elements).
     std::int64_t offset = 0, p_offset = 0, q_offset = 0;
     std::int64_t bytes = 0;
-    std::vector<std::int32_t> randomk_indices;
     // During a step.
     float* grad = nullptr;  // read at start, overwritten with the aggregate at finish
     float* t = nullptr;     // the compensated input: memory, or grad itself
@@ -90,13 +93,15 @@ struct GradientExchange::Impl {
     k::NumpyRandomState powersgd_rng;
     bool layout_dirty = true;
 
-    // Flat buffers of one step and the order of PowerSGD's matrices in P and Q.
-    at::Tensor dense, half, randomk, p, q, gather;
+    // Flat buffers of one step (by channel; P and Q apart) and the order of PowerSGD's
+    // matrices in P and Q.
+    std::array<at::Tensor, kChannels> buffer;
+    at::Tensor p, q;
     std::vector<size_t> powersgd_order;
-    std::unique_ptr<comm::Work> dense_work, half_work, randomk_work, p_work, q_work;
+    std::array<std::unique_ptr<comm::Work>, kChannels> sum_work;
+    std::unique_ptr<comm::Work> p_work, q_work;
     bool in_flight = false;
     std::vector<float> qt;  // scratch: one Q transposed
-    std::vector<std::uint64_t> bitmap;
 
     StepStats current, last, total;
     std::vector<std::int64_t> tensor_bytes;
@@ -104,6 +109,15 @@ struct GradientExchange::Impl {
     Impl(comm::Collectives& c, ExchangeOptions o) : comm(c), options(o), powersgd_rng(o.seed) {
         codec_options.topk_selection = o.topk_selection;
         codec_options.dgc_momentum = o.dgc_momentum;
+        codec_options.world = c.world_size();
+        codec_options.uncompressed_error_feedback = o.powersgd_variant == PowerSgdVariant::pytorch_hook;
+    }
+
+    at::Tensor& channel_buffer(Channel c) { return buffer[static_cast<size_t>(c)]; }
+    // Where the slot's payload lives in its channel's buffer (none when the buffer is empty).
+    std::uint8_t* payload_of(Slot& s) {
+        at::Tensor& b = channel_buffer(s.codec->channel());
+        return b.defined() ? static_cast<std::uint8_t*>(b.data_ptr()) + s.offset : nullptr;
     }
 
     int world() const { return comm.world_size(); }
@@ -123,50 +137,26 @@ struct GradientExchange::Impl {
             if (d < 0) throw UsageError(t.name + ": negative dimension in its shape");
     }
 
-    // Chooses method, codec and PowerSGD shape for the slot's effective level.
+    // Makes the codec of the slot's effective level, and PowerSGD's shape.
     void configure(Slot& s, bool keep_codec_state) {
         const Spec& e = s.effective;
         std::vector<float> kept_momentum;
         if (keep_codec_state && s.codec)
             for (auto& entry : s.codec->state()) kept_momentum = std::move(*entry.second);
         s.codec.reset();
-        s.rows = s.cols = 0;
-        s.rank = 0;
-        const bool ef = options.error_feedback;
-        if (e.name == "none") {
-            s.method = Method::dense;
-            s.error_feedback = false;
-        } else if (e.name == "fp16") {
-            s.method = Method::fp16;
-            s.error_feedback = false;
-        } else if (e.name == "randomk") {
-            s.method = Method::randomk;
-            s.error_feedback = ef;
-        } else if (e.name == "powersgd") {
-            const auto rank = static_cast<std::int64_t>(e.parameter);
-            if (powersgd_compresses(s.info.shape, rank)) {
-                MatrixView m = matrix_view(s.info.shape);
-                s.method = Method::powersgd;
-                s.rows = m.rows;
-                s.cols = m.cols;
-                s.rank = static_cast<int>(std::min({rank, m.rows, m.cols}));
-                s.error_feedback = ef;
-                if (static_cast<std::int64_t>(s.q.size()) != s.cols * s.rank) {
-                    s.q.clear();
-                    s.fresh_q = true;
-                }
-            } else {
-                s.method = Method::powersgd_dense;
-                s.error_feedback = ef && options.powersgd_variant == PowerSgdVariant::pytorch_hook;
-            }
-        } else {
-            s.method = Method::gather;
-            s.codec = make_gather_codec(e, s.n, codec_options);
-            s.error_feedback = ef && s.codec->error_feedback();
-            if (!kept_momentum.empty())
-                for (auto& entry : s.codec->state())
-                    if (entry.second->size() == kept_momentum.size()) *entry.second = std::move(kept_momentum);
+        s.codec = make_codec(e, s.info.shape, codec_options);
+        s.error_feedback = options.error_feedback && s.codec->error_feedback();
+        const LowRank low = s.codec->low_rank();
+        s.rows = low.rows;
+        s.cols = low.cols;
+        s.rank = low.rank;
+        if (s.codec->channel() == Channel::low_rank && static_cast<std::int64_t>(s.q.size()) != s.cols * s.rank) {
+            s.q.clear();
+            s.fresh_q = true;
         }
+        if (!kept_momentum.empty())
+            for (auto& entry : s.codec->state())
+                if (entry.second->size() == kept_momentum.size()) *entry.second = std::move(kept_momentum);
         layout_dirty = true;
     }
 
@@ -181,7 +171,7 @@ struct GradientExchange::Impl {
         s.q.clear();
         s.fresh_q = true;
         s.effective = effective_of(level);
-        configure(s, same_compressor && level.name == "dgc");
+        configure(s, same_compressor);
     }
 
     void refresh_effective() {
@@ -216,45 +206,23 @@ struct GradientExchange::Impl {
     // ------------------------------------------------------------ layout
 
     void layout() {
-        std::int64_t dense_n = 0, half_n = 0, randomk_n = 0, p_n = 0, q_n = 0, gather_n = 0;
+        std::array<std::int64_t, kChannels> used{};  // bytes
+        std::int64_t p_n = 0, q_n = 0;
         powersgd_order.clear();
         std::vector<std::pair<std::int64_t, std::int64_t>> shapes;  // first-appearance order
         std::map<std::pair<std::int64_t, std::int64_t>, std::vector<size_t>> by_shape;
         tensor_bytes.assign(slots.size(), 0);
         for (size_t i = 0; i < slots.size(); ++i) {
             Slot& s = slots[i];
-            switch (s.method) {
-            case Method::dense:
-            case Method::powersgd_dense:
-                s.offset = dense_n;
-                dense_n += s.n;
-                s.bytes = 4 * s.n;
-                break;
-            case Method::fp16:
-                s.offset = half_n;
-                half_n += s.n;
-                s.bytes = 2 * s.n;
-                break;
-            case Method::randomk: {
-                std::int64_t kept = kept_entries(s.effective.parameter, s.n);
-                s.randomk_indices.resize(static_cast<size_t>(kept));
-                s.offset = randomk_n;
-                randomk_n += kept;
-                s.bytes = 4 * kept;
-                break;
-            }
-            case Method::powersgd: {
+            s.bytes = s.codec->payload_bytes();
+            const Channel c = s.codec->channel();
+            if (c == Channel::low_rank) {
                 auto key = std::make_pair(s.rows, s.cols);
                 if (!by_shape.count(key)) shapes.push_back(key);
                 by_shape[key].push_back(i);
-                s.bytes = 4 * (s.rows + s.cols) * s.rank;
-                break;
-            }
-            case Method::gather:
-                s.offset = gather_n;
-                s.bytes = s.codec->payload_bytes();
-                gather_n += s.bytes;
-                break;
+            } else {
+                s.offset = used[static_cast<size_t>(c)];
+                used[static_cast<size_t>(c)] += s.codec->buffer_bytes();
             }
             tensor_bytes[i] = s.bytes;
         }
@@ -272,12 +240,10 @@ struct GradientExchange::Impl {
         auto make = [](std::int64_t n, at::ScalarType type) {
             return n > 0 ? at::empty({n}, at::TensorOptions().dtype(type)) : at::Tensor();
         };
-        dense = make(dense_n, at::kFloat);
-        half = make(half_n, at::kHalf);
-        randomk = make(randomk_n, at::kFloat);
+        for (Channel c : {Channel::fp32_sum, Channel::fp16_sum, Channel::sparse_sum, Channel::gather})
+            channel_buffer(c) = make(used[static_cast<size_t>(c)] / channel_element_bytes(c), channel_dtype(c));
         p = make(p_n, at::kFloat);
         q = make(q_n, at::kFloat);
-        gather = make(gather_n, at::kByte);
         layout_dirty = false;
     }
 
@@ -368,11 +334,10 @@ struct GradientExchange::Impl {
         if (s.error_feedback) {
             s.t = memory_of(s);
             s.t_in_memory = true;
-            if (s.method == Method::powersgd) return true;  // added while projecting
+            if (s.codec->channel() == Channel::low_rank) return true;  // added while projecting
             const bool zero = !s.memory_used;
             s.memory_used = true;
-            if (s.codec) return s.codec->compensate(s.grad, s.t, zero);
-            return zero ? k::copy_checked(s.t, s.grad, s.n) : k::add_into(s.t, s.grad, s.n);
+            return s.codec->compensate(s.grad, s.t, zero);
         }
         if (s.memory_used) {
             s.t = s.memory.data();
@@ -391,44 +356,15 @@ struct GradientExchange::Impl {
     }
 
     void encode_slot(size_t i, Slot& s) {
-        const bool compensated = s.t_in_memory;
-        switch (s.method) {
-        case Method::dense:
-        case Method::powersgd_dense:
-            if (!k::copy_checked(dense.data_ptr<float>() + s.offset, s.t, s.n) && options.check_finite) not_finite(s);
-            break;
-        case Method::fp16:
-            if (!k::to_half(s.t, s.n, static_cast<float>(world()),
-                            reinterpret_cast<std::uint16_t*>(half.data_ptr<at::Half>()) + s.offset))
-                not_finite(s, ", or a value too large for fp16 once divided by the " + std::to_string(world()) +
-                                  " workers");
-            break;
-        case Method::randomk: {
-            if (!compensated && options.check_finite && !k::all_finite(s.t, s.n)) not_finite(s);
-            auto kept = static_cast<std::int64_t>(s.randomk_indices.size());
-            k::random_indices(k::stream_key(options.seed, static_cast<std::uint64_t>(step), i, kSharedStream), s.n,
-                              kept, s.randomk_indices.data(), bitmap);
-            float* values = randomk.data_ptr<float>() + s.offset;
-            for (std::int64_t j = 0; j < kept; ++j) {
-                std::int32_t index = s.randomk_indices[static_cast<size_t>(j)];
-                values[j] = s.t[index];
-                if (s.error_feedback) s.t[index] = 0.0f;
-            }
-            break;
-        }
-        case Method::powersgd:
-            break;  // both rounds run over all matrices together
-        case Method::gather: {
-            if (!compensated && options.check_finite && !s.codec->checks_finite() && !k::all_finite(s.t, s.n))
-                not_finite(s);
-            auto key = k::stream_key(options.seed, static_cast<std::uint64_t>(step), i,
-                                     static_cast<std::uint64_t>(comm.rank()));
-            if (!s.codec->encode(s.t, s.error_feedback, key, gather.data_ptr<std::uint8_t>() + s.offset) &&
-                options.check_finite)
-                not_finite(s);
-            break;
-        }
-        }
+        TensorCodec& codec = *s.codec;
+        if (codec.channel() == Channel::low_rank) return;  // both rounds run over all matrices together
+        if (!s.t_in_memory && options.check_finite && !codec.checks_finite() && !k::all_finite(s.t, s.n))
+            not_finite(s);
+        const std::uint64_t stream = codec.shared_stream() ? kSharedStream : static_cast<std::uint64_t>(comm.rank());
+        const auto key = k::stream_key(options.seed, static_cast<std::uint64_t>(step), i, stream);
+        if (!codec.encode(s.t, s.error_feedback, key, payload_of(s)) &&
+            (options.check_finite || codec.encode_failure_fatal()))
+            not_finite(s, codec.encode_failure_detail());
     }
 
     std::unique_ptr<comm::Work> launch(at::Tensor& buffer) {
@@ -472,9 +408,7 @@ struct GradientExchange::Impl {
             }
         }
         current.encode_seconds += seconds_since(t0);
-        dense_work = launch(dense);
-        half_work = launch(half);
-        randomk_work = launch(randomk);
+        for (Channel c : kSumChannels) sum_work[static_cast<size_t>(c)] = launch(channel_buffer(c));
         p_work = launch(p);
         in_flight = true;
     }
@@ -483,6 +417,7 @@ struct GradientExchange::Impl {
         if (!in_flight) throw UsageError("gradient exchange: finish() called without start()");
         in_flight = false;
         const int W = world();
+        const at::Tensor& gather = channel_buffer(Channel::gather);
         if (gather.defined()) {
             auto t0 = Clock::now();
             std::vector<at::Tensor> received = comm.allgather(gather);
@@ -503,7 +438,7 @@ struct GradientExchange::Impl {
             std::vector<const std::uint8_t*> payloads(base.size());
             for (size_t i = 0; i < slots.size(); ++i) {
                 Slot& s = slots[i];
-                if (s.method != Method::gather) continue;
+                if (s.codec->channel() != Channel::gather) continue;
                 for (size_t w = 0; w < base.size(); ++w) payloads[w] = base[w] + s.offset;
                 if (!s.codec->decode(payloads, s.grad))
                     throw Error(s.info.name + ": a worker's " + s.effective.name + " payload is malformed at step " +
@@ -559,33 +494,12 @@ struct GradientExchange::Impl {
     }
 
     void decode_dense(int W) {
-        wait(dense_work);
-        wait(half_work);
-        wait(randomk_work);
+        for (Channel c : kSumChannels) wait(sum_work[static_cast<size_t>(c)]);
         auto t0 = Clock::now();
-        const auto divisor = static_cast<float>(W);
         for (auto& s : slots) {
-            switch (s.method) {
-            case Method::dense:
-            case Method::powersgd_dense:
-                k::divide(dense.data_ptr<float>() + s.offset, s.n, divisor, s.grad);
-                if (s.error_feedback) {
-                    // The hook's error for a tensor sent uncompressed: local input minus the mean.
-                    for (std::int64_t j = 0; j < s.n; ++j) s.memory[static_cast<size_t>(j)] -= s.grad[j];
-                }
-                break;
-            case Method::fp16:
-                k::from_half(reinterpret_cast<const std::uint16_t*>(half.data_ptr<at::Half>()) + s.offset, s.n, s.grad);
-                break;
-            case Method::randomk: {
-                std::fill(s.grad, s.grad + s.n, 0.0f);
-                const float* values = randomk.data_ptr<float>() + s.offset;
-                for (size_t j = 0; j < s.randomk_indices.size(); ++j) s.grad[s.randomk_indices[j]] = values[j] / divisor;
-                break;
-            }
-            default:
-                continue;
-            }
+            const Channel c = s.codec->channel();
+            if (c == Channel::low_rank || c == Channel::gather) continue;
+            s.codec->decode_sum(payload_of(s), W, s.grad, s.error_feedback ? s.memory.data() : nullptr);
             settle_memory(s);
         }
         current.decode_seconds += seconds_since(t0);
@@ -654,11 +568,9 @@ std::vector<PlannedCollective> GradientExchange::planned_collectives() const {
     auto add = [&](const at::Tensor& buffer, Collective kind) {
         if (buffer.defined()) out.push_back({kind, static_cast<std::int64_t>(buffer.nbytes())});
     };
-    add(impl_->dense, Collective::allreduce);
-    add(impl_->half, Collective::allreduce);
-    add(impl_->randomk, Collective::allreduce);
+    for (Channel c : kSumChannels) add(impl_->channel_buffer(c), Collective::allreduce);
     add(impl_->p, Collective::allreduce);
-    add(impl_->gather, Collective::allgather);
+    add(impl_->channel_buffer(Channel::gather), Collective::allgather);
     add(impl_->q, Collective::allreduce);
     return out;
 }
@@ -729,7 +641,7 @@ void GradientExchange::load_state(const std::vector<std::pair<std::string, at::T
             s.memory = read_floats(name, tensor, s.n);
             s.memory_used = true;
         } else if (what == "powersgd_q") {
-            if (s.method != Method::powersgd)
+            if (s.codec->channel() != Channel::low_rank)
                 fail(name, "is a PowerSGD Q, but level " + s.effective.text() + " compresses no matrix here");
             if (tensor.dim() != 2 || tensor.size(0) != s.cols || tensor.size(1) != s.rank)
                 fail(name, "must be " + std::to_string(s.cols) + "x" + std::to_string(s.rank) + " for level " +

@@ -7,6 +7,8 @@
 // start at any byte offset (payloads of several tensors are packed back to back).
 #pragma once
 
+#include "base/splitmix64.hpp"
+
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -39,13 +41,13 @@ float uniform_at(std::uint64_t key, std::int64_t index);
 /// A small sequential generator (SplitMix64) for sampling positions.
 class Rng {
 public:
-    explicit Rng(std::uint64_t seed) : state_(seed) {}
+    explicit Rng(std::uint64_t seed) : generator_(seed) {}
     std::uint64_t next();
     /// Uniform integer in [0, bound), bound >= 1.
     std::uint64_t below(std::uint64_t bound);
 
 private:
-    std::uint64_t state_;
+    SplitMix64 generator_;
 };
 
 /// NumPy's legacy RandomState (MT19937) for what PyTorch's powerSGD_hook draws from it:

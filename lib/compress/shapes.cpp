@@ -148,7 +148,6 @@ Shapes lstm_wikitext2() {
 
 }  // namespace
 
-std::int64_t TensorInfo::numel() const { return shape_numel(shape); }
 
 const std::vector<std::string>& model_presets() {
     static const std::vector<std::string> names = {"resnet18", "resnet50", "vgg19", "bert-base", "lstm"};

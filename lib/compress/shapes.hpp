@@ -2,18 +2,16 @@
 // code), and a small text format for any other model. No LibTorch.
 #pragma once
 
+#include "base/shape.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace acc::compress {
 
-/// A parameter tensor: its name (PyTorch's dotted name) and shape (empty for a scalar).
-struct TensorInfo {
-    std::string name;
-    std::vector<std::int64_t> shape;
-    std::int64_t numel() const;
-};
+/// A parameter tensor: acc::Parameter (base/shape.hpp), the type io reads and writes.
+using TensorInfo = acc::Parameter;
 
 /// The models with built-in shape tables, as --shapes accepts them.
 const std::vector<std::string>& model_presets();

@@ -10,8 +10,6 @@
 namespace acc::compress {
 namespace {
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
 bool parse_number(const std::string& text, double& value) {
     if (text.empty()) return false;
     char* end = nullptr;
@@ -28,27 +26,11 @@ std::int64_t kept_entries(double fraction, std::int64_t n) {
 
 const char* collective_name(Collective c) { return c == Collective::allreduce ? "allreduce" : "allgather"; }
 
-const std::vector<CompressorInfo>& compressors() {
-    static const std::vector<CompressorInfo> list = {
-        {"none", nullptr, "fp32 allreduce, no compression", Collective::allreduce, false},
-        {"fp16", nullptr, "half-precision allreduce", Collective::allreduce, false},
-        {"powersgd", "RANK", "low-rank PowerSGD with error feedback and warm start (RANK >= 1)", Collective::allreduce, true},
-        {"topk", "FRACTION", "largest-magnitude FRACTION of entries, error feedback (0 < FRACTION <= 1)", Collective::allgather, true},
-        {"randomk", "FRACTION", "random FRACTION of entries from a shared seed, error feedback", Collective::allreduce, true},
-        {"dgc", "FRACTION", "deep gradient compression: sampled threshold, momentum correction", Collective::allgather, true},
-        {"signsgd", nullptr, "signs with majority vote (1 bit per entry)", Collective::allgather, false},
-        {"efsignsgd", nullptr, "scaled signs with error feedback", Collective::allgather, true},
-        {"qsgd", "LEVELS", "stochastic quantization to LEVELS levels, bucketed norms (1..32767)", Collective::allgather, false},
-        {"terngrad", nullptr, "stochastic ternary levels {-s, 0, s} (2 bits per entry)", Collective::allgather, false},
-    };
-    return list;
-}
-
 std::string spec_help() {
     std::string out;
     for (const auto& c : compressors()) {
         std::string name = c.name;
-        if (c.parameter) name += std::string(":") + c.parameter;
+        if (c.parameter_info.name) name += std::string(":") + c.parameter_info.name;
         char line[160];
         std::snprintf(line, sizeof line, "  %-18s %s\n", name.c_str(), c.summary);
         out += line;
@@ -56,17 +38,41 @@ std::string spec_help() {
     return out;
 }
 
-const CompressorInfo& Spec::info() const {
+const CompressorInfo* find_compressor(const std::string& name) {
     for (const auto& c : compressors())
-        if (name == c.name) return c;
+        if (name == c.name) return &c;
+    return nullptr;
+}
+
+const CompressorInfo& Spec::info() const {
+    if (const CompressorInfo* c = find_compressor(name)) return *c;
     throw UsageError("unknown compressor '" + name + "'");
 }
 
 std::string Spec::text() const {
-    if (!info().parameter) return name;
+    if (!info().parameter_info.name) return name;
     char buffer[64];
     std::snprintf(buffer, sizeof buffer, "%.10g", parameter);
     return name + ":" + buffer;
+}
+
+std::string spec_list() {
+    std::string out;
+    for (const auto& c : compressors()) {
+        if (!out.empty()) out += ", ";
+        out += c.name;
+        if (c.parameter_info.name) out += std::string(":") + c.parameter_info.short_name;
+    }
+    return out;
+}
+
+std::vector<std::string> default_specs() {
+    std::vector<std::string> out;
+    for (const auto& c : compressors()) {
+        if (!c.parameter_info.name) out.push_back(c.name);
+        for (double value : c.parameter_info.defaults) out.push_back(Spec{c.name, value}.text());
+    }
+    return out;
 }
 
 Spec parse_spec(const std::string& text) {
@@ -74,29 +80,26 @@ Spec parse_spec(const std::string& text) {
     size_t colon = text.find(':');
     Spec spec;
     spec.name = text.substr(0, colon);
-    const CompressorInfo* info = nullptr;
-    for (const auto& c : compressors())
-        if (spec.name == c.name) info = &c;
+    const CompressorInfo* info = find_compressor(spec.name);
     if (!info) throw UsageError("'" + text + "' is not a compressor spec; " + valid);
-    if (!info->parameter) {
+    const ParameterInfo& p = info->parameter_info;
+    if (!p.name) {
         if (colon != std::string::npos)
             throw UsageError("'" + text + "': " + spec.name + " takes no parameter; " + valid);
         return spec;
     }
-    std::string example = spec.name + ":" + (std::string(info->parameter) == "FRACTION" ? "0.01" : "2");
+    const std::string parameter = p.name;
+    const std::string example = spec.name + ":" + p.example;
     if (colon == std::string::npos)
-        throw UsageError("'" + text + "': " + spec.name + " needs " + info->parameter + ", e.g. " + example);
+        throw UsageError("'" + text + "': " + spec.name + " needs " + parameter + ", e.g. " + example);
     if (!parse_number(text.substr(colon + 1), spec.parameter))
-        throw UsageError("'" + text + "': " + info->parameter + " must be a number, e.g. " + example);
-    const std::string parameter = info->parameter;
-    if (parameter == "FRACTION") {
-        if (!(spec.parameter > 0 && spec.parameter <= 1))
-            throw UsageError("'" + text + "': FRACTION must be in (0, 1], e.g. " + example);
-    } else {
-        double upper = parameter == "LEVELS" ? 32767 : 1e9;
-        if (spec.parameter != std::floor(spec.parameter) || spec.parameter < 1 || spec.parameter > upper)
-            throw UsageError("'" + text + "': " + parameter + " must be a whole number from 1 to " +
-                             std::to_string(static_cast<long long>(upper)) + ", e.g. " + example);
+        throw UsageError("'" + text + "': " + parameter + " must be a number, e.g. " + example);
+    if (!p.whole) {
+        if (!(spec.parameter > 0 && spec.parameter <= p.maximum))
+            throw UsageError("'" + text + "': " + parameter + " must be in (0, 1], e.g. " + example);
+    } else if (spec.parameter != std::floor(spec.parameter) || spec.parameter < 1 || spec.parameter > p.maximum) {
+        throw UsageError("'" + text + "': " + parameter + " must be a whole number from 1 to " +
+                         std::to_string(static_cast<long long>(p.maximum)) + ", e.g. " + example);
     }
     return spec;
 }
@@ -117,28 +120,7 @@ bool powersgd_compresses(const std::vector<std::int64_t>& shape, std::int64_t ra
 }
 
 std::int64_t wire_bytes(const Spec& spec, const std::vector<std::int64_t>& shape) {
-    const std::int64_t n = shape_numel(shape);
-    const std::string& name = spec.name;
-    if (name == "none") return 4 * n;
-    if (name == "fp16") return 2 * n;
-    if (name == "powersgd") {
-        auto rank = static_cast<std::int64_t>(spec.parameter);
-        if (!powersgd_compresses(shape, rank)) return 4 * n;
-        MatrixView m = matrix_view(shape);
-        return 4 * (m.rows + m.cols) * std::min({rank, m.rows, m.cols});
-    }
-    // fp32 value + int32 index; dgc pads its at most k chosen entries to k
-    if (name == "topk" || name == "dgc") return 8 * kept_entries(spec.parameter, n);
-    if (name == "randomk") return 4 * kept_entries(spec.parameter, n);              // indices come from the shared seed
-    if (name == "signsgd") return 4 * ceil_div(n, 32);                      // signs packed into 32-bit words
-    if (name == "efsignsgd") return 4 * ceil_div(n, 32) + 4;                // plus one fp32 scale
-    if (name == "qsgd") {
-        const std::int64_t bucket = 128;  // one fp32 norm per bucket of 128 entries
-        const std::int64_t code = spec.parameter < 128 ? 1 : 2;
-        return code * n + 4 * ceil_div(n, bucket);
-    }
-    if (name == "terngrad") return ceil_div(n, 4) + 4;  // 2-bit codes and one fp32 scale
-    throw UsageError("unknown compressor '" + name + "'");
+    return spec.info().wire_bytes(spec.parameter, shape);
 }
 
 }  // namespace acc::compress

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,16 +15,41 @@ enum class Collective { allreduce, allgather };
 
 const char* collective_name(Collective c);
 
-struct CompressorInfo {
-    const char* name;
-    const char* parameter;  ///< "RANK", "FRACTION", "LEVELS", or nullptr when it takes none
-    const char* summary;
-    Collective collective;
-    bool error_feedback;
+struct Spec;
+class TensorCodec;
+struct CodecOptions;
+
+/// A compressor's parameter and its valid range.
+struct ParameterInfo {
+    const char* name = nullptr;        ///< "RANK", "FRACTION", "LEVELS"; nullptr when it takes none
+    const char* short_name = nullptr;  ///< in one-line lists: "F" for FRACTION
+    /// A whole number from 1 to `maximum`; otherwise a fraction in (0, 1].
+    bool whole = false;
+    double maximum = 1;
+    const char* example = nullptr;     ///< the value error messages suggest, e.g. "0.01"
+    std::vector<double> defaults;      ///< the values compress-bench runs when not told which
 };
 
-/// Every compressor the toolkit knows, in the order --help lists them.
+/// One compressor, as its own file (compressors/<name>.cpp) registers it.
+struct CompressorInfo {
+    const char* name = nullptr;
+    ParameterInfo parameter_info;
+    const char* summary = nullptr;
+    Collective collective = Collective::allreduce;
+    bool error_feedback = false;
+    /// Bytes one worker sends per step for a tensor of `shape` at `parameter`
+    /// (docs/metrics.md, "Data sent").
+    std::int64_t (*wire_bytes)(double parameter, const std::vector<std::int64_t>& shape) = nullptr;
+    /// The host codec for one tensor: loops over raw float arrays (compress/codecs.hpp).
+    /// A device implementation over LibTorch tensors would be a second factory here.
+    std::unique_ptr<TensorCodec> (*make_codec)(const Spec& spec, const std::vector<std::int64_t>& shape,
+                                               const CodecOptions& options) = nullptr;
+};
+
+/// Every compressor the toolkit knows, in the order --help lists them (compress/registry.cpp).
 const std::vector<CompressorInfo>& compressors();
+/// The compressor of this name, or nullptr.
+const CompressorInfo* find_compressor(const std::string& name);
 
 /// A parsed level, `name[:parameter]`.
 struct Spec {
@@ -40,6 +66,13 @@ Spec parse_spec(const std::string& text);
 
 /// One line per compressor, "powersgd:RANK  low-rank ..." for --help and errors.
 std::string spec_help();
+
+/// The compressors as one comma-separated list with their short parameter names:
+/// "none, fp16, powersgd:RANK, topk:F, ...".
+std::string spec_list();
+
+/// Every compressor at each of its default parameters: compress-bench's default levels.
+std::vector<std::string> default_specs();
 
 /// PowerSGD's matrix view of a tensor: rows = shape[0], cols = numel / rows.
 struct MatrixView {

@@ -46,10 +46,10 @@ DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io
     levels_ = canonical(levels);
     compressed_ = compressed_of(levels_);
     if (!compressed_.empty()) {
-        std::vector<compress::TensorInfo> infos;
+        std::vector<io::Parameter> infos;
         std::vector<compress::Spec> specs;
         for (size_t i : compressed_) {
-            infos.push_back({description_[i].name, description_[i].shape});
+            infos.push_back(description_[i]);
             specs.push_back(compress::parse_spec(levels_[i]));
         }
         compress_ = std::make_unique<compress::GradientExchange>(infos, specs, comm_, setup_.compression);
@@ -103,7 +103,7 @@ void DistExchange::rebuild(const std::vector<std::string>& levels) {
     for (auto& [name, tensor] : old_state)
         if (starts_with(name, "exchange/") && name != "exchange/step") state.emplace_back(name, tensor);
     state.emplace_back("exchange/step", step_tensor(steps_));
-    std::vector<compress::TensorInfo> infos;
+    std::vector<io::Parameter> infos;
     std::vector<compress::Spec> initial, target;
     for (size_t i = 0; i < parameters_.size(); ++i) {
         const std::string& name = description_[i].name;
@@ -115,7 +115,7 @@ void DistExchange::rebuild(const std::vector<std::string>& levels) {
             continue;
         }
         if (!will[i]) continue;
-        infos.push_back({name, description_[i].shape});
+        infos.push_back(description_[i]);
         target.push_back(compress::parse_spec(levels[i]));
         if (was[i]) {
             // Stays compressed: starts at its old level with its old state, then set_levels

@@ -20,9 +20,8 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
 
     const std::string group = "Communication";
     auto* compress = app.add_option("--compress", c.compress,
-                                    "Compress every matrix parameter's gradient with this level: none, fp16, "
-                                    "powersgd:RANK, topk:F, randomk:F, dgc:F, signsgd, efsignsgd, qsgd:LEVELS, "
-                                    "terngrad [none]")
+                                    "Compress every matrix parameter's gradient with this level: " +
+                                        compress::spec_list() + " [none]")
                          ->type_name("SPEC")
                          ->default_str("")
                          ->group(group);

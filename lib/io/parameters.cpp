@@ -7,8 +7,6 @@
 
 namespace acc::io {
 
-std::int64_t Parameter::numel() const { return shape_numel(shape); }
-
 std::string shape_text(const std::vector<std::int64_t>& shape) {
     if (shape.empty()) return "scalar";
     std::string out;

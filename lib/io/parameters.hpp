@@ -2,6 +2,7 @@
 // names, shapes and sizes of a model's parameter tensors in model order.
 #pragma once
 
+#include "base/shape.hpp"
 #include "io/h5.hpp"
 
 #include <cstdint>
@@ -10,13 +11,8 @@
 
 namespace acc::io {
 
-struct Parameter {
-    std::string name;                 ///< PyTorch's dotted name, e.g. "layer1.0.conv1.weight"
-    std::vector<std::int64_t> shape;  ///< empty for a scalar
-    std::int64_t numel() const;
-    /// PowerSGD and the Accordion reference compress only tensors with two or more dimensions.
-    bool is_matrix() const { return shape.size() > 1; }
-};
+/// Names, shapes and sizes of a model's tensors (defined in base, shared with compress).
+using acc::Parameter;
 
 /// "64x3x3x3"
 std::string shape_text(const std::vector<std::int64_t>& shape);

@@ -132,7 +132,7 @@ void add_snapshot(io::GradsWriter& writer, const GradientRecorder& recorder) {
 class AveragingExchange final : public GradientExchange {
 public:
     AveragingExchange(const std::vector<io::Parameter>& parameters, comm::Collectives& comm)
-        : exchange_(tensors(parameters), std::vector<compress::Spec>(parameters.size(), compress::parse_spec("none")),
+        : exchange_(parameters, std::vector<compress::Spec>(parameters.size(), compress::parse_spec("none")),
                     comm) {}
     void exchange(std::vector<torch::Tensor>& gradients, const StepInfo&) override { exchange_.step(gradients); }
     void save_state(TensorMap& state) const override {
@@ -151,11 +151,6 @@ public:
     }
 
 private:
-    static std::vector<compress::TensorInfo> tensors(const std::vector<io::Parameter>& parameters) {
-        std::vector<compress::TensorInfo> out;
-        for (const auto& p : parameters) out.push_back({p.name, p.shape});
-        return out;
-    }
     compress::GradientExchange exchange_;
 };
 

@@ -34,19 +34,14 @@ std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t a, std::uint64_t b, std
     // Each value goes through a splitmix64 round so that nearby inputs give unrelated seeds.
     std::uint64_t h = seed;
     for (std::uint64_t v : {a, b, c}) {
-        h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+        h ^= v + kSplitMix64Gamma + (h << 6) + (h >> 2);
         Random r(h);
         h = r.next();
     }
     return h;
 }
 
-std::uint64_t Random::next() {
-    std::uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+std::uint64_t Random::next() { return generator_.next(); }
 
 std::uint64_t Random::below(std::uint64_t bound) {
     // Rejection sampling: draws above the largest multiple of bound are redrawn.

@@ -2,6 +2,8 @@
 // each epoch and the order in which each rank visits the training samples.
 #pragma once
 
+#include "base/splitmix64.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,7 +40,7 @@ std::uint64_t mix_seed(std::uint64_t seed, std::uint64_t a, std::uint64_t b = 0,
 /// compiler and standard library, unlike std:: distributions.
 class Random {
 public:
-    explicit Random(std::uint64_t seed) : state_(seed) {}
+    explicit Random(std::uint64_t seed) : generator_(seed) {}
     std::uint64_t next();
     /// Uniform in [0, bound), bound >= 1, without modulo bias.
     std::uint64_t below(std::uint64_t bound);
@@ -48,7 +50,7 @@ public:
     double normal();
 
 private:
-    std::uint64_t state_;
+    SplitMix64 generator_;
 };
 
 /// The sample indices `shard.rank` trains on in `epoch`: every world_size-th entry,

@@ -70,3 +70,55 @@ TEST(Spec, CollectivesAreDeclared) {
     EXPECT_EQ(parse_spec("randomk:0.1").info().collective, Collective::allreduce);
     EXPECT_STREQ(collective_name(Collective::allgather), "allgather");
 }
+
+TEST(Registry, ListsEveryCompressorOnceInHelpOrder) {
+    std::vector<std::string> names;
+    for (const auto& c : compressors()) {
+        names.push_back(c.name);
+        EXPECT_NE(c.summary, nullptr) << c.name;
+        EXPECT_NE(c.wire_bytes, nullptr) << c.name;
+        EXPECT_NE(c.make_codec, nullptr) << c.name;
+        EXPECT_EQ(find_compressor(c.name), &c);
+        const ParameterInfo& p = c.parameter_info;
+        if (p.name) {
+            // Every default parses back to itself, and the example is a valid value.
+            EXPECT_NE(p.short_name, nullptr) << c.name;
+            EXPECT_FALSE(p.defaults.empty()) << c.name;
+            EXPECT_NO_THROW(parse_spec(std::string(c.name) + ":" + p.example)) << c.name;
+        } else {
+            EXPECT_TRUE(p.defaults.empty()) << c.name;
+        }
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"none", "fp16", "powersgd", "topk", "randomk", "dgc", "signsgd",
+                                               "efsignsgd", "qsgd", "terngrad"}));
+    EXPECT_EQ(find_compressor("foo"), nullptr);
+    EXPECT_EQ(find_compressor(""), nullptr);
+}
+
+TEST(Registry, GeneratesTheListsOfHelpTexts) {
+    EXPECT_EQ(spec_list(),
+              "none, fp16, powersgd:RANK, topk:F, randomk:F, dgc:F, signsgd, efsignsgd, qsgd:LEVELS, terngrad");
+    EXPECT_EQ(default_specs(), (std::vector<std::string>{"none", "fp16", "powersgd:1", "powersgd:2", "powersgd:4",
+                                                         "topk:0.01", "randomk:0.01", "dgc:0.01", "signsgd",
+                                                         "efsignsgd", "qsgd:127", "terngrad"}));
+    const std::string help = spec_help();
+    EXPECT_EQ(help.substr(0, help.find('\n')), "  none               fp32 allreduce, no compression");
+    EXPECT_NE(help.find("  qsgd:LEVELS        stochastic quantization to LEVELS levels, bucketed norms (1..32767)\n"),
+              std::string::npos);
+}
+
+TEST(Registry, RangeErrorsNameTheParameterAndAnExample) {
+    auto message = [](const std::string& text) {
+        try {
+            parse_spec(text);
+        } catch (const acc::UsageError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_EQ(message("topk:2"), "'topk:2': FRACTION must be in (0, 1], e.g. topk:0.01");
+    EXPECT_EQ(message("qsgd:40000"), "'qsgd:40000': LEVELS must be a whole number from 1 to 32767, e.g. qsgd:2");
+    EXPECT_EQ(message("powersgd:0"), "'powersgd:0': RANK must be a whole number from 1 to 1000000000, e.g. powersgd:2");
+    EXPECT_EQ(message("dgc"), "'dgc': dgc needs FRACTION, e.g. dgc:0.01");
+    EXPECT_EQ(message("randomk:x"), "'randomk:x': FRACTION must be a number, e.g. randomk:0.01");
+}

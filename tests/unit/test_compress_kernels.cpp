@@ -567,6 +567,101 @@ TEST(Codecs, RefuseTensorsTooLargeForTheirIndices) {
     EXPECT_THROW(make_gather_codec(parse_spec("none"), 10, {}), acc::UsageError);
 }
 
+TEST(Codecs, EveryCompressorHasACodecOfItsWireSize) {
+    // The allreduce compressors too: the exchange places each codec's payload in its
+    // channel's buffer, so the payload must be the documented size.
+    for (const auto& c : compressors()) {
+        std::string text = c.name;
+        if (c.parameter_info.name) text += std::string(":") + c.parameter_info.example;
+        Spec spec = parse_spec(text);
+        for (const std::vector<std::int64_t>& shape :
+             std::vector<std::vector<std::int64_t>>{{}, {1}, {33}, {129}, {64, 576}, {4, 3}, {0}}) {
+            auto codec = make_codec(spec, shape, {});
+            EXPECT_EQ(codec->payload_bytes(), wire_bytes(spec, shape)) << text;
+            EXPECT_EQ(codec->numel(), acc::shape_numel(shape)) << text;
+            const bool gathered = codec->channel() == Channel::gather;
+            EXPECT_EQ(gathered, c.collective == Collective::allgather) << text;
+            if (codec->channel() == Channel::low_rank) {
+                EXPECT_TRUE(powersgd_compresses(shape, 2)) << text;
+                EXPECT_EQ(codec->low_rank().rank, 2);
+            } else {
+                EXPECT_EQ(codec->buffer_bytes(), codec->payload_bytes()) << text;
+            }
+        }
+    }
+}
+
+TEST(Codecs, AllreduceCodecsDecodeTheMeanOfTheSum) {
+    const int W = 4;
+    std::vector<float> t = {1.0f, -2.0f, 3.5f, 0.25f, 8.0f}, out(5), memory(5, 0.0f);
+    {
+        auto codec = make_codec(parse_spec("none"), {5}, {});
+        std::vector<float> sum(5);
+        ASSERT_TRUE(codec->encode(t.data(), false, 0, reinterpret_cast<std::uint8_t*>(sum.data())));
+        EXPECT_EQ(sum, t);
+        codec->decode_sum(reinterpret_cast<const std::uint8_t*>(sum.data()), W, out.data(), nullptr);
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(out[i], t[i] / 4.0f);
+    }
+    {
+        // PowerSGD on a vector sends it whole; PyTorch's hook keeps local minus mean as its error.
+        auto codec = make_codec(parse_spec("powersgd:2"), {5}, {});
+        ASSERT_EQ(codec->channel(), Channel::fp32_sum);
+        EXPECT_TRUE(codec->error_feedback());
+        memory = t;
+        codec->decode_sum(reinterpret_cast<const std::uint8_t*>(t.data()), W, out.data(), memory.data());
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(memory[i], t[i] - t[i] / 4.0f);
+        CodecOptions reference;
+        reference.uncompressed_error_feedback = false;
+        EXPECT_FALSE(make_codec(parse_spec("powersgd:2"), {5}, reference)->error_feedback());
+    }
+    {
+        CodecOptions options;
+        options.world = W;
+        auto codec = make_codec(parse_spec("fp16"), {5}, options);
+        std::vector<std::uint16_t> halves(5);
+        ASSERT_TRUE(codec->encode(t.data(), false, 0, reinterpret_cast<std::uint8_t*>(halves.data())));
+        codec->decode_sum(reinterpret_cast<const std::uint8_t*>(halves.data()), W, out.data(), nullptr);
+        for (int i = 0; i < 5; ++i) EXPECT_EQ(out[i], t[i] / 4.0f);  // exact in half precision
+        std::vector<float> huge = {70000.0f * W};
+        auto one = make_codec(parse_spec("fp16"), {1}, options);
+        EXPECT_FALSE(one->encode(huge.data(), false, 0, reinterpret_cast<std::uint8_t*>(halves.data())));
+        EXPECT_TRUE(one->encode_failure_fatal());
+        EXPECT_NE(one->encode_failure_detail().find("4 workers"), std::string::npos);
+    }
+    {
+        // randomk: every worker with the same key picks the same entries; the rest decode to 0.
+        auto codec = make_codec(parse_spec("randomk:0.4"), {5}, {});
+        EXPECT_TRUE(codec->shared_stream());
+        std::vector<float> e = t, values(2);
+        ASSERT_TRUE(codec->encode(e.data(), true, 7, reinterpret_cast<std::uint8_t*>(values.data())));
+        codec->decode_sum(reinterpret_cast<const std::uint8_t*>(values.data()), 1, out.data(), nullptr);
+        int kept = 0;
+        for (int i = 0; i < 5; ++i) {
+            EXPECT_EQ(out[i] + e[i], t[i]);  // sent, or kept in the error
+            kept += out[i] != 0.0f;
+        }
+        EXPECT_EQ(kept, 2);
+    }
+}
+
+TEST(Codecs, CallingTheOtherChannelsDecodeIsAnInternalError) {
+    std::vector<float> out(4);
+    std::vector<std::uint8_t> payload(16);
+    EXPECT_THROW(make_codec(parse_spec("none"), {4}, {})->decode({payload.data()}, out.data()), acc::Error);
+    EXPECT_THROW(make_codec(parse_spec("signsgd"), {4}, {})->decode_sum(payload.data(), 1, out.data(), nullptr),
+                 acc::Error);
+}
+
+TEST(Random, OneSplitMix64) {
+    // Reference values of SplitMix64 seeded with 0 (Vigna's splitmix64.c).
+    acc::SplitMix64 g(0);
+    EXPECT_EQ(g.next(), 0xe220a8397b1dcdafull);
+    EXPECT_EQ(g.next(), 0x6e789e6aa1b965f4ull);
+    EXPECT_EQ(k::mix64(0), 0xe220a8397b1dcdafull);
+    k::Rng rng(0);
+    EXPECT_EQ(rng.next(), 0xe220a8397b1dcdafull);
+}
+
 // --------------------------------------------------------------------- shapes
 
 TEST(Shapes, PresetsHaveTheirModelsParameterCounts) {

@@ -206,8 +206,7 @@ TEST(Exchange, MatchesTheCompressExchangeThroughLevelChanges) {
         setup.buckets.bucket_bytes = 100;
         setup.compression.seed = 3;
         DistExchange exchange(a.parameters, a.description(), comm, torch::kCPU, setup, epochs[0]);
-        std::vector<acc::compress::TensorInfo> infos;
-        for (const auto& p : b.description()) infos.push_back({p.name, p.shape});
+        const std::vector<acc::io::Parameter> infos = b.description();
         std::vector<acc::compress::Spec> specs;
         for (const auto& l : epochs[0]) specs.push_back(acc::compress::parse_spec(l));
         acc::compress::GradientExchange plain(infos, specs, comm, setup.compression);

@@ -1,5 +1,6 @@
 // compress-bench: how fast, how small and how accurate each gradient compressor is,
 // and whether it pays on a given network at a given scale. See man/compress-bench.1.
+#include "base/text.hpp"
 #include "cli/tool.hpp"
 #include "compress/bench_driver.hpp"
 #include "compress/spec.hpp"
@@ -26,8 +27,8 @@ int main(int argc, char** argv) {
                 ->delimiter(',')
                 ->type_name("EPOCH,...");
             app.add_option("--compressors", config.compressors,
-                           "Compressor specs, comma-separated [none,fp16,powersgd:1,powersgd:2,powersgd:4,topk:0.01,"
-                           "randomk:0.01,dgc:0.01,signsgd,efsignsgd,qsgd:127,terngrad]")
+                           "Compressor specs, comma-separated [" +
+                               acc::join(acc::compress::default_bench_compressors(), ",") + "]")
                 ->delimiter(',')
                 ->type_name("SPEC,...");
             app.add_option("--world", config.worlds, "World sizes to predict for, comma-separated [4,16,64]")

@@ -1,0 +1,50 @@
+// none: every value as float32 in the flat allreduce.
+#include "compress/compressors/common.hpp"
+
+namespace acc::compress {
+namespace {
+namespace k = kernels;
+
+class DenseCodec : public TensorCodec {
+public:
+    DenseCodec(const Spec& spec, std::int64_t n, bool error_feedback = false)
+        : TensorCodec(spec, n), error_feedback_(error_feedback) {}
+    Channel channel() const override { return Channel::fp32_sum; }
+    std::int64_t payload_bytes() const override { return 4 * numel_; }
+    bool error_feedback() const override { return error_feedback_; }
+    bool encode(float* t, bool, std::uint64_t, std::uint8_t* payload) override {
+        return k::copy_checked(reinterpret_cast<float*>(payload), t, numel_);
+    }
+    void decode_sum(const std::uint8_t* sum, int world, float* out, float* memory) const override {
+        k::divide(reinterpret_cast<const float*>(sum), numel_, static_cast<float>(world), out);
+        // PyTorch's hook's error for a tensor sent uncompressed: local input minus the mean.
+        if (memory)
+            for (std::int64_t j = 0; j < numel_; ++j) memory[j] -= out[j];
+    }
+
+private:
+    bool error_feedback_;
+};
+
+std::int64_t wire(double, const std::vector<std::int64_t>& shape) { return 4 * shape_numel(shape); }
+
+}  // namespace
+
+std::unique_ptr<TensorCodec> codec_util::make_dense_codec(const Spec& spec, std::int64_t n, bool error_feedback) {
+    return std::make_unique<DenseCodec>(spec, n, error_feedback);
+}
+
+const CompressorInfo& none_compressor() {
+    static const CompressorInfo info = [] {
+        CompressorInfo c;
+        c.name = "none";
+        c.summary = "fp32 allreduce, no compression";
+        c.collective = Collective::allreduce;
+        c.wire_bytes = wire;
+        c.make_codec = codec_util::make<DenseCodec>;
+        return c;
+    }();
+    return info;
+}
+
+}  // namespace acc::compress

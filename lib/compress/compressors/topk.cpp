@@ -1,0 +1,256 @@
+// topk:FRACTION: the largest-magnitude entries with their indices, through the allgather;
+// error feedback keeps the rest.
+#include "compress/compressors/topk.hpp"
+
+#include "compress/kernel_support.hpp"
+
+#include <limits>
+
+namespace acc::compress {
+
+// ---------------------------------------------------------------- kernels
+// The loops of compress/kernels.hpp this compressor owns.
+
+namespace kernels {
+using namespace detail;
+namespace {
+
+// Indices (and magnitude keys) of the entries whose key is >= tau; counts past capacity.
+std::int64_t scan_portable(const float* t, std::int64_t begin, std::int64_t n, std::uint32_t tau,
+                           std::int32_t* out, std::uint32_t* keys, std::int64_t capacity, std::int64_t count) {
+    for (std::int64_t i = begin; i < n; ++i) {
+        std::uint32_t key = magnitude_key(t[i]);
+        if (key >= tau) {
+            if (count < capacity) {
+                out[count] = static_cast<std::int32_t>(i);
+                keys[count] = key;
+            }
+            ++count;
+        }
+    }
+    return count;
+}
+
+#if ACC_X86
+ACC_SIMD std::int64_t scan_simd(const float* t, std::int64_t n, std::uint32_t tau, std::int32_t* out,
+                                std::uint32_t* keys, std::int64_t capacity) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff);
+    // Keys are below 2^31, so a signed comparison with tau - 1 is key >= tau.
+    const __m256i below = _mm256_set1_epi32(static_cast<int>(tau) - 1);
+    std::int64_t count = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i key = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(t + i)), abs_mask);
+        unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, below))));
+        while (mask) {
+            int j = __builtin_ctz(mask);
+            if (count < capacity) {
+                out[count] = static_cast<std::int32_t>(i + j);
+                keys[count] = magnitude_key(t[i + j]);
+            }
+            ++count;
+            mask &= mask - 1;
+        }
+    }
+    return scan_portable(t, i, n, tau, out, keys, capacity, count);
+}
+
+#endif
+
+}  // namespace
+
+namespace {
+
+// Indices i in [0, n) with magnitude key >= tau, ascending, into scratch.candidates.
+std::int64_t scan(const float* t, std::int64_t n, std::uint32_t tau, SelectScratch& s) {
+    auto& c = s.candidates;
+    auto& k = s.candidate_keys;
+    if (c.size() < 1024) c.resize(1024);
+    k.resize(c.size());
+    for (;;) {
+        std::int64_t count = 0;
+        auto capacity = static_cast<std::int64_t>(c.size());
+#if ACC_X86
+        if (simd())
+            count = scan_simd(t, n, tau, c.data(), k.data(), capacity);
+        else
+#endif
+            count = scan_portable(t, 0, n, tau, c.data(), k.data(), capacity, 0);
+        if (count <= capacity) return count;
+        c.resize(static_cast<size_t>(count + count / 4));
+        k.resize(c.size());
+    }
+}
+
+// The magnitude key of the r-th largest (0-based) of the keys in [first, last).
+std::uint32_t rank_from_top(std::vector<std::uint32_t>& keys, std::int64_t count, std::int64_t r) {
+    auto nth = keys.begin() + (count - 1 - r);
+    std::nth_element(keys.begin(), nth, keys.begin() + count);
+    return *nth;
+}
+
+// Keeps the k candidates of largest magnitude (ties: the first by position), in order.
+void refine_exact(std::int64_t count, std::int64_t k, SelectScratch& s, std::int32_t* indices) {
+    auto& keys = s.keys;
+    const std::uint32_t* candidate_keys = s.candidate_keys.data();
+    if (static_cast<std::int64_t>(keys.size()) < count) keys.resize(static_cast<size_t>(count));
+    std::copy(candidate_keys, candidate_keys + count, keys.begin());
+    const std::uint32_t kth = rank_from_top(keys, count, k - 1);
+    std::int64_t greater = 0;
+    for (std::int64_t j = 0; j < count; ++j) greater += candidate_keys[j] > kth;
+    std::int64_t equal_quota = k - greater, out = 0;
+    for (std::int64_t j = 0; j < count && out < k; ++j) {
+        std::uint32_t key = candidate_keys[j];
+        if (key > kth || (key == kth && equal_quota-- > 0)) indices[out++] = s.candidates[static_cast<size_t>(j)];
+    }
+}
+
+// Magnitude keys of a strided sample with a random start; returns the sample size.
+std::int64_t strided_sample(const float* t, std::int64_t n, std::int64_t wanted, std::uint64_t key,
+                            std::vector<std::uint32_t>& keys) {
+    const std::int64_t stride = std::max<std::int64_t>(1, n / wanted);
+    Rng rng(key);
+    const auto start = static_cast<std::int64_t>(rng.below(static_cast<std::uint64_t>(stride)));
+    const std::int64_t count = (n - start + stride - 1) / stride;
+    if (static_cast<std::int64_t>(keys.size()) < count) keys.resize(static_cast<size_t>(count));
+    for (std::int64_t j = 0; j < count; ++j) keys[static_cast<size_t>(j)] = magnitude_key(t[start + j * stride]);
+    return count;
+}
+
+}  // namespace
+
+void top_k_exact(const float* t, std::int64_t n, std::int64_t k, std::uint64_t key, std::int32_t* indices,
+                 SelectScratch& s) {
+    if (k >= n) {
+        for (std::int64_t i = 0; i < n; ++i) indices[i] = static_cast<std::int32_t>(i);
+        return;
+    }
+    std::uint32_t tau = 0;
+    if (n > 8192) {
+        // Aim a little below the k-th magnitude so that, with high probability, at
+        // least k entries pass, but not many more. A sample of n / 16 (at most 32,768)
+        // keeps its cost small against the scan.
+        const std::int64_t wanted = std::min<std::int64_t>(32768, n / 16);
+        std::int64_t m = strided_sample(t, n, wanted, key, s.keys);
+        double expected = static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
+        auto r = static_cast<std::int64_t>(expected + 4.0 * std::sqrt(expected) + 32.0);
+        for (;;) {
+            tau = r >= m ? 0 : rank_from_top(s.keys, m, r);
+            if (tau == 0) break;
+            std::int64_t count = scan(t, n, tau, s);
+            if (count >= k) {
+                refine_exact(count, k, s, indices);
+                return;
+            }
+            // Unlucky sample: lower the threshold and scan again (the sample keys
+            // are only permuted by the rank search, so they can be ranked again).
+            r = 2 * r + 64;
+        }
+    }
+    std::int64_t count = scan(t, n, 0, s);
+    refine_exact(count, k, s, indices);
+}
+
+std::int64_t top_k_sampled(const float* t, std::int64_t n, std::int64_t k, std::uint64_t key, std::int32_t* indices,
+                           SelectScratch& s) {
+    const double fraction = static_cast<double>(k) / static_cast<double>(n);
+    const auto wanted = std::max<std::int64_t>((n + 99) / 100, static_cast<std::int64_t>(std::ceil(2.0 / fraction)));
+    if (k >= n || wanted >= n) {
+        top_k_exact(t, n, k, key, indices, s);
+        return std::min(k, n);
+    }
+    const std::int64_t m = strided_sample(t, n, wanted, key, s.keys);
+    const auto top = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(static_cast<double>(m) * fraction)));
+    std::uint32_t tau = rank_from_top(s.keys, m, std::min(top, m) - 1);
+    std::int64_t count = scan(t, n, tau, s);
+    for (int round = 0;; ++round) {
+        if (static_cast<double>(count) > 1.3 * static_cast<double>(k)) {
+            refine_exact(count, k, s, indices);
+            return k;
+        }
+        if (static_cast<double>(count) >= 0.8 * static_cast<double>(k) || tau == 0 || round == 10) break;
+        // Lower the threshold by 0.8x (a NaN or infinite threshold drops to the largest finite value).
+        float lowered = std::min(float_of(tau), std::numeric_limits<float>::max()) * 0.8f;
+        tau = magnitude_key(lowered);
+        count = scan(t, n, tau, s);
+    }
+    count = std::min(count, k);
+    std::copy(s.candidates.begin(), s.candidates.begin() + count, indices);
+    return count;
+}
+
+bool scatter_add(const std::uint8_t* values, const std::uint8_t* indices, std::int64_t k, std::int64_t n,
+                 float weight, float* out) {
+    for (std::int64_t j = 0; j < k; ++j) {
+        std::int32_t i = load_i32(indices + 4 * j);
+        if (i < 0 || i >= n) return false;
+        out[i] += weight * load_f32(values + 4 * j);
+    }
+    return true;
+}
+
+}  // namespace kernels
+
+namespace k = kernels;
+
+SparseCodec::SparseCodec(const Spec& spec, std::int64_t n, bool sampled)
+    : TensorCodec(spec, n), k_(kept_entries(spec.parameter, n)), sampled_(sampled), indices_(static_cast<size_t>(k_)) {}
+
+bool SparseCodec::encode(float* t, bool update_error, std::uint64_t key, std::uint8_t* payload) {
+    std::int64_t chosen = k_;
+    if (sampled_)
+        chosen = k::top_k_sampled(t, numel_, k_, key, indices_.data(), scratch_);
+    else
+        k::top_k_exact(t, numel_, k_, key, indices_.data(), scratch_);
+    // A sampled threshold may choose fewer than k: the rest is padding that adds 0 to entry 0.
+    std::fill(indices_.begin() + chosen, indices_.end(), 0);
+    std::uint8_t* values = payload;
+    std::uint8_t* indices = payload + 4 * k_;
+    for (std::int64_t j = 0; j < k_; ++j) {
+        std::int32_t i = indices_[static_cast<size_t>(j)];
+        k::store_f32(values + 4 * j, j < chosen ? t[i] : 0.0f);
+        k::store_i32(indices + 4 * j, i);
+    }
+    if (update_error)
+        for (std::int64_t j = 0; j < chosen; ++j) t[indices_[static_cast<size_t>(j)]] = 0.0f;
+    chosen_ = chosen;
+    return true;
+}
+
+bool SparseCodec::decode(const std::vector<const std::uint8_t*>& payloads, float* out) const {
+    std::fill(out, out + numel_, 0.0f);
+    const float weight = codec_util::inverse_world(payloads.size());
+    for (const std::uint8_t* p : payloads)
+        if (!k::scatter_add(p, p + 4 * k_, k_, numel_, weight, out)) return false;
+    return true;
+}
+
+std::int64_t sparse_wire_bytes(double fraction, const std::vector<std::int64_t>& shape) {
+    return 8 * kept_entries(fraction, shape_numel(shape));
+}
+
+namespace {
+
+std::unique_ptr<TensorCodec> make(const Spec& spec, const std::vector<std::int64_t>& shape, const CodecOptions& o) {
+    const std::int64_t n = shape_numel(shape);
+    codec_util::check_int32_indices(spec, n);
+    return std::make_unique<SparseCodec>(spec, n, o.topk_selection == TopkSelection::sampled);
+}
+
+}  // namespace
+
+const CompressorInfo& topk_compressor() {
+    static const CompressorInfo info = [] {
+        CompressorInfo c;
+        c.name = "topk";
+        c.parameter_info = {"FRACTION", "F", false, 1, "0.01", {0.01}};
+        c.summary = "largest-magnitude FRACTION of entries, error feedback (0 < FRACTION <= 1)";
+        c.collective = Collective::allgather;
+        c.error_feedback = true;
+        c.wire_bytes = sparse_wire_bytes;
+        c.make_codec = make;
+        return c;
+    }();
+    return info;
+}
+
+}  // namespace acc::compress

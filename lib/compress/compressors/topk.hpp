@@ -1,0 +1,33 @@
+// topk's codec, which DGC (compressors/dgc.cpp) extends.
+#pragma once
+
+#include "compress/compressors/common.hpp"
+
+namespace acc::compress {
+
+// topk and dgc: k float32 values, then k int32 indices.
+class SparseCodec : public TensorCodec {
+public:
+    SparseCodec(const Spec& spec, std::int64_t n, bool sampled);
+    std::int64_t payload_bytes() const override { return 8 * k_; }
+    bool error_feedback() const override { return true; }
+    bool checks_finite() const override { return false; }
+    bool encode(float* t, bool update_error, std::uint64_t key, std::uint8_t* payload) override;
+    bool decode(const std::vector<const std::uint8_t*>& payloads, float* out) const override;
+
+protected:
+    const std::vector<std::int32_t>& last_indices() const { return indices_; }
+    std::int64_t last_chosen() const { return chosen_; }
+
+private:
+    std::int64_t k_;
+    bool sampled_;
+    std::vector<std::int32_t> indices_;
+    std::int64_t chosen_ = 0;
+    kernels::SelectScratch scratch_;
+};
+
+/// fp32 value and int32 index per kept entry (dgc pads its at most k chosen entries to k).
+std::int64_t sparse_wire_bytes(double fraction, const std::vector<std::int64_t>& shape);
+
+}  // namespace acc::compress
