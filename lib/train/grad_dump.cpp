@@ -11,6 +11,7 @@
 #include "compress/exchange.hpp"
 #include "io/atomic.hpp"
 #include "io/grads.hpp"
+#include "io/h5.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -73,16 +74,33 @@ std::string tensor_text(const torch::Tensor& t) {
     return std::string(reinterpret_cast<const char*>(c.data_ptr<std::uint8_t>()), static_cast<size_t>(c.numel()));
 }
 
+// The options a checkpoint recorded, read before its weights: other model options
+// would otherwise fail the load with a message about shapes. Empty when the file
+// has none (or cannot be read: loading it then says why).
+std::string recorded_options(const std::string& path) {
+    try {
+        const io::H5File f = io::H5File::open(path, false);
+        const std::string name = std::string("/extra/") + kOptionsEntry;
+        if (!f.exists("/extra") || !f.exists("/extra/run") || !f.exists(name)) return "";
+        const auto bytes = f.read<std::uint8_t>(name);
+        return std::string(bytes.begin(), bytes.end());
+    } catch (const Error&) {
+        return "";
+    }
+}
+
+void check_options(const std::string& path, const std::string& recorded, const GradDumpConfig& c) {
+    const auto changed = changed_settings(recorded, resume_settings(c.train));
+    if (!changed.empty())
+        throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") +
+                         "; resume with the options of the original run");
+}
+
 // A resumed run must be the same run: the checkpoint says what it was. Checkpoints
 // written before they recorded the options are checked on what CheckpointInfo holds.
 void check_same_run(const std::string& path, const CheckpointInfo& info, const TensorMap& extra,
                     const GradDumpConfig& c, int world_size) {
-    if (auto it = extra.find(kOptionsEntry); it != extra.end()) {
-        const auto changed = changed_settings(tensor_text(it->second), resume_settings(c.train));
-        if (!changed.empty())
-            throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") +
-                             "; resume with the options of the original run");
-    }
+    if (auto it = extra.find(kOptionsEntry); it != extra.end()) check_options(path, tensor_text(it->second), c);
     auto differs = [&](const std::string& option, const std::string& then, const std::string& now) {
         if (then != now)
             throw UsageError("--resume: " + path + " is from a run with " + option + " " + then + ", not " + now +
@@ -358,6 +376,7 @@ int train_rank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm) {
     if (c.resume) {
         if (leader && !file_exists(c.checkpoint))
             throw FileError(c.checkpoint, "no checkpoint to resume from (one is written after every completed epoch)");
+        if (leader) check_options(c.checkpoint, recorded_options(c.checkpoint), c);
         TensorMap extra;
         CheckpointInfo saved = comm ? load_checkpoint_from_rank0(trainer, c.checkpoint, *comm, &extra)
                                     : trainer.load_checkpoint(c.checkpoint, &extra);

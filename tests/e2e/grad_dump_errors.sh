@@ -70,6 +70,12 @@ expect_exit 2 "^grad-dump: error: --epochs: must be a whole number in \[1, 10000
 expect_exit 2 "^grad-dump: error: --lr-decay-epochs: must be a whole number in \[1, 1000000\], not '99999999999'" -- \
     grad-dump "${tiny[@]}" --epochs 1 --lr-decay-epochs 5,99999999999
 
+# LibTorch's failures are one line naming what was being done, never a stack trace.
+expect_exit 1 "^grad-dump: error: building the model \(--model mlp\): LibTorch failed: .*can't allocate memory" -- \
+    bash -c 'ulimit -v 1500000; exec grad-dump "$@"' - "${tiny[@]}" --epochs 1 --hidden-size 16384 -o oom.h5
+grep -q "frame #" "$WORK/err" && fail "a stack trace reached the user: $(cat "$WORK/err")"
+[ "$(wc -l <"$WORK/err")" -le 2 ] || fail "more than the dataset line and the error: $(cat "$WORK/err")"
+
 # A missing output directory is created; one that cannot be is a runtime error.
 grad-dump "${tiny[@]}" --epochs 1 -o new/dir/grads.h5 -q || fail "grad-dump did not create the output's directory"
 [ -f new/dir/grads.h5 ] && [ -f new/dir/grads.ckpt.h5 ] || fail "no new/dir/grads.h5 and its checkpoint"
@@ -131,11 +137,11 @@ expect_exit 1 "lost.h5: no such file; --resume continues the gradient-statistics
 # The checkpoint never replaces the statistics, however the paths are spelt.
 expect_exit 2 "^grad-dump: error: --checkpoint grads.h5: is the same file as --output grads.h5" -- \
     grad-dump "${tiny[@]}" --epochs 1 --checkpoint grads.h5
-mkdir -p out
-expect_exit 2 "^grad-dump: error: --checkpoint ./out/g.h5: is the same file as --output out/g.h5" -- \
-    grad-dump "${tiny[@]}" --epochs 1 -o out/g.h5 --checkpoint ./out/g.h5
-expect_exit 2 "is the same file as --output out/../g2.h5" -- \
-    grad-dump "${tiny[@]}" --epochs 1 -o out/../g2.h5 --checkpoint "$WORK/g2.h5"
+mkdir -p res
+expect_exit 2 "^grad-dump: error: --checkpoint ./res/g.h5: is the same file as --output res/g.h5" -- \
+    grad-dump "${tiny[@]}" --epochs 1 -o res/g.h5 --checkpoint ./res/g.h5
+expect_exit 2 "is the same file as --output res/../g2.h5" -- \
+    grad-dump "${tiny[@]}" --epochs 1 -o res/../g2.h5 --checkpoint "$WORK/g2.h5"
 ln -s run-kept.h5 alias.h5
 expect_exit 2 "^grad-dump: error: --checkpoint alias.h5: is the same file as --output run-kept.h5" -- \
     grad-dump "${tiny[@]}" --epochs 2 -o run-kept.h5 --checkpoint alias.h5 --resume
