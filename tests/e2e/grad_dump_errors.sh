@@ -57,6 +57,7 @@ done <<'TABLE'
 --weight-decay 1e7 \[0, 1e\+06\]
 --clip-norm -1 \[0, 1e\+30\]
 --eval-every -1 \[0, 1000000\]
+--snapshot-epochs 99999999999 \[0, 1000000\]
 --rank 1048576 \[0, 1048575\]
 --world-size 0 \[1, 1048576\]
 --master-port 70000 \[1, 65535\]
