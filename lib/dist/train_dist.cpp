@@ -13,6 +13,7 @@
 #include "dist/staging.hpp"
 #include "dist/state.hpp"
 #include "io/atomic.hpp"
+#include "io/h5.hpp"
 #include "io/metrics.hpp"
 #include "io/schedule.hpp"
 #include "train/datasets.hpp"
@@ -133,17 +134,34 @@ std::string resume_settings(const TrainDistConfig& c, bool batch_mode) {
     return text;
 }
 
+void check_options(const std::string& path, const std::string& recorded, const TrainDistConfig& c, bool batch_mode) {
+    const auto changed = train::changed_settings(recorded, resume_settings(c, batch_mode));
+    if (!changed.empty())
+        throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") +
+                         "; resume with the options of the original run");
+}
+
+// The options a checkpoint (held in memory) recorded, read before its weights: other
+// model options would otherwise fail the load with a message about shapes. Empty
+// when it has none, or cannot be read (loading it then says why).
+std::string recorded_options(const std::vector<std::uint8_t>& image, const std::string& path) {
+    try {
+        const io::H5File f = io::H5File::open_image(image, path);
+        if (!f.exists("/extra") || !f.exists("/extra/run") || !f.exists("/extra/run/options")) return "";
+        const auto bytes = f.read<std::uint8_t>("/extra/run/options");
+        return std::string(bytes.begin(), bytes.end());
+    } catch (const Error&) {
+        return "";
+    }
+}
+
 // The run's settings that a resumed run must share, from the checkpoint. Checkpoints
 // written before they recorded the options ("run/options") are checked on what
 // CheckpointInfo holds.
 void check_same_run(const std::string& path, const train::CheckpointInfo& info, const train::TensorMap& extra,
                     const TrainDistConfig& c, int world, bool batch_mode) {
-    if (auto it = extra.find("run/options"); it != extra.end()) {
-        const auto changed = train::changed_settings(tensor_text(it->second), resume_settings(c, batch_mode));
-        if (!changed.empty())
-            throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") +
-                             "; resume with the options of the original run");
-    }
+    if (auto it = extra.find("run/options"); it != extra.end())
+        check_options(path, tensor_text(it->second), c, batch_mode);
     struct Setting {
         const char* what;
         std::string then, now;
@@ -325,6 +343,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     if (c.resume) {
         std::vector<std::uint8_t> image = leader ? read_file(checkpoint) : std::vector<std::uint8_t>();
         image = broadcast_bytes(group.host(), std::move(image), 0);
+        check_options(checkpoint, recorded_options(image, checkpoint), c, batch_mode);  // every rank: all agree
         train::TensorMap extra;
         train::CheckpointInfo saved = trainer.load_checkpoint_image(image, checkpoint, &extra);
         check_same_run(checkpoint, saved, extra, c, world, batch_mode);

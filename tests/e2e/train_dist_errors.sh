@@ -74,6 +74,9 @@ expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --seed
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume --seed 7
 expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --lr 0.1, not 0.5; --momentum 0.9, not 0; resume with the options of the original run$" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume --lr 0.5 --momentum 0
+expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --hidden-size 16, not 32; resume with" -- \
+    train-dist --model mlp --hidden-size 32 --dataset synthetic --train-samples 64 --test-samples 16 --batch-size 16 \
+    --threads 1 --epochs 2 --compress topk:0.5 --metrics m.h5 --resume
 expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --dgc-warmup-epochs 0, not 3;" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume --dgc-warmup-epochs 3
 expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with other compression levels" -- \
