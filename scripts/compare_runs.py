@@ -3,9 +3,10 @@
 
 Each argument is LABEL=METRICS.h5, or LABEL=A.h5,B.h5,C.h5 for several seeds
 of the same setting (their mean is shown, and the spread over seeds). Per
-label: final test accuracy, floats sent per worker in millions and the factor
-against the baseline (the first label, or --baseline), training time in
-seconds (evaluation excluded) and its factor, and the epochs that were critical.
+label: final test accuracy, floats sent per worker in millions and how many
+times less that is than the baseline's (the first label, or --baseline),
+training time in seconds (evaluation excluded) and how many times faster than
+the baseline's it is (above 1: less sent, faster), and the epochs that were critical.
 
     scripts/compare_runs.py low=low.h5 high=high.h5 accordion=accordion.h5
     scripts/compare_runs.py --markdown 'rank 2=s1/low.h5,s2/low.h5' ...
@@ -71,8 +72,10 @@ def main():
         sys.exit(f"compare_runs.py: error: --baseline: no run is labelled '{args.baseline}' (labels: {', '.join(labels)})")
     baseline = labels.index(args.baseline) if args.baseline else 0
     summaries = [summarize(label, runs) for label, runs in groups]
-    versus = f"vs {labels[baseline]}"
-    header = ["run", "test accuracy", "floats sent (M)", versus, "time (s)", versus, "critical epochs"]
+    # The factors are the baseline's value over the run's: above 1 the run sends less, or is faster.
+    base = labels[baseline]
+    header = ["run", "test accuracy", "floats sent (M)", f"less sent than {base} (x)", "time (s)",
+              f"faster than {base} (x)", "critical epochs"]
     table = list(rows(summaries, baseline))
     if args.markdown:
         print("| " + " | ".join(header) + " |")

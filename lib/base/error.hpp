@@ -5,6 +5,7 @@
 // ("grads.h5: dataset /epochs/norm is missing") so they read well after that prefix.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +34,35 @@ public:
 
 private:
     std::string path_;
+};
+
+}  // namespace acc
+
+namespace acc {
+
+/// Names what the program is doing while it lives ("building the model"), so that
+/// an exception without context of its own (LibTorch's) can still say where it came
+/// from once the stack has unwound. Nested ones stack; the innermost wins.
+class Doing {
+public:
+    explicit Doing(std::string what) : previous_(current_), exceptions_(std::uncaught_exceptions()) {
+        current_ = std::move(what);
+        failed_.clear();  // an earlier failure was handled, or this one would not run
+    }
+    ~Doing() {
+        if (std::uncaught_exceptions() > exceptions_ && failed_.empty()) failed_ = current_;
+        current_ = std::move(previous_);
+    }
+    Doing(const Doing&) = delete;
+    Doing& operator=(const Doing&) = delete;
+    /// What was being done when the exception now being handled left it; empty if unknown.
+    static const std::string& failed() { return failed_; }
+
+private:
+    std::string previous_;
+    int exceptions_;
+    static inline thread_local std::string current_;
+    static inline thread_local std::string failed_;
 };
 
 }  // namespace acc

@@ -8,8 +8,14 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <new>
+#include <typeinfo>
 
 namespace acc::cli {
 namespace {
@@ -44,7 +50,81 @@ void print_error(const std::string& message) {
     std::cerr << tool_tag() << ": error: " << message << std::endl;
 }
 
+// The levenshtein distance between two option names.
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diagonal = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t above = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diagonal = above;
+        }
+    }
+    return row[b.size()];
+}
+
+bool is_number(const std::string& text) {
+    char* end = nullptr;
+    std::strtod(text.c_str(), &end);
+    return !text.empty() && *end == '\0';
+}
+
+// The first argument that looks like an option but names none of `app`'s, or empty.
+// CLI11 reports a missing required option before an unknown one, and an unknown
+// one only as an unexpected argument; the misspelling is usually the real problem.
+std::string unknown_option(const CLI::App& app, int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--") break;
+        if (arg.size() < 2 || arg[0] != '-' || is_number(arg)) continue;
+        const std::string name = arg[1] == '-' ? arg.substr(0, arg.find('=')) : arg.substr(0, 2);
+        if (name == "--") continue;
+        if (!app.get_option_no_throw(name)) return name;
+    }
+    return "";
+}
+
+std::string format_range(double value) { return short_number(value, 6); }
+
+// The message of an exception that is not one of ours: its first line, since
+// LibTorch appends a stack trace, and what the program was doing.
+std::string foreign_message(const std::exception& e) {
+    std::string text = e.what();
+    if (auto newline = text.find('\n'); newline != std::string::npos) text.resize(newline);
+    const std::string type = typeid(e).name();
+    const bool torch = type.find("c10") != std::string::npos;
+    std::string doing = Doing::failed();
+    if (doing.empty()) doing = torch ? "computing with LibTorch" : "running";
+    return doing + ": " + (torch ? "LibTorch failed: " : "internal error: ") + text;
+}
+
 }  // namespace
+
+std::vector<std::string> similar_options(const CLI::App& app, const std::string& name) {
+    std::vector<std::string> names;
+    for (const CLI::Option* option : app.get_options()) {
+        for (const auto& l : option->get_lnames()) names.push_back("--" + l);
+        for (const auto& s : option->get_snames()) names.push_back("-" + s);
+    }
+    // Close enough to be a typo: a third of the name's letters, at least 2.
+    const size_t limit = std::max<size_t>(2, name.size() / 3);
+    size_t best = limit + 1;
+    std::vector<std::string> closest;
+    for (const auto& candidate : names) {
+        const size_t d = edit_distance(name, candidate);
+        if (d > limit) continue;
+        if (d < best) {
+            best = d;
+            closest.clear();
+        }
+        if (d == best && std::find(closest.begin(), closest.end(), candidate) == closest.end())
+            closest.push_back(candidate);
+    }
+    return closest;
+}
 
 const char* version() { return ACC_VERSION; }
 
@@ -52,6 +132,7 @@ const io::Provenance& provenance() { return g_provenance; }
 
 void setup_logging(const std::string& tool, int verbosity) {
     g_tool = tool;
+    spdlog::drop(tool + "-log");  // set up again when a process runs a tool twice (tests)
     auto logger = spdlog::stderr_logger_st(tool + "-log");
     auto formatter = std::make_unique<spdlog::pattern_formatter>();
     formatter->add_flag<LevelPrefix>('*').set_pattern("%*%v");
@@ -91,6 +172,37 @@ CLI::Validator at_least(long long minimum) {
         ">= " + std::to_string(minimum));
 }
 
+CLI::Validator whole_number(long long minimum, long long maximum) {
+    const std::string range = "[" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]";
+    return CLI::Validator(
+        [minimum, maximum, range](std::string& input) -> std::string {
+            char* end = nullptr;
+            errno = 0;
+            const long long value = std::strtoll(input.c_str(), &end, 10);
+            const bool whole = !input.empty() && !std::isspace(static_cast<unsigned char>(input[0])) && *end == '\0';
+            if (whole && errno == 0 && value >= minimum && value <= maximum) return "";
+            return "must be a whole number in " + range + ", not '" + input + "'";
+        },
+        "in " + range);
+}
+
+CLI::Validator number(double minimum, double maximum, bool above_minimum) {
+    const std::string range =
+        (above_minimum ? "(" : "[") + format_range(minimum) + ", " + format_range(maximum) + "]";
+    return CLI::Validator(
+        [minimum, maximum, above_minimum, range](std::string& input) -> std::string {
+            char* end = nullptr;
+            errno = 0;
+            const double value = std::strtod(input.c_str(), &end);
+            const bool whole = !input.empty() && !std::isspace(static_cast<unsigned char>(input[0])) && *end == '\0';
+            const bool in_range = std::isfinite(value) && (above_minimum ? value > minimum : value >= minimum) &&
+                                  value <= maximum;
+            if (whole && errno != ERANGE && in_range) return "";
+            return "must be a number in " + range + ", not '" + input + "'";
+        },
+        "in " + range);
+}
+
 int run_tool(const std::string& name, const std::string& description, int argc, char** argv,
              const std::function<void(CLI::App&)>& define, const std::function<int()>& run) {
     g_tool = name;
@@ -106,6 +218,9 @@ int run_tool(const std::string& name, const std::string& description, int argc, 
     app.add_flag("-q,--quiet", quiet, "Print only warnings and errors");
     app.add_flag("-v,--verbose", verbose, "Print debugging detail");
     define(app);
+    // An empty list would show as "=[]"; list options name their default in the description.
+    for (CLI::Option* option : app.get_options())
+        if (option->get_default_str() == "[]") option->default_str("");
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp&) {
@@ -118,11 +233,22 @@ int run_tool(const std::string& name, const std::string& description, int argc, 
         std::cout << e.what() << std::endl;
         return kExitOk;
     } catch (const CLI::ParseError& e) {
+        const bool about_values = dynamic_cast<const CLI::ValidationError*>(&e) != nullptr ||
+                                  dynamic_cast<const CLI::ConversionError*>(&e) != nullptr;
+        if (const std::string unknown = about_values ? "" : unknown_option(app, argc, argv); !unknown.empty()) {
+            const auto similar = similar_options(app, unknown);
+            print_error(unknown + ": unknown option" +
+                        (similar.empty() ? "" : "; did you mean " + join(similar, " or ") + "?") + " (see '" + name +
+                        " --help')");
+            return kExitUsage;
+        }
         print_error(std::string(e.what()) + " (see '" + name + " --help')");
         return kExitUsage;
     }
     setup_logging(name, quiet ? -1 : verbose ? 1 : 0);
     try {
+        // Forgets what an earlier run in this process failed at; names nothing itself.
+        Doing nothing_yet("");
         return run();
     } catch (const UsageError& e) {
         print_error(e.what());
@@ -134,7 +260,10 @@ int run_tool(const std::string& name, const std::string& description, int argc, 
         print_error("out of memory");
         return kExitRuntime;
     } catch (const std::exception& e) {
-        print_error(std::string("internal error: ") + e.what());
+        print_error(foreign_message(e));
+        return kExitRuntime;
+    } catch (...) {
+        print_error("internal error: an exception of unknown type");
         return kExitRuntime;
     }
 }

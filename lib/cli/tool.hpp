@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace acc::cli {
 
@@ -43,5 +44,22 @@ CLI::Validator positive();
 
 /// A CLI11 validator for whole numbers >= `minimum`.
 CLI::Validator at_least(long long minimum);
+
+/// A CLI11 validator for whole numbers in [minimum, maximum]: the whole text must
+/// be the number, and its message gives the range. Every whole-number option
+/// takes one, so that no value saturates, wraps or means "forever".
+CLI::Validator whole_number(long long minimum, long long maximum);
+
+/// A CLI11 validator for finite numbers in [minimum, maximum], or in
+/// (minimum, maximum] when `above_minimum`: what a float or double option may hold.
+CLI::Validator number(double minimum, double maximum, bool above_minimum = false);
+
+/// The most threads a --threads option accepts: more cannot be meant on any
+/// machine this runs on, and each costs memory and scheduler time.
+inline constexpr long long kMaxThreads = 256;
+
+/// Names of the options of `app` closest to `name` by edit distance, for
+/// "did you mean" hints; empty when none is close.
+std::vector<std::string> similar_options(const CLI::App& app, const std::string& name);
 
 }  // namespace acc::cli

@@ -2,6 +2,7 @@
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "base/hash.hpp"
 #include "base/text.hpp"
 #include "base/version.hpp"
@@ -181,7 +182,11 @@ std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const Sweep
         result.bus_factor = perf::bus_factor(c, world);
         if (observer.begin) observer.begin(c);
         for (std::int64_t count : plan_counts(c, plan, world)) {
-            Buffers buffers = make_buffers(c, count, world, options);
+            Buffers buffers = [&] {
+                Doing doing("allocating the buffers of a " + size_text(collective_bytes(c, count, world)) + " " +
+                            perf::collective_name(c));
+                return make_buffers(c, count, world, options);
+            }();
             SizeResult row;
             row.count = count;
             row.size = collective_bytes(c, count, world);
@@ -255,7 +260,10 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
     meta.output = config.output;
     std::vector<CollectiveResult> results;
     run_in_group(*comm, [&] {
-        if (leader && !config.output.empty()) io::check_writable_destination(config.output);
+        if (leader && !config.output.empty()) {
+            create_parent_directories(config.output);
+            io::check_writable_destination(config.output);
+        }
         if (human) {
             const size_t machines = std::set<std::string>(meta.hosts.begin(), meta.hosts.end()).size();
             std::cerr << "# comm-profile " << ACC_VERSION << ": " << meta.world_size

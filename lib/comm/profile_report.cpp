@@ -41,7 +41,9 @@ std::int64_t parse_size(const std::string& text, const std::string& option) {
         unit = std::int64_t{1} << 30;
     else if (!suffix.empty())
         throw UsageError(problem);
-    if (value > (std::int64_t{1} << 50) / unit) throw UsageError(option + ": " + text + " is too large");
+    // 64 GiB: more than any device's memory holds for one message and its result.
+    if (value > (std::int64_t{1} << 36) / unit)
+        throw UsageError(option + ": " + text + " is too large; sizes go from 1 byte to 64G");
     if (value < 1) throw UsageError(option + ": the size must be at least 1 byte");
     return value * unit;
 }

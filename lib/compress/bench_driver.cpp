@@ -2,8 +2,10 @@
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "base/text.hpp"
 #include "cli/json.hpp"
+#include "cli/tool.hpp"
 #include "compress/exchange.hpp"
 #include "compress/loopback.hpp"
 #include "compress/shapes.hpp"
@@ -42,6 +44,28 @@ struct Quality {
 };
 
 std::string number_text(double v, const char* format) { return std::isfinite(v) ? printf_text(format, v) : "-"; }
+
+// Fixed-point below 1000, where it is easiest to read; %.3g above, so that the text stays short.
+std::string bounded_text(double v, const char* fixed, const char* large = "%.3g") {
+    return number_text(v, std::fabs(v) < 1000 ? fixed : large);
+}
+
+// The results table: the first column left-aligned, the last unpadded, the others
+// right-aligned in widths that hold their values, so that every row lines up.
+struct TableLayout {
+    std::vector<size_t> widths;
+    std::string line(const std::vector<std::string>& cells) const {
+        std::string out = " ";
+        for (size_t i = 0; i < cells.size(); ++i) {
+            const size_t width = i < widths.size() ? widths[i] : 0;
+            const size_t pad = cells[i].size() < width ? width - cells[i].size() : 0;
+            out += ' ';
+            if (i == 0) out += cells[i] + std::string(pad, ' ');
+            else out += std::string(pad, ' ') + cells[i];
+        }
+        return out;
+    }
+};
 
 std::string bytes_text(double bytes) {
     const char* unit[] = {"B", "kB", "MB", "GB", "TB"};
@@ -105,9 +129,17 @@ void validate(BenchConfig& c) {
         throw UsageError("--vectors: must be 'none' or 'compress', not '" + c.vectors + "'");
     if (c.topk_selection != "exact" && c.topk_selection != "sampled")
         throw UsageError("--topk-selection: must be 'exact' or 'sampled', not '" + c.topk_selection + "'");
-    if (c.threads < 1 || c.threads > 1024) throw UsageError("--threads: must be from 1 to 1024");
+    if (c.threads < 1 || c.threads > cli::kMaxThreads)
+        throw UsageError("--threads: must be a whole number in [1, " + std::to_string(cli::kMaxThreads) + "]");
     if (c.csv && c.json) throw UsageError("--csv and --json exclude each other (both write to standard output)");
-    if (!c.output.empty()) io::check_writable_destination(c.output);
+    if (!c.output.empty()) {
+        const auto& presets = model_presets();
+        const bool preset = std::find(presets.begin(), presets.end(), c.shapes) != presets.end();
+        check_distinct_files({{"--from", c.from}, {"--shapes", preset ? "" : c.shapes}, {"--comm", c.comm}},
+                             {{"--output", c.output}});
+        create_parent_directories(c.output);
+        io::check_writable_destination(c.output);
+    }
 }
 
 // Fills `tensors`, `source` (what the inputs came from) and `model` (the model's name, when known).
@@ -314,6 +346,12 @@ int run_bench(BenchConfig c) {
                      number_text(baseline[w].communication_seconds * 1e3, "%.3g"),
                      number_text(baseline[w].exposed_seconds * 1e3, "%.3g"));
 
+    // Widths that hold the longest text each column's format prints: %.3g gives at
+    // most 8 characters ("1.23e+03", "0.000123"), bytes_text at most 11.
+    size_t name_width = 10, world_width = 1;
+    for (const auto& text : c.compressors) name_width = std::max(name_width, text.size());
+    for (auto w : c.worlds) world_width = std::max(world_width, std::to_string(w).size());
+    const TableLayout table{{name_width, world_width, 11, 9, 11, 11, 8, 8, 6, 8, 11, 11, 9, 0}};
     for (size_t input = 0; input < inputs.size(); ++input) {
         const Input& in = inputs[input];
         file.inputs.push_back({in.name, in.norm});
@@ -321,9 +359,8 @@ int run_bench(BenchConfig c) {
             warn("input '" + in.name + "' has zero norm: relative error, cosine and gain are undefined");
         spdlog::info("");
         spdlog::info("{} ({}):", in.name, source);
-        spdlog::info("  {:<14} {:>4} {:>10} {:>7} {:>9} {:>9} {:>6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>7} {}",
-                     "compressor", "W", "sent", "ratio", "encode", "decode", "GB/s", "rel.err", "cosine", "gain",
-                     "comm", "iter", "speedup", "pays");
+        spdlog::info("{}", table.line({"compressor", "W", "sent", "ratio", "encode", "decode", "GB/s", "rel.err",
+                                       "cosine", "gain", "comm", "iter", "speedup", "pays"}));
         std::vector<at::Tensor> work;
         for (const auto& t : tensors) work.push_back(at::empty({t.numel()}));
         for (const auto& text : c.compressors) {
@@ -372,14 +409,17 @@ int run_bench(BenchConfig c) {
                 row.iteration_seconds = p.iteration_seconds;
                 row.baseline_iteration_seconds = baseline[w].iteration_seconds;
                 row.speedup = row.baseline_iteration_seconds / row.iteration_seconds;
-                spdlog::info("  {:<14} {:>4} {:>10} {:>7} {:>9} {:>9} {:>6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>7} {}", text, w,
-                             bytes_text(static_cast<double>(row.bytes_per_worker)),
-                             number_text(row.compression_ratio, "%.3gx"), number_text(row.encode_median * 1e3, "%.3g ms"),
-                             number_text(row.decode_median * 1e3, "%.3g ms"), number_text(row.throughput / 1e9, "%.3g"),
-                             number_text(row.relative_error, "%.3f"), number_text(row.cosine, "%.3f"),
-                             number_text(row.gain, "%.3f"), number_text(row.comm_seconds * 1e3, "%.3g ms"),
-                             number_text(row.iteration_seconds * 1e3, "%.3g ms"), number_text(row.speedup, "%.2fx"),
-                             row.speedup > 1 ? "yes" : "no");
+                spdlog::info("{}", table.line({text, std::to_string(w),
+                                               bytes_text(static_cast<double>(row.bytes_per_worker)),
+                                               number_text(row.compression_ratio, "%.3gx"),
+                                               number_text(row.encode_median * 1e3, "%.3g ms"),
+                                               number_text(row.decode_median * 1e3, "%.3g ms"),
+                                               number_text(row.throughput / 1e9, "%.3g"),
+                                               bounded_text(row.relative_error, "%.3f"),
+                                               number_text(row.cosine, "%.3f"), bounded_text(row.gain, "%.3f"),
+                                               number_text(row.comm_seconds * 1e3, "%.3g ms"),
+                                               number_text(row.iteration_seconds * 1e3, "%.3g ms"),
+                                               bounded_text(row.speedup, "%.2fx", "%.3gx"), row.speedup > 1 ? "yes" : "no"}));
                 file.rows.push_back(row);
             }
         }

@@ -4,6 +4,7 @@
 #include "base/shape.hpp"
 #include "base/text.hpp"
 
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -168,13 +169,27 @@ std::vector<TensorInfo> read_shapes_file(const std::string& path) {
     if (!in) throw FileError(path, "cannot be read");
     std::vector<TensorInfo> out;
     std::set<std::string> names;
+    // Bounds that no model's shapes come near, so that a device or a binary file
+    // given by mistake (/dev/zero) ends in an error instead of filling memory.
+    constexpr size_t kMaxLine = 4096;
+    constexpr int kMaxLines = 1'000'000;
+    constexpr long long kMaxValues = 4'000'000'000;
+    long long values = 0;
     std::string line;
     int number = 0;
-    while (std::getline(in, line)) {
+    while (true) {
+        line.clear();
+        int ch = 0;
+        while ((ch = in.get()) != EOF && ch != '\n' && line.size() <= kMaxLine) line.push_back(static_cast<char>(ch));
+        if (ch == EOF && line.empty()) break;
         ++number;
         auto fail = [&](const std::string& problem) {
             throw FileError(path, "line " + std::to_string(number) + ": " + problem);
         };
+        if (line.size() > kMaxLine)
+            fail("longer than " + std::to_string(kMaxLine) + " bytes; a shapes file has lines of NAME SHAPE");
+        if (number > kMaxLines)
+            fail("more than " + std::to_string(kMaxLines) + " lines; a shapes file has one line per tensor");
         std::istringstream fields(line);
         std::string name, shape, extra;
         if (!(fields >> name) || name[0] == '#') continue;
@@ -190,6 +205,11 @@ std::vector<TensorInfo> read_shapes_file(const std::string& path) {
                 t.shape.push_back(d);
             }
         }
+        long long numel = 1;
+        for (long long d : t.shape) numel = d > kMaxValues / numel ? kMaxValues + 1 : numel * d;
+        values += numel;
+        if (values > kMaxValues)
+            fail("the tensors hold more than " + with_commas(kMaxValues) + " values in all (16 GB of floats)");
         if (!names.insert(name).second) fail("'" + name + "' appears twice");
         out.push_back(std::move(t));
     }

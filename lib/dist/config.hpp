@@ -63,8 +63,8 @@ void validate(const TrainDistConfig& config);
 /// as text; output files and the rendezvous are left out.
 std::string shared_settings(const TrainDistConfig& config);
 
-/// The checkpoint file of a run: <checkpoint dir>/train-dist.ckpt.h5, the
-/// directory defaulting to the metrics file's.
+/// The checkpoint file of a run: the metrics file's name with .ckpt.h5 for .h5
+/// (metrics.h5: metrics.ckpt.h5), in --checkpoint-dir or else the metrics file's directory.
 std::string checkpoint_path(const TrainDistConfig& config);
 
 }  // namespace acc::dist

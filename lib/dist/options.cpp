@@ -1,5 +1,6 @@
 // train-dist's command-line options and the checks that need neither model nor data.
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "base/text.hpp"
 #include "cli/tool.hpp"
 #include "compress/spec.hpp"
@@ -9,8 +10,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 namespace acc::dist {
+namespace {
+
+// 64 GiB: buckets are buffers in memory; a larger one cannot be meant.
+constexpr double kMaxBucketMb = 65536;
+
+}  // namespace
 
 void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
     train::add_train_options(app, c.train);
@@ -51,11 +59,11 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
         ->group(accordion_group);
     app.add_option("--eta", c.accordion_config.eta,
                    "A relative change of the gradient norm of at least eta marks a critical regime")
-        ->check(cli::positive())
+        ->check(cli::number(0, 1e6, true))
         ->needs(accordion)
         ->group(accordion_group);
     app.add_option("--interval", c.accordion_config.interval, "Epochs between decisions")
-        ->check(cli::at_least(1))
+        ->check(cli::whole_number(1, 1000000))
         ->needs(accordion)
         ->group(accordion_group);
 
@@ -64,14 +72,14 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
         ->group(group);
     app.add_option("--bucket-mb", c.bucket_mb,
                    "MiB of uncompressed gradients per allreduce that overlaps the backward pass")
-        ->check(cli::positive())
+        ->check(cli::number(0, kMaxBucketMb, true))
         ->group(group);
     app.add_option("--first-bucket-mb", c.first_bucket_mb, "MiB of the first (last layers') bucket")
-        ->check(cli::positive())
+        ->check(cli::number(0, kMaxBucketMb, true))
         ->group(group);
     app.add_option("--dgc-warmup-epochs", c.dgc_warmup_epochs,
                    "dgc:F keeps exponentially fewer entries over the first N epochs, down to F")
-        ->check(cli::at_least(0))
+        ->check(cli::whole_number(0, 1000000))
         ->group(group);
 
     const std::string output = "Output";
@@ -79,8 +87,8 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
         ->type_name("FILE")
         ->group(output);
     app.add_option("--checkpoint-dir", c.checkpoint_dir,
-                   "Directory of the checkpoint (train-dist.ckpt.h5) written after every epoch [the metrics "
-                   "file's]")
+                   "Directory of the checkpoint written after every epoch, named after the metrics file "
+                   "(METRICS with .ckpt.h5 for .h5) [the metrics file's]")
         ->type_name("DIR")
         ->group(output);
     app.add_flag("--resume", c.resume, "Continue a stopped run from its checkpoint and metrics file")->group(output);
@@ -128,6 +136,7 @@ void validate(const TrainDistConfig& c) {
         throw UsageError("--first-bucket-mb: must be a number > 0");
     if (c.dgc_warmup_epochs < 0) throw UsageError("--dgc-warmup-epochs: must be >= 0");
     if (c.metrics.empty()) throw UsageError("--metrics: must name a file");
+    check_distinct_files({{"--schedule", c.schedule}}, {{"--metrics", c.metrics}, {"checkpoint", checkpoint_path(c)}});
 }
 
 std::string shared_settings(const TrainDistConfig& c) {
@@ -153,13 +162,15 @@ std::string shared_settings(const TrainDistConfig& c) {
 }
 
 std::string checkpoint_path(const TrainDistConfig& c) {
-    std::string dir = c.checkpoint_dir;
-    if (dir.empty()) {
-        auto slash = c.metrics.rfind('/');
-        dir = slash == std::string::npos ? "." : slash == 0 ? "/" : c.metrics.substr(0, slash);
-    }
-    if (!dir.empty() && dir.back() == '/') dir.pop_back();
-    return dir + "/train-dist.ckpt.h5";
+    // Named after the metrics file, so that runs sharing a directory keep their own.
+    const std::filesystem::path metrics(c.metrics);
+    std::string name = metrics.filename().string();
+    const std::string suffix = ".h5";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+        name.resize(name.size() - suffix.size());
+    name += ".ckpt.h5";
+    const std::filesystem::path dir = c.checkpoint_dir.empty() ? metrics.parent_path() : std::filesystem::path(c.checkpoint_dir);
+    return (dir / name).string();
 }
 
 }  // namespace acc::dist

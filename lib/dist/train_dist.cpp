@@ -2,6 +2,7 @@
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
+#include "base/paths.hpp"
 #include "base/text.hpp"
 #include "cli/progress.hpp"
 #include "cli/tool.hpp"
@@ -12,6 +13,7 @@
 #include "dist/staging.hpp"
 #include "dist/state.hpp"
 #include "io/atomic.hpp"
+#include "io/h5.hpp"
 #include "io/metrics.hpp"
 #include "io/schedule.hpp"
 #include "train/datasets.hpp"
@@ -108,9 +110,58 @@ struct Leader {
     std::unique_ptr<train::GradientRecorder> recorder;
 };
 
-// The run's settings that a resumed run must share, from the checkpoint.
-void check_same_run(const std::string& path, const train::CheckpointInfo& info, const TrainDistConfig& c, int world,
-                    bool batch_mode) {
+torch::Tensor text_tensor(const std::string& text) {
+    return torch::tensor(std::vector<std::int64_t>(text.begin(), text.end()), torch::kLong).to(torch::kUInt8);
+}
+
+std::string tensor_text(const torch::Tensor& t) {
+    torch::Tensor c = t.to(torch::kCPU, torch::kUInt8).contiguous();
+    return std::string(reinterpret_cast<const char*>(c.data_ptr<std::uint8_t>()), static_cast<size_t>(c.numel()));
+}
+
+// The options that change the numbers, as the checkpoint records them ("run/options").
+// In batch mode the schedule sets the batch size, so --batch-size is not compared.
+std::string resume_settings(const TrainDistConfig& c, bool batch_mode) {
+    std::string text;
+    for (const auto& line : split(train::resume_settings(c.train), '\n'))
+        if (!line.empty() && !(batch_mode && line.rfind("--batch-size ", 0) == 0)) text += line + "\n";
+    text += "--dgc-warmup-epochs " + std::to_string(c.dgc_warmup_epochs) + "\n";
+    text += "--schedule-extend " + (c.schedule_extend.empty() ? std::string("none") : c.schedule_extend) + "\n";
+    if (c.accordion) {
+        text += "--eta " + fmt::format("{}", c.accordion_config.eta) + "\n";
+        text += "--interval " + std::to_string(c.accordion_config.interval) + "\n";
+    }
+    return text;
+}
+
+void check_options(const std::string& path, const std::string& recorded, const TrainDistConfig& c, bool batch_mode) {
+    const auto changed = train::changed_settings(recorded, resume_settings(c, batch_mode));
+    if (!changed.empty())
+        throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") +
+                         "; resume with the options of the original run");
+}
+
+// The options a checkpoint (held in memory) recorded, read before its weights: other
+// model options would otherwise fail the load with a message about shapes. Empty
+// when it has none, or cannot be read (loading it then says why).
+std::string recorded_options(const std::vector<std::uint8_t>& image, const std::string& path) {
+    try {
+        const io::H5File f = io::H5File::open_image(image, path);
+        if (!f.exists("/extra") || !f.exists("/extra/run") || !f.exists("/extra/run/options")) return "";
+        const auto bytes = f.read<std::uint8_t>("/extra/run/options");
+        return std::string(bytes.begin(), bytes.end());
+    } catch (const Error&) {
+        return "";
+    }
+}
+
+// The run's settings that a resumed run must share, from the checkpoint. Checkpoints
+// written before they recorded the options ("run/options") are checked on what
+// CheckpointInfo holds.
+void check_same_run(const std::string& path, const train::CheckpointInfo& info, const train::TensorMap& extra,
+                    const TrainDistConfig& c, int world, bool batch_mode) {
+    if (auto it = extra.find("run/options"); it != extra.end())
+        check_options(path, tensor_text(it->second), c, batch_mode);
     struct Setting {
         const char* what;
         std::string then, now;
@@ -161,15 +212,6 @@ nlohmann::json epoch_json(std::int64_t epoch, const io::MetricsEpoch& m, const s
             {"compute_seconds", m.compute_seconds},
             {"compression_seconds", m.compression_seconds},
             {"communication_seconds", m.communication_seconds}};
-}
-
-torch::Tensor text_tensor(const std::string& text) {
-    return torch::tensor(std::vector<std::int64_t>(text.begin(), text.end()), torch::kLong).to(torch::kUInt8);
-}
-
-std::string tensor_text(const torch::Tensor& t) {
-    torch::Tensor c = t.to(torch::kCPU, torch::kUInt8).contiguous();
-    return std::string(reinterpret_cast<const char*>(c.data_ptr<std::uint8_t>()), static_cast<size_t>(c.numel()));
 }
 
 // Rank 0 builds the plan from the options (and the schedule file) and checks it against the model.
@@ -236,6 +278,8 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
 
     const std::string checkpoint = checkpoint_path(c);
     if (leader) {
+        create_parent_directories(c.metrics);
+        create_parent_directories(checkpoint);
         io::check_writable_destination(c.metrics);
         io::check_writable_destination(checkpoint);
         if (c.resume && !std::filesystem::exists(checkpoint))
@@ -247,11 +291,13 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     auto data = train::open_dataset(t.data, t.seed);
     const train::DataInfo& info = data->info();
     torch::manual_seed(t.seed);
+    std::optional<Doing> building(std::in_place, "building the model (--model " + t.model + ")");
     auto model = train::make_model(t.model, info.shape, t.model_options);
     train::TrainerOptions options = train::trainer_options(t);
     if (t.device == "cuda") options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank()));
     const train::Shard shard{rank, world};
     train::Trainer trainer(model, *data, options, shard);
+    building.reset();
     const auto& parameters = trainer.parameters();
     const size_t count = parameters.size();
     if (leader)
@@ -297,9 +343,10 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     if (c.resume) {
         std::vector<std::uint8_t> image = leader ? read_file(checkpoint) : std::vector<std::uint8_t>();
         image = broadcast_bytes(group.host(), std::move(image), 0);
+        check_options(checkpoint, recorded_options(image, checkpoint), c, batch_mode);  // every rank: all agree
         train::TensorMap extra;
         train::CheckpointInfo saved = trainer.load_checkpoint_image(image, checkpoint, &extra);
-        check_same_run(checkpoint, saved, c, world, batch_mode);
+        check_same_run(checkpoint, saved, extra, c, world, batch_mode);
         auto entry = [&](const std::string& name) -> const torch::Tensor& {
             auto it = extra.find(name);
             if (it == extra.end()) throw FileError(checkpoint, "/extra/" + name + " is missing; it was not written by train-dist");
@@ -364,6 +411,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
 
     nlohmann::json history = nlohmann::json::array();
     for (std::int64_t epoch = start; epoch < t.epochs; ++epoch) {
+        Doing training("training epoch " + std::to_string(epoch));
         // Rank 0's orders for the epoch: learning rate, batch size per rank, levels.
         std::vector<double> message;
         std::vector<std::int32_t> level_index;
@@ -459,6 +507,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
                 for (auto& [name, tensor] : states[static_cast<size_t>(r2)])
                     extra["ranks/" + std::to_string(r2) + "/" + name] = tensor;
             extra["run/levels"] = text_tensor(levels_text);
+            extra["run/options"] = text_tensor(resume_settings(c, batch_mode));
             extra["run/level"] = torch::tensor(level_index, torch::kInt32);
             extra["run/bytes_sent_total"] = torch::tensor(std::vector<std::int64_t>{bytes_total}, torch::kLong);
             if (plan.online()) {

@@ -1,6 +1,7 @@
 #include "regime/driver.hpp"
 
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "base/text.hpp"
 #include "compress/spec.hpp"
 #include "io/atomic.hpp"
@@ -20,14 +21,18 @@
 namespace acc::regime {
 namespace {
 
+// The largest batch size a schedule may set, as train-dist's --batch-size allows.
+constexpr long long kMaxBatch = 1 << 20;
+
 std::int64_t parse_batch(const std::string& option, const std::string& text) {
     try {
         size_t used = 0;
         long long value = std::stoll(text, &used);
-        if (used == text.size() && value >= 1) return value;
+        if (used == text.size() && value >= 1 && value <= kMaxBatch) return value;
     } catch (const std::exception&) {
     }
-    throw UsageError(option + ": in batch mode this is a batch size, a whole number >= 1, not '" + text + "'");
+    throw UsageError(option + ": in batch mode this is a batch size, a whole number in [1, " +
+                     std::to_string(kMaxBatch) + "], not '" + text + "'");
 }
 
 void validate(DetectConfig& c) {
@@ -63,6 +68,8 @@ void validate(DetectConfig& c) {
             throw UsageError(std::string("--high: ") + e.what());
         }
     }
+    check_distinct_files({{"GRADS.h5", c.input}}, {{"--output", c.output}});
+    create_parent_directories(c.output);
     io::check_writable_destination(c.output);
 }
 

@@ -1,6 +1,7 @@
 #include "train/grad_dump.hpp"
 
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "base/text.hpp"
 #include "cli/json.hpp"
 #include "cli/progress.hpp"
@@ -10,6 +11,7 @@
 #include "compress/exchange.hpp"
 #include "io/atomic.hpp"
 #include "io/grads.hpp"
+#include "io/h5.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -48,18 +50,57 @@ void validate(GradDumpConfig& c) {
             throw UsageError("--snapshot-epochs: epoch " + std::to_string(e) + " is not among the " +
                              std::to_string(c.train.epochs) + " epochs trained (they count from 0)");
     if (c.checkpoint.empty()) c.checkpoint = default_checkpoint_path(c.output);
-    if (c.checkpoint == c.output) throw UsageError("--checkpoint: must differ from the output file " + c.output);
+    check_distinct_files({}, {{"--output", c.output}, {"--checkpoint", c.checkpoint}});
     if (c.train.device == "cuda" && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
 }
 
 void check_destinations(const GradDumpConfig& c) {
+    create_parent_directories(c.output);
+    create_parent_directories(c.checkpoint);
     io::check_writable_destination(c.output);
     io::check_writable_destination(c.checkpoint);
 }
 
-// A resumed run must be the same run: the checkpoint says what it was.
-void check_same_run(const std::string& path, const CheckpointInfo& info, const GradDumpConfig& c, int world_size) {
+// What a checkpoint records of the options, as text in a tensor of bytes.
+const char* const kOptionsEntry = "run/options";
+
+torch::Tensor text_tensor(const std::string& text) {
+    return torch::tensor(std::vector<std::int64_t>(text.begin(), text.end()), torch::kLong).to(torch::kUInt8);
+}
+
+std::string tensor_text(const torch::Tensor& t) {
+    torch::Tensor c = t.to(torch::kCPU, torch::kUInt8).contiguous();
+    return std::string(reinterpret_cast<const char*>(c.data_ptr<std::uint8_t>()), static_cast<size_t>(c.numel()));
+}
+
+// The options a checkpoint recorded, read before its weights: other model options
+// would otherwise fail the load with a message about shapes. Empty when the file
+// has none (or cannot be read: loading it then says why).
+std::string recorded_options(const std::string& path) {
+    try {
+        const io::H5File f = io::H5File::open(path, false);
+        const std::string name = std::string("/extra/") + kOptionsEntry;
+        if (!f.exists("/extra") || !f.exists("/extra/run") || !f.exists(name)) return "";
+        const auto bytes = f.read<std::uint8_t>(name);
+        return std::string(bytes.begin(), bytes.end());
+    } catch (const Error&) {
+        return "";
+    }
+}
+
+void check_options(const std::string& path, const std::string& recorded, const GradDumpConfig& c) {
+    const auto changed = changed_settings(recorded, resume_settings(c.train));
+    if (!changed.empty())
+        throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") +
+                         "; resume with the options of the original run");
+}
+
+// A resumed run must be the same run: the checkpoint says what it was. Checkpoints
+// written before they recorded the options are checked on what CheckpointInfo holds.
+void check_same_run(const std::string& path, const CheckpointInfo& info, const TensorMap& extra,
+                    const GradDumpConfig& c, int world_size) {
+    if (auto it = extra.find(kOptionsEntry); it != extra.end()) check_options(path, tensor_text(it->second), c);
     auto differs = [&](const std::string& option, const std::string& then, const std::string& now) {
         if (then != now)
             throw UsageError("--resume: " + path + " is from a run with " + option + " " + then + ", not " + now +
@@ -223,7 +264,8 @@ private:
 
 // Every rank resumes from rank 0's checkpoint. Rank 0 sends the file's bytes, since
 // other ranks may run on machines that cannot see it.
-CheckpointInfo load_checkpoint_from_rank0(Trainer& trainer, const std::string& path, comm::Collectives& comm) {
+CheckpointInfo load_checkpoint_from_rank0(Trainer& trainer, const std::string& path, comm::Collectives& comm,
+                                          TensorMap* extra) {
     std::vector<char> bytes;
     if (comm.rank() == 0) bytes = read_bytes(path);
     at::Tensor size = at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong);
@@ -231,7 +273,7 @@ CheckpointInfo load_checkpoint_from_rank0(Trainer& trainer, const std::string& p
     at::Tensor data = comm.rank() == 0 ? at::from_blob(bytes.data(), {size.item<std::int64_t>()}, at::kByte)
                                        : at::empty({size.item<std::int64_t>()}, at::kByte);
     comm.broadcast(data, 0);
-    if (comm.rank() == 0) return trainer.load_checkpoint(path);
+    if (comm.rank() == 0) return trainer.load_checkpoint(path, extra);
     TempFile copy;
     {
         std::ofstream out(copy.path(), std::ios::binary);
@@ -239,7 +281,7 @@ CheckpointInfo load_checkpoint_from_rank0(Trainer& trainer, const std::string& p
         if (!out) throw FileError(copy.path(), "cannot write the checkpoint rank 0 sent");
     }
     try {
-        return trainer.load_checkpoint(copy.path());
+        return trainer.load_checkpoint(copy.path(), extra);
     } catch (const FileError& e) {
         throw FileError(path, std::string("(as rank 0 sent it) ") + e.what());
     }
@@ -304,11 +346,13 @@ int train_rank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm) {
                 with_commas(info.shape.classes), text ? "words in the vocabulary" : "classes", info.source);
 
     torch::manual_seed(t.seed);
+    std::optional<Doing> building(std::in_place, "building the model (--model " + t.model + ")");
     auto model = make_model(t.model, info.shape, t.model_options);
     TrainerOptions options = trainer_options(t);
     // One GPU per rank, checked like train-dist's and comm-profile's NCCL ranks.
     if (comm && t.device == "cuda") options.device = comm::rank_gpu(comm->rank(), comm->local_rank());
     Trainer trainer(model, *data, options, Shard{rank, world_size});
+    building.reset();
     const auto& parameters = trainer.parameters();
     const std::int64_t values = total_values(parameters);
     std::optional<GradientRecorder> recorder;
@@ -322,14 +366,17 @@ int train_rank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm) {
         trainer.set_exchange(&*exchange);
     }
 
+    const torch::Tensor options_tensor = text_tensor(resume_settings(t));
     std::int64_t start = 0;
     std::optional<io::GradsWriter> writer;
     if (c.resume) {
         if (leader && !file_exists(c.checkpoint))
             throw FileError(c.checkpoint, "no checkpoint to resume from (one is written after every completed epoch)");
-        CheckpointInfo saved =
-            comm ? load_checkpoint_from_rank0(trainer, c.checkpoint, *comm) : trainer.load_checkpoint(c.checkpoint);
-        check_same_run(c.checkpoint, saved, c, world_size);
+        if (leader) check_options(c.checkpoint, recorded_options(c.checkpoint), c);
+        TensorMap extra;
+        CheckpointInfo saved = comm ? load_checkpoint_from_rank0(trainer, c.checkpoint, *comm, &extra)
+                                    : trainer.load_checkpoint(c.checkpoint, &extra);
+        check_same_run(c.checkpoint, saved, extra, c, world_size);
         start = saved.epoch;
         if (leader) {
             if (!file_exists(c.output))
@@ -371,6 +418,7 @@ int train_rank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm) {
 
     nlohmann::json history = nlohmann::json::array();
     for (std::int64_t epoch = start; epoch < t.epochs; ++epoch) {
+        Doing training("training epoch " + std::to_string(epoch));
         const double lr = t.schedule.at(epoch);
         progress.begin_epoch(epoch, t.epochs, trainer.steps_in_epoch(epoch));
         EpochResult r = trainer.train_epoch(epoch, lr, [&](const StepInfo& step, double loss, std::int64_t samples) {
@@ -405,7 +453,7 @@ int train_rank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm) {
         writer->append_epoch(s);
         CheckpointInfo saved{epoch + 1, trainer.global_step(), t.model, t.data.name, t.batch_size, world_size,
                              t.seed,    c.provenance};
-        trainer.save_checkpoint(c.checkpoint, saved);
+        trainer.save_checkpoint(c.checkpoint, saved, {{kOptionsEntry, options_tensor}});
         spdlog::info("{}", epoch_line(epoch, t.epochs, s, text, info.unit));
         history.push_back(epoch_json(epoch, s, text));
     }

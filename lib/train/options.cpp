@@ -7,8 +7,23 @@
 #include <CLI/CLI.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <limits>
 
 namespace acc::train {
+namespace {
+
+// Bounds of the training options: far beyond any real run, but small enough
+// that a typo cannot ask for petabytes of weights or a run that never ends.
+constexpr long long kMaxSamples = 1'000'000'000'000;
+constexpr long long kMaxWidth = 16384;
+constexpr long long kMaxEpochs = 1'000'000;
+constexpr long long kMaxBatch = 1 << 20;
+// Learning rates and norms go to LibTorch as floats; 1e30 keeps them finite.
+constexpr double kMaxRate = 1e30;
+
+}  // namespace
 
 const std::vector<std::string>& model_names() {
     static const std::vector<std::string> names = {"mlp", "cnn", "resnet18", "vgg19_bn", "lstm"};
@@ -35,77 +50,79 @@ void add_train_options(CLI::App& app, TrainConfig& c) {
         ->group(model_group);
     app.add_option("--train-samples", c.data.train_samples,
                    "Use only the first N training samples (tokens for text); 0: all")
-        ->check(cli::at_least(0))
+        ->check(cli::whole_number(0, kMaxSamples))
         ->group(model_group);
     app.add_option("--test-samples", c.data.test_samples, "Use only the first N test samples (tokens for text); 0: all")
-        ->check(cli::at_least(0))
+        ->check(cli::whole_number(0, kMaxSamples))
         ->group(model_group);
     app.add_option("--bptt", c.data.bptt, "Text: tokens per training sequence")
-        ->check(cli::at_least(1))
+        ->check(cli::whole_number(1, 100000))
         ->group(model_group);
     app.add_option("--hidden-size", c.model_options.hidden_size,
                    "mlp: width of the hidden layers [256]; lstm: hidden units [650]; 0: default")
-        ->check(cli::at_least(0))
+        ->check(cli::whole_number(0, kMaxWidth))
         ->group(model_group);
     app.add_option("--embedding-size", c.model_options.embedding_size, "lstm: word embedding size [650]; 0: default")
-        ->check(cli::at_least(0))
+        ->check(cli::whole_number(0, kMaxWidth))
         ->group(model_group);
     app.add_flag("--tied", c.model_options.tied, "lstm: the decoder shares the embedding's weights")
         ->group(model_group);
     app.add_option("--dropout", c.model_options.dropout, "lstm: dropout probability")
-        ->check(CLI::Range(0.0, 0.99))
+        ->check(cli::number(0, 0.99))
         ->group(model_group);
 
     const std::string train_group = "Training";
     app.add_option("--epochs", c.epochs, "Epochs to train")
         ->default_str("")
         ->required()
-        ->check(cli::at_least(1))
+        ->check(cli::whole_number(1, kMaxEpochs))
         ->group(train_group);
     app.add_option("--batch-size", c.batch_size, "Samples per step (text: parallel streams)")
-        ->check(cli::at_least(1))
+        ->check(cli::whole_number(1, kMaxBatch))
         ->group(train_group);
     app.add_option("--micro-batch-size", c.micro_batch_size,
                    "Process each batch this many samples at a time, accumulating gradients; 0: whole batch")
-        ->check(cli::at_least(0))
+        ->check(cli::whole_number(0, kMaxBatch))
         ->group(train_group);
     app.add_option("--lr", c.schedule.lr, "Learning rate after warm-up")
-        ->check(CLI::NonNegativeNumber)
+        ->check(cli::number(0, kMaxRate))
         ->group(train_group);
     app.add_option("--warmup-epochs", c.schedule.warmup_epochs,
                    "Ramp the learning rate linearly over the first N epochs")
-        ->check(cli::at_least(0))
+        ->check(cli::whole_number(0, kMaxEpochs))
         ->group(train_group);
     app.add_option("--warmup-lr", c.schedule.warmup_lr, "Learning rate of epoch 0 when warming up [LR/10]")
-        ->check(CLI::NonNegativeNumber)
+        ->check(cli::number(0, kMaxRate))
         ->default_str("")
         ->group(train_group);
     app.add_option("--lr-decay-epochs", c.schedule.decay_epochs,
                    "Divide the learning rate by the decay factor from each of these epochs on (e.g. 150,250)")
         ->delimiter(',')
-        ->check(cli::at_least(1))
+        ->check(cli::whole_number(1, kMaxEpochs))
         ->default_str("")
         ->group(train_group);
     app.add_option("--lr-decay-factor", c.schedule.decay_factor, "Divisor of each learning-rate decay")
-        ->check(CLI::Range(1.0, 1e12))
+        ->check(cli::number(1, 1e12))
         ->group(train_group);
     app.add_option("--momentum", c.optimizer.momentum, "SGD momentum")
-        ->check(CLI::Range(0.0, 0.999999))
+        ->check(cli::number(0, 0.999999))
         ->group(train_group);
     app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum")->group(train_group);
     app.add_option("--weight-decay", c.optimizer.weight_decay, "L2 penalty")
-        ->check(CLI::NonNegativeNumber)
+        ->check(cli::number(0, 1e6))
         ->group(train_group);
     app.add_option("--clip-norm", c.clip_norm, "Clip the gradient to this total L2 norm; 0: no clipping")
-        ->check(CLI::NonNegativeNumber)
+        ->check(cli::number(0, kMaxRate))
         ->group(train_group);
     app.add_option("--eval-every", c.eval_every,
                    "Evaluate on the test split every N epochs and after the last; 0: never")
-        ->check(cli::at_least(0))
+        ->check(cli::whole_number(0, kMaxEpochs))
         ->group(train_group);
-    app.add_option("--seed", c.seed, "Random seed: the same seed gives the same run")->group(train_group);
+    app.add_option("--seed", c.seed, "Random seed: the same seed gives the same run")
+        ->check(cli::whole_number(0, std::numeric_limits<std::int64_t>::max()))
+        ->group(train_group);
     app.add_option("--threads", c.threads, "CPU threads; 0: LibTorch's default")
-        ->check(cli::at_least(0))
+        ->check(cli::whole_number(0, cli::kMaxThreads))
         ->group(train_group);
     app.add_option("--device", c.device, "Where to train: cpu, or cuda with a CUDA build of LibTorch")
         ->check(CLI::IsMember({"cpu", "cuda"}))
@@ -161,6 +178,65 @@ void validate(const TrainConfig& c) {
         throw UsageError("--hidden-size: applies only to --model mlp and lstm");
     if (m.dropout > 0 && c.model != "lstm") throw UsageError("--dropout: applies only to --model lstm");
     if (!(m.dropout >= 0 && m.dropout < 1)) throw UsageError("--dropout: must be in [0, 1)");
+}
+
+namespace {
+
+std::string number_text(double value) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.12g", value);
+    return text;
+}
+
+}  // namespace
+
+std::string resume_settings(const TrainConfig& c) {
+    std::vector<std::string> decay;
+    for (auto e : c.schedule.decay_epochs) decay.push_back(std::to_string(e));
+    const std::vector<std::pair<std::string, std::string>> settings = {
+        {"--model", c.model},
+        {"--dataset", c.data.name},
+        {"--train-samples", std::to_string(c.data.train_samples)},
+        {"--test-samples", std::to_string(c.data.test_samples)},
+        {"--bptt", std::to_string(c.data.bptt)},
+        {"--hidden-size", std::to_string(c.model_options.hidden_size)},
+        {"--embedding-size", std::to_string(c.model_options.embedding_size)},
+        {"--tied", c.model_options.tied ? "on" : "off"},
+        {"--dropout", number_text(c.model_options.dropout)},
+        {"--batch-size", std::to_string(c.batch_size)},
+        {"--micro-batch-size", std::to_string(c.micro_batch_size)},
+        {"--lr", number_text(c.schedule.lr)},
+        {"--warmup-epochs", std::to_string(c.schedule.warmup_epochs)},
+        {"--warmup-lr", number_text(c.schedule.warmup_lr)},
+        {"--lr-decay-epochs", decay.empty() ? "none" : join(decay, ",")},
+        {"--lr-decay-factor", number_text(c.schedule.decay_factor)},
+        {"--momentum", number_text(c.optimizer.momentum)},
+        {"--nesterov", c.optimizer.nesterov ? "on" : "off"},
+        {"--weight-decay", number_text(c.optimizer.weight_decay)},
+        {"--clip-norm", number_text(c.clip_norm)},
+        {"--seed", std::to_string(c.seed)},
+        {"--device", c.device},
+    };
+    std::string text;
+    for (const auto& [option, value] : settings) text += option + " " + value + "\n";
+    return text;
+}
+
+std::vector<std::string> changed_settings(const std::string& then, const std::string& now) {
+    auto lines = [](const std::string& text) {
+        std::vector<std::pair<std::string, std::string>> out;
+        for (const auto& line : split(text, '\n')) {
+            const auto space = line.find(' ');
+            if (space != std::string::npos) out.emplace_back(line.substr(0, space), line.substr(space + 1));
+        }
+        return out;
+    };
+    const auto recorded = lines(then);
+    std::vector<std::string> changed;
+    for (const auto& [option, value] : lines(now))
+        for (const auto& [old_option, old_value] : recorded)
+            if (old_option == option && old_value != value) changed.push_back(option + " " + old_value + ", not " + value);
+    return changed;
 }
 
 }  // namespace acc::train

@@ -8,9 +8,9 @@ cd "$WORK"
 expect_exit 2 "^comm-profile: error: -b/--min-bytes: the size must be at least 1 byte$" -- comm-profile -b 0
 expect_exit 2 "-e/--max-bytes: '64Q' is not a size in bytes \(a whole number, optionally with K, M or G\)" -- comm-profile -e 64Q
 expect_exit 2 "-e/--max-bytes 4096 is smaller than -b/--min-bytes 8192" -- comm-profile -b 8K -e 4K
-expect_exit 2 "--step-factor: Value 1 not in range 2 to 1024" -- comm-profile -f 1
-expect_exit 2 "--iters: must be a whole number >= 1, not '0'" -- comm-profile -n 0
-expect_exit 2 "--world-size: must be a whole number >= 1, not 'two'" -- comm-profile --world-size two
+expect_exit 2 "--step-factor: must be a whole number in \[2, 1024\], not '1'" -- comm-profile -f 1
+expect_exit 2 "--iters: must be a whole number in \[1, 1000000\], not '0'" -- comm-profile -n 0
+expect_exit 2 "--world-size: must be a whole number in \[1, 1048576\], not 'two'" -- comm-profile --world-size two
 expect_exit 2 "--collectives: 'alltoall' is not a collective; valid ones are allreduce, allgather, broadcast, reduce_scatter" -- comm-profile --collectives allreduce,alltoall
 expect_exit 2 "--collectives: broadcast is listed twice" -- comm-profile --collectives broadcast,broadcast
 expect_exit 2 "--csv excludes --json" -- comm-profile --csv --json
@@ -19,8 +19,26 @@ expect_exit 2 "^comm-profile: error: --rank 2 is outside the world: --world-size
 expect_exit 2 "^comm-profile: error: RANK='one' in the environment is not a whole number" -- env RANK=one comm-profile
 expect_exit 2 "WORLD_SIZE='0' in the environment is not a whole number in \[1, 1048576\]" -- env WORLD_SIZE=0 comm-profile
 expect_exit 2 "--nproc starts its own ranks; leave out --rank and --world-size" -- comm-profile --nproc 2 --rank 0
-expect_exit 2 "--timeout: Value 0 not in range" -- comm-profile --timeout 0
-expect_exit 2 "not expected" -- comm-profile --frobnicate
+expect_exit 2 "--timeout: must be a number in \[0.1, 86400\], not '0'" -- comm-profile --timeout 0
+expect_exit 2 "^comm-profile: error: --frobnicate: unknown option \(see 'comm-profile --help'\)$" -- comm-profile --frobnicate
+expect_exit 2 "^comm-profile: error: --iter: unknown option; did you mean --iters\?" -- comm-profile --iter 3
+expect_exit 2 "^comm-profile: error: -e/--max-bytes: 2048G is too large; sizes go from 1 byte to 64G$" -- comm-profile -e 2048G
+
+# Every numeric option refuses what cannot be meant, giving the valid range.
+while read -r option value range; do
+    expect_exit 2 "^comm-profile: error: $option: must be a (whole )?number in $range, not '$value'" -- \
+        comm-profile "$option" "$value"
+done <<'TABLE'
+--iters 99999999999999999999 \[1, 1000000\]
+--warmup-iters -1 \[0, 1000000\]
+--step-factor 1.5 \[2, 1024\]
+--batch-size 0 \[1, 1048576\]
+--timeout nan \[0.1, 86400\]
+--timeout 1e9 \[0.1, 86400\]
+--master-port 0 \[1, 65535\]
+--rank -1 \[0, 1048575\]
+--nproc 0 \[1, 1024\]
+TABLE
 # With --nproc the options are checked once, before any rank starts.
 expect_exit 2 "^comm-profile: error: -b/--min-bytes: the size must be at least 1 byte$" -- comm-profile --nproc 2 -b 0
 [ "$(wc -l <"$WORK/err")" = 1 ] || fail "--nproc with a bad option printed more than one line: $(cat "$WORK/err")"
@@ -46,6 +64,14 @@ if [ "$got" = 2 ]; then
 fi
 
 # Runtime errors: exit 1.
-expect_exit 1 "^comm-profile: error: no/such/dir/comm.h5: directory no/such/dir does not exist$" -- comm-profile -e 64 -o no/such/dir/comm.h5
+echo x >plain-file
+expect_exit 1 "^comm-profile: error: plain-file/comm.h5: cannot create the directory plain-file" -- comm-profile -e 64 -o plain-file/comm.h5
 [ -e comm.h5 ] && fail "a failed run left a file"
+# LibTorch's failures are one line naming what was being done, never a stack trace.
+expect_exit 1 "^comm-profile: error: allocating the buffers of a 1 GiB broadcast: LibTorch failed: .*can't allocate memory" -- \
+    bash -c 'ulimit -v 1500000; exec comm-profile -b 1G -e 1G -n 1 -w 0 --collectives broadcast'
+grep -q "frame #" "$WORK/err" && fail "a stack trace reached the user: $(cat "$WORK/err")"
+# A missing output directory is created.
+comm-profile -e 64 -n 1 -w 0 -q -o new/dir/comm.h5 >/dev/null || fail "comm-profile did not create new/dir"
+[ -s new/dir/comm.h5 ] || fail "no new/dir/comm.h5"
 finish

@@ -11,23 +11,54 @@ expect_exit 2 "--shapes: 'alexnet' is neither a model \(resnet18, resnet50, vgg1
 expect_exit 2 "^compress-bench: error: --compressors: 'topk:2': FRACTION must be in \(0, 1\]" -- \
     compress-bench --shapes model.txt --compressors none,topk:2
 expect_exit 2 "--compressors: 'zip' is not a compressor spec; valid levels are:" -- compress-bench --compressors zip
-expect_exit 2 "--world: 0 is not a world size" -- compress-bench --shapes model.txt --world 4,0
-expect_exit 2 "--reps: must be at least 1" -- compress-bench --shapes model.txt --reps 0
+expect_exit 2 "--world: must be a whole number in \[1, 1000000\], not '0'" -- compress-bench --shapes model.txt --world 4,0
+expect_exit 2 "--reps: must be a whole number in \[1, 1000000\], not '0'" -- compress-bench --shapes model.txt --reps 0
 expect_exit 2 "--alpha needs --bandwidth" -- compress-bench --shapes model.txt --alpha 1e-5
 expect_exit 2 "--bandwidth needs --alpha" -- compress-bench --shapes model.txt --bandwidth 1e9
-expect_exit 2 "--bandwidth: must be a finite number of bytes per second > 0" -- \
+expect_exit 2 "--bandwidth: must be a number in \(0, 1e\+15\], not '0'" -- \
     compress-bench --shapes model.txt --alpha 0 --bandwidth 0
-expect_exit 2 "--alpha: must be a finite number of seconds >= 0" -- \
+expect_exit 2 "--alpha: must be a number in \[0, 60\], not '-1'" -- \
     compress-bench --shapes model.txt --alpha -1 --bandwidth 1e9
 expect_exit 2 "--comm and --alpha/--bandwidth exclude each other" -- \
     compress-bench --shapes model.txt --comm comm.h5 --alpha 1e-5 --bandwidth 1e9
-expect_exit 2 "--compute-ms: must be a finite number of milliseconds >= 0" -- compress-bench --shapes model.txt --compute-ms -3
+expect_exit 2 "--compute-ms: must be a number in \[0, 3.6e\+06\], not '-3'" -- compress-bench --shapes model.txt --compute-ms -3
 expect_exit 2 "--csv and --json exclude each other" -- compress-bench --shapes model.txt --csv --json
 expect_exit 2 "--shapes and --from exclude each other" -- compress-bench --shapes model.txt --from grads.h5
 expect_exit 2 "--snapshots: applies only with --from" -- compress-bench --shapes model.txt --snapshots 3
 expect_exit 2 "--vectors" -- compress-bench --shapes model.txt --vectors sometimes
-expect_exit 2 "--threads: must be from 1 to 1024" -- compress-bench --shapes model.txt --threads 0
-expect_exit 2 "not expected|following argument was not expected|extras" -- compress-bench --frobnicate
+expect_exit 2 "--threads: must be a whole number in \[1, 256\], not '0'" -- compress-bench --shapes model.txt --threads 0
+expect_exit 2 "^compress-bench: error: --frobnicate: unknown option \(see 'compress-bench --help'\)$" -- compress-bench --frobnicate
+expect_exit 2 "^compress-bench: error: --compresors: unknown option; did you mean --compressors\?" -- \
+    compress-bench --shapes model.txt --compresors none
+
+# Every numeric option refuses what cannot be meant, giving the valid range.
+while read -r option value range; do
+    expect_exit 2 "^compress-bench: error: $option: must be a (whole )?number in $range, not '$value'" -- \
+        compress-bench --shapes model.txt "$option" "$value"
+done <<'TABLE'
+--reps 99999999999999999999 \[1, 1000000\]
+--reps -5 \[1, 1000000\]
+--reps 2.5 \[1, 1000000\]
+--world 99999999999999999999 \[1, 1000000\]
+--world 4x \[1, 1000000\]
+--threads 2000 \[1, 256\]
+--threads 1e3 \[1, 256\]
+--compute-ms 1e400 \[0, 3.6e\+06\]
+--compute-ms nan \[0, 3.6e\+06\]
+--compute-ms inf \[0, 3.6e\+06\]
+TABLE
+expect_exit 2 "^compress-bench: error: --alpha: must be a number in \[0, 60\], not 'nan'" -- \
+    compress-bench --shapes model.txt --alpha nan --bandwidth 1e9
+expect_exit 2 "^compress-bench: error: --bandwidth: must be a number in \(0, 1e\+15\], not '1e300'" -- \
+    compress-bench --shapes model.txt --alpha 0 --bandwidth 1e300
+expect_exit 2 "^compress-bench: error: --reps: must be a whole number in \[1, 1000000\], not ''" -- \
+    compress-bench --shapes model.txt --reps ''
+expect_exit 2 "^compress-bench: error: --snapshots: must be a whole number in \[0, 1000000\], not '-1'" -- \
+    compress-bench --from good.h5 --snapshots -1
+
+# List options show no empty default in --help.
+compress-bench --help >help.txt
+grep -q '=\[\]' help.txt && fail "--help shows an empty default: $(grep '=\[\]' help.txt)"
 
 # Runtime errors: exit 1, naming the file.
 expect_exit 1 "^compress-bench: error: missing.h5: no such file$" -- compress-bench --from missing.h5 "${quick[@]}"
@@ -94,8 +125,16 @@ expect_exit 1 "one-rank.h5: was measured on 1 rank, which says nothing about the
 expect_exit 1 "no-allreduce.h5: has no allreduce profile" -- compress-bench --shapes model.txt --comm no-allreduce.h5 "${quick[@]}"
 echo "not hdf5" >notes.h5
 expect_exit 1 "notes.h5: not an HDF5 file" -- compress-bench --from notes.h5 "${quick[@]}"
-expect_exit 1 "no/such/dir/out.h5: directory no/such/dir does not exist" -- \
-    compress-bench --shapes model.txt "${quick[@]}" -o no/such/dir/out.h5
+# Missing output directories are created.
+compress-bench -q --shapes model.txt "${quick[@]}" -o new/dir/out.h5 || fail "compress-bench did not create new/dir"
+[ -s new/dir/out.h5 ] || fail "no new/dir/out.h5"
+
+# A shapes file that never ends, or asks for more than memory holds, is refused.
+expect_exit 1 "^compress-bench: error: /dev/zero: line 1: longer than 4096 bytes" -- compress-bench --shapes /dev/zero "${quick[@]}"
+printf 'a 100000x100000\nb 100000x100000\n' >huge.txt
+expect_exit 1 "huge.txt: line 1: the tensors hold more than 4,000,000,000 values" -- compress-bench --shapes huge.txt "${quick[@]}"
+printf 'a 99999999999999999999x2\n' >overflow.txt
+expect_exit 1 "overflow.txt: line 1: the tensors hold more than" -- compress-bench --shapes overflow.txt "${quick[@]}"
 
 # A failed run leaves no output file and no temporary file behind.
 compress-bench --from nan.h5 "${quick[@]}" -o bench.h5 2>/dev/null && fail "NaN input accepted"
@@ -103,4 +142,14 @@ compress-bench --from nan.h5 "${quick[@]}" -o bench.h5 2>/dev/null && fail "NaN 
 ls -a | grep -q '\.tmp-' && fail "a temporary file was left behind"
 compress-bench -q --from good.h5 "${quick[@]}" -o bench.h5 || fail "a good run failed"
 [ -s bench.h5 ] || fail "no bench.h5 written"
+
+# The results never replace an input, however the paths are spelt.
+cp good.h5 keep.h5
+expect_exit 2 "^compress-bench: error: --output ./keep.h5: is the same file as --from keep.h5" -- \
+    compress-bench --from keep.h5 "${quick[@]}" -o ./keep.h5
+expect_exit 2 "^compress-bench: error: --output model.txt: is the same file as --shapes $WORK/model.txt" -- \
+    compress-bench --shapes "$WORK/model.txt" "${quick[@]}" -o model.txt
+ln keep.h5 linked.h5
+expect_exit 2 "is the same file as --from keep.h5" -- compress-bench --from keep.h5 "${quick[@]}" -o linked.h5
+cmp -s good.h5 keep.h5 || fail "compress-bench replaced its input"
 finish

@@ -16,6 +16,14 @@ compress-bench --shapes model.txt --compressors "$specs" --world 1,4 --reps 2 --
 grep -q "compressor .* W .* sent .* speedup pays" table.txt || fail "no table on stderr"
 grep -Eq "^  powersgd:2 +4 " table.txt || fail "no powersgd:2 row for W=4 in the table"
 
+# Columns line up whatever the values: tiny tensors give microsecond times and
+# sign compressors large gains; a long spec and a large world widen their columns.
+printf 'w 2x3\nb 1\n' >tiny.txt
+compress-bench --shapes tiny.txt --compressors none,signsgd,randomk:0.123456789 --world 1,1000000 --reps 1 \
+    --vectors compress 2>tiny-table.txt || fail "compress-bench on a tiny model"
+sed -n '/^  compressor /,$p' tiny-table.txt | grep '^  [^ ]' | sed -E 's/ +[^ ]+$//' | awk '{print length}' | sort -u >widths.txt
+[ "$(wc -l <widths.txt)" = 1 ] || fail "the table's columns do not line up: $(cat tiny-table.txt)"
+
 $ACC_PYTHON - "$specs" <<'PY' || fail "JSON results"
 import json, math, sys
 specs = sys.argv[1].split(",")

@@ -22,8 +22,73 @@ fi
 expect_exit 2 "--tied: applies only to --model lstm" -- grad-dump "${tiny[@]}" --epochs 1 --tied
 expect_exit 2 "--batch-size: the training split \(1 images\) gives rank 0 of 1 no batch of at least 2 samples" -- \
     grad-dump --model mlp --train-samples 1 --test-samples 20 --epochs 1
-expect_exit 2 "--lr-decay-epochs: must be a whole number >= 1, not .0." -- grad-dump "${tiny[@]}" --epochs 1 --lr-decay-epochs 0
-expect_exit 1 "nosuchdir/grads.h5: .*director" -- grad-dump "${tiny[@]}" --epochs 1 -o nosuchdir/grads.h5
+expect_exit 2 "--lr-decay-epochs: must be a whole number in \[1, 1000000\], not .0." -- \
+    grad-dump "${tiny[@]}" --epochs 1 --lr-decay-epochs 0
+
+# A misspelt option is named first, with the option meant, even when a required one is missing too.
+expect_exit 2 "^grad-dump: error: --epoch: unknown option; did you mean --epochs\? \(see 'grad-dump --help'\)$" -- \
+    grad-dump "${tiny[@]}" --epoch 3
+expect_exit 2 "^grad-dump: error: --modle: unknown option; did you mean --model\?" -- grad-dump --modle mlp --epochs 1
+expect_exit 2 "^grad-dump: error: --learning-rate: unknown option \(see" -- grad-dump "${tiny[@]}" --epochs 1 --learning-rate 0.1
+
+# Every numeric option refuses what cannot be meant, giving the valid range (exit 2, before any work).
+while read -r option value range; do
+    expect_exit 2 "^grad-dump: error: $option: must be a (whole )?number in $range, not '$value'" -- \
+        grad-dump --model mlp --epochs 1 "$option" "$value"
+done <<'TABLE'
+--seed -1 \[0, 9223372036854775807\]
+--seed 18446744073709551616 \[0, 9223372036854775807\]
+--seed 1e20 \[0, 9223372036854775807\]
+--seed 0x10 \[0, 9223372036854775807\]
+--threads 2000 \[0, 256\]
+--threads -1 \[0, 256\]
+--batch-size 0 \[1, 1048576\]
+--batch-size 1e9 \[1, 1048576\]
+--micro-batch-size 2000000 \[0, 1048576\]
+--train-samples -1 \[0, 1000000000000\]
+--test-samples 1e15 \[0, 1000000000000\]
+--bptt 0 \[1, 100000\]
+--hidden-size 1000000000 \[0, 16384\]
+--embedding-size 99999 \[0, 16384\]
+--dropout 1 \[0, 0.99\]
+--lr 1e300 \[0, 1e\+30\]
+--lr nan \[0, 1e\+30\]
+--lr -0.1 \[0, 1e\+30\]
+--warmup-epochs 2000000 \[0, 1000000\]
+--warmup-lr inf \[0, 1e\+30\]
+--lr-decay-factor 0.5 \[1, 1e\+12\]
+--momentum 1 \[0, 0.999999\]
+--weight-decay 1e7 \[0, 1e\+06\]
+--clip-norm -1 \[0, 1e\+30\]
+--eval-every -1 \[0, 1000000\]
+--snapshot-epochs 99999999999 \[0, 1000000\]
+--rank 1048576 \[0, 1048575\]
+--world-size 0 \[1, 1048576\]
+--master-port 70000 \[1, 65535\]
+--timeout nan \[0.1, 86400\]
+--nproc 2000 \[1, 1024\]
+TABLE
+expect_exit 2 "^grad-dump: error: --seed: must be a whole number in \[0, 9223372036854775807\], not ''" -- \
+    grad-dump "${tiny[@]}" --epochs 1 --seed ''
+expect_exit 2 "^grad-dump: error: --epochs: must be a whole number in \[1, 1000000\], not '99999999999999999999'" -- \
+    grad-dump "${tiny[@]}" --epochs 99999999999999999999
+expect_exit 2 "^grad-dump: error: --lr-decay-epochs: must be a whole number in \[1, 1000000\], not '99999999999'" -- \
+    grad-dump "${tiny[@]}" --epochs 1 --lr-decay-epochs 5,99999999999
+
+# LibTorch's failures are one line naming what was being done, never a stack trace.
+expect_exit 1 "^grad-dump: error: building the model \(--model mlp\): LibTorch failed: .*can't allocate memory" -- \
+    bash -c 'ulimit -v 1500000; exec grad-dump "$@"' - "${tiny[@]}" --epochs 1 --hidden-size 16384 -o oom.h5
+grep -q "frame #" "$WORK/err" && fail "a stack trace reached the user: $(cat "$WORK/err")"
+[ "$(wc -l <"$WORK/err")" -le 2 ] || fail "more than the dataset line and the error: $(cat "$WORK/err")"
+
+# A missing output directory is created; one that cannot be is a runtime error.
+grad-dump "${tiny[@]}" --epochs 1 -o new/dir/grads.h5 -q || fail "grad-dump did not create the output's directory"
+[ -f new/dir/grads.h5 ] && [ -f new/dir/grads.ckpt.h5 ] || fail "no new/dir/grads.h5 and its checkpoint"
+grad-dump "${tiny[@]}" --epochs 1 -o g.h5 --checkpoint ck/sub/g.ckpt.h5 -q || fail "a checkpoint in a new directory"
+[ -f ck/sub/g.ckpt.h5 ] || fail "no ck/sub/g.ckpt.h5"
+echo x >plain-file
+expect_exit 1 "^grad-dump: error: plain-file/grads.h5: cannot create the directory plain-file" -- \
+    grad-dump "${tiny[@]}" --epochs 1 -o plain-file/grads.h5
 
 # Dataset files: missing, truncated, malformed.
 expect_exit 1 "^grad-dump: error: $WORK/none: no such directory \(expected Fashion-MNIST's IDX files here; see --data-dir\)" -- \
@@ -57,12 +122,36 @@ expect_exit 1 "fresh.ckpt.h5: no checkpoint to resume from" -- grad-dump "${tiny
 grad-dump "${tiny[@]}" --epochs 1 -o run.h5 -q || fail "a short run"
 expect_exit 2 "--resume: run.ckpt.h5 is from a run with --seed 42, not 7; resume with the options of the original run" -- \
     grad-dump "${tiny[@]}" --epochs 2 -o run.h5 --resume --seed 7
-expect_exit 1 "run.ckpt.h5: does not belong to this model" -- \
+expect_exit 2 "^grad-dump: error: --resume: run.ckpt.h5 is from a run with --hidden-size 0, not 32; resume with" -- \
     grad-dump "${tiny[@]}" --hidden-size 32 --epochs 2 -o run.h5 --resume
+# Every option that changes the numbers must match; each one that differs is named.
+expect_exit 2 "^grad-dump: error: --resume: run.ckpt.h5 is from a run with --train-samples 100, not 512; --lr 0.1, not 0.5; --momentum 0.9, not 0; resume with the options of the original run$" -- \
+    grad-dump --model mlp --test-samples 20 --batch-size 20 --threads 1 --epochs 2 -o run.h5 --resume --lr 0.5 \
+    --momentum 0 --train-samples 512
+expect_exit 2 "from a run with --weight-decay 0.0001, not 0.001;" -- \
+    grad-dump "${tiny[@]}" --epochs 2 -o run.h5 --resume --weight-decay 1e-3
+expect_exit 2 "from a run with --lr-decay-epochs none, not 1;" -- \
+    grad-dump "${tiny[@]}" --epochs 2 -o run.h5 --resume --lr-decay-epochs 1
+cp run.h5 run-kept.h5
+cp run.ckpt.h5 run-kept.ckpt.h5
 expect_exit 1 "run.h5: is an accordion.grads file, expected an accordion.checkpoint file" -- \
     grad-dump "${tiny[@]}" --epochs 2 -o other.h5 --checkpoint run.h5 --resume
 cp run.ckpt.h5 lost.ckpt.h5
 expect_exit 1 "lost.h5: no such file; --resume continues the gradient-statistics file of the stopped run" -- \
     grad-dump "${tiny[@]}" --epochs 2 -o lost.h5 --resume
-expect_exit 2 "--checkpoint: must differ from the output file" -- grad-dump "${tiny[@]}" --epochs 1 --checkpoint grads.h5
+# The checkpoint never replaces the statistics, however the paths are spelt.
+expect_exit 2 "^grad-dump: error: --checkpoint grads.h5: is the same file as --output grads.h5" -- \
+    grad-dump "${tiny[@]}" --epochs 1 --checkpoint grads.h5
+mkdir -p res
+expect_exit 2 "^grad-dump: error: --checkpoint ./res/g.h5: is the same file as --output res/g.h5" -- \
+    grad-dump "${tiny[@]}" --epochs 1 -o res/g.h5 --checkpoint ./res/g.h5
+expect_exit 2 "is the same file as --output res/../g2.h5" -- \
+    grad-dump "${tiny[@]}" --epochs 1 -o res/../g2.h5 --checkpoint "$WORK/g2.h5"
+ln -s run-kept.h5 alias.h5
+expect_exit 2 "^grad-dump: error: --checkpoint alias.h5: is the same file as --output run-kept.h5" -- \
+    grad-dump "${tiny[@]}" --epochs 2 -o run-kept.h5 --checkpoint alias.h5 --resume
+
+# --epochs may change on resume: a finished run is extended.
+grad-dump "${tiny[@]}" --epochs 2 -o run-kept.h5 --resume --eval-every 2 -q ||
+    fail "extending a run with --resume --epochs 2"
 finish

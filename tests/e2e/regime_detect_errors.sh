@@ -7,18 +7,52 @@ $synth -o good.h5 --model tiny --epochs 30
 
 # Usage errors: exit 2.
 expect_exit 2 "GRADS.h5 is required" -- regime-detect
-expect_exit 2 "^regime-detect: error: --eta: must be a number > 0" -- regime-detect good.h5 --eta 0
-expect_exit 2 "--eta: must be a number > 0" -- regime-detect good.h5 --eta -0.5
+expect_exit 2 "^regime-detect: error: --eta: must be a number in \(0, 1e\+06\], not '0'" -- regime-detect good.h5 --eta 0
+expect_exit 2 "--eta: must be a number in \(0, 1e\+06\]" -- regime-detect good.h5 --eta -0.5
 expect_exit 2 "--interval" -- regime-detect good.h5 --interval 0
 expect_exit 2 "'topk:2': FRACTION must be in \(0, 1\]" -- regime-detect good.h5 --low topk:2
 expect_exit 2 "'zip' is not a compressor spec; valid levels are:" -- regime-detect good.h5 --high zip
 expect_exit 2 "powersgd needs RANK" -- regime-detect good.h5 --low powersgd
 expect_exit 2 "--mode" -- regime-detect good.h5 --mode sometimes
 expect_exit 2 "--monotone: applies only to --mode batch" -- regime-detect good.h5 --monotone
-expect_exit 2 "batch size, a whole number >= 1, not 'powersgd:2'" -- regime-detect good.h5 --mode batch --low powersgd:2
+expect_exit 2 "batch size, a whole number in \[1, 1048576\], not 'powersgd:2'" -- regime-detect good.h5 --mode batch --low powersgd:2
 expect_exit 2 "--high 256 is smaller than --low 512" -- regime-detect good.h5 --mode batch --high 256
 expect_exit 2 "batch mode decides on the whole model" -- regime-detect good.h5 --mode batch --granularity layer
-expect_exit 2 "not expected" -- regime-detect good.h5 --frobnicate
+expect_exit 2 "^regime-detect: error: --frobnicate: unknown option \(see 'regime-detect --help'\)$" -- \
+    regime-detect good.h5 --frobnicate
+expect_exit 2 "^regime-detect: error: --intervall: unknown option; did you mean --interval\?" -- \
+    regime-detect good.h5 --intervall 3
+# The unknown option is the problem even when the required input is missing too.
+expect_exit 2 "^regime-detect: error: --etta: unknown option; did you mean --eta\?" -- regime-detect --etta 0.5
+
+# Every numeric option refuses what cannot be meant, giving the valid range.
+while read -r option value range; do
+    expect_exit 2 "^regime-detect: error: $option: must be a (whole )?number in $range, not '$value'" -- \
+        regime-detect good.h5 "$option" "$value"
+done <<'TABLE'
+--eta 1e400 \(0, 1e\+06\]
+--eta nan \(0, 1e\+06\]
+--eta 2e6 \(0, 1e\+06\]
+--eta 0.5x \(0, 1e\+06\]
+--interval 99999999999999999999 \[1, 1000000\]
+--interval -1 \[1, 1000000\]
+--interval 1.5 \[1, 1000000\]
+--interval 2000000 \[1, 1000000\]
+TABLE
+expect_exit 2 "^regime-detect: error: --interval: must be a whole number in \[1, 1000000\], not ''" -- \
+    regime-detect good.h5 --interval ''
+expect_exit 2 "--low: in batch mode this is a batch size, a whole number in \[1, 1048576\], not '99999999999999999999'" -- \
+    regime-detect good.h5 --mode batch --low 99999999999999999999 --high 99999999999999999999
+
+# The schedule never replaces its input, however the two are spelt.
+cp good.h5 keep.h5
+expect_exit 2 "^regime-detect: error: --output keep.h5: is the same file as GRADS.h5 keep.h5" -- regime-detect keep.h5 -o keep.h5
+expect_exit 2 "^regime-detect: error: --output ./keep.h5: is the same file as GRADS.h5 keep.h5" -- regime-detect keep.h5 -o ./keep.h5
+ln keep.h5 hard.h5
+ln -s keep.h5 soft.h5
+expect_exit 2 "is the same file as GRADS.h5 keep.h5" -- regime-detect keep.h5 -o hard.h5
+expect_exit 2 "is the same file as GRADS.h5 soft.h5" -- regime-detect soft.h5 -o "$WORK/keep.h5"
+cmp -s good.h5 keep.h5 || fail "regime-detect replaced its input"
 
 # Runtime errors: exit 1, naming the file.
 expect_exit 1 "^regime-detect: error: missing.h5: no such file$" -- regime-detect missing.h5
@@ -31,8 +65,13 @@ expect_exit 1 "nan.h5: gradient norm is NaN at epoch 12, parameter 'fc2.weight'"
 $synth -o future.h5 --model tiny --epochs 30 --format-version 2.0
 expect_exit 1 "future.h5: format version 2.0 is newer than this program reads" -- regime-detect future.h5
 regime-detect good.h5 -o sched.h5 -q
-expect_exit 1 "sched.h5: is an accordion.schedule file, expected an accordion.grads file" -- regime-detect sched.h5
-expect_exit 1 "no/such/dir/out.h5: directory no/such/dir does not exist" -- regime-detect good.h5 -o no/such/dir/out.h5
+expect_exit 1 "sched.h5: is an accordion.schedule file, expected an accordion.grads file" -- regime-detect sched.h5 -o s2.h5
+# The default output, sched.h5, is the input here: refused before anything is read.
+expect_exit 2 "^regime-detect: error: --output sched.h5: is the same file as GRADS.h5 sched.h5" -- regime-detect sched.h5
+# A missing output directory is created; one that cannot be is a runtime error.
+regime-detect good.h5 -o new/sub/dir/out.h5 -q || fail "regime-detect did not create the output's directory"
+[ -f new/sub/dir/out.h5 ] || fail "no new/sub/dir/out.h5"
+expect_exit 1 "^regime-detect: error: notes.txt/out.h5: cannot create the directory notes.txt" -- regime-detect good.h5 -o notes.txt/out.h5
 
 # Warnings, not errors.
 $synth -o short.h5 --model tiny --epochs 8

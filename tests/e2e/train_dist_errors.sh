@@ -13,7 +13,30 @@ expect_exit 2 "^train-dist: error: --compress excludes --schedule" -- \
 expect_exit 2 "^train-dist: error: --low requires --accordion" -- train-dist "${small[@]}" --epochs 1 --low topk:0.1
 expect_exit 2 "^train-dist: error: --high: 'fastsgd' is not a compressor" -- \
     train-dist "${small[@]}" --epochs 1 --accordion --high fastsgd
-expect_exit 2 "^train-dist: error: --eta: must be a number > 0" -- train-dist "${small[@]}" --epochs 1 --accordion --eta 0
+expect_exit 2 "^train-dist: error: --eta: must be a number in \(0, 1e\+06\], not '0'" -- \
+    train-dist "${small[@]}" --epochs 1 --accordion --eta 0
+expect_exit 2 "^train-dist: error: --epoch: unknown option; did you mean --epochs\?" -- train-dist "${small[@]}" --epoch 3
+expect_exit 2 "^train-dist: error: --acordion: unknown option; did you mean --accordion\?" -- \
+    train-dist "${small[@]}" --epochs 1 --acordion
+
+# Every numeric option of train-dist's own refuses what cannot be meant, giving the valid range.
+while read -r option value range; do
+    expect_exit 2 "^train-dist: error: $option: must be a (whole )?number in $range, not '$value'" -- \
+        train-dist --model mlp --epochs 1 --accordion "$option" "$value"
+done <<'TABLE'
+--eta 1e400 \(0, 1e\+06\]
+--eta nan \(0, 1e\+06\]
+--interval 99999999999999999999 \[1, 1000000\]
+--interval 0 \[1, 1000000\]
+--bucket-mb 0 \(0, 65536\]
+--bucket-mb 1e12 \(0, 65536\]
+--first-bucket-mb inf \(0, 65536\]
+--dgc-warmup-epochs -1 \[0, 1000000\]
+--seed 18446744073709551616 \[0, 9223372036854775807\]
+--threads 2000 \[0, 256\]
+--lr 1e300 \[0, 1e\+30\]
+--hidden-size 1000000000 \[0, 16384\]
+TABLE
 expect_exit 2 "^train-dist: error: --schedule-extend: needs --schedule" -- \
     train-dist "${small[@]}" --epochs 1 --schedule-extend last
 expect_exit 2 "^train-dist: error: --backend nccl: needs --device cuda" -- train-dist "${small[@]}" --epochs 1 --backend nccl
@@ -25,9 +48,13 @@ fi
 expect_exit 2 "^train-dist: error: --micro-batch-size: must be between 0 and --batch-size \(16\)" -- \
     train-dist "${small[@]}" --epochs 1 --micro-batch-size 32
 expect_exit 1 "^train-dist: error: nope.h5: no such file$" -- train-dist "${small[@]}" --epochs 1 --schedule nope.h5
-expect_exit 1 "^train-dist: error: no/dir/m.h5: directory no/dir does not exist$" -- \
-    train-dist "${small[@]}" --epochs 1 --metrics no/dir/m.h5
-expect_exit 1 "^train-dist: error: ./train-dist.ckpt.h5: no checkpoint to resume from" -- \
+# Missing output directories are created; one that cannot be is a runtime error.
+train-dist "${small[@]}" --epochs 1 --metrics new/dir/m.h5 --checkpoint-dir ck/dir -q || fail "new output directories"
+[ -f new/dir/m.h5 ] && [ -f ck/dir/m.ckpt.h5 ] || fail "no new/dir/m.h5 and ck/dir/m.ckpt.h5: $(find new ck)"
+echo x >plain-file
+expect_exit 1 "^train-dist: error: plain-file/m.h5: cannot create the directory plain-file" -- \
+    train-dist "${small[@]}" --epochs 1 --metrics plain-file/m.h5
+expect_exit 1 "^train-dist: error: metrics.ckpt.h5: no checkpoint to resume from" -- \
     train-dist "${small[@]}" --epochs 1 --resume
 expect_exit 1 "^train-dist: error: training diverged: the loss is (NaN|infinite) at epoch 0" -- \
     train-dist "${small[@]}" --epochs 1 --lr 1e30
@@ -47,15 +74,34 @@ expect_exit 2 "^train-dist\[0\]: error: odd.h5 does not fit this run: \(1\) its 
     train-dist --model mlp --hidden-size 16 --dataset synthetic --train-samples 64 --epochs 2 --schedule odd.h5 --nproc 2
 
 # Resuming with other options than the stopped run's.
-expect_exit 2 "^train-dist: error: --resume: ./train-dist.ckpt.h5 is from a run with --seed 42, not 7; resume with the options of the original run$" -- \
+expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --seed 42, not 7; resume with the options of the original run$" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume --seed 7
-expect_exit 2 "^train-dist: error: --resume: ./train-dist.ckpt.h5 is from a run with other compression levels" -- \
+expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --lr 0.1, not 0.5; --momentum 0.9, not 0; resume with the options of the original run$" -- \
+    train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume --lr 0.5 --momentum 0
+expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --hidden-size 16, not 32; resume with" -- \
+    train-dist --model mlp --hidden-size 32 --dataset synthetic --train-samples 64 --test-samples 16 --batch-size 16 \
+    --threads 1 --epochs 2 --compress topk:0.5 --metrics m.h5 --resume
+expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --dgc-warmup-epochs 0, not 3;" -- \
+    train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume --dgc-warmup-epochs 3
+expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with other compression levels" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.25 --metrics m.h5 --resume
+cp m.ckpt.h5 gone.ckpt.h5
 expect_exit 1 "^train-dist: error: gone.h5: no such file; --resume continues the metrics file of the stopped run$" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics gone.h5 --resume
 mkdir bad.ckpt
-echo garbage >bad.ckpt/train-dist.ckpt.h5
-expect_exit 1 "^train-dist: error: bad.ckpt/train-dist.ckpt.h5: cannot open the HDF5 file" -- \
+echo garbage >bad.ckpt/m.ckpt.h5
+expect_exit 1 "^train-dist: error: bad.ckpt/m.ckpt.h5: cannot open the HDF5 file" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --checkpoint-dir bad.ckpt --resume
 train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume -q || fail "a proper resume"
+
+# Outputs never replace an input or each other; runs in one directory keep their own checkpoints.
+cp short.h5 keep.h5
+expect_exit 2 "^train-dist: error: --metrics ./keep.h5: is the same file as --schedule keep.h5" -- \
+    train-dist "${small[@]}" --epochs 2 --schedule keep.h5 --metrics ./keep.h5
+cmp -s short.h5 keep.h5 || fail "train-dist replaced its schedule"
+mkdir d
+train-dist "${small[@]}" --epochs 1 --metrics d/a.h5 -q || fail "run a"
+train-dist "${small[@]}" --epochs 1 --seed 3 --metrics d/b.h5 -q || fail "run b"
+[ -f d/a.ckpt.h5 ] && [ -f d/b.ckpt.h5 ] || fail "two runs in one directory do not keep two checkpoints: $(ls d)"
+train-dist "${small[@]}" --epochs 2 --metrics d/a.h5 --resume -q || fail "run a's checkpoint was overwritten by run b's"
 finish

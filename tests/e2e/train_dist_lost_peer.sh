@@ -32,7 +32,7 @@ pgrep -P "$launcher" >/dev/null && fail "the launcher left ranks running"
 
 $ACC_PYTHON - <<'PY' || fail "the checkpoint or metrics file is not whole"
 import h5py
-with h5py.File("metrics.h5", "r") as m, h5py.File("train-dist.ckpt.h5", "r") as c:
+with h5py.File("metrics.h5", "r") as m, h5py.File("metrics.ckpt.h5", "r") as c:
     assert m.attrs["complete"] == 0
     done = c.attrs["epoch"]
     assert 2 <= done < 4, done

@@ -33,7 +33,7 @@ resume_case() {
     $ACC_PYTHON - "$name-part" <<'PY' || fail "$name: the killed run did not leave a whole checkpoint and metrics file"
 import sys, h5py
 d = sys.argv[1]
-with h5py.File(d + "/m.h5", "r") as m, h5py.File(d + "/train-dist.ckpt.h5", "r") as c:
+with h5py.File(d + "/m.h5", "r") as m, h5py.File(d + "/m.ckpt.h5", "r") as c:
     assert m.attrs["complete"] == 0
     done = c.attrs["epoch"]
     assert 3 <= done < 6 and m["epochs/lr"].shape[0] >= done, (done, m["epochs/lr"].shape)
@@ -41,9 +41,9 @@ with h5py.File(d + "/m.h5", "r") as m, h5py.File(d + "/train-dist.ckpt.h5", "r")
 PY
     train-dist "${base[@]}" "$@" --metrics "$name-part/m.h5" --resume 2>"$name-part/resume.log" ||
         { fail "$name: resume: $(tail -3 "$name-part/resume.log")"; return; }
-    grep -qE "^train-dist\[0\]: resuming $name-part/m.h5 after epoch [2-4] from $name-part/train-dist.ckpt.h5" \
+    grep -qE "^train-dist\[0\]: resuming $name-part/m.h5 after epoch [2-4] from $name-part/m.ckpt.h5" \
         "$name-part/resume.log" || fail "$name: resume log: $(head -3 "$name-part/resume.log")"
-    $check same-run "$name-full/train-dist.ckpt.h5" "$name-part/train-dist.ckpt.h5" ||
+    $check same-run "$name-full/m.ckpt.h5" "$name-part/m.ckpt.h5" ||
         fail "$name: the resumed run's checkpoint differs from the uninterrupted run's"
     $check same-run "$name-full/m.h5" "$name-part/m.h5" \
         --skip seconds,compute_seconds,compression_seconds,encode_seconds,decode_seconds,communication_seconds ||
@@ -54,7 +54,7 @@ resume_case accordion --accordion --low topk:0.3 --high powersgd:1 --interval 2 
 # The checkpoints compared above hold each rank's own error memories.
 $ACC_PYTHON - <<'PY' || fail "per-rank error memories"
 import h5py, numpy as np
-with h5py.File("accordion-full/train-dist.ckpt.h5", "r") as c:
+with h5py.File("accordion-full/m.ckpt.h5", "r") as c:
     r0, r1 = c["extra/ranks/0"], c["extra/ranks/1"]
     assert "fc1.weight" in r0 and "error" in r0["fc1.weight"], list(r0.keys())
     assert not np.array_equal(r0["fc1.weight/error"][()], r1["fc1.weight/error"][()])

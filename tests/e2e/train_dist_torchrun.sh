@@ -19,8 +19,8 @@ for r in 0 1; do
     grep -qE "train-dist\[$r\]: debug: joining as rank $r of 2 \(gloo\), store at 127.0.0.1:$port hosted by torchrun's agent" all.txt ||
         fail "rank $r did not join torchrun's agent store: $(grep -m2 joining all.txt)"
 done
-[ "$(ls run)" = "metrics.h5
-train-dist.ckpt.h5" ] || fail "rank 0 should write exactly the metrics file and the checkpoint: $(ls run)"
+[ "$(ls run)" = "metrics.ckpt.h5
+metrics.h5" ] || fail "rank 0 should write exactly the metrics file and the checkpoint: $(ls run)"
 "$ACC_PYTHON" - <<'PY' || fail "run/metrics.h5 is not a 2-rank metrics file"
 import h5py
 with h5py.File("run/metrics.h5", "r") as f:

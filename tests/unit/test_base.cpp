@@ -31,3 +31,62 @@ TEST(Text, SplitKeepsEmptyFieldsAndJoinReverses) {
     EXPECT_EQ(short_number(0.5), "0.5");
     EXPECT_EQ(short_number(1e-5), "1e-05");
 }
+
+// Paths compare by the file they name, not by their spelling.
+#include "base/error.hpp"
+#include "base/paths.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace {
+
+struct TempDir {
+    std::filesystem::path path;
+    TempDir() {
+        char pattern[] = "/tmp/acc-paths-XXXXXX";
+        path = ::mkdtemp(pattern);
+    }
+    ~TempDir() { std::filesystem::remove_all(path); }
+    std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
+
+}  // namespace
+
+TEST(Paths, SameFileByIdentityNotSpelling) {
+    TempDir t;
+    std::ofstream(t / "a.h5") << "x";
+    std::filesystem::create_directory(t / "sub");
+    std::filesystem::create_hard_link(t / "a.h5", t / "hard.h5");
+    std::filesystem::create_symlink(t / "a.h5", t / "soft.h5");
+    EXPECT_TRUE(same_file(t / "a.h5", t / "sub/../a.h5"));
+    EXPECT_TRUE(same_file(t / "a.h5", t / "hard.h5"));
+    EXPECT_TRUE(same_file(t / "soft.h5", t / "a.h5"));
+    EXPECT_TRUE(same_file(t / "new.h5", t / "./sub/../new.h5"));  // neither exists yet
+    EXPECT_FALSE(same_file(t / "a.h5", t / "new.h5"));
+    EXPECT_FALSE(same_file(t / "x.h5", t / "y.h5"));
+}
+
+TEST(Paths, DistinctFilesNamesBothOptions) {
+    TempDir t;
+    std::ofstream(t / "in.h5") << "x";
+    EXPECT_NO_THROW(check_distinct_files({{"--from", t / "in.h5"}}, {{"--output", t / "out.h5"}, {"--x", ""}}));
+    try {
+        check_distinct_files({{"--from", t / "in.h5"}}, {{"--output", t / "./in.h5"}});
+        FAIL() << "an output that replaces its input was accepted";
+    } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("--output"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("--from"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(check_distinct_files({}, {{"--output", t / "o.h5"}, {"--checkpoint", t / "sub/../o.h5"}}), UsageError);
+}
+
+TEST(Paths, CreatesMissingParentDirectories) {
+    TempDir t;
+    create_parent_directories(t / "a/b/c.h5");
+    EXPECT_TRUE(std::filesystem::is_directory(t / "a/b"));
+    create_parent_directories("plain-name.h5");  // the working directory: nothing to do
+    std::ofstream(t / "file") << "x";
+    EXPECT_THROW(create_parent_directories(t / "file/c.h5"), FileError);
+}

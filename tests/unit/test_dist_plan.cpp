@@ -234,8 +234,11 @@ TEST(Options, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     c = parse({"--backend", "nccl"});
     EXPECT_CONTAINS(usage_error([&] { validate(c); }), "--backend nccl: needs --device cuda");
     c = parse({"--metrics", "out/m.h5"});
-    EXPECT_EQ(checkpoint_path(c), "out/train-dist.ckpt.h5");
-    c = parse({"--metrics", "m.h5", "--checkpoint-dir", "ck/"});
-    EXPECT_EQ(checkpoint_path(c), "ck/train-dist.ckpt.h5");
-    EXPECT_EQ(checkpoint_path(parse({})), "./train-dist.ckpt.h5");
+    EXPECT_EQ(checkpoint_path(c), "out/m.ckpt.h5");
+    c = parse({"--metrics", "out/m.h5", "--checkpoint-dir", "ck/"});
+    EXPECT_EQ(checkpoint_path(c), "ck/m.ckpt.h5");
+    EXPECT_EQ(checkpoint_path(parse({})), "metrics.ckpt.h5");
+    // Two runs in one directory keep their own checkpoints.
+    EXPECT_EQ(checkpoint_path(parse({"--metrics", "runs/a.h5"})), "runs/a.ckpt.h5");
+    EXPECT_EQ(checkpoint_path(parse({"--metrics", "runs/b.metrics"})), "runs/b.metrics.ckpt.h5");
 }

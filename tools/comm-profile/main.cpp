@@ -21,10 +21,11 @@ int main(int argc, char** argv) {
             app.add_option("-b,--min-bytes", config.min_bytes, "Smallest message size in bytes (K, M, G: binary)");
             app.add_option("-e,--max-bytes", config.max_bytes, "Largest message size in bytes (K, M, G: binary)");
             app.add_option("-f,--step-factor", config.factor, "Multiply the size by this much between rows")
-                ->check(CLI::Range(2, 1024));
-            app.add_option("-n,--iters", config.iterations, "Timed iterations per size")->check(acc::cli::at_least(1));
+                ->check(acc::cli::whole_number(2, 1024));
+            app.add_option("-n,--iters", config.iterations, "Timed iterations per size")
+                ->check(acc::cli::whole_number(1, 1000000));
             app.add_option("-w,--warmup-iters", config.warmup, "Untimed iterations per size before the timed ones")
-                ->check(acc::cli::at_least(0));
+                ->check(acc::cli::whole_number(0, 1000000));
             app.add_flag("-c,--check", config.check,
                          "Check every collective on integer-valued data with exactly known results (#wrong)");
             app.add_option("--device", config.device, "cpu (Gloo) or cuda (NCCL, in CUDA builds)")
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
                 ->check(CLI::IsMember(acc::train::model_names()));
             app.add_option("--batch-size", config.batch_size,
                            "Samples per rank in the timed steps (streams for lstm) [128]")
-                ->check(acc::cli::at_least(1))
+                ->check(acc::cli::whole_number(1, 1 << 20))
                 ->default_str("");
             app.add_option("-o,--output", config.output,
                            "Write the profile to this HDF5 file (accordion.comm-profile)");

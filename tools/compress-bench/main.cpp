@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
                 ->type_name("GRADS.h5");
             app.add_option("--snapshots", config.snapshots, "With --from: the snapshot epochs to use [all]")
                 ->delimiter(',')
+                ->check(acc::cli::whole_number(0, 1000000))
                 ->type_name("EPOCH,...");
             app.add_option("--compressors", config.compressors,
                            "Compressor specs, comma-separated [" +
@@ -33,20 +34,25 @@ int main(int argc, char** argv) {
                 ->type_name("SPEC,...");
             app.add_option("--world", config.worlds, "World sizes to predict for, comma-separated [4,16,64]")
                 ->delimiter(',')
+                ->check(acc::cli::whole_number(1, 1000000))
                 ->type_name("W,...");
             app.add_option("--reps", config.reps, "Timed steps per compressor and world size, after one warm-up")
+                ->check(acc::cli::whole_number(1, 1000000))
                 ->type_name("N");
             app.add_option("--comm", config.comm,
                            "Communication profile written by comm-profile: the network's latency and bandwidth")
                 ->type_name("COMM.h5");
             alpha = app.add_option("--alpha", config.alpha,
                                    "Network latency per message step, in seconds (default: 10 Gbit/s Ethernet)")
+                        ->check(acc::cli::number(0, 60))
                         ->type_name("SECONDS");
             bandwidth = app.add_option("--bandwidth", config.bandwidth, "Network bandwidth in bytes per second")
+                            ->check(acc::cli::number(0, 1e15, true))
                             ->type_name("BYTES_PER_S");
             compute_ms = app.add_option("--compute-ms", config.compute_ms,
                                         "Forward plus backward time of one iteration, in ms [the time comm-profile "
                                         "--model stored in --comm, else 0]")
+                             ->check(acc::cli::number(0, 3.6e6))
                              ->type_name("MS");
             app.add_option("--vectors", config.vectors,
                            "Parameters with fewer than 2 dimensions: sent uncompressed (none) or compressed too")
@@ -55,6 +61,7 @@ int main(int argc, char** argv) {
                            "Top-k selection: exact, or sampled (a DGC-style threshold)")
                 ->check(CLI::IsMember({"exact", "sampled"}));
             app.add_option("--threads", config.threads, "LibTorch threads (the compressors' own loops use one)")
+                ->check(acc::cli::whole_number(1, acc::cli::kMaxThreads))
                 ->type_name("N");
             app.add_option("-o,--output", config.output, "Results file to write (format accordion.compress-bench)")
                 ->type_name("BENCH.h5");

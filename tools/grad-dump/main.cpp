@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
             app.add_option("--snapshot-epochs", config.snapshot_epochs,
                            "Also store the summed gradient tensors of these epochs (e.g. 0,10,150)")
                 ->delimiter(',')
-                ->check(acc::cli::at_least(0))
+                ->check(acc::cli::whole_number(0, 1000000))
                 ->default_str("")
                 ->group(group);
             app.add_flag("--step-norms", config.step_norms, "Also store per-step, per-parameter gradient norms")

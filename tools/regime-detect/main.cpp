@@ -14,8 +14,9 @@ int main(int argc, char** argv) {
         [&](CLI::App& app) {
             app.add_option("GRADS.h5", config.input, "Gradient-statistics file written by grad-dump")->required();
             app.add_option("--eta", config.eta, "Critical when the relative change of the gradient norm is >= ETA")
-                ->check(acc::cli::positive());
-            app.add_option("--interval", config.interval, "Epochs between decisions")->check(acc::cli::at_least(1));
+                ->check(acc::cli::number(0, 1e6, true));
+            app.add_option("--interval", config.interval, "Epochs between decisions")
+                ->check(acc::cli::whole_number(1, 1000000));
             app.add_option("--mode", config.mode, "What the schedule switches: compression level or batch size")
                 ->check(CLI::IsMember({"compression", "batch"}));
             app.add_option("--low", config.low,
