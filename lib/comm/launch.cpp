@@ -98,11 +98,21 @@ void write_all(int fd, const std::string& text) {
     }
 }
 
+// Our stderr shows a rank's live progress line (cli::Progress) when it is a terminal.
+bool live_terminal() {
+    const char* term = std::getenv("TERM");
+    return ::isatty(STDERR_FILENO) && !(term && std::strcmp(term, "dumb") == 0);
+}
+
+constexpr char kClearLine[] = "\r\033[K";
+
 class Forwarder {
 public:
-    Forwarder(std::string tool) : tool_(std::move(tool)) {}
+    Forwarder(std::string tool, bool live) : tool_(std::move(tool)), live_(live) {}
 
-    // Passes complete lines on; `eof` flushes an unterminated last line.
+    // Passes complete lines on; `eof` flushes an unterminated last line. On a
+    // terminal, a live progress line ("\r\033[K..." without a newline) passes
+    // at once, and is cleared before anything else is written.
     void forward(Child& child, Stream& stream, bool is_stdout, bool eof) {
         size_t start = 0;
         std::string block;
@@ -117,17 +127,35 @@ public:
             block += decorate(child.rank, is_stdout, stream.pending + "\n");
             stream.pending.clear();
         }
-        if (!block.empty()) write_all(is_stdout ? STDOUT_FILENO : STDERR_FILENO, block);
+        if (!block.empty()) {
+            if (shown_) write_all(STDERR_FILENO, kClearLine);
+            shown_ = false;
+            write_all(is_stdout ? STDOUT_FILENO : STDERR_FILENO, block);
+        }
+        if (live_ && !is_stdout && stream.pending.rfind(kClearLine, 0) == 0) {
+            write_all(STDERR_FILENO, stream.pending);
+            shown_ = stream.pending.size() > sizeof kClearLine - 1;
+            stream.pending.clear();
+        }
     }
 
 private:
-    std::string decorate(int rank, bool is_stdout, const std::string& line) const {
+    std::string decorate(int rank, bool is_stdout, std::string line) const {
+        // A line after a live one starts by clearing it: keep that in front of the tag.
+        std::string clear;
+        while (line.rfind(kClearLine, 0) == 0) {
+            clear += kClearLine;
+            line.erase(0, sizeof kClearLine - 1);
+        }
+        if (!clear.empty()) return clear + decorate(rank, is_stdout, line);
         if (is_stdout && rank == 0) return line;  // results stay machine-readable
         const std::string tag = tool_ + "[" + std::to_string(rank) + "]";
         if (line.rfind(tag, 0) == 0) return line;
         return "[" + std::to_string(rank) + "] " + line;
     }
     std::string tool_;
+    bool live_ = false;
+    bool shown_ = false;  // a live line is on the terminal
 };
 
 void drain(Child& child, Stream& stream, bool is_stdout, Forwarder& forwarder) {
@@ -228,13 +256,15 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
     for (char** e = environ; *e; ++e) {
         std::string entry = *e;
         std::string name = entry.substr(0, entry.find('='));
-        if (is_rendezvous_variable(name) || name == kLauncherVariable) continue;
+        if (is_rendezvous_variable(name) || name == kLauncherVariable || name == "ACC_PROGRESS_TERMINAL") continue;
         has_omp = has_omp || name == "OMP_NUM_THREADS";
         base_env.push_back(entry);
     }
     // As torchrun does: one OpenMP thread per rank unless the user chose otherwise.
     if (!has_omp) base_env.push_back("OMP_NUM_THREADS=1");
     base_env.push_back(std::string(kLauncherVariable) + "=" + std::to_string(::getpid()));
+    const bool live = live_terminal();
+    if (live) base_env.push_back("ACC_PROGRESS_TERMINAL=1");  // the ranks' stderr is a pipe to a terminal
     spdlog::debug("starting {} ranks, rendezvous at {}:{}", config.nproc, addr, port);
 
     SignalGuard signals;
@@ -259,7 +289,7 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
         spdlog::debug("rank {} is pid {}", r, child.pid);
     }
 
-    Forwarder forwarder(tool);
+    Forwarder forwarder(tool, live);
     std::optional<Clock::time_point> failed_at, terminated_at;
     bool killed = false;
     for (;;) {

@@ -4,6 +4,7 @@
 #include "base/error.hpp"
 #include "base/text.hpp"
 #include "cli/json.hpp"
+#include "cli/progress.hpp"
 #include "compress/exchange.hpp"
 #include "compress/loopback.hpp"
 #include "compress/shapes.hpp"
@@ -316,6 +317,10 @@ int run_bench(BenchConfig c) {
                      number_text(baseline[w].communication_seconds * 1e3, "%.3g"),
                      number_text(baseline[w].exposed_seconds * 1e3, "%.3g"));
 
+    // A sweep of large models takes minutes: say which row is being measured.
+    cli::Progress progress;
+    progress.begin_items(static_cast<std::int64_t>(inputs.size() * c.compressors.size() * c.worlds.size()),
+                         static_cast<double>(inputs.size() * c.compressors.size() * c.worlds.size()));
     for (size_t input = 0; input < inputs.size(); ++input) {
         const Input& in = inputs[input];
         file.inputs.push_back({in.name, in.norm});
@@ -334,6 +339,7 @@ int run_bench(BenchConfig c) {
             for (const auto& t : tensors)
                 levels.push_back(c.vectors == "compress" || t.shape.size() > 1 ? spec : parse_spec("none"));
             for (auto w : c.worlds) {
+                progress.start_item((inputs.size() > 1 ? in.name + ": " : "") + text + " W=" + std::to_string(w));
                 LoopbackCollectives comm(static_cast<int>(w));
                 GradientExchange x(tensors, levels, comm, options);
                 copy_into(in, work);
@@ -374,6 +380,7 @@ int run_bench(BenchConfig c) {
                 row.iteration_seconds = p.iteration_seconds;
                 row.baseline_iteration_seconds = baseline[w].iteration_seconds;
                 row.speedup = row.baseline_iteration_seconds / row.iteration_seconds;
+                progress.finish_item();
                 spdlog::info("  {:<14} {:>4} {:>10} {:>7} {:>9} {:>9} {:>6} {:>7} {:>6} {:>6} {:>8} {:>8} {:>7} {}", text, w,
                              bytes_text(static_cast<double>(row.bytes_per_worker)),
                              number_text(row.compression_ratio, "%.3gx"), number_text(row.encode_median * 1e3, "%.3g ms"),
