@@ -20,6 +20,7 @@ if [ "$1" = -S ]; then
     exit 1
 fi
 echo "[1/3] Building CXX object lib/io/grads.cpp.o"
+[ -z "${FAKE_BUILD_WORKS:-}" ] || exit 0
 echo "FAILED: lib/io/grads.cpp.o"
 echo "lib/io/grads.cpp:7:1: error: expected ';' before '}' token"
 exit 1
@@ -46,6 +47,16 @@ chmod +x tree/scripts/setup.sh
 ACC_BUILD_DIR="$WORK/b3" bash tree/examples/quickstart.sh >out 2>&1 && fail "quickstart.sh: a failed build exited 0"
 grep -q "grads.cpp:7:1: error: expected ';'" out || { fail "quickstart.sh hides the compiler's error"; cat out >&2; }
 grep -q "\[1/3\] Building CXX object" out || fail "quickstart.sh hides the build's progress"
+
+# test.sh: each step said, the build's progress shown, then ctest on the default suite.
+cp "$ACC_SOURCE/scripts/test.sh" tree/scripts/
+printf '#!/usr/bin/env bash\necho "ctest $*"\n' >fake/ctest
+chmod +x fake/ctest
+FAKE_BUILD_WORKS=1 ACC_BUILD_DIR="$WORK/b5" bash tree/scripts/test.sh >out 2>&1 || { fail "test.sh"; cat out >&2; }
+grep -q "test.sh: checking the Debian packages" out || { fail "test.sh does not say that it checks the packages"; cat out >&2; }
+grep -q "\[1/3\] Building CXX object" out || fail "test.sh hides the build's progress"
+grep -q "test.sh: running the default test suite" out || fail "test.sh does not say what it runs"
+grep -q "^ctest .*-LE slow" out || fail "test.sh does not run the default suite"
 
 # pipeline.sh: -q in a pipe, progress on a terminal. Stub programs record their
 # arguments; the comparison then fails on their empty files, which is fine here.
