@@ -18,9 +18,9 @@ block = next(b for b in blocks if "grad-dump" in b)
 lines = [re.sub(r"\s+#.*$", "", line).rstrip() for line in block.replace("\\\n", " ").splitlines()]
 script = "\n".join(line for line in lines if line) + "\n"
 small = [  # (README text, replacement, how many times it must occur)
-    ("--epochs 20", "--epochs 4 --train-samples 1000 --test-samples 200 --threads 1", 2),
-    ("--lr-decay-epochs 14", "--lr-decay-epochs 3", 2),
-    ("--snapshot-epochs 0,14", "--snapshot-epochs 0,3", 1),
+    ("--epochs 12", "--epochs 4 --train-samples 1000 --test-samples 200 --threads 1", 2),
+    ("--lr-decay-epochs 8", "--lr-decay-epochs 3", 2),
+    ("--snapshot-epochs 0,8", "--snapshot-epochs 0,3", 1),
     ("-o comm.h5", "-b 4K -e 64K -n 3 -w 1 -o comm.h5", 1),
     ("--world 4,16,64", "--world 4,16,64 --reps 1", 1),
 ]
