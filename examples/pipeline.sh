@@ -66,7 +66,11 @@ if [ -x "$bin/train-dist" ]; then PATH=$bin:$PATH; fi
 command -v train-dist >/dev/null || die "train-dist not found: build with scripts/build.sh or install the toolkit"
 mkdir -p "$out"
 cd "$out"
-common=(--model "$model" --dataset "$dataset" --epochs "$epochs" --seed "$seed" --nproc "$nproc" -q)
+# On a terminal the programs show their progress and a line per epoch; in a
+# pipe or a log they are quiet (-q) but for warnings and errors.
+quiet=(-q)
+[ ! -t 2 ] || quiet=()
+common=(--model "$model" --dataset "$dataset" --epochs "$epochs" --seed "$seed" --nproc "$nproc" "${quiet[@]}")
 step() { printf '\n== %s\n' "$*" >&2; }
 # The training options with the value of option $1 (present: --lr always is)
 # multiplied by $2, in the array "scaled".

@@ -8,6 +8,20 @@
 # on 2 cores once built. Options go to examples/pipeline.sh (see its --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build=${ACC_BUILD_DIR:-build}
+echo "quickstart: checking the Debian packages (scripts/setup.sh)" >&2
 scripts/setup.sh
-scripts/build.sh >/dev/null
-exec bash examples/pipeline.sh --out "${ACC_BUILD_DIR:-build}/example" --plots "$@"
+# The build's progress and any compiler error go to the terminal: a first
+# build takes about 4 minutes on 2 cores.
+echo "quickstart: building (scripts/build.sh)" >&2
+scripts/build.sh
+echo "quickstart: running the pipeline (examples/pipeline.sh)" >&2
+bash examples/pipeline.sh --out "$build/example" --plots "$@"
+bin=$(cd "$build/bin" && pwd)
+cat >&2 <<TEXT
+
+The programs are in $bin. To run them by name, as the README does:
+    export PATH="$bin:\$PATH"
+or install them (with their manual pages) under a prefix:
+    cmake --install $build --prefix \$HOME/.local    # then \$HOME/.local/bin on PATH
+TEXT

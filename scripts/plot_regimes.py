@@ -3,8 +3,10 @@
 
 Top: the gradient norm of each parameter over the epochs (normalized to its
 first epoch). Bottom: the rate of change Accordion compares with eta,
-|n(e - interval) - n(e)| / n(e - interval), for the same parameters, with the
-critical epochs of the schedule shaded and eta drawn as a line.
+|n(e - interval) - n(e)| / n(e - interval), for the same parameters, with eta
+drawn as a line. Critical epochs are shaded by why they are critical: red for
+the rate of change (and the first interval), blue hatched where only a
+learning-rate decay makes them critical, whatever the norms did.
 
     scripts/plot_regimes.py GRADS.h5 SCHED.h5 -o regimes.png [--parameters 6]
 """
@@ -23,15 +25,44 @@ def text(value):
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def shade(ax, critical):
-    """Shades runs of critical epochs."""
+LR_DECAY = 4  # the schedule file's reason code for a learning-rate decay
+
+
+def runs(flags):
+    """(first, end) of each run of true flags, end exclusive."""
     start = None
-    for e, c in enumerate(list(critical) + [False]):
+    for e, c in enumerate(list(flags) + [False]):
         if c and start is None:
             start = e
         elif not c and start is not None:
-            ax.axvspan(start - 0.5, e - 0.5, color="tab:red", alpha=0.15, lw=0)
+            yield start, e
             start = None
+
+
+def shade(ax, critical, decay, legend):
+    """Shades runs of critical epochs, those critical for a learning-rate decay apart."""
+    label = "critical: rate of change or first interval" if legend else None
+    for first, end in runs(critical & ~decay):
+        ax.axvspan(first - 0.5, end - 0.5, color="tab:red", alpha=0.15, lw=0, label=label)
+        label = None
+    label = "critical: learning-rate decay" if legend else None
+    for first, end in runs(decay):
+        ax.axvspan(first - 0.5, end - 0.5, facecolor="tab:blue", edgecolor="tab:blue", alpha=0.25, hatch="//",
+                   lw=0, label=label)
+        label = None
+
+
+def decay_epochs(reason, counted, lr, interval):
+    """Epochs critical because the learning rate decayed: from the schedule's
+    reasons, else (files without them) derived from the learning rates by the rule."""
+    if reason is not None:
+        return (reason[:, counted] == LR_DECAY).any(axis=1)
+    out = np.zeros(len(lr), dtype=bool)
+    for e in range(len(lr) - 1):
+        if lr[e + 1] < lr[e]:
+            out[e + 1: -(-(e + 1) // interval) * interval + 1] = True
+    out[: interval + 1] = False  # the first interval is critical anyway
+    return out
 
 
 def main():
@@ -52,6 +83,8 @@ def main():
             ndim, numel = g["parameters/ndim"][()], g["parameters/numel"][()]
             norm = g["epochs/norm"][()]
             critical = s["epochs/critical"][()]
+            reason = s["epochs/reason"][()] if "epochs/reason" in s else None
+            lr = g["epochs/lr"][()]
             eta, interval = float(s.attrs["eta"]), int(s.attrs["interval"])
             mode = text(s.attrs["mode"])
     except OSError as e:
@@ -62,7 +95,9 @@ def main():
 
     matrices = [p for p in range(len(names)) if ndim[p] >= 2] or list(range(len(names)))
     chosen = sorted(matrices, key=lambda p: -numel[p])[: args.parameters]
-    any_critical = critical[:, matrices].any(axis=1) if mode == "compression" else critical[:, 0].astype(bool)
+    counted = matrices if mode == "compression" else [0]
+    any_critical = critical[:, counted].astype(bool).any(axis=1)
+    decay = decay_epochs(reason, counted, lr, interval) & any_critical
     epochs = np.arange(norm.shape[0])
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), sharex=True)
@@ -74,11 +109,11 @@ def main():
         with np.errstate(divide="ignore", invalid="ignore"):
             change[interval:] = np.abs(lagged - norm[interval:, p]) / lagged
         bottom.plot(epochs, change, lw=1.0)
-    for ax in (top, bottom):
-        shade(ax, any_critical)
+    shade(top, any_critical, decay, False)
+    shade(bottom, any_critical, decay, True)
     top.set_yscale("log")
     top.set_ylabel("gradient norm\n(relative to epoch 0)")
-    top.set_title(f"{args.grads}: critical regimes (shaded), eta {eta:g}, interval {interval}")
+    top.set_title(f"{args.grads}: critical regimes (shaded by why), eta {eta:g}, interval {interval}")
     top.legend(fontsize=7, ncol=2, loc="upper right")
     bottom.axhline(eta, color="black", ls="--", lw=1, label=f"eta = {eta:g}")
     bottom.set_ylabel(f"rate of change\nover {interval} epochs")

@@ -19,14 +19,16 @@ double steady_seconds() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-bool stderr_is_terminal() {
-    const char* term = std::getenv("TERM");
-    return ::isatty(STDERR_FILENO) && !(term && std::strcmp(term, "dumb") == 0);
-}
-
 constexpr double kRedrawSeconds = 0.2;
 
 }  // namespace
+
+bool Progress::stderr_is_terminal() {
+    const char* term = std::getenv("TERM");
+    if (term && std::strcmp(term, "dumb") == 0) return false;
+    const char* launcher = std::getenv("ACC_PROGRESS_TERMINAL");
+    return ::isatty(STDERR_FILENO) || (launcher && std::strcmp(launcher, "1") == 0);
+}
 
 Progress::Progress(Options options) : options_(std::move(options)), style_(options_.style) {
     if (!options_.clock) options_.clock = steady_seconds;
@@ -68,12 +70,48 @@ void Progress::step(std::int64_t samples, double loss) {
     if (style_ == Style::live) {
         if (now - last_draw_ < kRedrawSeconds && done_ < steps_) return;
         last_draw_ = now;
-        *options_.terminal << "\r\033[K" << status() << std::flush;
-        line_shown_ = true;
+        show();
     } else if (now - last_line_ >= options_.interval) {
         last_line_ = now;
         options_.log(status());
     }
+}
+
+void Progress::show() {
+    // One write, so that a launcher reading the rank's pipe gets the whole line at once.
+    *options_.terminal << ("\r\033[K" + status()) << std::flush;
+    line_shown_ = true;
+}
+
+void Progress::begin_items(std::int64_t items, double work) {
+    items_mode_ = true;
+    items_ = items;
+    item_ = 0;
+    work_total_ = work;
+    work_done_ = item_work_ = 0;
+    items_start_ = last_line_ = options_.clock();
+}
+
+void Progress::start_item(const std::string& label, double work) {
+    ++item_;
+    item_label_ = label;
+    item_work_ = work;
+    if (style_ == Style::quiet) return;
+    const double now = options_.clock();
+    if (style_ == Style::live) {
+        // Items take long enough that each is worth a redraw.
+        last_draw_ = now;
+        show();
+    } else if (now - last_line_ >= options_.interval) {
+        last_line_ = now;
+        options_.log(status());
+    }
+}
+
+void Progress::finish_item() {
+    work_done_ += item_work_;
+    item_work_ = 0;
+    clear_line();
 }
 
 void Progress::end_epoch() {
@@ -82,6 +120,13 @@ void Progress::end_epoch() {
 }
 
 std::string Progress::status() const {
+    if (items_mode_) {
+        // Time left: the sweep's seconds per unit of work so far, times the work still to do.
+        const double spent = options_.clock() - items_start_;
+        const double left = work_done_ > 0 ? spent / work_done_ * std::max(0.0, work_total_ - work_done_) : NAN;
+        return item_label_ + "  item " + std::to_string(item_) + "/" + std::to_string(items_) + "  " +
+               duration(left) + " left";
+    }
     const double elapsed = options_.clock() - epoch_start_;
     const double rate = elapsed > 0 ? static_cast<double>(samples_) / elapsed : 0;
     const double loss = samples_ > 0 ? loss_sum_ / static_cast<double>(samples_) : NAN;

@@ -102,9 +102,17 @@ void write_all(int fd, const std::string& text) {
     }
 }
 
+// Our stderr shows a rank's live progress line (cli::Progress) when it is a terminal.
+bool live_terminal() {
+    const char* term = std::getenv("TERM");
+    return ::isatty(STDERR_FILENO) && !(term && std::strcmp(term, "dumb") == 0);
+}
+
+constexpr char kClearLine[] = "\r\033[K";
+
 class Forwarder {
 public:
-    Forwarder(std::string tool) : tool_(std::move(tool)) {}
+    Forwarder(std::string tool, bool live) : tool_(std::move(tool)), live_(live) {}
 
     // Once a rank has exited and its output is drained: passes its error lines on,
     // except a usage error (exit 2) that another rank already reported in the
@@ -122,11 +130,17 @@ public:
             if (child.status == 2 && !usage_errors_.insert(message).second) continue;
             kept += line;
         }
-        if (!kept.empty()) write_all(STDERR_FILENO, kept);
+        if (!kept.empty()) {
+            if (shown_) write_all(STDERR_FILENO, kClearLine);
+            shown_ = false;
+            write_all(STDERR_FILENO, kept);
+        }
         child.errors.clear();
     }
 
-    // Passes complete lines on; `eof` flushes an unterminated last line.
+    // Passes complete lines on; `eof` flushes an unterminated last line. On a
+    // terminal, a live progress line ("\r\033[K..." without a newline) passes
+    // at once, and is cleared before anything else is written.
     void forward(Child& child, Stream& stream, bool is_stdout, bool eof) {
         size_t start = 0;
         std::string block;
@@ -147,7 +161,16 @@ public:
             pass(stream.pending + "\n");
             stream.pending.clear();
         }
-        if (!block.empty()) write_all(is_stdout ? STDOUT_FILENO : STDERR_FILENO, block);
+        if (!block.empty()) {
+            if (shown_) write_all(STDERR_FILENO, kClearLine);
+            shown_ = false;
+            write_all(is_stdout ? STDOUT_FILENO : STDERR_FILENO, block);
+        }
+        if (live_ && !is_stdout && stream.pending.rfind(kClearLine, 0) == 0) {
+            write_all(STDERR_FILENO, stream.pending);
+            shown_ = stream.pending.size() > sizeof kClearLine - 1;
+            stream.pending.clear();
+        }
     }
 
 private:
@@ -155,7 +178,14 @@ private:
     bool is_error(int rank, const std::string& line) const {
         return line.rfind(tool_ + "[" + std::to_string(rank) + "]: error: ", 0) == 0;
     }
-    std::string decorate(int rank, bool is_stdout, const std::string& line) const {
+    std::string decorate(int rank, bool is_stdout, std::string line) const {
+        // A line after a live one starts by clearing it: keep that in front of the tag.
+        std::string clear;
+        while (line.rfind(kClearLine, 0) == 0) {
+            clear += kClearLine;
+            line.erase(0, sizeof kClearLine - 1);
+        }
+        if (!clear.empty()) return clear + decorate(rank, is_stdout, line);
         if (is_stdout && rank == 0) return line;  // results stay machine-readable
         const std::string tag = tool_ + "[" + std::to_string(rank) + "]";
         if (line.rfind(tag, 0) == 0) return line;
@@ -163,6 +193,8 @@ private:
     }
     std::string tool_;
     std::set<std::string> usage_errors_;
+    bool live_ = false;
+    bool shown_ = false;  // a live line is on the terminal
 };
 
 void drain(Child& child, Stream& stream, bool is_stdout, Forwarder& forwarder) {
@@ -275,7 +307,7 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
     for (char** e = environ; *e; ++e) {
         std::string entry = *e;
         std::string name = entry.substr(0, entry.find('='));
-        if (is_rendezvous_variable(name) || name == kLauncherVariable) continue;
+        if (is_rendezvous_variable(name) || name == kLauncherVariable || name == "ACC_PROGRESS_TERMINAL") continue;
         if (name == kRunTokenVariable && entry.size() == name.size() + 1) continue;  // set but empty
         has_omp = has_omp || name == "OMP_NUM_THREADS";
         base_env.push_back(entry);
@@ -286,6 +318,8 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
     // The ranks' store is theirs alone: a process that does not know the token cannot join it.
     const char* token = std::getenv(kRunTokenVariable);
     if (!token || !*token) base_env.push_back(std::string(kRunTokenVariable) + "=" + random_token());
+    const bool live = live_terminal();
+    if (live) base_env.push_back("ACC_PROGRESS_TERMINAL=1");  // the ranks' stderr is a pipe to a terminal
     spdlog::debug("starting {} ranks, rendezvous at {}:{}", config.nproc, addr, port);
 
     SignalGuard signals;
@@ -310,7 +344,7 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
         spdlog::debug("rank {} is pid {}", r, child.pid);
     }
 
-    Forwarder forwarder(tool);
+    Forwarder forwarder(tool, live);
     std::optional<Clock::time_point> failed_at, terminated_at;
     bool killed = false;
     for (;;) {

@@ -6,6 +6,7 @@
 #include "base/hash.hpp"
 #include "base/text.hpp"
 #include "base/version.hpp"
+#include "cli/progress.hpp"
 #include "cli/tool.hpp"
 #include "comm/torch_compat.hpp"
 #include "io/atomic.hpp"
@@ -190,6 +191,7 @@ std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const Sweep
             SizeResult row;
             row.count = count;
             row.size = collective_bytes(c, count, world);
+            if (observer.size) observer.size(c, row.size);
             if (plan.check) {
                 row.wrong = check_once(comm, c, buffers, count);
                 buffers = make_buffers(c, count, world, options);
@@ -258,6 +260,10 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
     meta.plan = plan;
     meta.provenance = config.provenance;
     meta.output = config.output;
+    // One rank's collectives copy memory within the process: their "bandwidth" says nothing of a network.
+    if (leader && meta.world_size == 1)
+        spdlog::warn("one rank measures no network; run 2 or more ranks (--nproc 2 on this machine, or "
+                     "torchrun on several machines) for a profile compress-bench can use");
     std::vector<CollectiveResult> results;
     run_in_group(*comm, [&] {
         if (leader && !config.output.empty()) {
@@ -276,9 +282,31 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
                       << "# check: " << (plan.check ? "on" : "off") << "\n#\n";
         }
         SweepObserver observer;
+        // Which size runs, and the time left: large sizes take seconds each.
+        cli::Progress::Options progress_options;
+        if (!leader) progress_options.style = cli::Progress::Style::quiet;
+        cli::Progress progress(progress_options);
+        std::int64_t sizes = 0;
+        double work = 0;
+        auto size_work = [&](std::int64_t bytes) {  // a call costs about its latency plus its bytes
+            return static_cast<double>(plan.iterations + plan.warmup) * (65536.0 + static_cast<double>(bytes));
+        };
+        for (perf::Collective c : plan.collectives)
+            for (std::int64_t count : plan_counts(c, plan, meta.world_size)) {
+                ++sizes;
+                work += size_work(collective_bytes(c, count, meta.world_size));
+            }
+        progress.begin_items(sizes, work);
+        observer.size = [&](perf::Collective c, std::int64_t bytes) {
+            progress.start_item(std::string(perf::collective_name(c)) + " " + size_text(bytes), size_work(bytes));
+        };
+        observer.row = [&](const SizeResult&) { progress.finish_item(); };
         if (human) {
             observer.begin = [](perf::Collective c) { std::cerr << table_header(c); };
-            observer.row = [](const SizeResult& row) { std::cerr << table_row(row); };
+            observer.row = [&](const SizeResult& row) {
+                progress.finish_item();
+                std::cerr << table_row(row);
+            };
             observer.end = [](const CollectiveResult& r) { std::cerr << fit_line(r) << "#\n"; };
         }
         // Before the sweep: a rank that would time a model and one that would not must not meet halfway.

@@ -39,6 +39,7 @@ SweepPlan make_plan(const ProfileConfig& config);
 /// Called on every rank as the sweep goes.
 struct SweepObserver {
     std::function<void(perf::Collective)> begin;
+    std::function<void(perf::Collective, std::int64_t bytes)> size;  ///< before each size is measured
     std::function<void(const SizeResult&)> row;
     std::function<void(const CollectiveResult&)> end;
 };

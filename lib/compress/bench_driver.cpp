@@ -6,6 +6,7 @@
 #include "base/text.hpp"
 #include "cli/json.hpp"
 #include "cli/tool.hpp"
+#include "cli/progress.hpp"
 #include "compress/exchange.hpp"
 #include "compress/loopback.hpp"
 #include "compress/shapes.hpp"
@@ -352,6 +353,10 @@ int run_bench(BenchConfig c) {
     for (const auto& text : c.compressors) name_width = std::max(name_width, text.size());
     for (auto w : c.worlds) world_width = std::max(world_width, std::to_string(w).size());
     const TableLayout table{{name_width, world_width, 11, 9, 11, 11, 8, 8, 6, 8, 11, 11, 9, 0}};
+    // A sweep of large models takes minutes: say which row is being measured.
+    cli::Progress progress;
+    progress.begin_items(static_cast<std::int64_t>(inputs.size() * c.compressors.size() * c.worlds.size()),
+                         static_cast<double>(inputs.size() * c.compressors.size() * c.worlds.size()));
     for (size_t input = 0; input < inputs.size(); ++input) {
         const Input& in = inputs[input];
         file.inputs.push_back({in.name, in.norm});
@@ -369,6 +374,7 @@ int run_bench(BenchConfig c) {
             for (const auto& t : tensors)
                 levels.push_back(c.vectors == "compress" || t.shape.size() > 1 ? spec : parse_spec("none"));
             for (auto w : c.worlds) {
+                progress.start_item((inputs.size() > 1 ? in.name + ": " : "") + text + " W=" + std::to_string(w));
                 LoopbackCollectives comm(static_cast<int>(w));
                 GradientExchange x(tensors, levels, comm, options);
                 copy_into(in, work);
@@ -409,6 +415,7 @@ int run_bench(BenchConfig c) {
                 row.iteration_seconds = p.iteration_seconds;
                 row.baseline_iteration_seconds = baseline[w].iteration_seconds;
                 row.speedup = row.baseline_iteration_seconds / row.iteration_seconds;
+                progress.finish_item();
                 spdlog::info("{}", table.line({text, std::to_string(w),
                                                bytes_text(static_cast<double>(row.bytes_per_worker)),
                                                number_text(row.compression_ratio, "%.3gx"),

@@ -212,6 +212,16 @@ int run_detect(DetectConfig c) {
     spdlog::info("    epoch 0 |{}| {}", line, E - 1);
     spdlog::info("  critical regimes (epochs{}): {}", batch || counted_columns <= 1 ? "" : ", peak critical/compressible parameters",
                  regimes_text(regimes, batch ? 1 : counted_columns));
+    // Why each run of critical epochs is critical: the rule's reasons, so that
+    // a critical epoch after a learning-rate decay does not look like a norm change.
+    const std::vector<CriticalReasons> why = critical_reasons(batch ? decisions : per_parameter, counted, lr);
+    const std::int64_t why_columns = batch || model ? 1 : counted_columns;
+    constexpr size_t kWhyLines = 12;
+    if (!why.empty()) spdlog::info("  why critical:");
+    for (size_t i = 0; i < why.size() && i < kWhyLines; ++i)
+        spdlog::info("    {}", reasons_text(why[i], lr, c.eta, c.interval, why_columns));
+    if (why.size() > kWhyLines)
+        spdlog::info("    ... and {} more (--json lists them all)", why.size() - kWhyLines);
     spdlog::info("  levels: {}", levels_line);
     spdlog::info("  data sent per worker{}: {} floats ({} throughout: {}, {} more; {} throughout: {})", unit,
                  si_count(comm.schedule), batch ? "batch " + c.low : c.low, si_count(comm.low),
@@ -237,6 +247,17 @@ int run_detect(DetectConfig c) {
         nlohmann::json list = nlohmann::json::array();
         for (const auto& r : regimes) list.push_back({{"first", r.first}, {"last", r.last}, {"peak_critical", r.peak_critical}});
         report["critical_regimes"] = list;
+        nlohmann::json reasons = nlohmann::json::array();
+        for (const auto& run : why) {
+            nlohmann::json names = nlohmann::json::array();
+            for (const auto& [reason, n] : run.reasons)
+                names.push_back({{"reason", reason_name(reason)}, {"parameters", n}});
+            nlohmann::json entry = {{"first", run.first}, {"last", run.last}, {"reasons", names},
+                                    {"text", reasons_text(run, lr, c.eta, c.interval, why_columns)}};
+            if (run.decay_epoch >= 0) entry["decay_epoch"] = run.decay_epoch;
+            reasons.push_back(entry);
+        }
+        report["critical_reasons"] = reasons;
         report["communication"] = {{"unit", comm.per_step ? "floats per step" : "floats per worker"},
                                    {"schedule", comm.schedule},
                                    {"low", comm.low},

@@ -1,5 +1,6 @@
 #include "regime/summary.hpp"
 
+#include "base/text.hpp"
 #include "compress/spec.hpp"
 
 #include <algorithm>
@@ -30,6 +31,65 @@ std::vector<Regime> find_regimes(const Decisions& d, const std::vector<bool>& co
         }
     }
     return regimes;
+}
+
+std::vector<CriticalReasons> critical_reasons(const Decisions& d, const std::vector<bool>& counted,
+                                              const std::vector<double>& lr) {
+    std::vector<CriticalReasons> runs;
+    std::int64_t decay = -1;  // the latest epoch whose learning rate dropped
+    for (std::int64_t e = 0; e < d.epochs; ++e) {
+        if (e > 0 && static_cast<size_t>(e) < lr.size() && lr[static_cast<size_t>(e)] < lr[static_cast<size_t>(e - 1)])
+            decay = e;
+        std::map<Reason, std::int64_t> count;
+        for (std::int64_t c = 0; c < d.columns; ++c)
+            if (counted[static_cast<size_t>(c)] && d.critical[d.at(e, c)]) ++count[d.reason[d.at(e, c)]];
+        if (count.empty()) continue;
+        CriticalReasons run{e, e, {count.begin(), count.end()}, count.count(Reason::lr_decay) ? decay : -1};
+        auto same = [&](const CriticalReasons& a) {
+            if (a.last != e - 1 || a.decay_epoch != run.decay_epoch || a.reasons.size() != run.reasons.size())
+                return false;
+            for (size_t i = 0; i < a.reasons.size(); ++i)
+                if (a.reasons[i].first != run.reasons[i].first) return false;
+            return true;
+        };
+        if (!runs.empty() && same(runs.back())) {
+            runs.back().last = e;
+            for (size_t i = 0; i < run.reasons.size(); ++i)
+                runs.back().reasons[i].second = std::max(runs.back().reasons[i].second, run.reasons[i].second);
+        } else {
+            runs.push_back(std::move(run));
+        }
+    }
+    return runs;
+}
+
+std::string reasons_text(const CriticalReasons& run, const std::vector<double>& lr, double eta,
+                         std::int64_t interval, std::int64_t columns) {
+    auto share = [&](std::int64_t n) {
+        return columns > 1 ? " (" + std::to_string(n) + "/" + std::to_string(columns) + " parameters)" : std::string();
+    };
+    std::vector<std::string> parts;
+    for (const auto& [reason, n] : run.reasons) {
+        switch (reason) {
+        case Reason::first_interval:
+            parts.push_back("first interval (epochs 0-" + std::to_string(interval) + " are always critical)");
+            break;
+        case Reason::at_least_eta: parts.push_back("norm change r >= eta " + short_number(eta) + share(n)); break;
+        case Reason::zero_previous_norm: parts.push_back("zero previous norm" + share(n)); break;
+        case Reason::lr_decay: {
+            const auto d = static_cast<size_t>(run.decay_epoch);
+            parts.push_back(run.decay_epoch > 0 && d < lr.size()
+                                ? "the learning rate drops from " + short_number(lr[d - 1]) + " to " +
+                                      short_number(lr[d]) + " at epoch " + std::to_string(run.decay_epoch)
+                                : std::string("the learning rate drops"));
+            break;
+        }
+        case Reason::below_eta: break;  // never critical
+        }
+    }
+    const std::string span = run.first == run.last ? "epoch " + std::to_string(run.first)
+                                                   : "epochs " + std::to_string(run.first) + "-" + std::to_string(run.last);
+    return span + ": " + join(parts, "; ");
 }
 
 std::int64_t timeline_block(std::int64_t epochs, std::int64_t interval, std::int64_t width) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace acc::regime {
@@ -32,6 +33,26 @@ std::string timeline(const Decisions& decisions, const std::vector<bool>& counte
 /// Epochs per timeline character: the interval, or more so that the line stays
 /// within `width` characters.
 std::int64_t timeline_block(std::int64_t epochs, std::int64_t interval, std::int64_t width = 100);
+
+/// Why a run of epochs is critical: the reasons among its critical counted
+/// columns, each with the most columns it covers in one epoch of the run.
+struct CriticalReasons {
+    std::int64_t first = 0;
+    std::int64_t last = 0;  ///< inclusive
+    std::vector<std::pair<Reason, std::int64_t>> reasons;  ///< in code order; columns at most
+    std::int64_t decay_epoch = -1;  ///< lr_decay: the epoch whose learning rate dropped
+};
+
+/// Maximal runs of consecutive critical epochs with the same reasons (and, for
+/// a learning-rate decay, the same decay). `lr` is the learning rate of each epoch.
+std::vector<CriticalReasons> critical_reasons(const Decisions& decisions, const std::vector<bool>& counted,
+                                              const std::vector<double>& lr);
+
+/// One run for a person: "epochs 3-4: norm change r >= eta 0.5 (5/6 parameters)",
+/// "epoch 6: the learning rate drops from 0.05 to 0.005 at epoch 6". `columns`
+/// is the number of counted columns (counts are shown when above 1).
+std::string reasons_text(const CriticalReasons& run, const std::vector<double>& lr, double eta,
+                         std::int64_t interval, std::int64_t columns);
 
 struct LevelShare {
     std::string level;

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <sstream>
+#include <unistd.h>
 
 using acc::cli::Progress;
 
@@ -109,4 +111,63 @@ TEST(Progress, Durations) {
     EXPECT_EQ(Progress::duration(3725), "1:02:05");
     EXPECT_EQ(Progress::duration(-1), "-");
     EXPECT_EQ(Progress::duration(1.0 / 0.0), "-");
+}
+
+TEST(Progress, ItemsOfASweep) {
+    Fixture f;
+    {
+        Progress p = f.make(Progress::Style::live);
+        p.begin_items(3, 4);
+        p.start_item("allreduce 4 KiB");
+        EXPECT_EQ(p.status(), "allreduce 4 KiB  item 1/3  - left");
+        f.now += 2;
+        p.finish_item();
+        p.start_item("allreduce 64 KiB", 2);
+        // 1 of 4 units of work took 2 s: 3 more take 6 s.
+        EXPECT_EQ(p.status(), "allreduce 64 KiB  item 2/3  0:06 left");
+        f.now += 4;
+        p.finish_item();
+        p.start_item("allreduce 1 MiB");
+        EXPECT_EQ(p.status(), "allreduce 1 MiB  item 3/3  0:02 left");
+        p.finish_item();
+    }
+    const std::string out = f.terminal.str();
+    EXPECT_NE(out.find("\r\033[Kallreduce 4 KiB  item 1/3"), std::string::npos) << out;
+    EXPECT_NE(out.find("\r\033[Kallreduce 64 KiB  item 2/3"), std::string::npos) << out;
+    EXPECT_EQ(out.substr(out.size() - 4), "\r\033[K");  // each item's line cleared for its result
+    EXPECT_TRUE(f.lines.empty());
+}
+
+TEST(Progress, ItemsInPlainLinesAndQuiet) {
+    Fixture f;
+    Progress lines = f.make(Progress::Style::lines, 30);
+    lines.begin_items(4, 4);
+    for (int i = 0; i < 4; ++i) {
+        lines.start_item("item" + std::to_string(i));
+        f.now += 20;
+        lines.finish_item();
+    }
+    // Items start at 0, 20, 40 and 60 s: a line at 40 s (30 s after the start)
+    // only, as 60 s is 20 s after it; 2 items took 40 s, so 2 more take 40 s.
+    ASSERT_EQ(f.lines.size(), 1u);
+    EXPECT_EQ(f.lines[0], "item2  item 3/4  0:40 left");
+    EXPECT_TRUE(f.terminal.str().empty());
+    Progress quiet = f.make(Progress::Style::quiet, 0);
+    quiet.begin_items(1, 1);
+    quiet.start_item("x");
+    quiet.finish_item();
+    EXPECT_EQ(f.lines.size(), 1u);
+    EXPECT_TRUE(f.terminal.str().empty());
+}
+
+TEST(Progress, LauncherSaysItsStderrIsATerminal) {
+    // A rank started by --nproc writes to a pipe; its launcher's word counts.
+    ::setenv("ACC_PROGRESS_TERMINAL", "1", 1);
+    ::setenv("TERM", "xterm", 1);
+    EXPECT_TRUE(Progress::stderr_is_terminal());
+    ::setenv("TERM", "dumb", 1);
+    EXPECT_FALSE(Progress::stderr_is_terminal());
+    ::unsetenv("ACC_PROGRESS_TERMINAL");
+    ::setenv("TERM", "xterm", 1);
+    EXPECT_EQ(Progress::stderr_is_terminal(), ::isatty(2) == 1);
 }

@@ -207,6 +207,33 @@ TEST(Summary, RegimesTimelineAndShares) {
     EXPECT_DOUBLE_EQ(counted_only[0].share + counted_only[1].share, 1.0);
 }
 
+TEST(Summary, ReasonsSayWhyEachRunIsCritical) {
+    // Column 0 changes by 60% at the decision of epoch 2, column 1 hardly
+    // changes, column 2 (a vector, not counted) starts at zero; the learning
+    // rate drops at epoch 6.
+    auto norms = table(3, {10, 10, 0, 9, 10, 1, 4, 9, 1, 4, 9, 1, 3.9, 9, 1,
+                           3.9, 9, 1, 3.9, 9, 1, 3.9, 9, 1, 3.9, 9, 1});
+    std::vector<double> lr = {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.01};
+    Decisions d = detect(norms, lr, {0.5, 2});
+    std::vector<bool> counted = {true, true, false};
+    std::vector<CriticalReasons> runs = critical_reasons(d, counted, lr);
+    ASSERT_EQ(runs.size(), 3u);
+    std::vector<std::string> text;
+    for (const auto& run : runs) text.push_back(reasons_text(run, lr, 0.5, 2, 2));
+    EXPECT_EQ(text[0], "epochs 0-2: first interval (epochs 0-2 are always critical)");
+    EXPECT_EQ(text[1], "epochs 3-4: norm change r >= eta 0.5 (1/2 parameters)");
+    EXPECT_EQ(text[2], "epoch 6: the learning rate drops from 0.1 to 0.01 at epoch 6");
+    EXPECT_EQ(runs[2].decay_epoch, 6);
+    EXPECT_EQ(runs[1].decay_epoch, -1);
+    // The vector's zero previous norm would be a reason if it counted.
+    std::vector<CriticalReasons> all = critical_reasons(d, {true, true, true}, lr);
+    ASSERT_EQ(all.size(), 3u);
+    EXPECT_EQ(reasons_text(all[1], lr, 0.5, 2, 3),
+              "epochs 3-4: norm change r >= eta 0.5 (1/3 parameters); zero previous norm (1/3 parameters)");
+    // One column: no counts.
+    EXPECT_EQ(reasons_text(runs[1], lr, 0.5, 2, 1), "epochs 3-4: norm change r >= eta 0.5");
+}
+
 TEST(Summary, CommunicationCountsFloatsPerStepTimesSteps) {
     // One 100x100 matrix and one vector of 100; two epochs, the first critical.
     auto norms = table(2, {1, 1, 1, 1});
