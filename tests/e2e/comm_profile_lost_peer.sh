@@ -105,9 +105,10 @@ expect_exit 2 "rank 1 was started with other sweep options than rank 0" -- \
     bash -c "comm-profile --rank 1 --world-size 2 --master-port $port -e 8K -q 2>/dev/null & comm-profile --rank 0 --world-size 2 --master-port $port -e 4K -q; status=\$?; wait; exit \$status"
 
 # A rank that fails for its own reason tells the others why.
-expect_exit 1 "^comm-profile\[1\]: error: rank 0 stopped: no/dir/comm.h5: directory no/dir does not exist$" -- \
-    comm-profile --nproc 2 -e 64 -o no/dir/comm.h5
-grep -q "^comm-profile\[0\]: error: no/dir/comm.h5: directory no/dir does not exist$" "$WORK/err" || fail "rank 0: $(cat "$WORK/err")"
+touch "$WORK/plain"
+expect_exit 1 "^comm-profile\\[1\\]: error: rank 0 stopped: $WORK/plain/comm.h5: cannot create the directory $WORK/plain: Not a directory$" -- \
+    comm-profile --nproc 2 -e 64 -o "$WORK/plain/comm.h5"
+grep -q "^comm-profile\\[0\\]: error: $WORK/plain/comm.h5: cannot create the directory $WORK/plain: Not a directory$" "$WORK/err" || fail "rank 0: $(cat "$WORK/err")"
 
 # The launcher: a killed rank makes the others report it, and the launcher
 # exits with the worst code (128 + 9).

@@ -108,7 +108,7 @@ umount full
 mount -t tmpfs -o size=7m tmpfs full
 args=(--model mlp --hidden-size 256 --dataset synthetic --train-samples 64 --test-samples 16 --batch-size 16
       --threads 1 --epochs 3 --seed 2 --metrics full/m.h5 --checkpoint-dir full -q)
-expect_exit 1 "^train-dist: error: full/train-dist.ckpt.h5: .*No space left on device" -- train-dist "${args[@]}"
+expect_exit 1 "^train-dist: error: full/m.ckpt.h5: .*No space left on device" -- train-dist "${args[@]}"
 ls -A full | grep -q '\.tmp-' && fail "temporary files were left on the full disk: $(ls -A full)"
 mount -o remount,size=64m tmpfs full
 train-dist "${args[@]}" --resume 2>resume-dist.err || fail "train-dist --resume after freeing space: $(cat resume-dist.err)"
