@@ -20,7 +20,7 @@
 namespace acc::cli {
 namespace {
 
-io::Provenance g_provenance;
+Provenance g_provenance;
 std::string g_tool = "accordion";
 int g_rank = -1;
 
@@ -128,7 +128,7 @@ std::vector<std::string> similar_options(const CLI::App& app, const std::string&
 
 const char* version() { return ACC_VERSION; }
 
-const io::Provenance& provenance() { return g_provenance; }
+const Provenance& provenance() { return g_provenance; }
 
 void setup_logging(const std::string& tool, int verbosity) {
     g_tool = tool;

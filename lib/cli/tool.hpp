@@ -5,7 +5,7 @@
 // (acc::UsageError or a CLI11 parse error).
 #pragma once
 
-#include "io/header.hpp"
+#include "base/provenance.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -23,7 +23,7 @@ inline constexpr int kExitUsage = 2;
 const char* version();
 
 /// Producer and command line of the running program, for file headers.
-const io::Provenance& provenance();
+const Provenance& provenance();
 
 /// Runs a program: `define` adds its options to the app, `run` does the work
 /// after parsing. Adds -q/--quiet, -v/--verbose and --version, prints --help on

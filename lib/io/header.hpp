@@ -1,6 +1,7 @@
 // The root attributes every file of the toolkit carries (docs/formats.md, "Common attributes").
 #pragma once
 
+#include "base/provenance.hpp"
 #include "io/h5.hpp"
 
 #include <functional>
@@ -9,10 +10,7 @@
 namespace acc::io {
 
 /// Who wrote a file and how; filled by the tool, stored as root attributes.
-struct Provenance {
-    std::string producer;      ///< "regime-detect 0.1.0"
-    std::string command_line;  ///< the invoking command line, shell-quoted
-};
+using acc::Provenance;
 
 struct FileHeader {
     std::string format;  ///< e.g. "accordion.grads"

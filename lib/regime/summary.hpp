@@ -3,7 +3,7 @@
 #pragma once
 
 #include "regime/detect.hpp"
-#include "regime/plan.hpp"
+#include "regime/levels.hpp"
 
 #include <cstdint>
 #include <string>

@@ -2,7 +2,8 @@
 // command-line options that fill them. No LibTorch here.
 #pragma once
 
-#include "train/plan.hpp"
+#include "train/lr_schedule.hpp"
+#include "train/sampling.hpp"
 
 #include <cstdint>
 #include <string>

@@ -6,7 +6,7 @@
 #include "train/config.hpp"
 #include "train/data_files.hpp"
 #include "train/models.hpp"
-#include "train/plan.hpp"
+#include "train/sampling.hpp"
 
 #include <torch/torch.h>
 

@@ -15,7 +15,7 @@
 #include "train/config.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
-#include "train/plan.hpp"
+#include "train/sampling.hpp"
 
 #include <torch/torch.h>
 

@@ -148,7 +148,7 @@ GOLDEN = 0x9E3779B97F4A7C15
 
 
 class SplitMix64:
-    """The toolkit's portable generator (lib/train/plan.hpp), rewritten from its description."""
+    """The toolkit's portable generator (lib/train/sampling.hpp), rewritten from its description."""
 
     def __init__(self, seed):
         self.state = seed & MASK

@@ -3,8 +3,8 @@
 #include "base/error.hpp"
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
-#include "comm/profile.hpp"
-#include "comm/profile_report.hpp"
+#include "app/comm_profile.hpp"
+#include "app/comm_profile_report.hpp"
 #include "comm/rendezvous.hpp"
 
 #include <gtest/gtest.h>

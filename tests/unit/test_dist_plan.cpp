@@ -3,8 +3,8 @@
 // Accordion's rule online, which must decide as regime-detect does offline.
 #include "base/error.hpp"
 #include "dist/config.hpp"
-#include "dist/plan.hpp"
-#include "regime/plan.hpp"
+#include "dist/run_plan.hpp"
+#include "regime/levels.hpp"
 
 #include "test_support.hpp"
 

@@ -1,7 +1,7 @@
 // Accordion's rule, schedule plans and summaries, checked against hand-computed cases.
 #include "base/error.hpp"
 #include "regime/detect.hpp"
-#include "regime/plan.hpp"
+#include "regime/levels.hpp"
 #include "regime/summary.hpp"
 
 #include <gtest/gtest.h>

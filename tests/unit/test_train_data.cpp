@@ -3,7 +3,8 @@
 #include "base/error.hpp"
 #include "train/config.hpp"
 #include "train/data_files.hpp"
-#include "train/plan.hpp"
+#include "train/lr_schedule.hpp"
+#include "train/sampling.hpp"
 
 #include "test_support.hpp"
 

@@ -1,7 +1,7 @@
 // comm-profile: time collectives over a sweep of message sizes the way
 // nccl-tests does, fit the alpha-beta model, and write comm.h5. See man/comm-profile.1.
 #include "cli/tool.hpp"
-#include "comm/profile.hpp"
+#include "app/comm_profile.hpp"
 #include "train/config.hpp"
 
 int main(int argc, char** argv) {

@@ -2,7 +2,7 @@
 // and whether it pays on a given network at a given scale. See man/compress-bench.1.
 #include "base/text.hpp"
 #include "cli/tool.hpp"
-#include "compress/bench_driver.hpp"
+#include "app/compress_bench.hpp"
 #include "compress/spec.hpp"
 
 int main(int argc, char** argv) {

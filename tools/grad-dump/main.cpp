@@ -1,7 +1,7 @@
 // grad-dump: train a model (on one process, or data-parallel on several ranks)
 // and record per-parameter gradient statistics, one epoch at a time. See man/grad-dump.1.
 #include "cli/tool.hpp"
-#include "train/grad_dump.hpp"
+#include "app/grad_dump.hpp"
 
 int main(int argc, char** argv) {
     acc::train::GradDumpConfig config;

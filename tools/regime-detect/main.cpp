@@ -2,7 +2,7 @@
 // and write a communication schedule. See man/regime-detect.1.
 #include "cli/tool.hpp"
 #include "compress/spec.hpp"
-#include "regime/driver.hpp"
+#include "app/regime_detect.hpp"
 
 int main(int argc, char** argv) {
     acc::regime::DetectConfig config;

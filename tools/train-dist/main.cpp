@@ -1,7 +1,7 @@
 // train-dist: data-parallel training whose gradient compression follows
 // --compress, a schedule, or Accordion's rule online. See man/train-dist.1.
 #include "cli/tool.hpp"
-#include "dist/train_dist.hpp"
+#include "app/train_dist.hpp"
 
 int main(int argc, char** argv) {
     acc::dist::TrainDistConfig config;

@@ -1,4 +1,4 @@
-#include "comm/profile_report.hpp"
+#include "app/comm_profile_report.hpp"
 
 #include "base/error.hpp"
 #include "base/text.hpp"

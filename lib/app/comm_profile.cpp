@@ -1,4 +1,4 @@
-#include "comm/profile.hpp"
+#include "app/comm_profile.hpp"
 
 #include "base/clock.hpp"
 #include "base/error.hpp"

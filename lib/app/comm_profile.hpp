@@ -5,7 +5,7 @@
 
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
-#include "comm/profile_report.hpp"
+#include "app/comm_profile_report.hpp"
 #include "comm/rendezvous.hpp"
 #include "io/header.hpp"
 

@@ -1,4 +1,4 @@
-#include "compress/bench_driver.hpp"
+#include "app/compress_bench.hpp"
 
 #include "base/clock.hpp"
 #include "base/error.hpp"

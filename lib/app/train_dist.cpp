@@ -1,4 +1,4 @@
-#include "dist/train_dist.hpp"
+#include "app/train_dist.hpp"
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
@@ -9,7 +9,7 @@
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
 #include "dist/exchange.hpp"
-#include "dist/plan.hpp"
+#include "dist/run_plan.hpp"
 #include "dist/staging.hpp"
 #include "dist/state.hpp"
 #include "io/atomic.hpp"

@@ -1,4 +1,4 @@
-#include "regime/driver.hpp"
+#include "app/regime_detect.hpp"
 
 #include "base/error.hpp"
 #include "base/paths.hpp"
@@ -8,7 +8,7 @@
 #include "io/grads.hpp"
 #include "io/schedule.hpp"
 #include "regime/detect.hpp"
-#include "regime/plan.hpp"
+#include "regime/levels.hpp"
 #include "regime/summary.hpp"
 
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "regime/plan.hpp"
+#include "regime/levels.hpp"
 
 #include "base/error.hpp"
 

@@ -1,4 +1,4 @@
-#include "train/grad_dump.hpp"
+#include "app/grad_dump.hpp"
 
 #include "base/error.hpp"
 #include "base/paths.hpp"

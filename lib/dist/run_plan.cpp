@@ -1,9 +1,9 @@
-#include "dist/plan.hpp"
+#include "dist/run_plan.hpp"
 
 #include "base/error.hpp"
 #include "base/text.hpp"
 #include "compress/spec.hpp"
-#include "regime/plan.hpp"
+#include "regime/levels.hpp"
 
 #include <algorithm>
 #include <map>
