@@ -1,18 +1,22 @@
 #include "app/comm_profile.hpp"
 
+#include "app/rank_options.hpp"
+#include "app/training_options.hpp"
 #include "base/clock.hpp"
 #include "base/error.hpp"
-#include "base/paths.hpp"
 #include "base/hash.hpp"
+#include "base/paths.hpp"
 #include "base/text.hpp"
 #include "base/version.hpp"
 #include "cli/progress.hpp"
 #include "cli/tool.hpp"
+#include "comm/launch.hpp"
 #include "comm/torch_compat.hpp"
 #include "io/atomic.hpp"
 #include "train/compute_time.hpp"
-#include "train/config.hpp"
+#include "train/model_table.hpp"
 
+#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -20,44 +24,19 @@
 #include <iostream>
 #include <set>
 
-namespace acc::comm {
+namespace acc::app {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using comm::ProcessGroupCollectives;
+using comm::ReduceOp;
 
 // The tensors one size of one collective works on.
 struct Buffers {
-    at::Tensor data;                // allreduce, broadcast: the tensor; allgather: this rank's part;
-                                    // reduce_scatter: the whole input
+    at::Tensor data;                // the tensor passed to the call (reduce_scatter: the whole input)
     at::Tensor out;                 // reduce_scatter: this rank's chunk
     std::vector<at::Tensor> parts;  // allgather: one per rank
 };
-
-Buffers make_buffers(perf::Collective c, std::int64_t count, int world, const at::TensorOptions& options) {
-    Buffers b;
-    switch (c) {
-    case perf::Collective::allreduce:
-    case perf::Collective::broadcast: b.data = at::zeros({count}, options); break;
-    case perf::Collective::allgather:
-        b.data = at::zeros({count}, options);
-        for (int r = 0; r < world; ++r) b.parts.push_back(at::zeros({count}, options));
-        break;
-    case perf::Collective::reduce_scatter:
-        b.data = at::zeros({count * world}, options);
-        b.out = at::zeros({count}, options);
-        break;
-    }
-    return b;
-}
-
-void run_once(ProcessGroupCollectives& comm, perf::Collective c, Buffers& b) {
-    switch (c) {
-    case perf::Collective::allreduce: comm.allreduce(b.data, ReduceOp::sum); break;
-    case perf::Collective::allgather: comm.allgather_into(b.data, b.parts); break;
-    case perf::Collective::broadcast: comm.broadcast(b.data, 0); break;
-    case perf::Collective::reduce_scatter: comm.reduce_scatter(b.data, b.out); break;
-    }
-}
 
 // Integer-valued floats below 2^24, so every sum is exact: (index mod 1024) + offset.
 at::Tensor pattern(std::int64_t count, std::int64_t start, double offset, const at::TensorOptions& options) {
@@ -66,49 +45,97 @@ at::Tensor pattern(std::int64_t count, std::int64_t start, double offset, const 
         .to(at::kFloat);
 }
 
-// Runs one call on data with exactly predictable results; returns the wrong
-// elements summed over all ranks.
-std::int64_t check_once(ProcessGroupCollectives& comm, perf::Collective c, Buffers& b, std::int64_t count) {
-    const int world = comm.world_size(), rank = comm.rank();
+// How comm-profile runs each collective of perf::collective_table(): its
+// buffers for `count` floats per rank, one timed call, and one call on data
+// with exactly predictable results that returns this rank's wrong elements.
+struct CollectiveRun {
+    perf::Collective kind;
+    bool probe;  // some backends lack it: one call before the sweep makes every rank refuse at once
+    Buffers (*make)(std::int64_t count, int world, const at::TensorOptions& options);
+    void (*run)(ProcessGroupCollectives& comm, Buffers& b);
+    std::int64_t (*check)(ProcessGroupCollectives& comm, Buffers& b, std::int64_t count);
+};
+
+Buffers one_tensor(std::int64_t count, int, const at::TensorOptions& options) {
+    return {at::zeros({count}, options), {}, {}};
+}
+
+Buffers gather_buffers(std::int64_t count, int world, const at::TensorOptions& options) {
+    Buffers b{at::zeros({count}, options), {}, {}};
+    for (int r = 0; r < world; ++r) b.parts.push_back(at::zeros({count}, options));
+    return b;
+}
+
+Buffers scatter_buffers(std::int64_t count, int world, const at::TensorOptions& options) {
+    return {at::zeros({count * world}, options), at::zeros({count}, options), {}};
+}
+
+// The sum over ranks of (rank + 1), which the checked reductions add to the pattern.
+double ranks_sum(int world) { return static_cast<double>(std::int64_t{world} * (world + 1) / 2); }
+
+std::int64_t check_allreduce(ProcessGroupCollectives& comm, Buffers& b, std::int64_t count) {
     const auto options = b.data.options();
-    const std::int64_t ranks_sum = std::int64_t{world} * (world + 1) / 2;  // sum of (rank + 1)
+    b.data.copy_(pattern(count, 0, comm.rank() + 1, options));
+    comm.allreduce(b.data, ReduceOp::sum);
+    at::Tensor expected = pattern(count, 0, 0, options) * comm.world_size() + ranks_sum(comm.world_size());
+    return b.data.ne(expected).sum().item<std::int64_t>();
+}
+
+std::int64_t check_allgather(ProcessGroupCollectives& comm, Buffers& b, std::int64_t count) {
+    const auto options = b.data.options();
+    b.data.copy_(pattern(count, 0, comm.rank() * 1024.0, options));
+    for (auto& p : b.parts) p.fill_(-1);
+    comm.allgather_into(b.data, b.parts);
     std::int64_t wrong = 0;
-    switch (c) {
-    case perf::Collective::allreduce: {
-        b.data.copy_(pattern(count, 0, rank + 1, options));
-        comm.allreduce(b.data, ReduceOp::sum);
-        at::Tensor expected = pattern(count, 0, 0, options) * world + static_cast<double>(ranks_sum);
-        wrong = b.data.ne(expected).sum().item<std::int64_t>();
-        break;
-    }
-    case perf::Collective::allgather: {
-        b.data.copy_(pattern(count, 0, rank * 1024.0, options));
-        for (auto& p : b.parts) p.fill_(-1);
-        comm.allgather_into(b.data, b.parts);
-        for (int q = 0; q < world; ++q)
-            wrong +=
-                b.parts[static_cast<size_t>(q)].ne(pattern(count, 0, q * 1024.0, options)).sum().item<std::int64_t>();
-        break;
-    }
-    case perf::Collective::broadcast: {
-        if (rank == 0)
-            b.data.copy_(pattern(count, 0, 1, options));
-        else
-            b.data.fill_(-1);
-        comm.broadcast(b.data, 0);
-        wrong = b.data.ne(pattern(count, 0, 1, options)).sum().item<std::int64_t>();
-        break;
-    }
-    case perf::Collective::reduce_scatter: {
-        b.data.copy_(pattern(count * world, 0, rank + 1, options));
-        b.out.fill_(-1);
-        comm.reduce_scatter(b.data, b.out);
-        at::Tensor expected = pattern(count, rank * count, 0, options) * world + static_cast<double>(ranks_sum);
-        wrong = b.out.ne(expected).sum().item<std::int64_t>();
-        break;
-    }
-    }
-    at::Tensor total = at::full({1}, wrong, options.dtype(at::kLong));
+    for (int q = 0; q < comm.world_size(); ++q)
+        wrong += b.parts[static_cast<size_t>(q)].ne(pattern(count, 0, q * 1024.0, options)).sum().item<std::int64_t>();
+    return wrong;
+}
+
+std::int64_t check_broadcast(ProcessGroupCollectives& comm, Buffers& b, std::int64_t count) {
+    const auto options = b.data.options();
+    if (comm.rank() == 0)
+        b.data.copy_(pattern(count, 0, 1, options));
+    else
+        b.data.fill_(-1);
+    comm.broadcast(b.data, 0);
+    return b.data.ne(pattern(count, 0, 1, options)).sum().item<std::int64_t>();
+}
+
+std::int64_t check_reduce_scatter(ProcessGroupCollectives& comm, Buffers& b, std::int64_t count) {
+    const auto options = b.data.options();
+    const int world = comm.world_size();
+    b.data.copy_(pattern(count * world, 0, comm.rank() + 1, options));
+    b.out.fill_(-1);
+    comm.reduce_scatter(b.data, b.out);
+    at::Tensor expected = pattern(count, comm.rank() * count, 0, options) * world + ranks_sum(world);
+    return b.out.ne(expected).sum().item<std::int64_t>();
+}
+
+const std::vector<CollectiveRun>& collective_runs() {
+    static const std::vector<CollectiveRun> runs = {
+        {perf::Collective::allreduce, false, one_tensor,
+         [](ProcessGroupCollectives& comm, Buffers& b) { comm.allreduce(b.data, ReduceOp::sum); }, check_allreduce},
+        {perf::Collective::allgather, false, gather_buffers,
+         [](ProcessGroupCollectives& comm, Buffers& b) { comm.allgather_into(b.data, b.parts); }, check_allgather},
+        {perf::Collective::broadcast, false, one_tensor,
+         [](ProcessGroupCollectives& comm, Buffers& b) { comm.broadcast(b.data, 0); }, check_broadcast},
+        {perf::Collective::reduce_scatter, true, scatter_buffers,
+         [](ProcessGroupCollectives& comm, Buffers& b) { comm.reduce_scatter(b.data, b.out); },
+         check_reduce_scatter},
+    };
+    return runs;
+}
+
+const CollectiveRun& run_of(perf::Collective c) {
+    for (const CollectiveRun& run : collective_runs())
+        if (run.kind == c) return run;
+    throw Error(std::string("internal error: comm-profile cannot run ") + perf::collective_name(c));
+}
+
+// One checked call; the wrong elements summed over all ranks.
+std::int64_t check_once(ProcessGroupCollectives& comm, const CollectiveRun& run, Buffers& b, std::int64_t count) {
+    at::Tensor total = at::full({1}, run.check(comm, b, count), b.data.options().dtype(at::kLong));
     comm.allreduce(total, ReduceOp::sum);
     return total.cpu().item<std::int64_t>();
 }
@@ -142,7 +169,74 @@ void agree_on(ProcessGroupCollectives& comm, const std::string& signature, const
 
 bool human_output() { return spdlog::default_logger()->level() <= spdlog::level::info; }
 
+// One row of the sweep: `count` floats per rank, checked if asked, warmed up and timed.
+SizeResult measure_size(ProcessGroupCollectives& comm, const CollectiveRun& run, std::int64_t count,
+                        const SweepPlan& plan, const SweepObserver& observer) {
+    const int world = comm.world_size();
+    const auto options = at::TensorOptions().dtype(at::kFloat).device(comm.device());
+    SizeResult row;
+    row.count = count;
+    row.size = collective_bytes(run.kind, count, world);
+    Buffers buffers = [&] {
+        Doing doing("allocating the buffers of a " + size_text(row.size) + " " + perf::collective_name(run.kind));
+        return run.make(count, world, options);
+    }();
+    if (observer.size) observer.size(run.kind, row.size);
+    if (plan.check) {
+        row.wrong = check_once(comm, run, buffers, count);
+        buffers = run.make(count, world, options);
+    }
+    for (int i = 0; i < plan.warmup; ++i) run.run(comm, buffers);
+    std::vector<double> times(static_cast<size_t>(plan.iterations));
+    for (auto& t : times) {
+        comm.barrier();
+        const auto start = Clock::now();
+        run.run(comm, buffers);
+        t = std::max(1e-9, seconds_since(start));
+    }
+    row.time = perf::summarize(slowest_rank(comm, times));
+    set_bandwidths(row, run.kind, world);
+    return row;
+}
+
 }  // namespace
+
+std::string comm_profile_description() {
+    std::vector<std::string> names;
+    for (const perf::CollectiveInfo& c : perf::collective_table()) names.push_back(c.name);
+    return "Time collectives (" + join(names, ", ") +
+           ") over a sweep of message sizes,\n"
+           "report time, algbw and busbw as nccl-tests does, and fit t(S) = alpha + S/B per collective;\n"
+           "with --model, also time a model's forward and backward pass per step.";
+}
+
+void add_comm_profile_options(CLI::App& app, ProfileConfig& config) {
+    std::vector<std::string> names;
+    for (const perf::CollectiveInfo& c : perf::collective_table()) names.push_back(c.name);
+    app.add_option("--collectives", config.collectives,
+                   "Comma-separated collectives: " + join(names, ", ") + " [" + join(config.collectives, ",") + "]")
+        ->delimiter(',')
+        ->default_str("");
+    app.add_option("-b,--min-bytes", config.min_bytes, "Smallest message size in bytes (K, M, G: binary)");
+    app.add_option("-e,--max-bytes", config.max_bytes, "Largest message size in bytes (K, M, G: binary)");
+    app.add_option("-f,--step-factor", config.factor, "Multiply the size by this much between rows")
+        ->check(cli::whole_number(2, 1024));
+    app.add_option("-n,--iters", config.iterations, "Timed iterations per size")->check(cli::whole_number(1, 1000000));
+    app.add_option("-w,--warmup-iters", config.warmup, "Untimed iterations per size before the timed ones")
+        ->check(cli::whole_number(0, 1000000));
+    app.add_flag("-c,--check", config.check,
+                 "Check every collective on integer-valued data with exactly known results (#wrong)");
+    add_device_option(app, config.device, "cpu (Gloo) or cuda (NCCL, in CUDA builds)");
+    app.add_option("--model", config.model, "Also time the forward and backward pass of this model's training step")
+        ->check(CLI::IsMember(train::model_names()));
+    app.add_option("--batch-size", config.batch_size, "Samples per rank in the timed steps (streams for lstm) [128]")
+        ->check(cli::whole_number(1, 1 << 20))
+        ->default_str("");
+    app.add_option("-o,--output", config.output, "Write the profile to this HDF5 file (accordion.comm-profile)");
+    auto* csv = app.add_flag("--csv", config.csv, "Print the results as CSV on stdout");
+    app.add_flag("--json", config.json, "Print the results and fits as JSON on stdout")->excludes(csv);
+    add_rendezvous_options(app, config.rendezvous);
+}
 
 SweepPlan make_plan(const ProfileConfig& config) {
     SweepPlan plan;
@@ -167,47 +261,23 @@ SweepPlan make_plan(const ProfileConfig& config) {
 std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const SweepPlan& plan,
                                       const SweepObserver& observer) {
     const int world = comm.world_size();
-    const auto options = at::TensorOptions().dtype(at::kFloat).device(comm.device());
     agree_on(comm, plan.signature(), "sweep options", "--collectives, -b, -e, -f, -n, -w and --check");
     for (perf::Collective c : plan.collectives) {
-        // Refused at once, identically on every rank, by backends without it.
-        if (c == perf::Collective::reduce_scatter) {
-            Buffers probe = make_buffers(c, 1, world, options);
-            comm.reduce_scatter(probe.data, probe.out);
-        }
+        const CollectiveRun& run = run_of(c);
+        if (!run.probe) continue;
+        Buffers probe = run.make(1, world, at::TensorOptions().dtype(at::kFloat).device(comm.device()));
+        run.run(comm, probe);
     }
     std::vector<CollectiveResult> results;
     for (perf::Collective c : plan.collectives) {
+        const CollectiveRun& run = run_of(c);
         CollectiveResult result;
         result.collective = c;
         result.bus_factor = perf::bus_factor(c, world);
         if (observer.begin) observer.begin(c);
         for (std::int64_t count : plan_counts(c, plan, world)) {
-            Buffers buffers = [&] {
-                Doing doing("allocating the buffers of a " + size_text(collective_bytes(c, count, world)) + " " +
-                            perf::collective_name(c));
-                return make_buffers(c, count, world, options);
-            }();
-            SizeResult row;
-            row.count = count;
-            row.size = collective_bytes(c, count, world);
-            if (observer.size) observer.size(c, row.size);
-            if (plan.check) {
-                row.wrong = check_once(comm, c, buffers, count);
-                buffers = make_buffers(c, count, world, options);
-            }
-            for (int i = 0; i < plan.warmup; ++i) run_once(comm, c, buffers);
-            std::vector<double> times(static_cast<size_t>(plan.iterations));
-            for (auto& t : times) {
-                comm.barrier();
-                const auto start = Clock::now();
-                run_once(comm, c, buffers);
-                t = std::max(1e-9, seconds_since(start));
-            }
-            row.time = perf::summarize(slowest_rank(comm, times));
-            set_bandwidths(row, c, world);
-            if (observer.row) observer.row(row);
-            result.rows.push_back(row);
+            result.rows.push_back(measure_size(comm, run, count, plan, observer));
+            if (observer.row) observer.row(result.rows.back());
         }
         fit_rows(result);
         if (observer.end) observer.end(result);
@@ -243,20 +313,92 @@ io::ComputeProfile measure_compute(ProcessGroupCollectives& comm, const ProfileC
 
 namespace {
 
+// The lines above the table: who measures what, and how.
+void print_banner(const ProfileMeta& meta, const SweepPlan& plan) {
+    const size_t machines = std::set<std::string>(meta.hosts.begin(), meta.hosts.end()).size();
+    std::cerr << "# comm-profile " << ACC_VERSION << ": " << meta.world_size
+              << (meta.world_size == 1 ? " rank" : " ranks") << " on " << machines
+              << (machines == 1 ? " host" : " hosts") << ", " << comm::backend_name(meta.backend) << " ("
+              << device_name(meta.device) << "), LibTorch " << comm::compat::torch_version() << "\n"
+              << "# sizes " << size_text(plan.min_bytes) << " .. " << size_text(plan.max_bytes) << " (factor "
+              << plan.factor << "), " << plan.iterations << " timed iterations after " << plan.warmup
+              << " warm-up per size; each time is the slowest rank's\n"
+              << "# check: " << (plan.check ? "on" : "off") << "\n#\n";
+}
+
+// What the sweep shows as it goes: which size runs and the time left, and with
+// `table` (rank 0 at info level) the table, row by row.
+SweepObserver sweep_observer(cli::Progress& progress, const SweepPlan& plan, int world, bool table) {
+    std::int64_t sizes = 0;
+    double work = 0;
+    auto size_work = [&plan](std::int64_t bytes) {  // a call costs about its latency plus its bytes
+        return static_cast<double>(plan.iterations + plan.warmup) * (65536.0 + static_cast<double>(bytes));
+    };
+    for (perf::Collective c : plan.collectives)
+        for (std::int64_t count : plan_counts(c, plan, world)) {
+            ++sizes;
+            work += size_work(collective_bytes(c, count, world));
+        }
+    progress.begin_items(sizes, work);
+    SweepObserver observer;
+    observer.size = [&progress, size_work](perf::Collective c, std::int64_t bytes) {
+        progress.start_item(std::string(perf::collective_name(c)) + " " + size_text(bytes), size_work(bytes));
+    };
+    observer.row = [&progress, table](const SizeResult& row) {
+        progress.finish_item();
+        if (table) std::cerr << table_row(row);
+    };
+    if (table) {
+        observer.begin = [](perf::Collective c) { std::cerr << table_header(c); };
+        observer.end = [](const CollectiveResult& r) { std::cerr << fit_line(r) << "#\n"; };
+    }
+    return observer;
+}
+
+// The sweep and, with --model, the compute timing; rank 0 writes and prints the results.
+std::vector<CollectiveResult> profile_in_group(ProcessGroupCollectives& comm, const ProfileConfig& config,
+                                               const SweepPlan& plan, ProfileMeta& meta) {
+    const bool leader = comm.rank() == 0;
+    const bool human = leader && human_output();
+    if (leader && !config.output.empty()) {
+        create_parent_directories(config.output);
+        io::check_writable_destination(config.output);
+    }
+    if (human) print_banner(meta, plan);
+    cli::Progress::Options progress_options;
+    if (!leader) progress_options.style = cli::Progress::Style::quiet;
+    cli::Progress progress(progress_options);
+    const SweepObserver observer = sweep_observer(progress, plan, meta.world_size, human);
+    // Before the sweep: a rank that would time a model and one that would not must not meet halfway.
+    agree_on(comm, config.model.empty() ? "" : config.model + ":" + std::to_string(compute_batch(config)),
+             "model options", "--model and --batch-size");
+    std::vector<CollectiveResult> results = measure(comm, plan, observer);
+    if (!config.model.empty()) {
+        meta.compute = measure_compute(comm, config, plan);
+        if (human) std::cerr << compute_lines(*meta.compute, meta.world_size);
+    }
+    if (leader) {
+        if (!config.output.empty()) io::write_comm_profile(config.output, to_comm_profile(results, meta));
+        if (config.csv) std::cout << results_csv(results) << std::flush;
+        if (config.json) std::cout << results_json(results, meta) << std::flush;
+    }
+    return results;
+}
+
 // One rank's part of the run.
-int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend backend) {
-    const Rendezvous rendezvous = resolve_rendezvous(config.rendezvous);
+int profile_rank(const ProfileConfig& config, const SweepPlan& plan, comm::Backend backend) {
+    const comm::Rendezvous rendezvous = comm::resolve_rendezvous(config.rendezvous);
     if (rendezvous.world_size > 1) cli::set_log_rank(rendezvous.rank);
     at::set_num_threads(1);
 
-    auto comm = ProcessGroupCollectives::join(rendezvous, backend);
-    const bool leader = comm->rank() == 0;
+    auto group = ProcessGroupCollectives::join(rendezvous, backend);
+    const bool leader = group->rank() == 0;
     const bool human = leader && human_output();
     ProfileMeta meta;
-    meta.world_size = comm->world_size();
-    meta.backend = backend_name(backend);
+    meta.world_size = group->world_size();
+    meta.backend = backend;
     meta.device = config.device;
-    meta.hosts = comm->hosts();
+    meta.hosts = group->hosts();
     meta.plan = plan;
     meta.provenance = config.provenance;
     meta.output = config.output;
@@ -265,63 +407,8 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
         spdlog::warn("one rank measures no network; run 2 or more ranks (--nproc 2 on this machine, or "
                      "torchrun on several machines) for a profile compress-bench can use");
     std::vector<CollectiveResult> results;
-    run_in_group(*comm, [&] {
-        if (leader && !config.output.empty()) {
-            create_parent_directories(config.output);
-            io::check_writable_destination(config.output);
-        }
-        if (human) {
-            const size_t machines = std::set<std::string>(meta.hosts.begin(), meta.hosts.end()).size();
-            std::cerr << "# comm-profile " << ACC_VERSION << ": " << meta.world_size
-                      << (meta.world_size == 1 ? " rank" : " ranks") << " on " << machines
-                      << (machines == 1 ? " host" : " hosts") << ", " << meta.backend << " (" << meta.device
-                      << "), LibTorch " << compat::torch_version() << "\n"
-                      << "# sizes " << size_text(plan.min_bytes) << " .. " << size_text(plan.max_bytes) << " (factor "
-                      << plan.factor << "), " << plan.iterations << " timed iterations after " << plan.warmup
-                      << " warm-up per size; each time is the slowest rank's\n"
-                      << "# check: " << (plan.check ? "on" : "off") << "\n#\n";
-        }
-        SweepObserver observer;
-        // Which size runs, and the time left: large sizes take seconds each.
-        cli::Progress::Options progress_options;
-        if (!leader) progress_options.style = cli::Progress::Style::quiet;
-        cli::Progress progress(progress_options);
-        std::int64_t sizes = 0;
-        double work = 0;
-        auto size_work = [&](std::int64_t bytes) {  // a call costs about its latency plus its bytes
-            return static_cast<double>(plan.iterations + plan.warmup) * (65536.0 + static_cast<double>(bytes));
-        };
-        for (perf::Collective c : plan.collectives)
-            for (std::int64_t count : plan_counts(c, plan, meta.world_size)) {
-                ++sizes;
-                work += size_work(collective_bytes(c, count, meta.world_size));
-            }
-        progress.begin_items(sizes, work);
-        observer.size = [&](perf::Collective c, std::int64_t bytes) {
-            progress.start_item(std::string(perf::collective_name(c)) + " " + size_text(bytes), size_work(bytes));
-        };
-        observer.row = [&](const SizeResult&) { progress.finish_item(); };
-        if (human) {
-            observer.begin = [](perf::Collective c) { std::cerr << table_header(c); };
-            observer.row = [&](const SizeResult& row) {
-                progress.finish_item();
-                std::cerr << table_row(row);
-            };
-            observer.end = [](const CollectiveResult& r) { std::cerr << fit_line(r) << "#\n"; };
-        }
-        // Before the sweep: a rank that would time a model and one that would not must not meet halfway.
-        agree_on(*comm, config.model.empty() ? "" : config.model + ":" + std::to_string(compute_batch(config)),
-                 "model options", "--model and --batch-size");
-        results = measure(*comm, plan, observer);
-        if (!config.model.empty()) {
-            meta.compute = measure_compute(*comm, config, plan);
-            if (human) std::cerr << compute_lines(*meta.compute, meta.world_size);
-        }
-        if (leader) {
-            if (!config.output.empty()) io::write_comm_profile(config.output, to_comm_profile(results, meta));
-            if (config.csv) std::cout << results_csv(results) << std::flush;
-            if (config.json) std::cout << results_json(results, meta) << std::flush;
-        }
+    comm::run_in_group(*group, [&] {
+        results = profile_in_group(*group, config, plan, meta);
         return cli::kExitOk;
     });
     const std::int64_t wrong = total_wrong(results);
@@ -331,8 +418,8 @@ int profile_rank(const ProfileConfig& config, const SweepPlan& plan, Backend bac
     }
     if (leader && !config.output.empty()) spdlog::info("wrote {}", config.output);
     if (wrong > 0)
-        throw Error("--check: " + std::to_string(wrong) + " values were wrong; the " + meta.backend +
-                    " collectives returned incorrect results");
+        throw Error("--check: " + std::to_string(wrong) + " values were wrong; the " +
+                    comm::backend_name(backend) + " collectives returned incorrect results");
     return cli::kExitOk;
 }
 
@@ -342,18 +429,14 @@ int run_profile(const ProfileConfig& config, int argc, char** argv) {
     // Everything that can be checked alone is checked before any rank starts.
     const SweepPlan plan = make_plan(config);
     if (config.csv && config.json) throw UsageError("--csv and --json both print on standard output; choose one");
-    const auto& models = train::model_names();
-    if (!config.model.empty() && std::find(models.begin(), models.end(), config.model) == models.end())
-        throw UsageError("--model: unknown model '" + config.model + "' (known: " + join(models, ", ") + ")");
+    if (!config.model.empty()) train::model_info(config.model);  // --model: unknown model '...' (known: ...)
     if (config.model.empty() && config.batch_size != 0)
         throw UsageError("--batch-size: sets the batch of the timed model; it needs --model");
     if (config.batch_size < 0) throw UsageError("--batch-size: must be at least 1");
-    if (config.device != "cpu" && config.device != "cuda")
-        throw UsageError("--device: must be 'cpu' or 'cuda', not '" + config.device + "'");
-    const Backend backend = config.device == "cuda" ? Backend::nccl : Backend::gloo;
-    check_backend_available(backend);
-    return run_ranks(config.rendezvous, argc, argv, "comm-profile",
-                     [&] { return profile_rank(config, plan, backend); });
+    const comm::Backend backend = comm::default_backend(config.device);
+    comm::check_backend_available(backend);
+    return comm::run_ranks(config.rendezvous, argc, argv, "comm-profile",
+                           [&] { return profile_rank(config, plan, backend); });
 }
 
-}  // namespace acc::comm
+}  // namespace acc::app

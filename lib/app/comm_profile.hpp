@@ -3,9 +3,9 @@
 // and report (table, CSV, JSON, accordion.comm-profile file).
 #pragma once
 
-#include "comm/launch.hpp"
-#include "comm/process_group.hpp"
 #include "app/comm_profile_report.hpp"
+#include "base/device.hpp"
+#include "comm/process_group.hpp"
 #include "comm/rendezvous.hpp"
 #include "io/header.hpp"
 
@@ -13,10 +13,14 @@
 #include <string>
 #include <vector>
 
-namespace acc::comm {
+namespace CLI {
+class App;
+}
+
+namespace acc::app {
 
 struct ProfileConfig {
-    RendezvousConfig rendezvous;
+    comm::RendezvousConfig rendezvous;
     std::vector<std::string> collectives{"allreduce", "allgather", "broadcast"};
     std::string min_bytes = "8";    ///< -b, with K/M/G binary suffixes
     std::string max_bytes = "64M";  ///< -e
@@ -24,14 +28,20 @@ struct ProfileConfig {
     int iterations = 20;            ///< -n
     int warmup = 5;                 ///< -w
     bool check = false;
-    std::string device = "cpu";  ///< "cpu" (Gloo) or "cuda" (NCCL)
-    std::string output;          ///< -o: comm-profile file to write; empty: none
-    std::string model;           ///< --model: also time this model's training step; empty: no
-    std::int64_t batch_size = 0; ///< --batch-size: samples per rank in the timed steps; 0: 128
-    bool csv = false;            ///< CSV on stdout
-    bool json = false;           ///< JSON on stdout
+    Device device = Device::cpu;  ///< cpu (Gloo) or cuda (NCCL)
+    std::string output;           ///< -o: comm-profile file to write; empty: none
+    std::string model;            ///< --model: also time this model's training step; empty: no
+    std::int64_t batch_size = 0;  ///< --batch-size: samples per rank in the timed steps; 0: 128
+    bool csv = false;             ///< CSV on stdout
+    bool json = false;            ///< JSON on stdout
     io::Provenance provenance;
 };
+
+/// The program's description for --help (the collectives from perf::collective_table()).
+std::string comm_profile_description();
+
+/// Adds comm-profile's options, the rendezvous options among them, to `app`.
+void add_comm_profile_options(CLI::App& app, ProfileConfig& config);
 
 /// Parses and validates the sweep options (acc::UsageError naming the option).
 SweepPlan make_plan(const ProfileConfig& config);
@@ -48,17 +58,18 @@ struct SweepObserver {
 /// acc::Error naming the rank that differs). Times are per iteration, each the
 /// slowest rank's; with plan.check the results of one extra call per size are
 /// compared with exactly predictable integer values.
-std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const SweepPlan& plan,
+std::vector<CollectiveResult> measure(comm::ProcessGroupCollectives& comm, const SweepPlan& plan,
                                       const SweepObserver& observer = {});
 
 /// With config.model: times the model's forward and backward pass on every
 /// rank at once (-w untimed, then -n timed steps, after a barrier each), each
 /// step's time being the slowest rank's.
-io::ComputeProfile measure_compute(ProcessGroupCollectives& comm, const ProfileConfig& config, const SweepPlan& plan);
+io::ComputeProfile measure_compute(comm::ProcessGroupCollectives& comm, const ProfileConfig& config,
+                                   const SweepPlan& plan);
 
 /// comm-profile end to end: validates the options, starts --nproc local ranks
 /// if asked (re-executing argv), and runs this rank's part (only rank 0
 /// prints results and writes the file). Returns the exit code.
 int run_profile(const ProfileConfig& config, int argc, char** argv);
 
-}  // namespace acc::comm
+}  // namespace acc::app

@@ -11,15 +11,18 @@
 #include <cmath>
 #include <cstdio>
 
-namespace acc::comm {
+namespace acc::app {
 namespace {
 
 std::string right(const std::string& text, size_t width) {
     return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
 }
 
-const char* op_of(perf::Collective c) {
-    return c == perf::Collective::allreduce || c == perf::Collective::reduce_scatter ? "sum" : "none";
+const char* op_of(perf::Collective c) { return perf::collective_info(c).op; }
+
+// nccl-tests' S per float passed to the call.
+std::int64_t bytes_per_count(perf::Collective c, int world_size) {
+    return 4 * (perf::collective_info(c).size_counts_ranks ? world_size : 1);
 }
 
 }  // namespace
@@ -83,13 +86,11 @@ std::string SweepPlan::signature() const {
 }
 
 std::int64_t collective_bytes(perf::Collective collective, std::int64_t count, int world_size) {
-    const bool per_rank = collective == perf::Collective::allgather || collective == perf::Collective::reduce_scatter;
-    return count * 4 * (per_rank ? world_size : 1);
+    return count * bytes_per_count(collective, world_size);
 }
 
 std::vector<std::int64_t> plan_counts(perf::Collective collective, const SweepPlan& plan, int world_size) {
-    const bool per_rank = collective == perf::Collective::allgather || collective == perf::Collective::reduce_scatter;
-    const std::int64_t divisor = 4 * (per_rank ? world_size : 1);
+    const std::int64_t divisor = bytes_per_count(collective, world_size);
     std::vector<std::int64_t> counts;
     for (std::int64_t size = plan.min_bytes; size <= plan.max_bytes; size *= plan.factor) {
         const std::int64_t count = std::max<std::int64_t>(1, size / divisor);
@@ -134,13 +135,8 @@ std::string fit_number(double value, int width) {
 }
 
 std::string table_header(perf::Collective collective) {
-    std::string title = perf::collective_name(collective);
-    switch (collective) {
-    case perf::Collective::allreduce: title += " (sum, in place)"; break;
-    case perf::Collective::allgather: title += " (size = all ranks' parts together)"; break;
-    case perf::Collective::broadcast: title += " (from rank 0)"; break;
-    case perf::Collective::reduce_scatter: title += " (sum; size = the whole input)"; break;
-    }
+    const perf::CollectiveInfo& info = perf::collective_info(collective);
+    const std::string title = std::string(info.name) + " (" + info.detail + ")";
     std::string line1 = "#" + right("size", 11) + right("count", 12) + right("type", 8) + right("time min", 11) +
                         right("time med", 11) + right("time max", 11) + right("algbw", 11) + right("busbw", 11) +
                         right("#wrong", 8);
@@ -229,66 +225,73 @@ std::int64_t total_wrong(const std::vector<CollectiveResult>& results) {
     return total;
 }
 
+namespace {
+
+// One collective of the JSON report: its rows and its fit.
+nlohmann::json collective_json(const CollectiveResult& r) {
+    nlohmann::json c;
+    c["name"] = perf::collective_name(r.collective);
+    c["op"] = op_of(r.collective);
+    c["type"] = "float32";
+    c["bus_factor"] = cli::json_number(r.bus_factor);
+    c["results"] = nlohmann::json::array();
+    for (const auto& row : r.rows)
+        c["results"].push_back({{"size", row.size},
+                                {"count", row.count},
+                                {"time_min_s", cli::json_number(row.time.min)},
+                                {"time_median_s", cli::json_number(row.time.median)},
+                                {"time_max_s", cli::json_number(row.time.max)},
+                                {"algbw_Bps", cli::json_number(row.algbw)},
+                                {"busbw_Bps", cli::json_number(row.busbw)},
+                                {"wrong", row.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(row.wrong)}});
+    if (r.fit.points >= 2)
+        c["fit"] = {{"alpha_s", cli::json_number(r.fit.alpha)},
+                    {"bandwidth_Bps", cli::json_number(r.fit.bandwidth)},
+                    {"bus_bandwidth_Bps", cli::json_number(fit_bus_bandwidth(r))},
+                    {"r2", cli::json_number(r.fit.r2)},
+                    {"rms_relative_residual", cli::json_number(r.fit.rms_relative_residual)},
+                    {"max_relative_residual", cli::json_number(r.fit.max_relative_residual)},
+                    {"points", r.fit.points}};
+    else
+        c["fit"] = nullptr;
+    return c;
+}
+
+// The compute section of the JSON report.
+nlohmann::json compute_json(const io::ComputeProfile& c) {
+    return {{"model", c.model},
+            {"batch_size", c.batch_size},
+            {"input_shape", c.input_shape},
+            {"classes", c.classes},
+            {"input", c.input},
+            {"threads", c.threads},
+            {"warmup_steps", c.warmup_steps},
+            {"steps", c.forward.size()},
+            {"forward_s", cli::json_number(c.forward_seconds)},
+            {"backward_s", cli::json_number(c.backward_seconds)},
+            {"forward_min_s", cli::json_number(perf::summarize(c.forward).min)},
+            {"forward_max_s", cli::json_number(perf::summarize(c.forward).max)},
+            {"backward_min_s", cli::json_number(perf::summarize(c.backward).min)},
+            {"backward_max_s", cli::json_number(perf::summarize(c.backward).max)}};
+}
+
+}  // namespace
+
 std::string results_json(const std::vector<CollectiveResult>& results, const ProfileMeta& meta) {
     nlohmann::json report;
     report["world_size"] = meta.world_size;
-    report["backend"] = meta.backend;
-    report["device"] = meta.device;
+    report["backend"] = comm::backend_name(meta.backend);
+    report["device"] = device_name(meta.device);
     report["hosts"] = meta.hosts;
     report["iterations"] = meta.plan.iterations;
     report["warmup_iterations"] = meta.plan.warmup;
     report["checked"] = meta.plan.check;
     report["collectives"] = nlohmann::json::array();
-    for (const auto& r : results) {
-        nlohmann::json c;
-        c["name"] = perf::collective_name(r.collective);
-        c["op"] = op_of(r.collective);
-        c["type"] = "float32";
-        c["bus_factor"] = r.bus_factor;
-        c["results"] = nlohmann::json::array();
-        for (const auto& row : r.rows)
-            c["results"].push_back({{"size", row.size},
-                                    {"count", row.count},
-                                    {"time_min_s", row.time.min},
-                                    {"time_median_s", row.time.median},
-                                    {"time_max_s", row.time.max},
-                                    {"algbw_Bps", row.algbw},
-                                    {"busbw_Bps", row.busbw},
-                                    {"wrong", row.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(row.wrong)}});
-        if (r.fit.points >= 2)
-            c["fit"] = {{"alpha_s", r.fit.alpha},
-                        {"bandwidth_Bps", cli::json_number(r.fit.bandwidth)},
-                        {"bus_bandwidth_Bps", cli::json_number(fit_bus_bandwidth(r))},
-                        {"r2", r.fit.r2},
-                        {"rms_relative_residual", r.fit.rms_relative_residual},
-                        {"max_relative_residual", r.fit.max_relative_residual},
-                        {"points", r.fit.points}};
-        else
-            c["fit"] = nullptr;
-        report["collectives"].push_back(c);
-    }
-    report["average_busbw_Bps"] = average_busbw(results);
+    for (const auto& r : results) report["collectives"].push_back(collective_json(r));
+    report["average_busbw_Bps"] = cli::json_number(average_busbw(results));
     const std::int64_t wrong = total_wrong(results);
     report["wrong"] = wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(wrong);
-    if (meta.compute) {
-        const io::ComputeProfile& c = *meta.compute;
-        report["compute"] = {{"model", c.model},
-                             {"batch_size", c.batch_size},
-                             {"input_shape", c.input_shape},
-                             {"classes", c.classes},
-                             {"input", c.input},
-                             {"threads", c.threads},
-                             {"warmup_steps", c.warmup_steps},
-                             {"steps", c.forward.size()},
-                             {"forward_s", c.forward_seconds},
-                             {"backward_s", c.backward_seconds},
-                             {"forward_min_s", perf::summarize(c.forward).min},
-                             {"forward_max_s", perf::summarize(c.forward).max},
-                             {"backward_min_s", perf::summarize(c.backward).min},
-                             {"backward_max_s", perf::summarize(c.backward).max}};
-    } else {
-        report["compute"] = nullptr;
-    }
+    report["compute"] = meta.compute ? compute_json(*meta.compute) : nlohmann::json(nullptr);
     report["output"] = cli::json_text_or_null(meta.output);
     return report.dump(2) + "\n";
 }
@@ -297,8 +300,8 @@ io::CommProfile to_comm_profile(const std::vector<CollectiveResult>& results, co
     io::CommProfile p;
     p.header.provenance = meta.provenance;
     p.world_size = meta.world_size;
-    p.backend = meta.backend;
-    p.device = meta.device;
+    p.backend = comm::backend_name(meta.backend);
+    p.device = device_name(meta.device);
     p.iterations = meta.plan.iterations;
     p.warmup_iterations = meta.plan.warmup;
     p.checked = meta.plan.check;
@@ -341,4 +344,4 @@ io::CommProfile to_comm_profile(const std::vector<CollectiveResult>& results, co
     return p;
 }
 
-}  // namespace acc::comm
+}  // namespace acc::app

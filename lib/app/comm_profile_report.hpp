@@ -1,8 +1,10 @@
 // comm-profile's sweep plan and results, and how they are reported: the
 // nccl-tests-like table, CSV, JSON, and the accordion.comm-profile file.
-// No LibTorch here; the measurement itself is in profile.hpp.
+// No LibTorch here; the measurement itself is in comm_profile.hpp.
 #pragma once
 
+#include "base/device.hpp"
+#include "comm/backend.hpp"
 #include "io/comm_profile.hpp"
 #include "perf/fit.hpp"
 #include "perf/stats.hpp"
@@ -12,7 +14,7 @@
 #include <string>
 #include <vector>
 
-namespace acc::comm {
+namespace acc::app {
 
 /// "64M" -> 67108864: a byte count with an optional binary suffix K, M or G
 /// (either case; 1K = 1024). Throws acc::UsageError naming `option`.
@@ -44,8 +46,8 @@ struct SweepPlan {
 std::vector<std::int64_t> plan_counts(perf::Collective collective, const SweepPlan& plan, int world_size);
 
 /// The collective's size S in bytes for `count` floats per call, as nccl-tests
-/// defines it: allreduce and broadcast count * 4, allgather and reduce_scatter
-/// count * 4 * world_size.
+/// defines it (perf::CollectiveInfo::size_counts_ranks): allreduce and broadcast
+/// count * 4, allgather and reduce_scatter count * 4 * world_size.
 std::int64_t collective_bytes(perf::Collective collective, std::int64_t count, int world_size);
 
 /// One row of the table.
@@ -89,8 +91,8 @@ std::string results_csv(const std::vector<CollectiveResult>& results);
 /// What the run was, for the file and the JSON report.
 struct ProfileMeta {
     int world_size = 1;
-    std::string backend = "gloo";
-    std::string device = "cpu";
+    comm::Backend backend = comm::Backend::gloo;
+    Device device = Device::cpu;
     std::vector<std::string> hosts;
     SweepPlan plan;
     io::Provenance provenance;
@@ -113,4 +115,4 @@ double average_busbw(const std::vector<CollectiveResult>& results);
 /// Wrong elements over every checked row; -1 when nothing was checked.
 std::int64_t total_wrong(const std::vector<CollectiveResult>& results);
 
-}  // namespace acc::comm
+}  // namespace acc::app

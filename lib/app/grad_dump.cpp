@@ -51,7 +51,7 @@ void validate(GradDumpConfig& c) {
                              std::to_string(c.train.epochs) + " epochs trained (they count from 0)");
     if (c.checkpoint.empty()) c.checkpoint = default_checkpoint_path(c.output);
     check_distinct_files({}, {{"--output", c.output}, {"--checkpoint", c.checkpoint}});
-    if (c.train.device == "cuda" && !torch::cuda::is_available())
+    if (c.train.device == acc::Device::cuda && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
 }
 
@@ -350,7 +350,7 @@ int train_rank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm) {
     auto model = make_model(t.model, info.shape, t.model_options);
     TrainerOptions options = trainer_options(t);
     // One GPU per rank, checked like train-dist's and comm-profile's NCCL ranks.
-    if (comm && t.device == "cuda") options.device = comm::rank_gpu(comm->rank(), comm->local_rank());
+    if (comm && t.device == acc::Device::cuda) options.device = comm::rank_gpu(comm->rank(), comm->local_rank());
     Trainer trainer(model, *data, options, Shard{rank, world_size});
     building.reset();
     const auto& parameters = trainer.parameters();

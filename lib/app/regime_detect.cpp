@@ -3,22 +3,28 @@
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
+#include "cli/json.hpp"
+#include "cli/tool.hpp"
 #include "compress/spec.hpp"
 #include "io/atomic.hpp"
 #include "io/grads.hpp"
 #include "io/schedule.hpp"
-#include "regime/detect.hpp"
 #include "regime/levels.hpp"
 #include "regime/summary.hpp"
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
 
-namespace acc::regime {
+namespace acc::app {
+
+using namespace regime;
+
 namespace {
 
 // The largest batch size a schedule may set, as train-dist's --batch-size allows.
@@ -36,8 +42,7 @@ std::int64_t parse_batch(const std::string& option, const std::string& text) {
 }
 
 void validate(DetectConfig& c) {
-    if (!(c.eta > 0) || !std::isfinite(c.eta)) throw UsageError("--eta: must be a number > 0");
-    if (c.interval < 1) throw UsageError("--interval: must be at least 1 epoch");
+    regime::validate(regime::Options{c.eta, c.interval});
     if (c.mode != "compression" && c.mode != "batch")
         throw UsageError("--mode: must be 'compression' or 'batch', not '" + c.mode + "'");
     const bool batch = c.mode == "batch";
@@ -92,15 +97,230 @@ std::string regimes_text(const std::vector<Regime>& regimes, std::int64_t counte
     return join(parts, ", ");
 }
 
+// The input's norms, learning rates and steps per epoch, epoch-major.
+struct Inputs {
+    NormTable norms;
+    std::vector<double> lr;
+    std::vector<std::int64_t> steps;
+    std::vector<bool> is_matrix;
+    std::vector<std::vector<std::int64_t>> shapes;
+    std::int64_t values = 0;  // floats in the model
+};
+
+Inputs read_inputs(const io::GradStats& grads) {
+    Inputs in;
+    in.norms.epochs = static_cast<std::int64_t>(grads.epochs.size());
+    in.norms.columns = static_cast<std::int64_t>(grads.parameters.size());
+    for (const auto& epoch : grads.epochs) {
+        in.norms.values.insert(in.norms.values.end(), epoch.norm.begin(), epoch.norm.end());
+        in.lr.push_back(epoch.lr);
+        in.steps.push_back(epoch.steps);
+    }
+    for (const auto& p : grads.parameters) {
+        in.is_matrix.push_back(p.is_matrix());
+        in.shapes.push_back(p.shape);
+        in.values += p.numel();
+    }
+    return in;
+}
+
+// What a mode's plan gives the summary, besides the schedule it fills.
+struct Outcome {
+    Decisions decisions;          // per parameter, or the model's one column in batch mode
+    std::vector<bool> counted;    // the columns the summary counts
+    std::vector<Regime> regimes;
+    std::string line;             // the timeline
+    Communication comm;
+    std::string levels_line;
+    nlohmann::json report;        // the mode's own JSON fields
+};
+
+Outcome plan_batch_mode(const DetectConfig& c, const Decisions& decisions, const io::GradStats& grads,
+                        const Inputs& in, std::int64_t block, io::Schedule& s) {
+    Outcome o;
+    o.decisions = decisions;
+    o.counted = {true};
+    const std::int64_t low = std::stoll(c.low), high = std::stoll(c.high);
+    BatchPlan plan = plan_batch(decisions, low, high, c.monotone);
+    s.batch_size = plan.batch_size;
+    s.lr_scale = plan.lr_scale;
+    o.regimes = find_regimes(decisions, o.counted);
+    o.line = timeline(decisions, o.counted, block);
+    const double samples =
+        static_cast<double>(grads.epochs[0].samples * std::max<std::int64_t>(1, grads.run.world_size));
+    o.comm = batch_communication(plan, static_cast<double>(in.values), samples, low, high);
+    const std::int64_t small = std::count(plan.batch_size.begin(), plan.batch_size.end(), low);
+    o.levels_line = "batch " + c.low + " in " + std::to_string(small) + " epochs, batch " + c.high + " in " +
+                    std::to_string(in.norms.epochs - small);
+    o.report["batch_size"] = plan.batch_size;
+    o.report["lr_scale"] = plan.lr_scale;
+    return o;
+}
+
+Outcome plan_compression_mode(const DetectConfig& c, const Decisions& per_parameter, const Inputs& in,
+                              std::int64_t block, io::Schedule& s, const std::function<void(std::string)>& warn) {
+    Outcome o;
+    o.decisions = per_parameter;
+    o.counted = in.is_matrix;
+    if (std::none_of(o.counted.begin(), o.counted.end(), [](bool b) { return b; }))
+        warn("no parameter of " + c.input + " is a matrix: every parameter is scheduled 'none'");
+    CompressionPlan plan = plan_compression(per_parameter, in.is_matrix, c.low, c.high);
+    s.levels = plan.levels;
+    s.level = plan.level;
+    o.regimes = find_regimes(per_parameter, o.counted);
+    o.line = timeline(per_parameter, o.counted, block);
+    o.comm = compression_communication(plan, in.shapes, in.steps, c.low, c.high);
+    std::vector<std::string> parts;
+    nlohmann::json shares = nlohmann::json::object();
+    for (const auto& share : level_shares(plan, o.counted)) {
+        parts.push_back(share.level + " " + percent_text(share.share));
+        shares[share.level] = cli::json_number(share.share);
+    }
+    o.levels_line = join(parts, ", ") + " of compressible parameter-epochs";
+    const std::int64_t vectors = in.norms.columns - std::count(o.counted.begin(), o.counted.end(), true);
+    if (vectors > 0) o.levels_line += "; " + std::to_string(vectors) + " vector parameters always none";
+    o.report["level_share"] = shares;
+    if (o.comm.low < o.comm.high)
+        warn("--low " + c.low + " sends less than --high " + c.high +
+             ": critical regimes will get the stronger compression");
+    return o;
+}
+
+// The schedule's fields that do not depend on the mode.
+io::Schedule schedule_header(const DetectConfig& c, const io::GradStats& grads, const Decisions& per_parameter) {
+    io::Schedule s;
+    s.header.provenance = c.provenance;
+    s.mode = c.mode;
+    s.eta = c.eta;
+    s.interval = c.interval;
+    s.granularity = c.granularity;
+    s.low = c.low;
+    s.high = c.high;
+    s.monotone = c.monotone;
+    s.source = c.input;
+    s.parameters = grads.parameters;
+    s.epochs = static_cast<std::int64_t>(grads.epochs.size());
+    s.critical = per_parameter.critical;
+    s.ratio = per_parameter.ratio;
+    for (Reason r : per_parameter.reason) s.reason.push_back(static_cast<std::int8_t>(r));
+    return s;
+}
+
+// How many columns a reason's count is out of: 1 for whole-model decisions.
+std::int64_t reason_columns(const DetectConfig& c, const Outcome& o) {
+    if (c.mode == "batch" || c.granularity == "model") return 1;
+    return std::count(o.counted.begin(), o.counted.end(), true);
+}
+
+void print_summary(const DetectConfig& c, const Inputs& in, const Outcome& o, std::int64_t block,
+                   const std::vector<CriticalReasons>& why) {
+    const bool batch = c.mode == "batch";
+    const std::int64_t E = in.norms.epochs, counted = std::count(o.counted.begin(), o.counted.end(), true);
+    const std::string decided = batch || c.granularity == "model" ? "whole-model decisions" : "per-parameter decisions";
+    const std::string unit = o.comm.per_step ? " per step (the input has no step counts)" : "";
+    spdlog::info("{} -> {}", c.input, c.output);
+    spdlog::info("  {} epochs, {} parameters ({} values); eta {}, interval {}, {}", E, in.norms.columns,
+                 with_commas(in.values), short_number(c.eta), c.interval, decided);
+    spdlog::info("  timeline, 1 character = {} epoch{} (# all critical, + most, - some, . none):", block,
+                 block == 1 ? "" : "s");
+    spdlog::info("    epoch 0 |{}| {}", o.line, E - 1);
+    spdlog::info("  critical regimes (epochs{}): {}",
+                 batch || counted <= 1 ? "" : ", peak critical/compressible parameters",
+                 regimes_text(o.regimes, batch ? 1 : counted));
+    // Why each run of critical epochs is critical: the rule's reasons, so that
+    // a critical epoch after a learning-rate decay does not look like a norm change.
+    constexpr size_t kWhyLines = 12;
+    if (!why.empty()) spdlog::info("  why critical:");
+    for (size_t i = 0; i < why.size() && i < kWhyLines; ++i)
+        spdlog::info("    {}", reasons_text(why[i], in.lr, c.eta, c.interval, reason_columns(c, o)));
+    if (why.size() > kWhyLines) spdlog::info("    ... and {} more (--json lists them all)", why.size() - kWhyLines);
+    spdlog::info("  levels: {}", o.levels_line);
+    spdlog::info("  data sent per worker{}: {} floats ({} throughout: {}, {} more; {} throughout: {})", unit,
+                 si_count(o.comm.schedule), batch ? "batch " + c.low : c.low, si_count(o.comm.low),
+                 ratio_text(o.comm.low, o.comm.schedule), batch ? "batch " + c.high : c.high, si_count(o.comm.high));
+}
+
+nlohmann::json reasons_json(const DetectConfig& c, const Inputs& in, const Outcome& o,
+                            const std::vector<CriticalReasons>& why) {
+    nlohmann::json reasons = nlohmann::json::array();
+    for (const auto& run : why) {
+        nlohmann::json names = nlohmann::json::array();
+        for (const auto& [reason, n] : run.reasons) names.push_back({{"reason", reason_name(reason)}, {"parameters", n}});
+        nlohmann::json entry = {{"first", run.first},
+                                {"last", run.last},
+                                {"reasons", names},
+                                {"text", reasons_text(run, in.lr, c.eta, c.interval, reason_columns(c, o))}};
+        if (run.decay_epoch >= 0) entry["decay_epoch"] = run.decay_epoch;
+        reasons.push_back(entry);
+    }
+    return reasons;
+}
+
+void print_json(const DetectConfig& c, const io::GradStats& grads, const Inputs& in, const Outcome& o,
+                std::int64_t block, const std::vector<CriticalReasons>& why, const std::vector<std::string>& warnings) {
+    nlohmann::json report = o.report;
+    report["input"] = c.input;
+    report["output"] = c.output;
+    report["mode"] = c.mode;
+    report["eta"] = cli::json_number(c.eta);
+    report["interval"] = c.interval;
+    report["granularity"] = c.granularity;
+    report["low"] = c.low;
+    report["high"] = c.high;
+    report["monotone"] = c.monotone;
+    report["epochs"] = in.norms.epochs;
+    report["parameters"] = in.norms.columns;
+    report["values"] = in.values;
+    report["complete_input"] = grads.complete;
+    report["timeline"] = {{"epochs_per_character", block}, {"line", o.line}};
+    report["critical_per_epoch"] = critical_per_epoch(o.decisions, o.counted);
+    report["counted_parameters"] = c.mode == "batch" ? 1 : std::count(o.counted.begin(), o.counted.end(), true);
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& r : o.regimes)
+        list.push_back({{"first", r.first}, {"last", r.last}, {"peak_critical", r.peak_critical}});
+    report["critical_regimes"] = list;
+    report["critical_reasons"] = reasons_json(c, in, o, why);
+    report["communication"] = {
+        {"unit", o.comm.per_step ? "floats per step" : "floats per worker"},
+        {"schedule", cli::json_number(o.comm.schedule)},
+        {"low", cli::json_number(o.comm.low)},
+        {"high", cli::json_number(o.comm.high)},
+        {"low_over_schedule", cli::json_number(o.comm.schedule > 0 ? o.comm.low / o.comm.schedule : 0.0)}};
+    report["warnings"] = warnings;
+    std::cout << report.dump(2) << std::endl;
+}
+
 }  // namespace
+
+void add_detect_options(CLI::App& app, DetectConfig& config) {
+    app.add_option("GRADS.h5", config.input, "Gradient-statistics file written by grad-dump")->required();
+    app.add_option("--eta", config.eta, "Critical when the relative change of the gradient norm is >= ETA")
+        ->check(cli::number(0, kMaxEta, true));
+    app.add_option("--interval", config.interval, "Epochs between decisions")
+        ->check(cli::whole_number(1, kMaxInterval));
+    app.add_option("--mode", config.mode, "What the schedule switches: compression level or batch size")
+        ->check(CLI::IsMember({"compression", "batch"}));
+    app.add_option("--low", config.low,
+                   "Level for critical epochs: a compressor spec [powersgd:2], or in batch mode the small "
+                   "batch size [512]");
+    app.add_option("--high", config.high,
+                   "Level elsewhere: a compressor spec [powersgd:1], or in batch mode the large batch "
+                   "size [4096]");
+    app.add_option("--granularity", config.granularity,
+                   "Decide per parameter tensor (layer) or on the whole model (model) [layer; model in "
+                   "batch mode]")
+        ->check(CLI::IsMember({"layer", "model"}));
+    app.add_flag("--monotone", config.monotone, "Batch mode: never return to the small batch once grown");
+    app.add_option("-o,--output", config.output, "Schedule file to write");
+    app.add_flag("--json", config.json, "Also print the summary as JSON on stdout");
+    app.footer("Compressor specs:\n" + compress::spec_help());
+}
 
 int run_detect(DetectConfig c) {
     validate(c);
-    io::GradStats grads = io::read_grads(c.input);
-    const std::int64_t E = static_cast<std::int64_t>(grads.epochs.size());
-    const std::int64_t P = static_cast<std::int64_t>(grads.parameters.size());
-    const bool batch = c.mode == "batch";
-
+    const io::GradStats grads = io::read_grads(c.input);
+    const Inputs in = read_inputs(grads);
+    const std::int64_t E = in.norms.epochs;
     std::vector<std::string> warnings;
     auto warn = [&](const std::string& text) {
         spdlog::warn(text);
@@ -113,160 +333,20 @@ int run_detect(DetectConfig c) {
         warn(c.input + " holds " + std::to_string(E) + " epochs, no more than one interval (" +
              std::to_string(c.interval) + ") after epoch 0: every epoch is critical");
 
-    NormTable norms;
-    norms.epochs = E;
-    norms.columns = P;
-    std::vector<double> lr;
-    std::vector<std::int64_t> steps;
-    for (const auto& epoch : grads.epochs) {
-        norms.values.insert(norms.values.end(), epoch.norm.begin(), epoch.norm.end());
-        lr.push_back(epoch.lr);
-        steps.push_back(epoch.steps);
-    }
-    Options options{c.eta, c.interval};
+    const Options options{c.eta, c.interval};
     const bool model = c.granularity == "model";
-    Decisions decisions = model ? detect(whole_model(norms), lr, options) : detect(norms, lr, options);
-    Decisions per_parameter = model ? decisions.broadcast(P) : decisions;
-
-    std::vector<bool> is_matrix;
-    std::vector<std::vector<std::int64_t>> shapes;
-    std::int64_t values = 0;
-    for (const auto& p : grads.parameters) {
-        is_matrix.push_back(p.is_matrix());
-        shapes.push_back(p.shape);
-        values += p.numel();
-    }
-
-    io::Schedule s;
-    s.header.provenance = c.provenance;
-    s.mode = c.mode;
-    s.eta = c.eta;
-    s.interval = c.interval;
-    s.granularity = c.granularity;
-    s.low = c.low;
-    s.high = c.high;
-    s.monotone = c.monotone;
-    s.source = c.input;
-    s.parameters = grads.parameters;
-    s.epochs = E;
-    s.critical = per_parameter.critical;
-    s.ratio = per_parameter.ratio;
-    for (Reason r : per_parameter.reason) s.reason.push_back(static_cast<std::int8_t>(r));
-
-    nlohmann::json report;
-    std::vector<bool> counted;
-    std::vector<Regime> regimes;
-    std::string line;
-    std::int64_t block = timeline_block(E, c.interval);
-    Communication comm;
-    std::string levels_line;
-    if (batch) {
-        counted = {true};
-        BatchPlan plan = plan_batch(decisions, std::stoll(c.low), std::stoll(c.high), c.monotone);
-        s.batch_size = plan.batch_size;
-        s.lr_scale = plan.lr_scale;
-        regimes = find_regimes(decisions, counted);
-        line = timeline(decisions, counted, block);
-        double samples = static_cast<double>(grads.epochs[0].samples * std::max<std::int64_t>(1, grads.run.world_size));
-        comm = batch_communication(plan, static_cast<double>(values), samples, std::stoll(c.low), std::stoll(c.high));
-        std::int64_t small = std::count(plan.batch_size.begin(), plan.batch_size.end(), std::stoll(c.low));
-        levels_line = "batch " + c.low + " in " + std::to_string(small) + " epochs, batch " + c.high + " in " +
-                      std::to_string(E - small);
-        report["batch_size"] = plan.batch_size;
-        report["lr_scale"] = plan.lr_scale;
-    } else {
-        counted = is_matrix;
-        if (std::none_of(counted.begin(), counted.end(), [](bool b) { return b; }))
-            warn("no parameter of " + c.input + " is a matrix: every parameter is scheduled 'none'");
-        CompressionPlan plan = plan_compression(per_parameter, is_matrix, c.low, c.high);
-        s.levels = plan.levels;
-        s.level = plan.level;
-        regimes = find_regimes(per_parameter, counted);
-        line = timeline(per_parameter, counted, block);
-        comm = compression_communication(plan, shapes, steps, c.low, c.high);
-        std::vector<std::string> parts;
-        nlohmann::json shares = nlohmann::json::object();
-        for (const auto& share : level_shares(plan, counted)) {
-            parts.push_back(share.level + " " + percent_text(share.share));
-            shares[share.level] = share.share;
-        }
-        levels_line = join(parts, ", ") + " of compressible parameter-epochs";
-        const std::int64_t vectors = P - std::count(counted.begin(), counted.end(), true);
-        if (vectors > 0) levels_line += "; " + std::to_string(vectors) + " vector parameters always none";
-        report["level_share"] = shares;
-        if (comm.low < comm.high)
-            warn("--low " + c.low + " sends less than --high " + c.high +
-                 ": critical regimes will get the stronger compression");
-    }
+    const Decisions decisions = model ? detect(whole_model(in.norms), in.lr, options) : detect(in.norms, in.lr, options);
+    const Decisions per_parameter = model ? decisions.broadcast(in.norms.columns) : decisions;
+    io::Schedule s = schedule_header(c, grads, per_parameter);
+    const std::int64_t block = timeline_block(E, c.interval);
+    const Outcome o = c.mode == "batch" ? plan_batch_mode(c, decisions, grads, in, block, s)
+                                        : plan_compression_mode(c, per_parameter, in, block, s, warn);
     io::write_schedule(c.output, s);
 
-    const std::int64_t counted_columns = std::count(counted.begin(), counted.end(), true);
-    std::string decided = batch ? "whole-model decisions"
-                                : model ? "whole-model decisions" : "per-parameter decisions";
-    std::string unit = comm.per_step ? " per step (the input has no step counts)" : "";
-    spdlog::info("{} -> {}", c.input, c.output);
-    spdlog::info("  {} epochs, {} parameters ({} values); eta {}, interval {}, {}", E, P, with_commas(values),
-                 short_number(c.eta), c.interval, decided);
-    spdlog::info("  timeline, 1 character = {} epoch{} (# all critical, + most, - some, . none):", block,
-                 block == 1 ? "" : "s");
-    spdlog::info("    epoch 0 |{}| {}", line, E - 1);
-    spdlog::info("  critical regimes (epochs{}): {}", batch || counted_columns <= 1 ? "" : ", peak critical/compressible parameters",
-                 regimes_text(regimes, batch ? 1 : counted_columns));
-    // Why each run of critical epochs is critical: the rule's reasons, so that
-    // a critical epoch after a learning-rate decay does not look like a norm change.
-    const std::vector<CriticalReasons> why = critical_reasons(batch ? decisions : per_parameter, counted, lr);
-    const std::int64_t why_columns = batch || model ? 1 : counted_columns;
-    constexpr size_t kWhyLines = 12;
-    if (!why.empty()) spdlog::info("  why critical:");
-    for (size_t i = 0; i < why.size() && i < kWhyLines; ++i)
-        spdlog::info("    {}", reasons_text(why[i], lr, c.eta, c.interval, why_columns));
-    if (why.size() > kWhyLines)
-        spdlog::info("    ... and {} more (--json lists them all)", why.size() - kWhyLines);
-    spdlog::info("  levels: {}", levels_line);
-    spdlog::info("  data sent per worker{}: {} floats ({} throughout: {}, {} more; {} throughout: {})", unit,
-                 si_count(comm.schedule), batch ? "batch " + c.low : c.low, si_count(comm.low),
-                 ratio_text(comm.low, comm.schedule), batch ? "batch " + c.high : c.high, si_count(comm.high));
-
-    if (c.json) {
-        report["input"] = c.input;
-        report["output"] = c.output;
-        report["mode"] = c.mode;
-        report["eta"] = c.eta;
-        report["interval"] = c.interval;
-        report["granularity"] = c.granularity;
-        report["low"] = c.low;
-        report["high"] = c.high;
-        report["monotone"] = c.monotone;
-        report["epochs"] = E;
-        report["parameters"] = P;
-        report["values"] = values;
-        report["complete_input"] = grads.complete;
-        report["timeline"] = {{"epochs_per_character", block}, {"line", line}};
-        report["critical_per_epoch"] = critical_per_epoch(batch ? decisions : per_parameter, counted);
-        report["counted_parameters"] = batch ? 1 : counted_columns;
-        nlohmann::json list = nlohmann::json::array();
-        for (const auto& r : regimes) list.push_back({{"first", r.first}, {"last", r.last}, {"peak_critical", r.peak_critical}});
-        report["critical_regimes"] = list;
-        nlohmann::json reasons = nlohmann::json::array();
-        for (const auto& run : why) {
-            nlohmann::json names = nlohmann::json::array();
-            for (const auto& [reason, n] : run.reasons)
-                names.push_back({{"reason", reason_name(reason)}, {"parameters", n}});
-            nlohmann::json entry = {{"first", run.first}, {"last", run.last}, {"reasons", names},
-                                    {"text", reasons_text(run, lr, c.eta, c.interval, why_columns)}};
-            if (run.decay_epoch >= 0) entry["decay_epoch"] = run.decay_epoch;
-            reasons.push_back(entry);
-        }
-        report["critical_reasons"] = reasons;
-        report["communication"] = {{"unit", comm.per_step ? "floats per step" : "floats per worker"},
-                                   {"schedule", comm.schedule},
-                                   {"low", comm.low},
-                                   {"high", comm.high},
-                                   {"low_over_schedule", comm.schedule > 0 ? comm.low / comm.schedule : 0.0}};
-        report["warnings"] = warnings;
-        std::cout << report.dump(2) << std::endl;
-    }
+    const std::vector<CriticalReasons> why = critical_reasons(o.decisions, o.counted, in.lr);
+    print_summary(c, in, o, block, why);
+    if (c.json) print_json(c, grads, in, o, block, why, warnings);
     return 0;
 }
 
-}  // namespace acc::regime
+}  // namespace acc::app

@@ -45,7 +45,7 @@ std::vector<std::uint8_t> read_file(const std::string& path) {
 }
 
 comm::Backend backend_of(const TrainDistConfig& c) {
-    if (c.backend == "nccl" || (c.backend.empty() && c.train.device == "cuda")) return comm::Backend::nccl;
+    if (c.backend == "nccl" || (c.backend.empty() && c.train.device == acc::Device::cuda)) return comm::Backend::nccl;
     return comm::Backend::gloo;
 }
 
@@ -256,7 +256,7 @@ io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const 
         r.high = compress::parse_spec(c.accordion_config.high).text();
     }
     r.backend = comm::backend_name(backend);
-    r.device = c.train.device;
+    r.device = acc::device_name(c.train.device);
     m.parameters = parameters;
     m.levels = plan.levels();
     return m;
@@ -294,7 +294,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     std::optional<Doing> building(std::in_place, "building the model (--model " + t.model + ")");
     auto model = train::make_model(t.model, info.shape, t.model_options);
     train::TrainerOptions options = train::trainer_options(t);
-    if (t.device == "cuda") options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank()));
+    if (t.device == acc::Device::cuda) options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank()));
     const train::Shard shard{rank, world};
     train::Trainer trainer(model, *data, options, shard);
     building.reset();
@@ -594,7 +594,7 @@ int run_train_dist(TrainDistConfig c, int argc, char** argv) {
     validate(c);
     // A bad schedule stops the run before any rank starts; only rank 0 (or the launcher) reads it.
     if (c.mode() == Mode::schedule && comm::resolve_rendezvous(c.rendezvous).rank == 0) io::read_schedule(c.schedule);
-    if (c.train.device == "cuda" && !torch::cuda::is_available())
+    if (c.train.device == acc::Device::cuda && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
     const comm::Backend backend = backend_of(c);
     comm::check_backend_available(backend);

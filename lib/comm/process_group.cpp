@@ -138,8 +138,6 @@ struct Member {
 
 }  // namespace
 
-const char* backend_name(Backend backend) { return backend == Backend::nccl ? "nccl" : "gloo"; }
-
 void check_backend_available(Backend backend) {
 #ifndef ACC_HAVE_CUDA
     if (backend == Backend::nccl)

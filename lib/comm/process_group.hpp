@@ -16,6 +16,7 @@
 // Not thread-safe: one thread issues the collectives.
 #pragma once
 
+#include "comm/backend.hpp"
 #include "comm/collectives.hpp"
 #include "comm/rendezvous.hpp"
 
@@ -26,10 +27,6 @@
 
 namespace acc::comm {
 
-enum class Backend { gloo, nccl };
-
-/// "gloo" or "nccl".
-const char* backend_name(Backend backend);
 /// Throws acc::UsageError when this build cannot use `backend` (NCCL needs a CUDA LibTorch).
 void check_backend_available(Backend backend);
 /// cuda:`local_rank`, the GPU of rank `rank` (LOCAL_RANK: one rank per GPU);

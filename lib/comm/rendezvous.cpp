@@ -1,7 +1,6 @@
 #include "comm/rendezvous.hpp"
 
 #include "base/error.hpp"
-#include "cli/tool.hpp"
 
 #include <cerrno>
 #include <cstdlib>
@@ -9,9 +8,6 @@
 
 namespace acc::comm {
 namespace {
-
-// The most ranks a rendezvous accepts, from flags or the environment.
-constexpr int kMaxRanks = 1 << 20;
 
 // A whole number from the environment, or `fallback` when the variable is unset.
 int env_int(const Environment& env, const char* name, int fallback, int min, int max) {
@@ -27,36 +23,6 @@ int env_int(const Environment& env, const char* name, int fallback, int min, int
 }
 
 }  // namespace
-
-void add_rendezvous_options(CLI::App& app, RendezvousConfig& config) {
-    const std::string group = "Distributed (defaults from torchrun's environment)";
-    // Unset options (shown without a default) fall back to the environment.
-    app.add_option("--rank", config.rank, "This process's rank, 0 .. world size - 1 [RANK, else 0]")
-        ->check(cli::whole_number(0, kMaxRanks - 1))
-        ->default_str("")
-        ->group(group);
-    app.add_option("--world-size", config.world_size, "Number of ranks [WORLD_SIZE, else 1]")
-        ->check(cli::whole_number(1, kMaxRanks))
-        ->default_str("")
-        ->group(group);
-    app.add_option("--master-addr", config.master_addr,
-                   "Host of rank 0's rendezvous store [MASTER_ADDR, else 127.0.0.1]")
-        ->group(group);
-    app.add_option("--master-port", config.master_port, "Port of the rendezvous store [MASTER_PORT, else 29500]")
-        ->check(cli::whole_number(1, 65535))
-        ->default_str("")
-        ->group(group);
-    app.add_option("--timeout", config.timeout,
-                   "Seconds to wait for the other ranks at the rendezvous and in each collective before giving up")
-        ->check(cli::number(0.1, 86400))
-        ->group(group);
-    app.add_option("--nproc", config.nproc,
-                   "Start N ranks on this machine, prefix their messages with the rank, and exit with the worst "
-                   "exit code")
-        ->check(cli::whole_number(1, 1024))
-        ->default_str("")
-        ->group(group);
-}
 
 Rendezvous resolve_rendezvous(const RendezvousConfig& config, const Environment& given_env) {
     const Environment env = given_env ? given_env : [](const char* name) -> const char* { return std::getenv(name); };

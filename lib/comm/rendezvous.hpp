@@ -1,15 +1,17 @@
 // Where a rank finds its peers: torchrun's environment (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE,
 // TORCHELASTIC_RESTART_COUNT), overridden by the shared rendezvous options.
-// No LibTorch here: programs add the options before they join a process group.
+// No LibTorch and no command line here: lib/app/rank_options.hpp adds the options
+// that fill a RendezvousConfig.
 #pragma once
-
-#include <CLI/CLI.hpp>
 
 #include <functional>
 #include <string>
 
 namespace acc::comm {
+
+/// The most ranks a rendezvous accepts, from options or the environment.
+inline constexpr int kMaxRanks = 1 << 20;
 
 /// The rendezvous options as given on the command line; unset fields come from the environment.
 struct RendezvousConfig {
@@ -20,10 +22,6 @@ struct RendezvousConfig {
     double timeout = 60;      ///< --timeout, seconds: for the rendezvous and for each collective
     int nproc = 0;            ///< --nproc: start this many local ranks (0: this process is one rank)
 };
-
-/// Adds --rank, --world-size, --master-addr, --master-port, --timeout and
-/// --nproc (group "Distributed") so that every program spells them alike.
-void add_rendezvous_options(CLI::App& app, RendezvousConfig& config);
 
 /// A resolved rendezvous: who this rank is and where the store lives.
 struct Rendezvous {

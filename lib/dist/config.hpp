@@ -3,6 +3,7 @@
 
 #include "comm/rendezvous.hpp"
 #include "io/header.hpp"
+#include "regime/detect.hpp"
 #include "train/config.hpp"
 
 #include <cstdint>
@@ -24,8 +25,8 @@ enum class Mode {
 struct AccordionConfig {
     std::string low = "powersgd:2";   ///< level of critical epochs (little compression)
     std::string high = "powersgd:1";  ///< level of the other epochs
-    double eta = 0.5;                 ///< threshold on the relative change of the norm
-    std::int64_t interval = 10;       ///< epochs between decisions
+    double eta = regime::kDefaultEta;              ///< threshold on the relative change of the norm
+    std::int64_t interval = regime::kDefaultInterval;  ///< epochs between decisions
 };
 
 struct TrainDistConfig {

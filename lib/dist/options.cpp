@@ -2,9 +2,12 @@
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
+#include "app/rank_options.hpp"
+#include "app/training_options.hpp"
 #include "cli/tool.hpp"
 #include "compress/spec.hpp"
 #include "dist/config.hpp"
+#include "regime/detect.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -21,7 +24,7 @@ constexpr double kMaxBucketMb = 65536;
 }  // namespace
 
 void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
-    train::add_train_options(app, c.train);
+    acc::app::add_train_options(app, c.train);
     CLI::Option* batch = app.get_option("--batch-size");
     batch->description("Samples per step and rank (text: parallel streams per rank); a batch schedule sets it");
     batch->each([&c](const std::string&) { c.batch_size_given = true; });
@@ -59,11 +62,11 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
         ->group(accordion_group);
     app.add_option("--eta", c.accordion_config.eta,
                    "A relative change of the gradient norm of at least eta marks a critical regime")
-        ->check(cli::number(0, 1e6, true))
+        ->check(cli::number(0, regime::kMaxEta, true))
         ->needs(accordion)
         ->group(accordion_group);
     app.add_option("--interval", c.accordion_config.interval, "Epochs between decisions")
-        ->check(cli::whole_number(1, 1000000))
+        ->check(cli::whole_number(1, regime::kMaxInterval))
         ->needs(accordion)
         ->group(accordion_group);
 
@@ -93,7 +96,7 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
         ->group(output);
     app.add_flag("--resume", c.resume, "Continue a stopped run from its checkpoint and metrics file")->group(output);
     app.add_flag("--json", c.json, "Also print the summary as JSON on stdout")->group(output);
-    comm::add_rendezvous_options(app, c.rendezvous);
+    acc::app::add_rendezvous_options(app, c.rendezvous);
 }
 
 namespace {
@@ -124,12 +127,11 @@ void validate(const TrainDistConfig& c) {
         const AccordionConfig& a = c.accordion_config;
         check_spec("--low", a.low);
         check_spec("--high", a.high);
-        if (!(a.eta > 0) || !std::isfinite(a.eta)) throw UsageError("--eta: must be a number > 0");
-        if (a.interval < 1) throw UsageError("--interval: must be at least 1 epoch");
+        regime::validate(regime::Options{a.eta, a.interval});
     }
     if (!c.backend.empty() && c.backend != "gloo" && c.backend != "nccl")
         throw UsageError("--backend: must be gloo or nccl, not '" + c.backend + "'");
-    if (c.backend == "nccl" && c.train.device != "cuda")
+    if (c.backend == "nccl" && c.train.device != Device::cuda)
         throw UsageError("--backend nccl: needs --device cuda (NCCL reduces tensors on GPUs)");
     if (!(c.bucket_mb > 0) || !std::isfinite(c.bucket_mb)) throw UsageError("--bucket-mb: must be a number > 0");
     if (!(c.first_bucket_mb > 0) || !std::isfinite(c.first_bucket_mb))
@@ -151,7 +153,7 @@ std::string shared_settings(const TrainDistConfig& c) {
                                        std::to_string(t.schedule.warmup_lr), std::to_string(t.schedule.decay_factor),
                                        std::to_string(t.optimizer.momentum), std::to_string(t.optimizer.nesterov),
                                        std::to_string(t.optimizer.weight_decay), std::to_string(t.clip_norm),
-                                       std::to_string(t.eval_every), std::to_string(t.seed), t.device, c.compress,
+                                       std::to_string(t.eval_every), std::to_string(t.seed), device_name(t.device), c.compress,
                                        c.schedule, c.schedule_extend, std::to_string(c.accordion),
                                        c.accordion_config.low, c.accordion_config.high,
                                        std::to_string(c.accordion_config.eta), std::to_string(c.accordion_config.interval),

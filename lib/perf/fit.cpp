@@ -10,9 +10,6 @@
 namespace acc::perf {
 namespace {
 
-constexpr Collective kCollectives[] = {Collective::allreduce, Collective::allgather, Collective::broadcast,
-                                       Collective::reduce_scatter};
-
 struct Line {
     double alpha;
     double beta;  // seconds per byte, 1 / B
@@ -40,37 +37,47 @@ Line weighted_line(const std::vector<double>& s, const std::vector<double>& t, c
 
 }  // namespace
 
-const char* collective_name(Collective collective) {
-    switch (collective) {
-    case Collective::allreduce: return "allreduce";
-    case Collective::allgather: return "allgather";
-    case Collective::broadcast: return "broadcast";
-    case Collective::reduce_scatter: return "reduce_scatter";
-    }
-    return "?";
+const std::vector<CollectiveInfo>& collective_table() {
+    // Bus factors as nccl-tests defines them; ring costs as Thakur et al. (2005) give them.
+    static const std::vector<CollectiveInfo> table = {
+        {Collective::allreduce, "allreduce", "sum", "sum, in place", false,
+         [](double n) { return 2 * (n - 1) / n; }, 2, [](double w) { return 2 * (w - 1) / w; }},
+        {Collective::allgather, "allgather", "none", "size = all ranks' parts together", true,
+         [](double n) { return (n - 1) / n; }, 1, [](double w) { return w - 1; }},
+        {Collective::broadcast, "broadcast", "none", "from rank 0", false, [](double) { return 1.0; }, 1,
+         [](double) { return 1.0; }},
+        {Collective::reduce_scatter, "reduce_scatter", "sum", "sum; size = the whole input", true,
+         [](double n) { return (n - 1) / n; }, 1, [](double w) { return (w - 1) / w; }},
+    };
+    return table;
 }
+
+const CollectiveInfo& collective_info(Collective collective) {
+    for (const CollectiveInfo& c : collective_table())
+        if (c.kind == collective) return c;
+    throw Error("internal error: collective " + std::to_string(static_cast<int>(collective)) + " has no table entry");
+}
+
+const char* collective_name(Collective collective) { return collective_info(collective).name; }
 
 Collective parse_collective(const std::string& name) {
     std::vector<std::string> names;
-    for (Collective c : kCollectives) {
-        if (name == collective_name(c)) return c;
-        names.push_back(collective_name(c));
+    for (const CollectiveInfo& c : collective_table()) {
+        if (name == c.name) return c.kind;
+        names.push_back(c.name);
     }
     throw UsageError("'" + name + "' is not a collective; valid ones are " + join(names, ", "));
 }
 
-std::vector<Collective> all_collectives() { return {std::begin(kCollectives), std::end(kCollectives)}; }
+std::vector<Collective> all_collectives() {
+    std::vector<Collective> out;
+    for (const CollectiveInfo& c : collective_table()) out.push_back(c.kind);
+    return out;
+}
 
 double bus_factor(Collective collective, int world_size) {
     if (world_size < 1) throw Error("bus factor of a world of " + std::to_string(world_size) + " ranks");
-    const double n = world_size;
-    switch (collective) {
-    case Collective::allreduce: return 2 * (n - 1) / n;
-    case Collective::allgather:
-    case Collective::reduce_scatter: return (n - 1) / n;
-    case Collective::broadcast: return 1;
-    }
-    return 1;
+    return collective_info(collective).bus_factor(world_size);
 }
 
 double algbw(double bytes, double seconds) { return bytes / seconds; }

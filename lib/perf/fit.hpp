@@ -11,6 +11,29 @@ namespace acc::perf {
 
 enum class Collective { allreduce, allgather, broadcast, reduce_scatter };
 
+/// What the toolkit knows of a collective without running it: one entry per
+/// collective in collective_table(), which every name list, size, bandwidth
+/// and cost below is read from (comm-profile adds how to run and check it).
+struct CollectiveInfo {
+    Collective kind;
+    const char* name;    ///< as --collectives and files spell it
+    const char* op;      ///< the reduction reports name: "sum" or "none"
+    const char* detail;  ///< comm-profile's table title after the name, e.g. "sum, in place"
+    /// nccl-tests' size S counts every rank's part (allgather's output, reduce_scatter's
+    /// input): S = count * 4 * world size; otherwise S = count * 4.
+    bool size_counts_ranks;
+    /// nccl-tests' bus-bandwidth factor for n ranks: busbw = algbw * factor.
+    double (*bus_factor)(double n);
+    /// The ring algorithm's latency terms per peer: time = steps * (w - 1) * alpha + ...
+    int ring_steps;
+    /// ... + ring_bytes(w) * bytes / bandwidth, bytes being what each worker hands in.
+    double (*ring_bytes)(double w);
+};
+
+/// Every collective, in the enum's order.
+const std::vector<CollectiveInfo>& collective_table();
+const CollectiveInfo& collective_info(Collective collective);
+
 /// "allreduce", "allgather", "broadcast", "reduce_scatter".
 const char* collective_name(Collective collective);
 /// The inverse of collective_name; throws acc::UsageError listing the valid names.

@@ -9,14 +9,9 @@ namespace acc::perf {
 
 double collective_seconds(const Network& net, Collective kind, int world, double bytes) {
     if (world <= 1) return 0;
+    const CollectiveInfo& c = collective_info(kind);
     const double w = world;
-    switch (kind) {
-    case Collective::allreduce: return 2 * (w - 1) * net.alpha + 2 * (w - 1) / w * bytes / net.bandwidth;
-    case Collective::allgather: return (w - 1) * net.alpha + (w - 1) * bytes / net.bandwidth;
-    case Collective::reduce_scatter: return (w - 1) * net.alpha + (w - 1) / w * bytes / net.bandwidth;
-    case Collective::broadcast: return (w - 1) * net.alpha + bytes / net.bandwidth;
-    }
-    return 0;
+    return c.ring_steps * (w - 1) * net.alpha + c.ring_bytes(w) * bytes / net.bandwidth;
 }
 
 double allreduce_seconds(const Network& net, int world, double bytes) {
@@ -31,7 +26,7 @@ Network network_from_fit(Collective kind, int world, double alpha, double bandwi
     if (world < 2)
         throw Error(std::string("a ") + collective_name(kind) + " profiled on " + std::to_string(world) +
                     " worker says nothing about the network; profile at least 2");
-    const double steps = (kind == Collective::allreduce ? 2.0 : 1.0) * (world - 1);
+    const double steps = collective_info(kind).ring_steps * (world - 1.0);
     return {alpha / steps, bandwidth * bus_factor(kind, world)};
 }
 

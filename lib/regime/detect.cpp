@@ -1,6 +1,7 @@
 #include "regime/detect.hpp"
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 
 #include <cmath>
 #include <limits>
@@ -49,10 +50,18 @@ Decisions Decisions::broadcast(std::int64_t count) const {
     return out;
 }
 
+void validate(const Options& options) {
+    // The same words as the command line's range check, for configs filled by code.
+    if (!(options.eta > 0 && options.eta <= kMaxEta))
+        throw UsageError("--eta: must be a number in (0, " + short_number(kMaxEta) + "], not " +
+                         short_number(options.eta));
+    if (options.interval < 1 || options.interval > kMaxInterval)
+        throw UsageError("--interval: must be a whole number in [1, " + std::to_string(kMaxInterval) + "], not " +
+                         std::to_string(options.interval));
+}
+
 Decisions detect(const NormTable& norms, const std::vector<double>& lr, const Options& options) {
-    if (!(options.eta > 0) || !std::isfinite(options.eta))
-        throw UsageError("--eta: must be a number > 0, not " + std::to_string(options.eta));
-    if (options.interval < 1) throw UsageError("--interval: must be at least 1 epoch, not " + std::to_string(options.interval));
+    validate(options);
     if (static_cast<std::int64_t>(lr.size()) != norms.epochs)
         throw Error("learning rates for " + std::to_string(lr.size()) + " epochs, norms for " +
                     std::to_string(norms.epochs));

@@ -17,8 +17,6 @@
 
 namespace acc::regime {
 
-enum class Granularity { layer, model };
-
 /// Why an epoch is critical or not; the codes are those of the schedule file.
 enum class Reason : std::int8_t {
     below_eta = 0,           ///< not critical: rate of change below eta
@@ -29,10 +27,20 @@ enum class Reason : std::int8_t {
 };
 const char* reason_name(Reason reason);
 
+/// The rule's settings, their one default and their one range: regime-detect and
+/// train-dist --accordion both take --eta and --interval from here.
+inline constexpr double kDefaultEta = 0.5;
+inline constexpr double kMaxEta = 1e6;  ///< far above any relative change a norm shows between decisions
+inline constexpr std::int64_t kDefaultInterval = 10;
+inline constexpr std::int64_t kMaxInterval = 1000000;
+
 struct Options {
-    double eta = 0.5;        ///< threshold on the relative change of the norm
-    std::int64_t interval = 10;  ///< epochs between decisions (>= 1)
+    double eta = kDefaultEta;                  ///< threshold on the relative change of the norm, in (0, kMaxEta]
+    std::int64_t interval = kDefaultInterval;  ///< epochs between decisions, in [1, kMaxInterval]
 };
+
+/// Throws acc::UsageError naming --eta or --interval when `options` is out of its range.
+void validate(const Options& options);
 
 /// Epoch-major table of gradient norms: value(e, c) = values[e * columns + c].
 struct NormTable {
@@ -62,7 +70,7 @@ struct Decisions {
 };
 
 /// Applies the rule. `lr` holds the learning rate of each epoch (lr.size() == norms.epochs).
-/// Throws acc::UsageError for eta <= 0 or interval < 1, acc::Error for mismatched inputs.
+/// Throws acc::UsageError as validate() does, acc::Error for mismatched inputs.
 Decisions detect(const NormTable& norms, const std::vector<double>& lr, const Options& options);
 
 }  // namespace acc::regime

@@ -6,20 +6,15 @@
 
 namespace acc::train {
 
-ComputeInput default_compute_input(const std::string& model) {
-    if (model == "mlp" || model == "cnn") return {{1, 28, 28}, 10, "Fashion-MNIST"};
-    if (model == "resnet18" || model == "vgg19_bn") return {{3, 32, 32}, 10, "CIFAR-10"};
-    if (model == "lstm") return {{35}, 33278, "WikiText-2"};
-    throw UsageError("--model: unknown model '" + model + "'");
-}
+ComputeInput default_compute_input(const std::string& model) { return model_info(model).input; }
 
 ComputeTimes time_compute(const ComputeTimingConfig& c, const std::function<void()>& before_step) {
     if (c.batch_size < 1) throw UsageError("--batch-size: must be at least 1");
     if (c.warmup < 0 || c.steps < 1) throw UsageError("compute timing: needs at least one timed step");
     const ComputeInput in = default_compute_input(c.model);
-    const bool text = c.model == "lstm";
+    const bool text = model_info(c.model).text;
     const torch::Device device =
-        c.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(c.device_index)) : torch::kCPU;
+        c.device == Device::cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(c.device_index)) : torch::kCPU;
     torch::manual_seed(c.seed);
     auto model = make_model(c.model, DataShape{text ? std::vector<std::int64_t>{} : in.shape, in.classes}, {});
     model->to(device);

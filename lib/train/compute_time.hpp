@@ -2,6 +2,9 @@
 // performance model (comm-profile --model). No LibTorch in this header.
 #pragma once
 
+#include "base/device.hpp"
+#include "train/model_table.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -9,16 +12,9 @@
 
 namespace acc::train {
 
-/// The data a model is timed on: the shape of the dataset it is meant for.
-struct ComputeInput {
-    std::vector<std::int64_t> shape;  ///< per sample, {channels, height, width}; the language model: {bptt}
-    std::int64_t classes = 0;         ///< classes, or the vocabulary size
-    std::string source;               ///< the dataset whose shape this is, e.g. "CIFAR-10"
-};
-
-/// mlp and cnn: Fashion-MNIST (1x28x28, 10 classes); resnet18 and vgg19_bn:
-/// CIFAR-10 (3x32x32, 10 classes); lstm: WikiText-2 (33,278 words, sequences of
-/// 35 tokens). Throws UsageError for an unknown model.
+/// The model table's input of `model` (e.g. cnn: Fashion-MNIST, 1x28x28, 10 classes;
+/// lstm: WikiText-2, 33,278 words, sequences of 35 tokens). Throws UsageError for an
+/// unknown model.
 ComputeInput default_compute_input(const std::string& model);
 
 struct ComputeTimingConfig {
@@ -26,8 +22,8 @@ struct ComputeTimingConfig {
     std::int64_t batch_size = 128;  ///< samples per step (streams for the language model)
     int warmup = 5;                 ///< untimed steps first
     int steps = 20;                 ///< timed steps
-    std::string device = "cpu";     ///< "cpu" or "cuda"
-    int device_index = 0;           ///< the GPU, with "cuda"
+    Device device = Device::cpu;
+    int device_index = 0;           ///< the GPU, with Device::cuda
     std::uint64_t seed = 42;        ///< initial weights and random data
 };
 

@@ -1,17 +1,16 @@
-// The settings of a training run, shared by grad-dump and train-dist, and the
-// command-line options that fill them. No LibTorch here.
+// The settings of a training run, shared by grad-dump and train-dist, and their
+// checks. No LibTorch and no command line here (lib/app/training_options.hpp
+// adds the options that fill them).
 #pragma once
 
+#include "base/device.hpp"
 #include "train/lr_schedule.hpp"
+#include "train/model_table.hpp"
 #include "train/sampling.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
-
-namespace CLI {
-class App;
-}
 
 namespace acc::train {
 
@@ -50,15 +49,11 @@ struct TrainConfig {
     std::int64_t eval_every = 1;  ///< evaluate on the test split every N epochs (and after the last); 0: never
     std::uint64_t seed = 42;
     int threads = 0;             ///< CPU threads for LibTorch; 0: its default
-    std::string device = "cpu";  ///< "cpu" or "cuda"
+    Device device = Device::cpu;
 };
 
-/// Names accepted by --model and --dataset.
-const std::vector<std::string>& model_names();
+/// Names accepted by --dataset (--model's: model_names()).
 const std::vector<std::string>& dataset_names();
-
-/// Adds the training options (--model, --dataset, --epochs, --lr, ...) to `app`.
-void add_train_options(CLI::App& app, TrainConfig& config);
 
 /// Whether the run evaluates on the test split after `epoch` (counted from 0).
 bool evaluates_after(const TrainConfig& config, std::int64_t epoch);

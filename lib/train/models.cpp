@@ -213,36 +213,54 @@ private:
     torch::Tensor h_, c_;
 };
 
+// One factory per entry of the model table (lib/train/model_table.cpp); the
+// shape has been checked against the table's kind of data (text or images).
+using Factory = std::shared_ptr<Model> (*)(const std::string& name, const DataShape& shape,
+                                           const ModelOptions& options);
+
+std::shared_ptr<Model> make_lstm(const std::string&, const DataShape& shape, const ModelOptions& options) {
+    const std::int64_t hidden = options.hidden_size > 0 ? options.hidden_size : 650;
+    const std::int64_t embedding = options.embedding_size > 0 ? options.embedding_size : 650;
+    if (options.tied && hidden != embedding)
+        throw UsageError("--tied: needs --embedding-size equal to --hidden-size (now " + std::to_string(embedding) +
+                         " and " + std::to_string(hidden) + ")");
+    return std::make_shared<LanguageModel>(shape.classes, embedding, hidden, options.tied, options.dropout);
+}
+
+std::shared_ptr<Model> make_mlp(const std::string&, const DataShape& shape, const ModelOptions& options) {
+    return std::make_shared<Mlp>(shape_numel(shape.input), options.hidden_size > 0 ? options.hidden_size : 256,
+                                 shape.classes);
+}
+
+// An image model whose layers need images of at least `min_side` pixels a side.
+template <class Net, std::int64_t min_side>
+std::shared_ptr<Model> make_image_model(const std::string& name, const DataShape& shape, const ModelOptions&) {
+    require_image(name, shape, min_side);
+    return std::make_shared<Net>(shape);
+}
+
+Factory factory_of(const std::string& name) {
+    static const std::vector<std::pair<std::string, Factory>> factories = {
+        {"mlp", make_mlp},
+        {"cnn", make_image_model<Cnn, 6>},
+        {"resnet18", make_image_model<ResNet18, 1>},
+        {"vgg19_bn", make_image_model<Vgg19Bn, 1>},
+        {"lstm", make_lstm},
+    };
+    for (const auto& [model, factory] : factories)
+        if (model == name) return factory;
+    throw Error("internal error: model '" + name + "' of the model table has no factory in models.cpp");
+}
+
 }  // namespace
 
 std::shared_ptr<Model> make_model(const std::string& name, const DataShape& shape, const ModelOptions& options) {
+    const ModelInfo& info = model_info(name);
     if (shape.classes < 1) throw UsageError("--model " + name + ": the dataset has no classes");
-    if (name == "lstm") {
-        if (!shape.input.empty()) throw UsageError("--model lstm: needs a text dataset (wikitext2)");
-        const std::int64_t hidden = options.hidden_size > 0 ? options.hidden_size : 650;
-        const std::int64_t embedding = options.embedding_size > 0 ? options.embedding_size : 650;
-        if (options.tied && hidden != embedding)
-            throw UsageError("--tied: needs --embedding-size equal to --hidden-size (now " + std::to_string(embedding) +
-                             " and " + std::to_string(hidden) + ")");
-        return std::make_shared<LanguageModel>(shape.classes, embedding, hidden, options.tied, options.dropout);
-    }
-    if (shape.input.empty()) throw UsageError("--model " + name + ": needs an image dataset, not text");
-    if (name == "mlp")
-        return std::make_shared<Mlp>(shape_numel(shape.input), options.hidden_size > 0 ? options.hidden_size : 256,
-                                     shape.classes);
-    if (name == "cnn") {
-        require_image(name, shape, 6);
-        return std::make_shared<Cnn>(shape);
-    }
-    if (name == "resnet18") {
-        require_image(name, shape, 1);
-        return std::make_shared<ResNet18>(shape);
-    }
-    if (name == "vgg19_bn") {
-        require_image(name, shape, 1);
-        return std::make_shared<Vgg19Bn>(shape);
-    }
-    throw UsageError("--model: unknown model '" + name + "'");
+    if (info.text && !shape.input.empty())
+        throw UsageError("--model " + name + ": needs a text dataset (" + info.default_dataset + ")");
+    if (!info.text && shape.input.empty()) throw UsageError("--model " + name + ": needs an image dataset, not text");
+    return factory_of(name)(name, shape, options);
 }
 
 std::vector<io::Parameter> describe_parameters(const torch::nn::Module& model) {

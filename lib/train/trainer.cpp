@@ -245,7 +245,7 @@ TrainerOptions trainer_options(const TrainConfig& config) {
     o.optimizer = config.optimizer;
     o.clip_norm = config.clip_norm;
     o.seed = config.seed;
-    o.device = config.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+    o.device = config.device == acc::Device::cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
     return o;
 }
 

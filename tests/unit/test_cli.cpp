@@ -1,9 +1,12 @@
 // Option checks, "did you mean" hints and error reporting shared by every program.
 #include "base/error.hpp"
+#include "cli/json.hpp"
 #include "cli/tool.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -138,4 +141,18 @@ TEST(Cli, SimilarOptionsByEditDistance) {
     EXPECT_EQ(cli::similar_options(app, "--epoch"), std::vector<std::string>{"--epochs"});
     EXPECT_EQ(cli::similar_options(app, "--momentun"), std::vector<std::string>{"--momentum"});
     EXPECT_TRUE(cli::similar_options(app, "--xyz").empty());
+}
+
+// JSON has no NaN or infinity: the programs' reports write null instead, and a
+// reader (Python's json module, jq) gets a document it can parse.
+TEST(CliJson, NumbersThatJsonCannotHoldBecomeNull) {
+    EXPECT_EQ(cli::json_number(0.25).dump(), "0.25");
+    EXPECT_EQ(cli::json_number(-3).dump(), "-3.0");
+    EXPECT_TRUE(cli::json_number(std::nan("")).is_null());
+    EXPECT_TRUE(cli::json_number(std::numeric_limits<double>::infinity()).is_null());
+    EXPECT_TRUE(cli::json_number(-std::numeric_limits<double>::infinity()).is_null());
+    nlohmann::json report = {{"ratio", cli::json_number(std::nan(""))}, {"gain", cli::json_number(2.0)}};
+    EXPECT_EQ(report.dump(), "{\"gain\":2.0,\"ratio\":null}");
+    EXPECT_TRUE(cli::json_text_or_null("").is_null());
+    EXPECT_EQ(cli::json_text_or_null("a.h5").get<std::string>(), "a.h5");
 }

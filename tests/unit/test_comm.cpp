@@ -18,6 +18,7 @@
 #include <thread>
 
 using namespace acc::comm;
+using namespace acc::app;
 using acc::perf::Collective;
 
 namespace {
@@ -263,6 +264,21 @@ TEST(Report, CsvJsonAndFileAgree) {
     EXPECT_TRUE(std::isinf(lone.fit.bandwidth));
     EXPECT_EQ(fit_bus_bandwidth(lone), 0);
     EXPECT_EQ(to_comm_profile({lone}, meta).collectives[0].bus_bandwidth, 0);
+    // JSON has no infinity: the unbounded bandwidth is null.
+    auto lone_json = nlohmann::json::parse(results_json({lone}, meta));
+    EXPECT_TRUE(lone_json["collectives"][0]["fit"]["bandwidth_Bps"].is_null());
+    EXPECT_EQ(lone_json["backend"], "gloo");
+    EXPECT_EQ(lone_json["device"], "cpu");
+}
+
+// Everything comm-profile reports of a collective comes from its table entry.
+TEST(Report, EveryCollectiveOfTheTableHasItsReport) {
+    ASSERT_EQ(acc::perf::collective_table().size(), acc::perf::all_collectives().size());
+    for (const acc::perf::CollectiveInfo& c : acc::perf::collective_table()) {
+        EXPECT_EQ(acc::perf::parse_collective(c.name), c.kind);
+        EXPECT_NE(table_header(c.kind).find(std::string("# ") + c.name + " (" + c.detail + ")\n"), std::string::npos);
+        EXPECT_EQ(collective_bytes(c.kind, 3, 4), c.size_counts_ranks ? 48 : 12) << c.name;
+    }
 }
 
 TEST(ProcessGroup, EachRankNeedsItsOwnGpu) {
@@ -401,6 +417,30 @@ TEST(ProcessGroup, MeasuresAndChecksASmallSweep) {
         }
         EXPECT_EQ(r.rows.back().size, 32768);
         EXPECT_EQ(r.fit.points, 5u);
+    }
+}
+
+// Every collective of the table runs and checks through comm-profile's sweep,
+// or is refused, on every rank alike, by a backend without it.
+TEST(ProcessGroup, SweepsEveryCollectiveOfTheTable) {
+    for (Collective c : acc::perf::all_collectives()) {
+        auto errors = in_threads(2, [c](ProcessGroupCollectives& comm) {
+            SweepPlan plan;
+            plan.collectives = {c};
+            plan.min_bytes = 64;
+            plan.max_bytes = 256;
+            plan.iterations = 1;
+            plan.warmup = 0;
+            plan.check = true;
+            auto results = measure(comm, plan);
+            ASSERT_EQ(results.size(), 1u);
+            for (const auto& row : results[0].rows) EXPECT_EQ(row.wrong, 0) << acc::perf::collective_name(c);
+        });
+        for (const auto& e : errors) {
+            if (!e.empty()) {
+                EXPECT_NE(e.find("has no reduce-scatter"), std::string::npos) << e;
+            }
+        }
     }
 }
 

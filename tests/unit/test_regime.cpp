@@ -136,14 +136,14 @@ TEST_P(DetectProperties, TinyEtaMakesEveryDecisionCriticalAndHugeEtaOnlyTheForce
     std::vector<double> lr(static_cast<size_t>(E), 0.1);
     Decisions tiny = detect(t, lr, {1e-12, interval});
     for (auto c : tiny.critical) EXPECT_EQ(c, 1);
-    Decisions huge = detect(t, lr, {1e12, interval});
+    Decisions huge = detect(t, lr, {kMaxEta, interval});  // ratios here stay below 1e4
     for (int e = 0; e < E; ++e)
         for (int c = 0; c < C; ++c) EXPECT_EQ(huge.critical[huge.at(e, c)], e <= interval ? 1 : 0) << e;
     // With a decay in the middle, the forced window appears and nothing else.
     if (E > 3) {
         int drop = E / 2;
         for (int e = drop + 1; e < E; ++e) lr[static_cast<size_t>(e)] = 0.01;
-        Decisions decayed = detect(t, lr, {1e12, interval});
+        Decisions decayed = detect(t, lr, {kMaxEta, interval});
         int next = ((drop + 1 + interval - 1) / interval) * interval;
         for (int e = 0; e < E; ++e) {
             bool forced = e <= interval || (e >= drop + 1 && e <= next);

@@ -2,6 +2,7 @@
 // optimizer against LibTorch's own SGD, the recorder, the exchange hook,
 // micro-batches, checkpoints, determinism, and the timing of a step's compute.
 #include "base/error.hpp"
+#include "compress/shapes.hpp"
 #include "io/grads.hpp"
 #include "train/compute_time.hpp"
 #include "train/datasets.hpp"
@@ -12,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -607,6 +609,45 @@ TEST(Checkpoint, RefusesAnotherModel) {
                     dir.file("mlp.h5: does not belong to this model"));
     std::ofstream(dir.file("junk.h5")) << "not hdf5";
     EXPECT_CONTAINS(error_of([&] { a.load_checkpoint(dir.file("junk.h5")); }), dir.file("junk.h5"));
+}
+
+// Every entry of the model table has a factory that builds it for the data the
+// table says it takes, and the table's kind of data is the one the model accepts.
+TEST(ModelTable, EveryModelBuildsForItsDefaultData) {
+    ASSERT_EQ(model_names().size(), model_table().size());
+    for (const ModelInfo& info : model_table()) {
+        const DataShape shape{info.text ? std::vector<std::int64_t>{} : info.input.shape, info.input.classes};
+        std::shared_ptr<Model> model;
+        ASSERT_NO_THROW(model = make_model(info.name, shape, {})) << info.name;
+        EXPECT_GT(count_values(*model), 0) << info.name;
+        const DataShape other{info.text ? kCifar.input : std::vector<std::int64_t>{}, 10};
+        EXPECT_THROW(make_model(info.name, other, {}), acc::UsageError) << info.name;
+        EXPECT_EQ(&model_info(info.name), &info);
+    }
+    EXPECT_CONTAINS(error_of([] { make_model("resnet50", kCifar, {}); }),
+                    "--model: unknown model 'resnet50' (known: mlp, cnn, resnet18, vgg19_bn, lstm)");
+}
+
+// compress-bench's built-in shape tables describe the models train-dist trains:
+// resnet18 exactly (names, order, shapes); its lstm preset is the paper's
+// three-layer model, whose every tensor the two-layer lstm here shares.
+TEST(ModelTable, CompressBenchPresetsMatchTheModels) {
+    const auto preset = acc::compress::preset_shapes("resnet18");
+    const auto model = describe_parameters(*make_model("resnet18", kCifar, {}));
+    ASSERT_EQ(preset.size(), model.size());
+    for (size_t i = 0; i < preset.size(); ++i) {
+        EXPECT_EQ(preset[i].name, model[i].name) << i;
+        EXPECT_EQ(preset[i].shape, model[i].shape) << preset[i].name;
+    }
+    ModelOptions paper;  // 650 units, tied weights
+    paper.tied = true;
+    const auto paper_preset = acc::compress::preset_shapes("lstm");
+    for (const auto& p : describe_parameters(*make_model("lstm", {{}, 33278}, paper))) {
+        auto same = std::find_if(paper_preset.begin(), paper_preset.end(),
+                                 [&](const acc::Parameter& q) { return q.name == p.name; });
+        ASSERT_NE(same, paper_preset.end()) << p.name;
+        EXPECT_EQ(same->shape, p.shape) << p.name;
+    }
 }
 
 TEST(ComputeTime, TimesForwardAndBackwardOfEachStep) {

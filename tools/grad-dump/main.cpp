@@ -2,6 +2,8 @@
 // and record per-parameter gradient statistics, one epoch at a time. See man/grad-dump.1.
 #include "cli/tool.hpp"
 #include "app/grad_dump.hpp"
+#include "app/rank_options.hpp"
+#include "app/training_options.hpp"
 
 int main(int argc, char** argv) {
     acc::train::GradDumpConfig config;
@@ -11,7 +13,7 @@ int main(int argc, char** argv) {
         "of the gradient summed over the epoch's steps, with learning rate, loss and accuracy.",
         argc, argv,
         [&](CLI::App& app) {
-            acc::train::add_train_options(app, config.train);
+            acc::app::add_train_options(app, config.train);
             const std::string group = "Output";
             app.add_option("-o,--output", config.output, "Gradient-statistics file to write")->group(group);
             app.add_option("--checkpoint", config.checkpoint,
@@ -27,7 +29,7 @@ int main(int argc, char** argv) {
             app.add_flag("--step-norms", config.step_norms, "Also store per-step, per-parameter gradient norms")
                 ->group(group);
             app.add_flag("--json", config.json, "Also print the summary as JSON on stdout")->group(group);
-            acc::comm::add_rendezvous_options(app, config.rendezvous);
+            acc::app::add_rendezvous_options(app, config.rendezvous);
         },
         [&] {
             config.provenance = acc::cli::provenance();
