@@ -1,0 +1,59 @@
+# The GPU benchmark scripts run on the CPU with tiny sizes, so that they cannot
+# rot between GPU sessions: every measurement lands in the JSON lines and in
+# figures.md's tables, a failing program is recorded as such while the others
+# still run, and run-all.sh refuses a bad step or a missing kit.
+source "$ACC_SOURCE/tests/e2e/common.sh"
+cd "$ACC_SOURCE"
+export ACC_BUILD_DIR ACC_PYTHON
+
+out=$WORK/bench
+DEVICE=cpu BATCHES=2 STEPS=1 EPOCHS=2 TORCH_STEPS=1 TORCH_WARMUP=0 THREADS=1 scripts/gpu/bench-train.sh "$out" \
+    2>"$WORK/train.err" || fail "bench-train.sh failed: $(tail -3 "$WORK/train.err")"
+DEVICE=cpu VALUES=20000 SHAPES=tiny REPS=1 THREADS=1 scripts/gpu/bench-compress.sh "$out" 2>"$WORK/compress.err" ||
+    fail "bench-compress.sh failed: $(tail -3 "$WORK/compress.err")"
+"$ACC_PYTHON" - "$out" <<'PY' || fail "the measurements are incomplete"
+import json, sys
+out = sys.argv[1]
+train = [json.loads(l) for l in open(out + "/train.jsonl")]
+runs = [r["run"] for r in train]
+assert runs == ["PyTorch eager", "grad-dump", "train-dist --compress none", "train-dist --compress powersgd:2"], runs
+for r in train:
+    assert r["batch"] == 2 and r["images_per_second"] > 0 and "error" not in r, r
+compress = {r["side"]: r for r in map(json.loads, open(out + "/compress.jsonl"))}
+assert set(compress) == {"flat", "shapes", "pytorch"}, list(compress)
+assert all("error" not in r for r in compress.values()), compress
+names = [r["compressor"] for r in compress["flat"]["results"]] + [r["compressor"] for r in compress["shapes"]["results"]]
+assert names == ["topk:0.01", "signsgd", "fp16", "qsgd:127", "powersgd:2"], names
+torch = compress["pytorch"]
+assert torch["values"] == 20000 and torch["k"] == 200 and torch["copy_bandwidth"] > 0, torch
+assert torch["topk"]["min"] > 0 and torch["powersgd2"]["min"] > 0
+PY
+"$ACC_PYTHON" scripts/gpu/figures.py "$out" >"$WORK/figures.md" || fail "figures.py failed"
+for row in "| 2 | PyTorch eager |" "| 2 | grad-dump |" "| 2 | train-dist --compress none |" \
+    "| 2 | train-dist --compress powersgd:2 |" "| powersgd:2 encode+decode" "| topk:0.01 encode, 20,000 floats" \
+    "| signsgd encode" "| fp16 encode" "| qsgd:127 encode"; do
+    grep -qF -- "$row" "$WORK/figures.md" || fail "figures.md lacks the row '$row'"
+done
+# Every goal has a ratio: nothing is "not measured" (whether it is met on this CPU does not matter).
+grep -q "not measured\|failed" "$WORK/figures.md" && fail "figures.md has a row without a figure: $(cat "$WORK/figures.md")"
+[ "$(grep -cE '\| (ok|MISSED) \|$' "$WORK/figures.md")" = 8 ] || fail "figures.md should have 8 verdicts: $(cat "$WORK/figures.md")"
+
+# A program that fails is recorded and the rest still runs.
+broken=$WORK/broken
+ACC_BUILD_DIR=$WORK/no-build DEVICE=cpu VALUES=20000 SHAPES=tiny REPS=1 THREADS=1 scripts/gpu/bench-compress.sh \
+    "$broken" 2>"$WORK/broken.err" || fail "bench-compress.sh gave up when compress-bench was missing"
+grep -q '"side": "flat", "error": "failed, see logs/compress-bench-flat.log"' "$broken/compress.jsonl" ||
+    fail "the missing compress-bench was not recorded: $(cat "$broken/compress.jsonl")"
+grep -q '"side": "pytorch"' "$broken/compress.jsonl" && ! grep -q '"side": "pytorch", "error"' "$broken/compress.jsonl" ||
+    fail "the PyTorch side did not run after compress-bench failed"
+"$ACC_PYTHON" scripts/gpu/figures.py "$broken" >"$WORK/broken.md" || fail "figures.py failed on a broken run"
+grep -q "| powersgd:2 encode+decode.*| not measured |" "$WORK/broken.md" || fail "a failed measurement must show as not measured"
+grep -q "^Failed: flat: failed, see logs/compress-bench-flat.log" "$WORK/broken.md" || fail "figures.md must name the failure"
+
+# Nothing measured yet: empty tables, no error.
+"$ACC_PYTHON" scripts/gpu/figures.py "$WORK/empty" >"$WORK/empty.md" || fail "figures.py failed on an empty directory"
+grep -q "^| batch | run | images/s |" "$WORK/empty.md" || fail "figures.py wrote no table header for an empty directory"
+
+expect_exit 2 "usage: scripts/gpu/run-all.sh build-test\|bench\|all" -- scripts/gpu/run-all.sh bogus "$WORK/r"
+expect_exit 1 "error: $WORK/no-kit/env.sh: no GPU kit" -- env ACC_GPU_KIT="$WORK/no-kit" scripts/gpu/run-all.sh bench "$WORK/r"
+finish
