@@ -108,7 +108,7 @@ def main():
     x = torch.randn(n, generator=torch.Generator().manual_seed(1)).to(device)
     k = max(1, int(args.fraction * n))
     result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "values": n, "k": k, "reps": args.reps}
+              "torch": torch.__version__, "values": n, "k": k, "reps": args.reps, "shapes": args.shapes}
     result["topk"] = timed(lambda: torch.topk(x.abs(), k, sorted=False), args.reps, device)
     copy = torch.empty_like(x)
     result["copy"] = timed(lambda: copy.copy_(x), args.reps, device)

@@ -46,7 +46,7 @@ def steps_table(out):
         for line in open(path):
             parts = line.rstrip("\n").split("\t")
             if len(parts) == 4:
-                lines.append("| " + " | ".join(parts) + " |")
+                lines.append("| " + " | ".join(p.replace("|", "\\|") for p in parts) + " |")
     return lines
 
 
@@ -98,7 +98,8 @@ def compress_table(rows):
     ours = seconds(p, "encode_seconds") + seconds(p, "decode_seconds") if p and "decode_seconds" in p else None
     theirs = seconds(ref, "powersgd2")
     ratio = ours / theirs if ours and theirs else None
-    lines.append(f"| powersgd:2 encode+decode, ResNet-18 shapes | {ms(ours)} | {ms(theirs)} | {fmt(ratio, '.3f')} | "
+    shapes = "ResNet-18" if ref.get("shapes", "resnet18") == "resnet18" else ref["shapes"]
+    lines.append(f"| powersgd:2 encode+decode, {shapes} shapes | {ms(ours)} | {ms(theirs)} | {fmt(ratio, '.3f')} | "
                  f"<= 0.5 | {verdict(ratio, 0.5, False)} |")
     ours = seconds(results.get("topk:0.01"), "encode_seconds")
     theirs = seconds(ref, "topk")

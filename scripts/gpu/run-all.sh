@@ -11,7 +11,9 @@
 # A failing step is recorded and the next one still runs; the exit status is 1 if
 # any step failed. Environment: B (build directory, default build-gpu), JOBS (16),
 # ACC_KIT_GLOO (1: the kit's Gloo headers, for the Gloo backend), ACC_GPU_KIT (the
-# kit, default .gpu-kit; "none" on a machine that has the dependencies installed).
+# kit, default .gpu-kit; "none" on a machine that has the dependencies installed),
+# CTEST_ARGS (more ctest options for both test runs, e.g. "-R train" to rerun some),
+# and the benchmarks' own (DEVICE, BATCHES, STEPS, REPS, ...: see their headers).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-all}
@@ -88,9 +90,13 @@ build() {
 }
 
 tests() {
-    # The default suite, as CI runs it, then the GPU tests (which skip without a GPU).
-    step "ctest -LE slow" ctest-default.log ctest --test-dir "$B" -LE slow -j 12 --output-on-failure || true
-    step "ctest -L gpu" ctest-gpu.log ctest --test-dir "$B" -L gpu -j 1 --output-on-failure -V || true
+    # The default suite as CI runs it (without the GPU tests, which come next on their
+    # own, one at a time: they share the one GPU), then the GPU tests.
+    local extra
+    read -r -a extra <<<"${CTEST_ARGS:-}"
+    step "ctest -LE 'slow|gpu'" ctest-default.log \
+        ctest --test-dir "$B" -LE 'slow|gpu' -j 12 --output-on-failure "${extra[@]}" || true
+    step "ctest -L gpu" ctest-gpu.log ctest --test-dir "$B" -L gpu -j 1 --output-on-failure -V "${extra[@]}" || true
 }
 
 bench() {
