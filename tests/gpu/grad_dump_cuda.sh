@@ -12,7 +12,8 @@ grad-dump "${args[@]}" --device cpu --threads 1 -o "$WORK/cpu.h5" --checkpoint "
     2>"$WORK/cpu.err" || { fail "grad-dump --device cpu failed"; cat "$WORK/cpu.err" >&2; finish; }
 json_check "$WORK/gpu.json" '
 last = d["trained"][-1]
-assert last["test_accuracy"] > 0.8, f"test accuracy {last[\"test_accuracy\"]} after 3 epochs on the GPU"
+accuracy = last["test_accuracy"]
+assert accuracy > 0.8, f"test accuracy {accuracy} after 3 epochs on the GPU"
 assert all(e["loss"] == e["loss"] for e in d["trained"]), "a NaN loss"' || fail "grad-dump --device cuda did not learn"
 "$ACC_PYTHON" - "$WORK/gpu.json" "$WORK/cpu.json" <<'PY' || fail "the GPU's first epoch differs from the CPU's"
 import json, sys

@@ -19,7 +19,8 @@ if [ "$got" != 0 ]; then
 else
     json_check "$WORK/out.json" '
 last = d["trained"][-1]
-assert last["test_accuracy"] > 0.8, f"test accuracy {last[\"test_accuracy\"]}"' || fail "two ranks over Gloo did not learn"
+accuracy = last["test_accuracy"]
+assert accuracy > 0.5, f"test accuracy {accuracy} (chance: 0.1)"' || fail "two ranks over Gloo did not learn"
     no_teardown_warning "$WORK/err"
 fi
 finish

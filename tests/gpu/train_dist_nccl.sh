@@ -13,7 +13,8 @@ for spec in none powersgd:2; do
         grep -q "nccl" "$WORK/err" || fail "--compress $spec: the log does not name the NCCL backend"
         json_check "$WORK/out.json" '
 last = d["trained"][-1]
-assert last["test_accuracy"] > 0.8, f"test accuracy {last[\"test_accuracy\"]}"' || fail "--compress $spec did not learn"
+accuracy = last["test_accuracy"]
+assert accuracy > 0.5, f"test accuracy {accuracy} (chance: 0.1)"' || fail "--compress $spec did not learn"
         no_teardown_warning "$WORK/err"
     else
         fail "train-dist --device cuda --compress $spec failed:"
