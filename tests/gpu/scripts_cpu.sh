@@ -54,6 +54,36 @@ grep -q "^Failed: flat: failed, see logs/compress-bench-flat.log" "$WORK/broken.
 "$ACC_PYTHON" scripts/gpu/figures.py "$WORK/empty" >"$WORK/empty.md" || fail "figures.py failed on an empty directory"
 grep -q "^| batch | run | images/s |" "$WORK/empty.md" || fail "figures.py wrote no table header for an empty directory"
 
+# run-all.sh with stand-ins for cmake and ctest: a failing step is recorded, the
+# next still runs, figures.md is written, and the exit status says something failed.
+mkdir -p "$WORK/fake"
+cat >"$WORK/fake/cmake" <<'SH'
+#!/usr/bin/env bash
+[ -z "${FAKE_BUILD_FAILS:-}" ] || { echo "FAILED: lib/io/grads.cpp.o"; exit 1; }
+echo "-- CUDA LibTorch: NCCL backend and --device cuda enabled"
+SH
+cat >"$WORK/fake/ctest" <<'SH'
+#!/usr/bin/env bash
+case " $* " in *" -LE "*) echo "1 tests failed out of 300"; exit 8 ;; esac
+echo "100% tests passed"
+SH
+chmod +x "$WORK/fake/cmake" "$WORK/fake/ctest"
+got=0
+PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh build-test "$WORK/ra" >/dev/null \
+    2>"$WORK/ra.err" || got=$?
+[ "$got" = 1 ] || fail "run-all.sh build-test with a failing test run: exit $got, expected 1"
+printf 'build\tok\nctest -LE '"'"'slow|gpu'"'"'\tFAILED (exit 8)\nctest -L gpu\tok\n' >"$WORK/want"
+cut -f1,2 "$WORK/ra/steps.tsv" | diff "$WORK/want" - >&2 || fail "run-all.sh recorded the wrong steps"
+grep -qF "| ctest -LE 'slow\|gpu' | FAILED (exit 8) |" "$WORK/ra/figures.md" || fail "figures.md lacks the failed step"
+grep -q "configure: -- CUDA LibTorch" "$WORK/ra.err" || fail "run-all.sh did not report the configure line"
+got=0
+FAKE_BUILD_FAILS=1 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh bench "$WORK/rb" \
+    >/dev/null 2>"$WORK/rb.err" || got=$?
+[ "$got" = 1 ] || fail "run-all.sh bench with a failing build: exit $got, expected 1"
+[ "$(cut -f1,2 "$WORK/rb/steps.tsv")" = "$(printf 'build\tFAILED (exit 1)')" ] ||
+    fail "a failed build must stop the benchmarks: $(cat "$WORK/rb/steps.tsv")"
+[ -f "$WORK/rb/figures.md" ] || fail "run-all.sh wrote no figures.md after a failed build"
+
 expect_exit 2 "usage: scripts/gpu/run-all.sh build-test\|bench\|all" -- scripts/gpu/run-all.sh bogus "$WORK/r"
 expect_exit 1 "error: $WORK/no-kit/env.sh: no GPU kit" -- env ACC_GPU_KIT="$WORK/no-kit" scripts/gpu/run-all.sh bench "$WORK/r"
 finish
