@@ -14,6 +14,9 @@
 # kit, default .gpu-kit; "none" on a machine that has the dependencies installed),
 # CTEST_ARGS (more ctest options for both test runs, e.g. "-R train" to rerun some),
 # and the benchmarks' own (DEVICE, BATCHES, STEPS, REPS, ...: see their headers).
+# BUDGET (seconds, default 570) bounds the whole call: a step that would run past it
+# is stopped (or not started) and recorded, so that figures.md is still written
+# before a 10-minute limit ends the call.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-all}
@@ -31,19 +34,29 @@ export B=${B:-build-gpu}
 jobs=${JOBS:-16}
 kit=${ACC_GPU_KIT:-.gpu-kit}
 failed=0
+budget=${BUDGET:-570}
+started=$(date +%s)
 
 say() { echo "run-all: $*" >&2; }
 
 # step NAME LOG COMMAND...: runs COMMAND with its output in logs/LOG (and the
 # last lines on stderr), records status and seconds in steps.tsv.
 step() {
-    local name=$1 log=$2 start status=ok code=0
+    local name=$1 log=$2 start status=ok code=0 left
     shift 2
-    say "$name: $*  (log: logs/$log)"
     start=$(date +%s)
-    "$@" >"$out/logs/$log" 2>&1 || code=$?
+    left=$((budget - (start - started) - 10))  # 10 s kept for figures.md
+    if [ "$left" -lt 10 ]; then
+        say "$name: not started, the time budget ($budget s) is spent"
+        printf '%s\t%s\t%s\t%s\n' "$name" "NOT RUN (time budget spent)" 0 "-" >>"$out/steps.tsv"
+        failed=1
+        return 1
+    fi
+    say "$name: $*  (log: logs/$log; at most $left s)"
+    timeout -k 5 "$left" "$@" >"$out/logs/$log" 2>&1 || code=$?
     if [ "$code" -ne 0 ]; then
         status="FAILED (exit $code)"
+        [ "$code" = 124 ] && status="FAILED (stopped after $left s: time budget)"
         failed=1
         tail -20 "$out/logs/$log" >&2
     fi
@@ -73,12 +86,11 @@ fi
 export ACC_BUILD_DIR=$B
 nvidia-smi >"$out/logs/nvidia-smi.log" 2>&1 || say "nvidia-smi failed or is missing (logs/nvidia-smi.log)"
 
-configure_and_build() {
-    cmake -S . -B "$B" "${CMAKE_ARGS[@]}" && cmake --build "$B" -j "$jobs"
-}
-
 build() {
-    if step build build.log configure_and_build; then
+    # In a shell of its own, so that the time budget's `timeout` can stop it.
+    # shellcheck disable=SC2016
+    if step build build.log bash -c 'jobs=$1; shift; cmake -S . -B "$B" "$@" && cmake --build "$B" -j "$jobs"' \
+        configure-and-build "$jobs" "${CMAKE_ARGS[@]}"; then
         if grep -q "CUDA LibTorch" "$out/logs/build.log"; then
             say "configure: $(grep -m1 'CUDA LibTorch' "$out/logs/build.log")"
         else

@@ -83,6 +83,14 @@ FAKE_BUILD_FAILS=1 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/
 [ "$(cut -f1,2 "$WORK/rb/steps.tsv")" = "$(printf 'build\tFAILED (exit 1)')" ] ||
     fail "a failed build must stop the benchmarks: $(cat "$WORK/rb/steps.tsv")"
 [ -f "$WORK/rb/figures.md" ] || fail "run-all.sh wrote no figures.md after a failed build"
+# No time left: nothing starts, the step says why, figures.md is still written.
+got=0
+BUDGET=5 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh build-test "$WORK/rc" \
+    >/dev/null 2>"$WORK/rc.err" || got=$?
+[ "$got" = 1 ] || fail "run-all.sh with no time left: exit $got, expected 1"
+[ "$(cut -f1,2 "$WORK/rc/steps.tsv")" = "$(printf 'build\tNOT RUN (time budget spent)')" ] ||
+    fail "with no time left the build must not start: $(cat "$WORK/rc/steps.tsv")"
+[ -f "$WORK/rc/figures.md" ] || fail "run-all.sh wrote no figures.md with no time left"
 
 expect_exit 2 "usage: scripts/gpu/run-all.sh build-test\|bench\|all" -- scripts/gpu/run-all.sh bogus "$WORK/r"
 expect_exit 1 "error: $WORK/no-kit/env.sh: no GPU kit" -- env ACC_GPU_KIT="$WORK/no-kit" scripts/gpu/run-all.sh bench "$WORK/r"
