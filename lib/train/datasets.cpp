@@ -33,13 +33,31 @@ public:
         auto order = shard_order(train_.images.size(0), epoch, seed, shard);
         const std::uint64_t augment_seed =
             mix_seed(seed, 0xa7, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(shard.rank));
-        return std::make_unique<ImageBatches>(*this, train_, std::move(order), batch_size, augment_, augment_seed);
+        return std::make_unique<ImageBatches>(*this, on_device_ ? device_train_ : train_, std::move(order), batch_size,
+                                              augment_, augment_seed);
     }
 
     std::unique_ptr<Batches> test(std::int64_t batch_size) const override {
         std::vector<std::int64_t> order(static_cast<size_t>(test_.images.size(0)));
         for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
-        return std::make_unique<ImageBatches>(*this, test_, std::move(order), batch_size, false, 0);
+        return std::make_unique<ImageBatches>(*this, on_device_ ? device_test_ : test_, std::move(order), batch_size,
+                                              false, 0);
+    }
+
+    // Augmented batches are cropped and flipped per sample on the host, so those
+    // datasets stay there; the others are gathered on the device from one copy.
+    void use_device(torch::Device device) const override {
+        if (!device.is_cuda() || augment_ || on_device_) return;
+        const std::int64_t bytes = static_cast<std::int64_t>(train_.images.nbytes() + train_.labels.nbytes() +
+                                                             test_.images.nbytes() + test_.labels.nbytes());
+        if (bytes > kDeviceDataBytes) return;
+        device_train_ = {train_.images.to(device), train_.labels.to(device)};
+        device_test_ = {test_.images.to(device), test_.labels.to(device)};
+        if (mean_.defined()) {
+            device_mean_ = mean_.to(device);
+            device_std_ = std_.to(device);
+        }
+        on_device_ = true;
     }
 
 private:
@@ -54,11 +72,16 @@ private:
                 sizes_.push_back(size);
                 start += size;
             }
+            // Data on a GPU: the pass's order goes there once, and each batch's indices are a slice of it.
+            if (split_.images.is_cuda()) device_order_ = torch::tensor(order_).to(split_.images.device());
         }
         std::int64_t size() const override { return static_cast<std::int64_t>(sizes_.size()); }
         Batch get(std::int64_t index) const override {
-            auto indices = torch::tensor(std::vector<std::int64_t>(order_.begin() + starts_[index],
-                                                                   order_.begin() + starts_[index] + sizes_[index]));
+            auto indices =
+                device_order_.defined()
+                    ? device_order_.slice(0, starts_[index], starts_[index] + sizes_[index])
+                    : torch::tensor(std::vector<std::int64_t>(order_.begin() + starts_[index],
+                                                              order_.begin() + starts_[index] + sizes_[index]));
             Batch batch;
             batch.input = split_.images.index_select(0, indices);
             batch.target = split_.labels.index_select(0, indices);
@@ -73,6 +96,7 @@ private:
         const ImageDataset& data_;
         const Split& split_;
         std::vector<std::int64_t> order_, starts_, sizes_;
+        torch::Tensor device_order_;
         bool augment_;
         std::uint64_t seed_;
     };
@@ -98,13 +122,22 @@ private:
     torch::Tensor normalize(const torch::Tensor& images) const {
         if (images.scalar_type() != torch::kUInt8) return images;
         auto x = images.to(torch::kFloat32).div_(255.0f);
-        if (mean_.defined()) x.sub_(mean_).div_(std_);
+        if (mean_.defined()) {
+            if (images.is_cuda())
+                x.sub_(device_mean_).div_(device_std_);
+            else
+                x.sub_(mean_).div_(std_);
+        }
         return x;
     }
 
     Split train_, test_;
     bool augment_;
     torch::Tensor mean_, std_;
+    // The copy on a GPU that use_device made, if any.
+    mutable bool on_device_ = false;
+    mutable Split device_train_, device_test_;
+    mutable torch::Tensor device_mean_, device_std_;
 };
 
 ImageDataset::Split to_split(ImageSet& set) {

@@ -16,6 +16,9 @@
 
 namespace acc::train {
 
+/// The most bytes of images and labels a dataset copies to a GPU (Dataset::use_device).
+inline constexpr std::int64_t kDeviceDataBytes = std::int64_t{2} << 30;
+
 /// Fashion-MNIST's directory as Debian's dataset-fashion-mnist package installs it.
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
@@ -55,6 +58,12 @@ public:
                                            std::uint64_t seed) const = 0;
     /// The whole test split, in order, without augmentation.
     virtual std::unique_ptr<Batches> test(std::int64_t batch_size) const = 0;
+    /// Asks for batches on `device` (a GPU) from then on, with the same values: a
+    /// dataset that fits there (kDeviceDataBytes) and needs no per-sample work on
+    /// the host keeps a copy of its splits there and gathers batches on the device.
+    /// Others ignore it; their batches stay in host memory. The copy is a cache:
+    /// the dataset's contents do not change, hence const.
+    virtual void use_device(torch::Device /*device*/) const {}
 
 protected:
     DataInfo info_;

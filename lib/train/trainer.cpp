@@ -119,6 +119,9 @@ void check_finite_loss(double loss, std::int64_t epoch, std::int64_t step) {
                     " (try a lower --lr or --clip-norm)");
 }
 
+// How long a GPU run's step callbacks may lag behind the steps (see train_epoch).
+constexpr double kCallbackSeconds = 0.5;
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -257,6 +260,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Dataset& data, TrainerOptio
       parameters_(parameters_on(*model_, options.device)),
       description_(describe_parameters(*model_)),
       sgd_(parameters_, options.optimizer) {
+    if (options_.device.is_cuda()) data_.use_device(options_.device);
     check_batches(options_.batch_size);
 }
 
@@ -300,14 +304,43 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
     std::vector<torch::Tensor> unread_losses;
     std::vector<std::int64_t> unread_steps;
     const bool to_gpu = options_.device.is_cuda();
+    // On a GPU, `on_step` gets the steps' losses in batches, read together at most
+    // every kCallbackSeconds and at the end of the epoch, so that the progress line
+    // does not make every step wait for the device. Per-step gradient norms are
+    // read every step anyway (and belong to the step): then every step is delivered
+    // as it ends, as on the CPU, where reading a loss costs nothing.
+    const bool batched_callback = on_step && to_gpu && !(recorder_ && recorder_->keeps_step_norms());
+    struct PendingStep {
+        StepInfo info;
+        torch::Tensor loss;
+        std::int64_t samples;
+    };
+    std::vector<PendingStep> pending;
+    auto last_delivery = std::chrono::steady_clock::now();
+    auto deliver = [&] {
+        if (pending.empty()) return;
+        std::vector<torch::Tensor> losses;
+        losses.reserve(pending.size());
+        for (const auto& p : pending) losses.push_back(p.loss);
+        const torch::Tensor values = torch::stack(losses).cpu();
+        const double* value = values.data_ptr<double>();
+        for (size_t k = 0; k < pending.size(); ++k) {
+            check_finite_loss(value[k], epoch, pending[k].info.step);
+            on_step(pending[k].info, value[k], pending[k].samples);
+        }
+        pending.clear();
+        last_delivery = std::chrono::steady_clock::now();
+    };
+    // Batches already on the device stay there; from pinned memory, the copy to a GPU runs asynchronously.
+    auto to_device = [&](const torch::Tensor& t) {
+        if (!to_gpu || t.is_cuda()) return t.to(options_.device);
+        return t.pin_memory().to(options_.device, /*non_blocking=*/true);
+    };
     std::vector<torch::Tensor> defined_grads;
     for (std::int64_t i = 0; i < batches->size(); ++i) {
         Batch batch = batches->get(i);
-        // From pinned memory, the copy to a GPU runs asynchronously.
-        torch::Tensor input = to_gpu ? batch.input.pin_memory().to(options_.device, /*non_blocking=*/true)
-                                     : batch.input.to(options_.device);
-        torch::Tensor target = to_gpu ? batch.target.pin_memory().to(options_.device, /*non_blocking=*/true)
-                                      : batch.target.to(options_.device);
+        torch::Tensor input = to_device(batch.input);
+        torch::Tensor target = to_device(batch.target);
         defined_grads.clear();
         for (auto& p : parameters_)
             if (p.grad().defined()) defined_grads.push_back(p.grad());
@@ -335,10 +368,10 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
             correct.add_(logits.detach().argmax(1).eq(part_target).sum());
         }
         double step_loss_value = NAN;
-        if (on_step) {
+        if (on_step && !batched_callback) {
             step_loss_value = step_loss.item<double>();
             check_finite_loss(step_loss_value, epoch, i);
-        } else {
+        } else if (!on_step) {
             unread_losses.push_back(step_loss);
             unread_steps.push_back(i);
         }
@@ -360,8 +393,14 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
         ++result.steps;
         result.samples += batch.samples;
         loss_sum.add_(step_loss.mul(static_cast<double>(batch.samples)));
-        if (on_step) on_step(info, step_loss_value, batch.samples);
+        if (batched_callback) {
+            pending.push_back({info, step_loss, batch.samples});
+            if (seconds_since(last_delivery) >= kCallbackSeconds) deliver();
+        } else if (on_step) {
+            on_step(info, step_loss_value, batch.samples);
+        }
     }
+    deliver();
     if (!unread_losses.empty()) {
         const torch::Tensor finite = torch::isfinite(torch::stack(unread_losses)).cpu();
         const auto* ok = finite.data_ptr<bool>();
@@ -382,8 +421,10 @@ EvalResult Trainer::evaluate(Shard shard) {
     model_->reset_state();
     auto batches = data_.test(options_.batch_size);
     EvalResult result;
-    double loss_sum = 0;
-    std::int64_t correct = 0;
+    // Sums on the device, read once (the loss in double, as the host would add it).
+    const torch::TensorOptions on_device = torch::TensorOptions().device(options_.device);
+    torch::Tensor loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat64));
+    torch::Tensor correct = torch::zeros({}, on_device.dtype(torch::kInt64));
     // A contiguous run of batches per rank, so that text keeps its hidden state within it.
     const std::int64_t world = std::max(1, shard.world_size), n = batches->size();
     const std::int64_t first = n * shard.rank / world, last = n * (shard.rank + 1) / world;
@@ -391,17 +432,17 @@ EvalResult Trainer::evaluate(Shard shard) {
         Batch batch = batches->get(i);
         torch::Tensor target = batch.target.to(options_.device);
         torch::Tensor logits = model_->forward(batch.input.to(options_.device));
-        loss_sum += torch::nn::functional::cross_entropy(
-                        logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                        .item<double>();
-        correct += logits.argmax(1).eq(target).sum().item<std::int64_t>();
+        loss_sum.add_(torch::nn::functional::cross_entropy(
+                          logits, target, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                          .to(torch::kFloat64));
+        correct.add_(logits.argmax(1).eq(target).sum());
         result.samples += batch.samples;
     }
     model_->train();
     model_->reset_state();
     if (result.samples > 0) {
-        result.loss = loss_sum / static_cast<double>(result.samples);
-        result.accuracy = static_cast<double>(correct) / static_cast<double>(result.samples);
+        result.loss = loss_sum.item<double>() / static_cast<double>(result.samples);
+        result.accuracy = static_cast<double>(correct.item<std::int64_t>()) / static_cast<double>(result.samples);
     }
     return result;
 }

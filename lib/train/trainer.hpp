@@ -78,6 +78,7 @@ public:
     const std::vector<torch::Tensor>& sums() const { return sums_; }
     /// Norms of the last step's gradients (empty unless step_norms).
     const std::vector<double>& last_step_norms() const { return last_step_; }
+    bool keeps_step_norms() const { return step_norms_; }
 
 private:
     std::vector<torch::Tensor> sums_;
@@ -137,7 +138,10 @@ struct CheckpointInfo {
 
 inline constexpr const char* kCheckpointFormat = "accordion.checkpoint";
 
-/// Called after every step with its loss (mean over the step's samples) and sample count.
+/// Called for every step, in order, with its loss (mean over the step's samples)
+/// and sample count: on the CPU as the step ends; on a GPU in batches, at most half
+/// a second after the step and at the latest at the end of the epoch (as the step
+/// ends when a recorder keeps per-step norms).
 using StepCallback = std::function<void(const StepInfo&, double loss, std::int64_t samples)>;
 
 struct TrainerOptions {

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Compressor speed on one GPU, both sides measured in this run over ResNet-18's
+# gradients (11,173,962 float32 values):
+#   powersgd:2 encode + decode, ResNet-18's shapes   goal <= 0.5x PyTorch's batched PowerSGD (same math)
+#   topk:0.01 encode                                 goal <= 1.0x torch.topk (1% of the values)
+#   signsgd, fp16, qsgd:127 encode                   goal >= 50% of the GPU's copy bandwidth
+# The toolkit's side is `compress-bench --device cuda` with the options and JSON
+# output it has on the CPU; PyTorch's side and the copy bandwidth (a device-to-device
+# copy of the same bytes) come from scripts/gpu/bench_compress_torch.py. Each
+# measurement appends JSON lines to OUTDIR/compress.jsonl (an "error" line when a
+# side fails; the others go on) and keeps its output in OUTDIR/logs/.
+#   scripts/gpu/bench-compress.sh [OUTDIR]       REPS=20 by default
+# DEVICE=cpu (with VALUES and SHAPES=tiny) checks the script without a GPU; then
+# compress-bench runs without --device, as on any CPU build.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-${OUT:-gpu-results}}
+bin=${ACC_BUILD_DIR:-build-gpu}/bin/compress-bench
+device=${DEVICE:-cuda}
+reps=${REPS:-20}
+values=${VALUES:-11173962}
+shapes=${SHAPES:-resnet18}
+threads=${THREADS:-0}
+source scripts/python.sh
+python=$(acc_python)
+mkdir -p "$out/logs"
+jsonl=$out/compress.jsonl
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fail() {  # fail SIDE LOG: an error line for the table
+    echo "bench-compress: $1 FAILED (log: logs/$2)" >&2
+    tail -5 "$out/logs/$2" >&2 || true
+    "$python" -c 'import json, sys; print(json.dumps({"bench": "compress", "side": sys.argv[1],
+        "error": "failed, see logs/" + sys.argv[2]}))' "$1" "$2" >>"$jsonl"
+}
+
+echo "bench-compress: writing $values normal values as one gradient snapshot" >&2
+"$python" - "$work/flat.h5" "$values" <<'PY'
+import sys, h5py, numpy as np
+n = int(sys.argv[2])
+x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["format"] = "accordion.grads"
+    f.attrs["format_version"] = "1.0"
+    f["parameters/name"] = np.array(["flat"], dtype=h5py.string_dtype())
+    f["parameters/ndim"] = np.array([1], dtype=np.int32)
+    f["parameters/shape"] = np.array([[n]], dtype=np.int64)
+    f["parameters/numel"] = np.array([n], dtype=np.int64)
+    f["epochs/norm"] = np.array([[float(np.linalg.norm(x))]])
+    f["epochs/lr"] = np.array([0.1])
+    f["epochs/steps"] = np.array([1], dtype=np.int64)
+    g = f.create_group("snapshots/epoch_0")
+    g.attrs["epoch"] = 0
+    g.attrs["steps"] = 1
+    g["flat"] = x
+PY
+
+ours=(-q --world 1 --reps "$reps" --json --vectors compress)
+[ "$device" = cpu ] || ours+=(--device "$device")
+[ "$threads" -gt 0 ] && ours+=(--threads "$threads")
+thread_args=()
+[ "$threads" -gt 0 ] && thread_args=(--threads "$threads")
+
+# compress-bench's JSON gets a side and goes in as one line.
+ours_line() {
+    "$python" -c 'import json, sys; d = json.load(open(sys.argv[1])); d["bench"] = "compress"; d["side"] = sys.argv[2]
+print(json.dumps(d))' "$1" "$2" >>"$jsonl"
+}
+
+echo "bench-compress: compress-bench ${ours[*]} --from FLAT.h5 --compressors topk:0.01,signsgd,fp16,qsgd:127" >&2
+if "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127 \
+    >"$work/flat.json" 2>"$out/logs/compress-bench-flat.log" && ours_line "$work/flat.json" flat; then
+    :
+else
+    fail flat compress-bench-flat.log
+fi
+echo "bench-compress: compress-bench ${ours[*]} --shapes $shapes --compressors powersgd:2" >&2
+# SHAPES=tiny: the three small tensors that bench_compress_torch.py --shapes tiny uses.
+preset=$shapes
+if [ "$preset" = tiny ]; then
+    printf 'a 16x8x3x3\nb 16x8x3x3\nc 16\n' >"$work/tiny.shapes"
+    preset=$work/tiny.shapes
+fi
+if "$bin" "${ours[@]}" --shapes "$preset" --compressors powersgd:2 \
+    >"$work/shapes.json" 2>"$out/logs/compress-bench-shapes.log" && ours_line "$work/shapes.json" shapes; then
+    :
+else
+    fail shapes compress-bench-shapes.log
+fi
+echo "bench-compress: PyTorch side (scripts/gpu/bench_compress_torch.py --device $device)" >&2
+if "$python" scripts/gpu/bench_compress_torch.py --device "$device" --reps "$reps" --values "$values" \
+    --shapes "$shapes" "${thread_args[@]}" >"$work/torch.json" 2>"$out/logs/compress-torch.log" &&
+    "$python" -c 'import json, sys; d = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+d["bench"] = "compress"; d["side"] = "pytorch"; print(json.dumps(d))' "$work/torch.json" >>"$jsonl"; then
+    :
+else
+    fail pytorch compress-torch.log
+fi

@@ -1,0 +1,38 @@
+# Shared by the GPU tests (label gpu): the end-to-end helpers, plus a check that
+# skips the test (exit 77, which CTest reports as skipped) with a message when
+# this build or machine cannot train on a GPU.
+source "$ACC_SOURCE/tests/e2e/common.sh"
+
+# require_cuda: asks the programs themselves, so that a CPU build on a GPU machine
+# and a CUDA build without a GPU both skip, each saying why.
+require_cuda() {
+    local got=0
+    grad-dump --model mlp --hidden-size 8 --dataset synthetic --train-samples 16 --test-samples 8 --batch-size 8 \
+        --epochs 1 --device cuda -q -o "$WORK/probe.h5" --checkpoint "$WORK/probe.ckpt" \
+        >"$WORK/probe.out" 2>"$WORK/probe.err" || got=$?
+    if [ "$got" = 2 ] && grep -q "no CUDA device is available" "$WORK/probe.err"; then
+        echo "SKIPPED: no CUDA device here ($(cat "$WORK/probe.err")); this test runs on a GPU machine"
+        exit 77
+    fi
+    if [ "$got" != 0 ]; then
+        echo "FAIL: grad-dump --device cuda could not train a tiny model:" >&2
+        sed 's/^/    /' "$WORK/probe.err" >&2
+        exit 1
+    fi
+    rm -f "$WORK/probe.h5" "$WORK/probe.ckpt"
+}
+
+# json_check JSON PYTHON: runs the Python assertions with `d` the JSON summary.
+json_check() {
+    "$ACC_PYTHON" -c "import json, sys
+d = json.load(open(sys.argv[1]))
+$2" "$1"
+}
+
+# no_teardown_warning LOG: the NCCL process group was destroyed before exit.
+no_teardown_warning() {
+    if grep -q "destroy_process_group() was not called" "$1"; then
+        fail "$1: the process group was not destroyed before exit:"
+        grep -m3 "destroy_process_group" "$1" | sed 's/^/    /' >&2
+    fi
+}

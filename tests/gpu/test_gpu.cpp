@@ -1,0 +1,157 @@
+// The training library's CUDA paths against its CPU paths. Without a CUDA device
+// the program says so and exits 77, which CTest reports as skipped.
+#include "base/error.hpp"
+#include "train/datasets.hpp"
+#include "train/models.hpp"
+#include "train/trainer.hpp"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace acc::train;
+
+namespace {
+
+const torch::Device kGpu(torch::kCUDA);
+
+std::unique_ptr<Dataset> tiny_synthetic(std::int64_t train = 512, std::int64_t test = 128) {
+    SyntheticOptions o;
+    o.shape = {1, 8, 8};
+    o.classes = 4;
+    o.train = train;
+    o.test = test;
+    return make_synthetic(o, 3);
+}
+
+TrainerOptions sgd_on(torch::Device device) {
+    TrainerOptions o;
+    o.batch_size = 32;
+    o.device = device;
+    return o;
+}
+
+// Trains one epoch from the same initial weights; returns the result and the weights on the host.
+std::pair<EpochResult, std::vector<torch::Tensor>> one_epoch(const Dataset& data, torch::Device device) {
+    torch::manual_seed(5);
+    auto model = make_model("mlp", data.info().shape, {});
+    Trainer t(model, data, sgd_on(device));
+    EpochResult r = t.train_epoch(0, 0.05);
+    std::vector<torch::Tensor> weights;
+    for (const auto& p : t.parameter_tensors()) weights.push_back(p.detach().cpu());
+    return {r, weights};
+}
+
+}  // namespace
+
+TEST(TrainerOnCuda, MatchesTheCpuWithinRounding) {
+    auto data = tiny_synthetic();
+    auto [cpu, cpu_weights] = one_epoch(*data, torch::kCPU);
+    auto [gpu, gpu_weights] = one_epoch(*data, kGpu);
+    EXPECT_EQ(gpu.samples, cpu.samples);
+    EXPECT_EQ(gpu.steps, cpu.steps);
+    EXPECT_NEAR(gpu.loss, cpu.loss, 1e-4 * cpu.loss);
+    EXPECT_NEAR(gpu.accuracy, cpu.accuracy, 2.0 / static_cast<double>(cpu.samples));
+    ASSERT_EQ(gpu_weights.size(), cpu_weights.size());
+    for (size_t i = 0; i < cpu_weights.size(); ++i)
+        EXPECT_TRUE(torch::allclose(gpu_weights[i], cpu_weights[i], 1e-4, 1e-5)) << "parameter " << i;
+}
+
+TEST(TrainerOnCuda, StepCallbacksSeeEveryStepInOrderWithItsLoss) {
+    auto data = tiny_synthetic();
+    torch::manual_seed(5);
+    Trainer t(make_model("mlp", data->info().shape, {}), *data, sgd_on(kGpu));
+    std::vector<std::int64_t> steps;
+    double loss_sum = 0;
+    std::int64_t samples = 0;
+    EpochResult r = t.train_epoch(0, 0.05, [&](const StepInfo& s, double loss, std::int64_t n) {
+        steps.push_back(s.step);
+        EXPECT_TRUE(std::isfinite(loss));
+        loss_sum += loss * static_cast<double>(n);
+        samples += n;
+    });
+    ASSERT_EQ(static_cast<std::int64_t>(steps.size()), r.steps);
+    for (size_t i = 0; i < steps.size(); ++i) EXPECT_EQ(steps[i], static_cast<std::int64_t>(i));
+    EXPECT_EQ(samples, r.samples);
+    EXPECT_DOUBLE_EQ(r.loss, loss_sum / static_cast<double>(samples));
+}
+
+TEST(TrainerOnCuda, DivergenceNamesTheSameStepWithOrWithoutACallback) {
+    auto data = tiny_synthetic();
+    auto message = [&](bool callback) {
+        torch::manual_seed(1);
+        Trainer t(make_model("mlp", data->info().shape, {}), *data, sgd_on(kGpu));
+        try {
+            if (callback)
+                t.train_epoch(0, 1e30, [](const StepInfo&, double, std::int64_t) {});
+            else
+                t.train_epoch(0, 1e30);
+        } catch (const acc::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    const std::string unread = message(false);
+    EXPECT_NE(unread.find("training diverged: the loss is"), std::string::npos) << unread;
+    EXPECT_EQ(message(true), unread);
+}
+
+TEST(DatasetOnCuda, BatchesOnTheDeviceEqualTheHostsBatches) {
+    // Byte images (normalized per batch) and float images (used as they are).
+    acc::train::ImageSet train, test;
+    for (auto* set : {&train, &test}) {
+        set->count = 40;
+        set->channels = 1;
+        set->height = set->width = 4;
+        for (std::int64_t i = 0; i < set->count * 16; ++i) set->pixels.push_back(static_cast<std::uint8_t>(i * 7));
+        for (std::int64_t i = 0; i < set->count; ++i) set->labels.push_back(static_cast<std::int64_t>(i % 3));
+    }
+    auto bytes = make_image_dataset("bytes", "memory", train, test, 3, {{0.5f}, {0.25f}}, false);
+    auto floats = tiny_synthetic(40, 8);
+    for (const Dataset* data : {bytes.get(), floats.get()}) {
+        auto host = data->train(1, {}, 16, 9);
+        std::vector<Batch> expected;
+        for (std::int64_t i = 0; i < host->size(); ++i) expected.push_back(host->get(i));
+        data->use_device(kGpu);
+        auto device = data->train(1, {}, 16, 9);
+        ASSERT_EQ(device->size(), host->size());
+        for (std::int64_t i = 0; i < device->size(); ++i) {
+            Batch b = device->get(i);
+            EXPECT_TRUE(b.input.is_cuda()) << data->info().name;
+            EXPECT_TRUE(torch::allclose(b.input.cpu(), expected[static_cast<size_t>(i)].input, 1e-6, 1e-6));
+            EXPECT_TRUE(torch::equal(b.target.cpu(), expected[static_cast<size_t>(i)].target));
+            EXPECT_EQ(b.samples, expected[static_cast<size_t>(i)].samples);
+        }
+    }
+}
+
+TEST(SgdOnCuda, MatchesTheCpu) {
+    torch::manual_seed(3);
+    std::vector<torch::Tensor> cpu = {torch::randn({64, 32}), torch::randn({32})};
+    std::vector<torch::Tensor> grads = {torch::randn({64, 32}), torch::randn({32})};
+    std::vector<torch::Tensor> gpu = {cpu[0].to(kGpu), cpu[1].to(kGpu)};
+    std::vector<torch::Tensor> gpu_grads = {grads[0].to(kGpu), grads[1].to(kGpu)};
+    OptimizerConfig config;
+    config.momentum = 0.9;
+    config.nesterov = true;
+    config.weight_decay = 1e-4;
+    Sgd on_cpu(cpu, config), on_gpu(gpu, config);
+    for (int step = 0; step < 3; ++step) {
+        on_cpu.step(grads, 0.1);
+        on_gpu.step(gpu_grads, 0.1);
+    }
+    for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(torch::allclose(gpu[i].cpu(), cpu[i], 1e-5, 1e-6));
+}
+
+int main(int argc, char** argv) {
+    if (!torch::cuda::is_available()) {
+        std::cout << "SKIPPED: no CUDA device available to this build of LibTorch; these tests run on a GPU machine\n";
+        return 77;
+    }
+    testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}

@@ -1,0 +1,24 @@
+# train-dist --device cuda on one rank (NCCL): uncompressed and powersgd:2 runs
+# learn, and each ends with its process group destroyed (no PyTorch warning that
+# destroy_process_group() was not called).
+source "$(dirname "$0")/common.sh"
+require_cuda
+
+args=(--model cnn --dataset synthetic --train-samples 2048 --test-samples 512 --batch-size 64 --epochs 3 --lr 0.05
+    --seed 7 --device cuda --json)
+for spec in none powersgd:2; do
+    rm -rf "$WORK/ckpt"
+    if train-dist "${args[@]}" --compress "$spec" --metrics "$WORK/m.h5" --checkpoint-dir "$WORK/ckpt" \
+        >"$WORK/out.json" 2>"$WORK/err"; then
+        grep -q "nccl" "$WORK/err" || fail "--compress $spec: the log does not name the NCCL backend"
+        json_check "$WORK/out.json" '
+last = d["trained"][-1]
+accuracy = last["test_accuracy"]
+assert accuracy > 0.5, f"test accuracy {accuracy} (chance: 0.1)"' || fail "--compress $spec did not learn"
+        no_teardown_warning "$WORK/err"
+    else
+        fail "train-dist --device cuda --compress $spec failed:"
+        sed 's/^/    /' "$WORK/err" >&2
+    fi
+done
+finish
