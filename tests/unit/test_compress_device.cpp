@@ -10,6 +10,7 @@
 #include "compress/kernels.hpp"
 #include "support/thread_collectives.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -396,5 +397,28 @@ TEST(DeviceExchange, StateMovesBetweenThePaths) {
             b.step(y);
             for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(at::allclose(x[i], y[i], 1e-4, 1e-4)) << step << " " << i;
         }
+    });
+}
+
+TEST(DeviceExchange, DgcKeepsItsMomentumAndSendsKEntries) {
+    acc::test::ThreadGroup group(1, 30);
+    group.run([&](int, acc::comm::Collectives& comm) {
+        ExchangeOptions o;
+        o.device_path_on_cpu = true;
+        GradientExchange ex({{"v", {100}}}, {parse_spec("dgc:0.1")}, comm, o);
+        for (int step = 0; step < 2; ++step) {
+            at::Tensor g = at::randn({100}, at::make_generator<at::CPUGeneratorImpl>(step + 1));
+            ex.step({g});
+            EXPECT_EQ(g.ne(0).sum().item<std::int64_t>(), 10);
+            EXPECT_EQ(ex.last_step().bytes, wire_bytes(parse_spec("dgc:0.1"), {100}));
+        }
+        bool found = false;
+        for (const auto& [name, value] : ex.state())
+            if (name == "v/dgc_momentum") {
+                found = true;
+                EXPECT_EQ(value.numel(), 100);
+                EXPECT_EQ(value.eq(0).sum().item<std::int64_t>(), 10);  // masked where last sent
+            }
+        EXPECT_TRUE(found);
     });
 }
