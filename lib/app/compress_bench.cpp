@@ -18,6 +18,7 @@
 #include "perf/stats.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -133,6 +134,16 @@ void validate(BenchConfig& c) {
     if (c.threads < 1 || c.threads > cli::kMaxThreads)
         throw UsageError("--threads: must be a whole number in [1, " + std::to_string(cli::kMaxThreads) + "]");
     if (c.csv && c.json) throw UsageError("--csv and --json exclude each other (both write to standard output)");
+    if (c.device != "cpu" && c.device != "cuda")
+        throw UsageError("--device: must be 'cpu' or 'cuda', not '" + c.device + "'");
+    if (c.path.empty()) c.path = c.device == "cuda" ? "device" : "host";
+    if (c.path != "host" && c.path != "device")
+        throw UsageError("--path: must be 'host' or 'device', not '" + c.path + "'");
+    if (c.device == "cuda" && c.path == "host")
+        throw UsageError("--path host: the host path runs on CPU tensors; use --device cpu, or --path device");
+    if (c.device == "cuda" && !torch::cuda::is_available())
+        throw UsageError("--device cuda: no CUDA device (this LibTorch was built without CUDA, or no GPU is "
+                         "visible); use --device cpu");
     if (!c.output.empty()) {
         const auto& presets = model_presets();
         const bool preset = std::find(presets.begin(), presets.end(), c.shapes) != presets.end();
@@ -222,8 +233,20 @@ Quality quality_of(const Input& in, const std::vector<at::Tensor>& compressed) {
 }
 
 void copy_into(const Input& in, std::vector<at::Tensor>& work) {
-    for (size_t i = 0; i < work.size(); ++i)
-        std::memcpy(work[i].data_ptr<float>(), in.values[i].data(), in.values[i].size() * sizeof(float));
+    for (size_t i = 0; i < work.size(); ++i) {
+        if (work[i].is_cpu()) {
+            std::memcpy(work[i].data_ptr<float>(), in.values[i].data(), in.values[i].size() * sizeof(float));
+            continue;
+        }
+        auto& v = const_cast<std::vector<float>&>(in.values[i]);
+        work[i].copy_(at::from_blob(v.data(), {static_cast<std::int64_t>(v.size())}, at::kFloat));
+    }
+}
+
+std::vector<at::Tensor> on_host(const std::vector<at::Tensor>& work) {
+    std::vector<at::Tensor> out;
+    for (const auto& t : work) out.push_back(t.to(at::kCPU).contiguous());
+    return out;
 }
 
 std::string csv_field(const std::string& text) {
@@ -312,6 +335,9 @@ int run_bench(BenchConfig c) {
 
     ExchangeOptions options;
     options.topk_selection = c.topk_selection == "sampled" ? TopkSelection::sampled : TopkSelection::exact;
+    options.device_path_on_cpu = c.path == "device";
+    options.synchronize_timing = c.device == "cuda";
+    const at::Device device = c.device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 
     io::BenchFile file;
     file.header.provenance = c.provenance;
@@ -341,6 +367,7 @@ int run_bench(BenchConfig c) {
     spdlog::info("{}", compute_line);
     spdlog::info("  memcpy {}/s on one thread; {} thread{}, {} timed step{} after one warm-up", bytes_text(memcpy_bandwidth),
                  c.threads, c.threads == 1 ? "" : "s", c.reps, c.reps == 1 ? "" : "s");
+    spdlog::info("  compressors: {} path on {}", c.path, c.device == "cuda" ? "the GPU (cuda:0)" : "the CPU");
     for (auto w : c.worlds)
         spdlog::info("  uncompressed DDP, W={}: {} ms per iteration ({} ms of allreduce, {} ms not hidden by the backward pass)",
                      w, number_text(baseline[w].iteration_seconds * 1e3, "%.3g"),
@@ -367,7 +394,7 @@ int run_bench(BenchConfig c) {
         spdlog::info("{}", table.line({"compressor", "W", "sent", "ratio", "encode", "decode", "GB/s", "rel.err",
                                        "cosine", "gain", "comm", "iter", "speedup", "pays"}));
         std::vector<at::Tensor> work;
-        for (const auto& t : tensors) work.push_back(at::empty({t.numel()}));
+        for (const auto& t : tensors) work.push_back(at::empty({t.numel()}, at::TensorOptions().device(device)));
         for (const auto& text : c.compressors) {
             const Spec spec = parse_spec(text);
             std::vector<Spec> levels;
@@ -379,7 +406,7 @@ int run_bench(BenchConfig c) {
                 GradientExchange x(tensors, levels, comm, options);
                 copy_into(in, work);
                 x.step(work);  // warm-up, from empty state: C(g) for the quality measures
-                Quality q = quality_of(in, work);
+                Quality q = quality_of(in, on_host(work));
                 std::vector<double> encode, decode;
                 for (std::int64_t rep = 0; rep < c.reps; ++rep) {
                     copy_into(in, work);

@@ -28,6 +28,12 @@ struct BenchConfig {
     std::string vectors = "none";          ///< "none": parameters with < 2 dimensions go uncompressed
     std::string topk_selection = "exact";  ///< "exact" or "sampled"
     std::int64_t threads = 1;
+    /// Where the gradients live: "cpu", or "cuda" (the device codecs on the GPU, timed
+    /// with a device synchronisation around each timed part).
+    std::string device = "cpu";
+    /// The exchange's path: "host" (raw float loops), "device" (ATen operations, the
+    /// GPU's code on CPU tensors with --device cpu); empty: host on cpu, device on cuda.
+    std::string path;
     std::string output;                    ///< bench.h5 to write; empty: none
     bool csv = false;                      ///< the results as CSV on stdout
     bool json = false;                     ///< the results as JSON on stdout

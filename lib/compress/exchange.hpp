@@ -15,8 +15,11 @@
 //
 // Every worker must construct its exchange with the same tensors and levels and call
 // the same methods in the same order (levels are checked across workers). Gradients
-// are float32; tensors that are not contiguous CPU tensors are staged through host
-// memory.
+// are float32. On CPU they take the host path (tensors that are not contiguous are
+// staged); on a GPU the device path: the device codecs (compress/device_codec.hpp), with
+// error memories, Q, DGC's momentum and the flat buffers on that device, handed to the
+// collectives there. All gradients of a step must be on one device; a step on another
+// device than the last moves the state along.
 #pragma once
 
 #include "comm/collectives.hpp"
@@ -62,6 +65,14 @@ struct ExchangeOptions {
     std::int64_t dgc_warmup_epochs = 0;
     /// Refuse gradients holding NaN or infinity (acc::Error naming the tensor).
     bool check_finite = true;
+    /// Run the device path (ATen operations on the gradients' device, state kept there)
+    /// on CPU gradients too. Gradients on a GPU always take it; CPU gradients otherwise
+    /// take the host path (raw float loops). The tests compare the two paths this way.
+    bool device_path_on_cpu = false;
+    /// On a GPU, wait for the device before each clock reading, so that StepStats' seconds
+    /// hold the device's work rather than the time to queue it (compress-bench; each wait
+    /// is a synchronisation, so training leaves it off).
+    bool synchronize_timing = false;
 };
 
 /// What one worker did in one step (or, summed, in many).

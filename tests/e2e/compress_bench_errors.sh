@@ -27,6 +27,16 @@ expect_exit 2 "--shapes and --from exclude each other" -- compress-bench --shape
 expect_exit 2 "--snapshots: applies only with --from" -- compress-bench --shapes model.txt --snapshots 3
 expect_exit 2 "--vectors" -- compress-bench --shapes model.txt --vectors sometimes
 expect_exit 2 "--threads: must be a whole number in \[1, 256\], not '0'" -- compress-bench --shapes model.txt --threads 0
+expect_exit 2 "--device" -- compress-bench --shapes model.txt --device tpu
+expect_exit 2 "--path" -- compress-bench --shapes model.txt --path gpu
+expect_exit 2 "^compress-bench: error: --path host: the host path runs on CPU tensors" -- \
+    compress-bench --shapes model.txt "${quick[@]}" --device cuda --path host
+if gpu_present; then
+    echo "skipped: --device cuda is refused only without a GPU, and this machine has one" >&2
+else
+    expect_exit 2 "^compress-bench: error: --device cuda: no CUDA device" -- \
+        compress-bench --shapes model.txt "${quick[@]}" --device cuda
+fi
 expect_exit 2 "^compress-bench: error: --frobnicate: unknown option \(see 'compress-bench --help'\)$" -- compress-bench --frobnicate
 expect_exit 2 "^compress-bench: error: --compresors: unknown option; did you mean --compressors\?" -- \
     compress-bench --shapes model.txt --compresors none

@@ -214,4 +214,21 @@ with h5py.File("comm-bench.h5", "r") as f:
     assert f.attrs["network_source"] == "comm" and f.attrs["comm_profile"] == "comm.h5"
     assert math.isclose(f.attrs["allgather_bandwidth"], 1.5e9)
 PY
+# The device path on CPU tensors (--path device) sends the same bytes with the same
+# error as the host path, and its timing code runs.
+device_specs=none,fp16,powersgd:2,topk:0.05,signsgd,qsgd:4,terngrad
+for path in host device; do
+    compress-bench --shapes model.txt --compressors "$device_specs" --world 2 --reps 2 --path "$path" --json \
+        >"path-$path.json" 2>"path-$path.err" || fail "compress-bench --path $path"
+done
+grep -q "compressors: device path on the CPU" path-device.err || fail "--path device does not say which path ran"
+$ACC_PYTHON - <<'PY' || fail "--path device differs from --path host"
+import json, math
+host, device = (json.load(open(f"path-{p}.json"))["results"] for p in ("host", "device"))
+assert [r["compressor"] for r in host] == [r["compressor"] for r in device]
+for h, d in zip(host, device):
+    assert h["bytes_per_worker"] == d["bytes_per_worker"], (h, d)
+    assert math.isclose(h["relative_error"], d["relative_error"], rel_tol=1e-4, abs_tol=1e-6), (h, d)
+    assert d["encode_seconds"]["median"] > 0 and d["decode_seconds"]["median"] > 0, d
+PY
 finish

@@ -63,6 +63,13 @@ int main(int argc, char** argv) {
             app.add_option("--threads", config.threads, "LibTorch threads (the compressors' own loops use one)")
                 ->check(acc::cli::whole_number(1, acc::cli::kMaxThreads))
                 ->type_name("N");
+            app.add_option("--device", config.device,
+                           "Where the gradients live: cpu, or cuda (the device codecs on the GPU) [cpu]")
+                ->check(CLI::IsMember({"cpu", "cuda"}));
+            app.add_option("--path", config.path,
+                           "Compressor code: host (raw float loops) or device (ATen operations, as on a GPU) "
+                           "[host on cpu, device on cuda]")
+                ->check(CLI::IsMember({"host", "device"}));
             app.add_option("-o,--output", config.output, "Results file to write (format accordion.compress-bench)")
                 ->type_name("BENCH.h5");
             app.add_flag("--csv", config.csv, "Print the results as CSV on stdout");

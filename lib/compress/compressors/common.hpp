@@ -4,6 +4,9 @@
 
 #include "base/shape.hpp"
 #include "compress/codecs.hpp"
+#ifdef ACC_COMPRESS_DEVICE
+#include "compress/device_codec.hpp"
+#endif
 #include "compress/kernels.hpp"
 #include "compress/spec.hpp"
 
@@ -56,4 +59,26 @@ std::unique_ptr<TensorCodec> make_dense_codec(const Spec& spec, std::int64_t n, 
 void check_int32_indices(const Spec& spec, std::int64_t n);
 
 }  // namespace codec_util
+
+#ifdef ACC_COMPRESS_DEVICE
+// The device sections' factories (one per compressor with a device section, each in
+// compressors/<name>.cpp), listed in compress/device_registry.cpp.
+std::unique_ptr<DeviceCodec> make_none_device_codec(std::unique_ptr<TensorCodec>, const Spec&, const CodecOptions&);
+std::unique_ptr<DeviceCodec> make_fp16_device_codec(std::unique_ptr<TensorCodec>, const Spec&, const CodecOptions&);
+std::unique_ptr<DeviceCodec> make_powersgd_device_codec(std::unique_ptr<TensorCodec>, const Spec&, const CodecOptions&);
+std::unique_ptr<DeviceCodec> make_topk_device_codec(std::unique_ptr<TensorCodec>, const Spec&, const CodecOptions&);
+std::unique_ptr<DeviceCodec> make_randomk_device_codec(std::unique_ptr<TensorCodec>, const Spec&, const CodecOptions&);
+std::unique_ptr<DeviceCodec> make_dgc_device_codec(std::unique_ptr<TensorCodec>, const Spec&, const CodecOptions&);
+std::unique_ptr<DeviceCodec> make_signsgd_device_codec(std::unique_ptr<TensorCodec>, const Spec&, const CodecOptions&);
+std::unique_ptr<DeviceCodec> make_efsignsgd_device_codec(std::unique_ptr<TensorCodec>, const Spec&,
+                                                         const CodecOptions&);
+std::unique_ptr<DeviceCodec> make_qsgd_device_codec(std::unique_ptr<TensorCodec>, const Spec&, const CodecOptions&);
+std::unique_ptr<DeviceCodec> make_terngrad_device_codec(std::unique_ptr<TensorCodec>, const Spec&, const CodecOptions&);
+
+namespace codec_util {
+/// The device form of make_dense_codec's codec (none, and PowerSGD's uncompressed tensors).
+std::unique_ptr<DeviceCodec> make_dense_device_codec(std::unique_ptr<TensorCodec> host);
+}  // namespace codec_util
+#endif
+
 }  // namespace acc::compress

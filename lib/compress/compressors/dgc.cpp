@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 namespace {
 
@@ -68,3 +70,57 @@ const CompressorInfo& dgc_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+namespace {
+
+// Momentum correction and masking around topk's device codec. The selection is the
+// exact top k: the sampled threshold saves a CPU's sort, while torch.topk is fast on a GPU.
+class DgcDeviceCodec : public SparseDeviceCodec {
+public:
+    DgcDeviceCodec(std::unique_ptr<TensorCodec> host, std::int64_t k, double momentum)
+        : SparseDeviceCodec(std::move(host), k), momentum_(momentum) {}
+
+    at::Tensor compensate(const at::Tensor& g, at::Tensor& memory, bool memory_zero) override {
+        if (!momentum_u_.defined() || momentum_u_.device() != g.device())
+            momentum_u_ = momentum_u_.defined() ? momentum_u_.to(g.device()) : at::zeros_like(g);
+        // u = m u + g as the host rounds it: the product, then the sum.
+        momentum_u_.mul_(static_cast<float>(momentum_)).add_(g);
+        if (memory_zero)
+            memory.copy_(momentum_u_);
+        else
+            memory.add_(momentum_u_);
+        return device::all_finite(memory);
+    }
+
+    at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) override {
+        at::Tensor ok = SparseDeviceCodec::encode(t, update_error, key, payload);
+        if (momentum_u_.defined() && last_indices().defined()) momentum_u_.index_fill_(0, last_indices(), 0.0);
+        return ok;
+    }
+
+    std::vector<std::pair<std::string, at::Tensor*>> state() override {
+        if (!momentum_u_.defined()) momentum_u_ = at::zeros({numel()}, at::kFloat);
+        return {{"dgc_momentum", &momentum_u_}};
+    }
+
+private:
+    double momentum_;
+    at::Tensor momentum_u_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_dgc_device_codec(std::unique_ptr<TensorCodec> host, const Spec&,
+                                                   const CodecOptions& options) {
+    const std::int64_t k = host->payload_bytes() / 8;
+    return std::make_unique<DgcDeviceCodec>(std::move(host), k, options.dgc_momentum);
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 namespace {
 namespace k = kernels;
@@ -54,3 +56,45 @@ const CompressorInfo& efsignsgd_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+namespace {
+
+class EfSignDeviceCodec : public DeviceCodec {
+public:
+    explicit EfSignDeviceCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}
+    at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t, at::Tensor& payload) override {
+        const std::int64_t n = numel();
+        // ||t||_1 in double as the host sums it; NaN or infinity makes it non-finite.
+        at::Tensor l1 = t.abs().sum(at::kDouble);
+        at::Tensor scale = n > 0 ? (l1 / static_cast<double>(n)).to(at::kFloat) : at::zeros({}, t.options());
+        payload.narrow(0, 0, 4).copy_(device::bytes_of(scale));
+        at::Tensor negative = t.lt(0);
+        payload.narrow(0, 4, payload.numel() - 4).copy_(device::pack_bits(negative));
+        if (update_error) t.sub_(at::where(negative, -scale, scale));
+        return at::isfinite(l1);
+    }
+    at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override {
+        at::Tensor all = at::stack(payloads);
+        const float weight = codec_util::inverse_world(payloads.size());
+        at::Tensor factor = device::columns_as(all, 0, 1, at::kFloat) * weight;  // [W, 1]
+        at::Tensor negative = device::unpack_bits(all.narrow(1, 4, all.size(1) - 4).contiguous(), numel());
+        out.copy_(at::where(negative, -factor, factor).sum(0));
+        return device::flag(true, out.device());
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_efsignsgd_device_codec(std::unique_ptr<TensorCodec> host, const Spec&,
+                                                         const CodecOptions&) {
+    return std::make_unique<EfSignDeviceCodec>(std::move(host));
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

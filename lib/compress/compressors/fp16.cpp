@@ -5,6 +5,8 @@
 
 #include <string>
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 
 // ---------------------------------------------------------------- kernels
@@ -151,3 +153,36 @@ const CompressorInfo& fp16_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+namespace {
+
+class Fp16DeviceCodec : public DeviceCodec {
+public:
+    Fp16DeviceCodec(std::unique_ptr<TensorCodec> host, int world) : DeviceCodec(std::move(host)), world_(world) {}
+    at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor& payload) override {
+        at::Tensor scaled = t / at::scalar_tensor(static_cast<float>(world_), t.options());
+        payload.copy_(scaled);  // ATen rounds to nearest even, as the host's float_to_half
+        // 65520 and above round to infinity in half precision; NaN fails the comparison.
+        return scaled.abs().lt(65520.0).all();
+    }
+    void decode_sum(const at::Tensor& sum, int, at::Tensor& out, at::Tensor*) override { out.copy_(sum); }
+
+private:
+    int world_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_fp16_device_codec(std::unique_ptr<TensorCodec> host, const Spec&,
+                                                    const CodecOptions& options) {
+    return std::make_unique<Fp16DeviceCodec>(std::move(host), options.world);
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

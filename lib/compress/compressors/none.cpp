@@ -1,6 +1,8 @@
 // none: every value as float32 in the flat allreduce.
 #include "compress/compressors/common.hpp"
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 namespace {
 namespace k = kernels;
@@ -48,3 +50,38 @@ const CompressorInfo& none_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+namespace {
+
+class DenseDeviceCodec : public DeviceCodec {
+public:
+    explicit DenseDeviceCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}
+    at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor& payload) override {
+        payload.copy_(t);
+        return device::all_finite(t);
+    }
+    void decode_sum(const at::Tensor& sum, int world, at::Tensor& out, at::Tensor* memory) override {
+        at::div_out(out, sum, at::scalar_tensor(static_cast<float>(world), sum.options()));
+        if (memory) memory->sub_(out);
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> codec_util::make_dense_device_codec(std::unique_ptr<TensorCodec> host) {
+    return std::make_unique<DenseDeviceCodec>(std::move(host));
+}
+
+std::unique_ptr<DeviceCodec> make_none_device_codec(std::unique_ptr<TensorCodec> host, const Spec&,
+                                                    const CodecOptions&) {
+    return codec_util::make_dense_device_codec(std::move(host));
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

@@ -6,6 +6,8 @@
 #include "compress/compressors/common.hpp"
 #include "compress/kernel_support.hpp"
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 
 // ---------------------------------------------------------------- kernels
@@ -182,3 +184,33 @@ const CompressorInfo& powersgd_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+namespace {
+
+// Both rounds run in the exchange over all matrices of one shape together (batched
+// products, compress/exchange_device.cpp); per tensor there is nothing to do.
+class LowRankDeviceCodec : public DeviceCodec {
+public:
+    explicit LowRankDeviceCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}
+    at::Tensor compensate(const at::Tensor&, at::Tensor& memory, bool) override {
+        return device::flag(true, memory.device());
+    }
+    at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor&) override { return device::flag(true, t.device()); }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_powersgd_device_codec(std::unique_ptr<TensorCodec> host, const Spec&,
+                                                        const CodecOptions&) {
+    if (host->channel() != Channel::low_rank) return codec_util::make_dense_device_codec(std::move(host));
+    return std::make_unique<LowRankDeviceCodec>(std::move(host));
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

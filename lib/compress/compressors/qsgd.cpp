@@ -3,6 +3,8 @@
 #include "compress/compressors/common.hpp"
 #include "compress/kernel_support.hpp"
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 
 // ---------------------------------------------------------------- kernels
@@ -317,3 +319,62 @@ const CompressorInfo& qsgd_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+namespace {
+namespace k = kernels;
+
+class QsgdDeviceCodec : public DeviceCodec {
+public:
+    QsgdDeviceCodec(std::unique_ptr<TensorCodec> host, int levels)
+        : DeviceCodec(std::move(host)), levels_(levels), code_type_(levels < 128 ? at::kChar : at::kShort) {}
+
+    at::Tensor encode(at::Tensor& t, bool, std::uint64_t key, at::Tensor& payload) override {
+        const std::int64_t n = numel(), buckets = codec_util::ceil_div(n, k::kQsgdBucket);
+        if (n == 0) return device::flag(true, t.device());
+        at::Tensor x = at::constant_pad_nd(t, {0, buckets * k::kQsgdBucket - n}, 0).view({buckets, k::kQsgdBucket});
+        // Norms in double as the host sums them, rounded to float32.
+        at::Tensor norms = x.to(at::kDouble).square().sum(1).sqrt().to(at::kFloat);
+        at::Tensor scale = at::full_like(norms, static_cast<float>(levels_)).div_(norms).unsqueeze(1);
+        at::Tensor codes = device::stochastic_codes(x, scale, levels_, key, 0);
+        codes = at::where(norms.eq(0).unsqueeze(1), at::zeros_like(codes), codes);  // a zero bucket: zero codes
+        payload.narrow(0, 0, 4 * buckets).copy_(device::bytes_of(norms));
+        at::Tensor typed = codes.view({-1}).narrow(0, 0, n).to(code_type_);
+        payload.narrow(0, 4 * buckets, payload.numel() - 4 * buckets).copy_(device::bytes_of(typed));
+        return device::all_finite(t);
+    }
+
+    at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override {
+        const std::int64_t n = numel(), buckets = codec_util::ceil_div(n, k::kQsgdBucket);
+        if (n == 0) return device::flag(true, out.device());
+        at::Tensor all = at::stack(payloads);
+        const float weight = codec_util::inverse_world(payloads.size());
+        // The host's factor: norm / levels * weight, in that order.
+        at::Tensor factor = device::columns_as(all, 0, buckets, at::kFloat) / static_cast<float>(levels_);
+        factor = factor * weight;
+        at::Tensor codes = device::columns_as(all, 4 * buckets, n, code_type_);
+        codes = at::constant_pad_nd(codes.to(at::kFloat), {0, buckets * k::kQsgdBucket - n}, 0);
+        at::Tensor values = codes.view({-1, buckets, k::kQsgdBucket}) * factor.unsqueeze(2);
+        out.copy_(values.view({values.size(0), -1}).narrow(1, 0, n).sum(0));
+        return device::flag(true, out.device());
+    }
+
+private:
+    int levels_;
+    at::ScalarType code_type_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_qsgd_device_codec(std::unique_ptr<TensorCodec> host, const Spec& spec,
+                                                    const CodecOptions&) {
+    return std::make_unique<QsgdDeviceCodec>(std::move(host), static_cast<int>(spec.parameter));
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

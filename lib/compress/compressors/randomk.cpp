@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 
 // ---------------------------------------------------------------- kernels
@@ -104,3 +106,49 @@ const CompressorInfo& randomk_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+namespace {
+
+// The indices come from the host's sequential stream (rejection sampling has no
+// per-index formula), k int32 per step; the values never leave the device.
+class RandomkDeviceCodec : public DeviceCodec {
+public:
+    RandomkDeviceCodec(std::unique_ptr<TensorCodec> host, std::int64_t k)
+        : DeviceCodec(std::move(host)), host_indices_(static_cast<size_t>(k)) {}
+
+    at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) override {
+        const auto kept = static_cast<std::int64_t>(host_indices_.size());
+        kernels::random_indices(key, numel(), kept, host_indices_.data(), bitmap_);
+        indices_ = at::from_blob(host_indices_.data(), {kept}, at::kInt).to(t.device(), at::kLong);
+        payload.copy_(t.index_select(0, indices_));
+        if (update_error) t.index_fill_(0, indices_, 0.0);
+        return device::flag(true, t.device());
+    }
+
+    void decode_sum(const at::Tensor& sum, int world, at::Tensor& out, at::Tensor*) override {
+        out.zero_();
+        out.index_copy_(0, indices_, sum / at::scalar_tensor(static_cast<float>(world), sum.options()));
+    }
+
+private:
+    std::vector<std::int32_t> host_indices_;
+    std::vector<std::uint64_t> bitmap_;
+    at::Tensor indices_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_randomk_device_codec(std::unique_ptr<TensorCodec> host, const Spec&,
+                                                       const CodecOptions&) {
+    const std::int64_t k = host->payload_bytes() / 4;
+    return std::make_unique<RandomkDeviceCodec>(std::move(host), k);
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

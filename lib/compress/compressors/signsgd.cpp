@@ -3,6 +3,8 @@
 #include "compress/compressors/common.hpp"
 #include "compress/kernel_support.hpp"
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 
 // ---------------------------------------------------------------- kernels
@@ -162,3 +164,37 @@ const CompressorInfo& signsgd_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+namespace {
+
+class SignDeviceCodec : public DeviceCodec {
+public:
+    explicit SignDeviceCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}
+    at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor& payload) override {
+        payload.copy_(device::pack_bits(t.lt(0)));
+        return device::all_finite(t);
+    }
+    at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override {
+        // Majority vote: more positive than negative signs gives +1, a tie 0.
+        at::Tensor negative = device::unpack_bits(at::stack(payloads), numel()).sum(0);
+        const auto workers = static_cast<std::int64_t>(payloads.size());
+        out.copy_(at::sign(workers - 2 * negative));
+        return device::flag(true, out.device());
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_signsgd_device_codec(std::unique_ptr<TensorCodec> host, const Spec&,
+                                                       const CodecOptions&) {
+    return std::make_unique<SignDeviceCodec>(std::move(host));
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

@@ -5,6 +5,8 @@
 
 #include <array>
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 
 // ---------------------------------------------------------------- kernels
@@ -140,3 +142,60 @@ const CompressorInfo& terngrad_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+namespace {
+
+class TernGradDeviceCodec : public DeviceCodec {
+public:
+    explicit TernGradDeviceCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}
+
+    at::Tensor encode(at::Tensor& t, bool, std::uint64_t key, at::Tensor& payload) override {
+        const std::int64_t n = numel();
+        if (n == 0) {
+            payload.zero_();
+            return device::flag(true, t.device());
+        }
+        // The host's moments in double: mean, standard deviation, largest magnitude.
+        at::Tensor x = t.to(at::kDouble);
+        const auto count = static_cast<double>(n);
+        at::Tensor mean = x.sum() / count;
+        at::Tensor sigma = at::clamp_min(x.square().sum() / count - mean * mean, 0.0).sqrt();
+        at::Tensor scale = at::minimum(t.abs().max(), (sigma * 2.5).to(at::kFloat));
+        at::Tensor inverse = at::where(scale.gt(0), scale.reciprocal(), at::zeros_like(scale));
+        at::Tensor codes = device::stochastic_codes(t, inverse, 1, key, 0);
+        // code + 1 in two bits, four codes per byte, the first in the lowest bits.
+        const std::int64_t padded = 4 * ((n + 3) / 4);
+        at::Tensor two_bits = at::constant_pad_nd((codes + 1).to(at::kByte), {0, padded - n}, 0).view({-1, 4});
+        at::Tensor shifts = at::arange(0, 8, 2, at::TensorOptions().dtype(at::kByte).device(t.device()));
+        payload.narrow(0, 0, 4).copy_(device::bytes_of(scale));
+        payload.narrow(0, 4, padded / 4).copy_(two_bits.__lshift__(shifts).sum(1, false, at::kByte));
+        return device::all_finite(t);
+    }
+
+    at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override {
+        at::Tensor all = at::stack(payloads);
+        const float weight = codec_util::inverse_world(payloads.size());
+        at::Tensor factor = device::columns_as(all, 0, 1, at::kFloat) * weight;  // [W, 1]
+        at::Tensor shifts = at::arange(0, 8, 2, at::TensorOptions().dtype(at::kByte).device(out.device()));
+        at::Tensor codes = all.narrow(1, 4, all.size(1) - 4).unsqueeze(-1).__rshift__(shifts).bitwise_and(3);
+        codes = codes.reshape({all.size(0), -1}).narrow(1, 0, numel()).to(at::kFloat) - 1;
+        out.copy_((codes * factor).sum(0));
+        return device::flag(true, out.device());
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_terngrad_device_codec(std::unique_ptr<TensorCodec> host, const Spec&,
+                                                        const CodecOptions&) {
+    return std::make_unique<TernGradDeviceCodec>(std::move(host));
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

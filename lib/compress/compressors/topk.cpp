@@ -6,6 +6,8 @@
 
 #include <limits>
 
+#ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
+
 namespace acc::compress {
 
 // ---------------------------------------------------------------- kernels
@@ -254,3 +256,55 @@ const CompressorInfo& topk_compressor() {
 }
 
 }  // namespace acc::compress
+
+#else  // -------------------------------------------------------------- device section
+// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+
+namespace acc::compress {
+
+SparseDeviceCodec::SparseDeviceCodec(std::unique_ptr<TensorCodec> host, std::int64_t k)
+    : DeviceCodec(std::move(host)), k_(k) {}
+
+at::Tensor SparseDeviceCodec::encode(at::Tensor& t, bool update_error, std::uint64_t, at::Tensor& payload) {
+    if (k_ == 0) return device::flag(true, t.device());
+    // The exact top k by magnitude (NaN counts as the largest, as on the host), in
+    // ascending index order. Among equal magnitudes the choice may differ from the host's.
+    at::Tensor chosen = std::get<1>(at::topk(t.abs(), k_, 0, true, false));
+    indices_ = std::get<0>(at::sort(chosen));
+    payload.narrow(0, 0, 4 * k_).copy_(device::bytes_of(t.index_select(0, indices_)));
+    payload.narrow(0, 4 * k_, 4 * k_).copy_(device::bytes_of(indices_.to(at::kInt)));
+    if (update_error) t.index_fill_(0, indices_, 0.0);
+    return device::flag(true, t.device());
+}
+
+at::Tensor SparseDeviceCodec::decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) {
+    out.zero_();
+    if (k_ == 0) return device::flag(true, out.device());
+    at::Tensor all = at::stack(payloads);
+    const float weight = codec_util::inverse_world(payloads.size());
+    at::Tensor values = device::columns_as(all, 0, k_, at::kFloat).reshape({-1});
+    at::Tensor indices = device::columns_as(all, 4 * k_, k_, at::kInt).reshape({-1}).to(at::kLong);
+    // An index outside the tensor is a malformed payload: reported, and kept out of bounds.
+    at::Tensor inside = indices.ge(0).logical_and(indices.lt(numel()));
+    at::Tensor safe = at::where(inside, indices, at::zeros_like(indices));
+    out.index_add_(0, safe, at::where(inside, values * weight, at::zeros_like(values)));
+    return inside.all();
+}
+
+namespace {
+
+std::unique_ptr<DeviceCodec> make_device(std::unique_ptr<TensorCodec> host, const Spec&, const CodecOptions&) {
+    const std::int64_t k = host->payload_bytes() / 8;
+    return std::make_unique<SparseDeviceCodec>(std::move(host), k);
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_topk_device_codec(std::unique_ptr<TensorCodec> host, const Spec& spec,
+                                                    const CodecOptions& options) {
+    return make_device(std::move(host), spec, options);
+}
+
+}  // namespace acc::compress
+
+#endif  // ACC_COMPRESS_DEVICE

@@ -27,6 +27,23 @@ private:
     kernels::SelectScratch scratch_;
 };
 
+#ifdef ACC_COMPRESS_DEVICE
+// The device form: the exact top k (payload as SparseCodec's).
+class SparseDeviceCodec : public DeviceCodec {
+public:
+    SparseDeviceCodec(std::unique_ptr<TensorCodec> host, std::int64_t k);
+    at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) override;
+    at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override;
+
+protected:
+    const at::Tensor& last_indices() const { return indices_; }
+
+private:
+    std::int64_t k_;
+    at::Tensor indices_;  // the last step's, ascending (int64)
+};
+#endif
+
 /// fp32 value and int32 index per kept entry (dgc pads its at most k chosen entries to k).
 std::int64_t sparse_wire_bytes(double fraction, const std::vector<std::int64_t>& shape);
 

@@ -1,0 +1,201 @@
+// The device codecs' shared parts: the default protocol, the codec that stages through
+// host memory, and the tensor forms of the host kernels' bit layouts and random numbers.
+#include "compress/device_codec.hpp"
+
+#include "base/error.hpp"
+#include "compress/kernels.hpp"
+
+namespace acc::compress {
+
+namespace device {
+namespace {
+
+constexpr std::int64_t kLow32 = 0xffffffffLL;
+
+// The low 32 bits of h * c for h, c < 2^32, without overflowing int64: c in 16-bit halves.
+at::Tensor mul_low32(const at::Tensor& h, std::uint32_t c) {
+    const auto high = static_cast<std::int64_t>(c >> 16), low = static_cast<std::int64_t>(c & 0xffffu);
+    return (at::bitwise_and(h * high, 0xffff).__lshift__(16) + h * low).bitwise_and(kLow32);
+}
+
+}  // namespace
+
+at::Tensor flag(bool value, const at::Device& device) {
+    return at::scalar_tensor(value, at::TensorOptions().dtype(at::kBool).device(device));
+}
+
+at::Tensor uniform(std::uint64_t key, std::int64_t begin, std::int64_t n, const at::Device& device) {
+    // hash32(key32 + golden * index) >> 8, times 2^-24: detail::uniform_from in int64 lanes.
+    const auto key32 = static_cast<std::int64_t>(static_cast<std::uint32_t>(key));
+    at::Tensor index = at::arange(begin, begin + n, at::TensorOptions().dtype(at::kLong).device(device));
+    at::Tensor h = (mul_low32(index.bitwise_and(kLow32), 0x9e3779b9u) + key32).bitwise_and(kLow32);
+    h = h.bitwise_xor(h.__rshift__(16));
+    h = mul_low32(h, 0x7feb352du);
+    h = h.bitwise_xor(h.__rshift__(15));
+    h = mul_low32(h, 0x846ca68bu);
+    h = h.bitwise_xor(h.__rshift__(16));
+    return h.__rshift__(8).to(at::kFloat) * (1.0f / 16777216.0f);
+}
+
+at::Tensor all_finite(const at::Tensor& x) { return at::isfinite(x).all(); }
+
+at::Tensor bytes_of(const at::Tensor& x) { return x.contiguous().reshape({-1}).view(at::kByte); }
+
+at::Tensor read_as(const at::Tensor& bytes, std::int64_t offset, std::int64_t count, at::ScalarType type) {
+    const auto size = static_cast<std::int64_t>(c10::elementSize(type));
+    at::Tensor slice = bytes.narrow(0, offset, count * size);
+    // A view of a larger type needs an aligned start; payloads are packed back to back.
+    if (slice.storage_offset() % size != 0) slice = slice.clone();
+    return slice.view(type);
+}
+
+at::Tensor columns_as(const at::Tensor& rows, std::int64_t offset, std::int64_t count, at::ScalarType type) {
+    const auto size = static_cast<std::int64_t>(c10::elementSize(type));
+    at::Tensor part = rows.narrow(1, offset, count * size).contiguous();
+    // One row counts as contiguous whatever its stride and offset; the view needs both aligned.
+    if (part.stride(0) % size != 0 || part.storage_offset() % size != 0)
+        part = at::empty(part.sizes(), part.options()).copy_(part);
+    return part.view(type);
+}
+
+at::Tensor pack_bits(const at::Tensor& bits) {
+    const std::int64_t n = bits.numel();
+    const std::int64_t padded = 32 * ((n + 31) / 32);
+    at::Tensor b = at::constant_pad_nd(bits.to(at::kByte), {0, padded - n}, 0).view({-1, 8});
+    at::Tensor shifts = at::arange(8, at::TensorOptions().dtype(at::kByte).device(bits.device()));
+    return b.__lshift__(shifts).sum(1, false, at::kByte);
+}
+
+at::Tensor unpack_bits(const at::Tensor& packed, std::int64_t n) {
+    at::Tensor shifts = at::arange(8, at::TensorOptions().dtype(at::kByte).device(packed.device()));
+    at::Tensor bits = packed.unsqueeze(-1).__rshift__(shifts).bitwise_and(1);
+    return bits.reshape({packed.size(0), -1}).narrow(1, 0, n).to(at::kBool);
+}
+
+at::Tensor stochastic_codes(const at::Tensor& x, const at::Tensor& scale, int levels, std::uint64_t key,
+                            std::int64_t begin) {
+    at::Tensor l = x.abs() * scale;
+    at::Tensor f = l.floor();
+    at::Tensor u = uniform(key, begin, x.numel(), x.device()).view(x.sizes());
+    at::Tensor q = at::clamp_max(f + u.lt(l - f).to(at::kFloat), static_cast<double>(levels));
+    return at::where(x.lt(0), -q, q);
+}
+
+void orthogonalize(at::Tensor& m, bool gram_schmidt, float epsilon) {
+    if (!gram_schmidt) {
+        m.copy_(std::get<0>(at::linalg_qr(m)));
+        return;
+    }
+    // The host's modified Gram-Schmidt, all matrices at once; sums in double as there.
+    const std::int64_t r = m.size(2);
+    for (std::int64_t i = 0; i < r; ++i) {
+        at::Tensor column = m.select(2, i);
+        at::Tensor norm = column.to(at::kDouble).square().sum(1).sqrt().to(at::kFloat);
+        at::Tensor divisor = epsilon > 0 ? norm + epsilon : norm;
+        at::Tensor positive = divisor.gt(0).unsqueeze(1);
+        column.copy_(at::where(positive, column / divisor.unsqueeze(1), at::zeros_like(column)));
+        if (i + 1 == r) break;
+        at::Tensor rest = m.narrow(2, i + 1, r - i - 1);
+        at::Tensor dot = (column.to(at::kDouble).unsqueeze(2) * rest.to(at::kDouble)).sum(1).to(at::kFloat);
+        rest.sub_(dot.unsqueeze(1) * column.unsqueeze(2));
+    }
+}
+
+}  // namespace device
+
+// ---------------------------------------------------------------- the default protocol
+
+at::Tensor DeviceCodec::compensate(const at::Tensor& g, at::Tensor& memory, bool memory_zero) {
+    if (memory_zero)
+        memory.copy_(g);
+    else
+        memory.add_(g);
+    return device::all_finite(memory);
+}
+
+at::Tensor DeviceCodec::decode(const std::vector<at::Tensor>&, at::Tensor&) {
+    throw Error("internal error: " + host_->spec().text() + " has no allgather payload to decode");
+}
+
+void DeviceCodec::decode_sum(const at::Tensor&, int, at::Tensor&, at::Tensor*) {
+    throw Error("internal error: " + host_->spec().text() + " has no allreduced sum to decode");
+}
+
+// ---------------------------------------------------------------- staging through the host
+
+namespace {
+
+at::Tensor on_host(const at::Tensor& x) { return x.to(at::kCPU).contiguous(); }
+
+// Copies a host copy back unless it is the tensor itself.
+void write_back(at::Tensor& target, const at::Tensor& host_copy) {
+    if (!target.is_same(host_copy) && target.numel() > 0) target.copy_(host_copy.view(target.sizes()));
+}
+
+float* floats(at::Tensor& t) { return t.numel() > 0 ? t.data_ptr<float>() : nullptr; }
+
+class StagingCodec : public DeviceCodec {
+public:
+    explicit StagingCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}
+
+    at::Tensor compensate(const at::Tensor& g, at::Tensor& memory, bool memory_zero) override {
+        at::Tensor gh = on_host(g), mh = on_host(memory);
+        const bool ok = host_->compensate(floats(gh), floats(mh), memory_zero);
+        write_back(memory, mh);
+        return device::flag(ok, memory.device());
+    }
+
+    at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) override {
+        at::Tensor th = on_host(t);
+        at::Tensor bytes = at::zeros({host_->buffer_bytes()}, at::kByte);
+        const bool ok = host_->encode(floats(th), update_error, key, bytes.data_ptr<std::uint8_t>());
+        if (payload.numel() > 0) device::bytes_of(payload).copy_(bytes);
+        write_back(t, th);
+        return device::flag(ok, t.device());
+    }
+
+    at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override {
+        std::vector<at::Tensor> held;
+        std::vector<const std::uint8_t*> pointers;
+        for (const auto& p : payloads) {
+            held.push_back(on_host(p));
+            pointers.push_back(held.back().data_ptr<std::uint8_t>());
+        }
+        at::Tensor oh = on_host(out);
+        const bool ok = host_->decode(pointers, floats(oh));
+        write_back(out, oh);
+        return device::flag(ok, out.device());
+    }
+
+    void decode_sum(const at::Tensor& sum, int world, at::Tensor& out, at::Tensor* memory) override {
+        at::Tensor sh = on_host(device::bytes_of(sum)), oh = on_host(out);
+        at::Tensor mh = memory ? on_host(*memory) : at::Tensor();
+        host_->decode_sum(sh.data_ptr<std::uint8_t>(), world, floats(oh), memory ? floats(mh) : nullptr);
+        write_back(out, oh);
+        if (memory) write_back(*memory, mh);
+    }
+
+    std::vector<std::pair<std::string, at::Tensor*>> state() override {
+        // Views of the host codec's vectors, so that writing them writes the state.
+        views_.clear();
+        auto entries = host_->state();
+        views_.reserve(entries.size());
+        std::vector<std::pair<std::string, at::Tensor*>> out;
+        for (auto& [name, values] : entries) {
+            views_.push_back(at::from_blob(values->data(), {static_cast<std::int64_t>(values->size())}, at::kFloat));
+            out.emplace_back(name, &views_.back());
+        }
+        return out;
+    }
+
+private:
+    std::vector<at::Tensor> views_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceCodec> make_staging_codec(std::unique_ptr<TensorCodec> host) {
+    return std::make_unique<StagingCodec>(std::move(host));
+}
+
+}  // namespace acc::compress

@@ -1,0 +1,111 @@
+// One compressor's codec for one parameter tensor, over LibTorch tensors on any device
+// (the device path: CUDA tensors stay on the GPU; CPU tensors run the same ATen code,
+// which is how the tests check it against the host codecs of compress/codecs.hpp).
+//
+// The same protocol as TensorCodec (compensate, encode into the codec's slice of its
+// channel's buffer, decode the aggregate), with the same payload layout, so that host
+// and device payloads can be compared byte for byte. Finite checks come back as 0-dim
+// bool tensors on the codec's device instead of bools, so that a step needs no host
+// synchronisation until the caller looks at them once.
+//
+// Each compressor's file (compressors/<name>.cpp) holds its device codec in a section
+// compiled only into the LibTorch library (ACC_COMPRESS_DEVICE); device_registry.cpp
+// lists the factories. A compressor without a device section gets a codec that stages
+// through host memory and runs its host codec.
+#pragma once
+
+#include "compress/codecs.hpp"
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace acc::compress {
+
+class DeviceCodec {
+public:
+    virtual ~DeviceCodec() = default;
+    /// The host codec of the same tensor: sizes, channel, flags.
+    const TensorCodec& host() const { return *host_; }
+    std::int64_t numel() const { return host_->numel(); }
+    Channel channel() const { return host_->channel(); }
+    std::int64_t payload_bytes() const { return host_->payload_bytes(); }
+    bool error_feedback() const { return host_->error_feedback(); }
+    bool checks_finite() const { return host_->checks_finite(); }
+    bool shared_stream() const { return host_->shared_stream(); }
+
+    /// Error feedback: memory += g, or memory = g when memory_zero (1-D float32 views of
+    /// numel() values). Returns a 0-dim bool tensor: whether the result is finite.
+    virtual at::Tensor compensate(const at::Tensor& g, at::Tensor& memory, bool memory_zero);
+    /// Encodes t into `payload`, a 1-D slice of its channel's buffer on t's device (uint8
+    /// for the gather channel, float32 for fp32_sum and sparse_sum, float16 for fp16_sum).
+    /// With update_error, t becomes t - decode(payload). Returns a 0-dim bool tensor
+    /// (false: t held NaN or infinity, or fp16 overflowed); always true when the codec
+    /// does not check (checks_finite() false).
+    virtual at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) = 0;
+    /// Allgather channel: out = aggregate of the W workers' payloads (uint8, payload_bytes()
+    /// each). Returns a 0-dim bool tensor: whether every payload was well formed.
+    virtual at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out);
+    /// Allreduce channels: out = mean from the sum of `world` payloads (a slice like encode's);
+    /// with a memory, memory -= out as well.
+    virtual void decode_sum(const at::Tensor& sum, int world, at::Tensor& out, at::Tensor* memory);
+    /// State beyond the error memory (DGC's momentum), by name; tensors of numel() values.
+    virtual std::vector<std::pair<std::string, at::Tensor*>> state() { return {}; }
+
+protected:
+    explicit DeviceCodec(std::unique_ptr<TensorCodec> host) : host_(std::move(host)) {}
+    std::unique_ptr<TensorCodec> host_;
+};
+
+/// The factory a compressor's device section defines.
+using DeviceCodecFactory = std::unique_ptr<DeviceCodec> (*)(std::unique_ptr<TensorCodec> host, const Spec& spec,
+                                                            const CodecOptions& options);
+
+/// The device codec of any compressor for one tensor of this shape (the host codec's
+/// checks apply: UsageError when the level does not fit).
+std::unique_ptr<DeviceCodec> make_device_codec(const Spec& spec, const std::vector<std::int64_t>& shape,
+                                               const CodecOptions& options);
+
+/// The codec that runs the host codec on a host copy of the tensors: the default of a
+/// compressor without a device section.
+std::unique_ptr<DeviceCodec> make_staging_codec(std::unique_ptr<TensorCodec> host);
+
+/// Whether a compressor has a device section (otherwise it stages through host memory).
+bool has_device_codec(const std::string& compressor);
+
+namespace device {
+
+/// uniform_at(key, begin + i) for i < n, as float32 on `device` (bit-identical to the host's).
+at::Tensor uniform(std::uint64_t key, std::int64_t begin, std::int64_t n, const at::Device& device);
+/// A 0-dim bool tensor holding `value`.
+at::Tensor flag(bool value, const at::Device& device);
+/// A 0-dim bool tensor: every value of x is finite.
+at::Tensor all_finite(const at::Tensor& x);
+/// The bytes of x (any dtype, contiguous) as a 1-D uint8 tensor.
+at::Tensor bytes_of(const at::Tensor& x);
+/// `count` values of `type` stored from byte `offset` of the uint8 tensor `bytes`
+/// (a view where aligned, else a copy).
+at::Tensor read_as(const at::Tensor& bytes, std::int64_t offset, std::int64_t count, at::ScalarType type);
+/// Bytes [offset, offset + count * size of type) of each row of the uint8 matrix `rows`
+/// (one payload per row) as a [rows, count] tensor of `type`.
+at::Tensor columns_as(const at::Tensor& rows, std::int64_t offset, std::int64_t count, at::ScalarType type);
+/// Packs bits (bool, n values) LSB first into 32-bit words' bytes: 4 ceil(n / 32) bytes.
+at::Tensor pack_bits(const at::Tensor& bits);
+/// The inverse for a batch: packed [W, bytes] -> bool [W, n].
+at::Tensor unpack_bits(const at::Tensor& packed, std::int64_t n);
+/// QSGD's stochastic rounding of |x| * scale (per element) to at most `levels`, signed,
+/// element i drawing uniform(key, begin + i): the host's qsgd_bucket_portable.
+at::Tensor stochastic_codes(const at::Tensor& x, const at::Tensor& scale, int levels, std::uint64_t key,
+                            std::int64_t begin);
+
+// PowerSGD, batched over B matrices of one shape (the exchange's device path).
+/// Orthogonalizes the columns of each n x r matrix of m [B, n, r] in place: modified
+/// Gram-Schmidt (the host's gram_schmidt, epsilon as there) when gram_schmidt, else QR.
+void orthogonalize(at::Tensor& m, bool gram_schmidt, float epsilon);
+
+}  // namespace device
+}  // namespace acc::compress

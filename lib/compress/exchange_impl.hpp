@@ -1,0 +1,168 @@
+// GradientExchange's inside, private to lib/compress, in parts:
+//   exchange.cpp           levels, layout of the flat buffers, state, the public API
+//   exchange_host.cpp      a step on host memory (raw float loops, compress/codecs.hpp)
+//   exchange_device.cpp    a step on the gradients' device (ATen ops, compress/device_codec.hpp)
+//   exchange_powersgd.cpp  PowerSGD's two rounds on the host, and its Q matrices
+#pragma once
+
+#include "compress/device_codec.hpp"
+#include "compress/exchange.hpp"
+#include "compress/kernels.hpp"
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace acc::compress {
+
+// The channels with a flat buffer of their own, in the order a step launches them:
+// the summed ones (before PowerSGD's P), then the allgather. PowerSGD's low_rank channel
+// has its P and Q buffers instead.
+inline constexpr std::array<Channel, 3> kSumChannels = {Channel::fp32_sum, Channel::fp16_sum, Channel::sparse_sum};
+inline constexpr size_t kChannels = 5;
+
+// The stream every worker shares (randomk's indices), as opposed to one per rank.
+inline constexpr std::uint64_t kSharedStream = ~0ull;
+
+at::ScalarType channel_dtype(Channel c);
+
+struct Slot {
+    TensorInfo info;
+    std::int64_t n = 0;
+    Spec level, effective;
+    bool error_feedback = false;   // keeps an error memory at this level
+    std::vector<float> memory;     // host path: allocated on first use
+    bool memory_used = false;      // memory may hold values that still have to be sent
+    std::unique_ptr<TensorCodec> codec;  // the effective level's, for this tensor
+    // PowerSGD: the matrix view and the warm-start Q (cols x rank, row-major).
+    std::int64_t rows = 0, cols = 0;
+    int rank = 0;
+    std::vector<float> q;          // host path
+    bool fresh_q = true;
+    // Place in its channel's flat buffer (bytes), and in P and Q (elements).
+    std::int64_t offset = 0, p_offset = 0, q_offset = 0;
+    std::int64_t bytes = 0;
+    // During a host step.
+    float* grad = nullptr;  // read at start, overwritten with the aggregate at finish
+    float* t = nullptr;     // the compensated input: memory, or grad itself
+    bool t_in_memory = false;
+    at::Tensor staged;      // a copy of a gradient that is not contiguous (host path: on the host)
+    at::Tensor original;
+    // The device path: its codec and state on the gradients' device.
+    std::unique_ptr<DeviceCodec> device_codec;
+    at::Tensor device_memory;  // n floats (a view into its PowerSGD group's memory)
+    at::Tensor device_q;       // cols x rank
+    at::Tensor device_grad;    // flat view of the gradient (or of `staged`)
+    at::Tensor device_t;       // the compensated input
+    at::Tensor input_finite, encode_finite;  // 0-dim bool flags of this step
+};
+
+// Device path: consecutive PowerSGD tensors of one matrix shape and rank, whose P and Q
+// are contiguous in the P and Q buffers, multiplied in one batched product.
+struct PowerGroup {
+    std::vector<size_t> slots;
+    std::int64_t rows = 0, cols = 0;
+    int rank = 0;
+    std::int64_t p_offset = 0, q_offset = 0;  // elements
+    at::Tensor memory;  // [B, rows, cols]: the slots' error memories
+    at::Tensor m;       // [B, rows, cols]: this step's compensated input
+    at::Tensor finite;  // [B] bool: whether each input is finite
+};
+
+struct GradientExchange::Impl {
+    using Clock = std::chrono::steady_clock;
+
+    comm::Collectives& comm;
+    ExchangeOptions options;
+    CodecOptions codec_options;
+    std::vector<TensorInfo> tensors;
+    std::vector<Spec> levels;
+    std::vector<Slot> slots;
+    std::int64_t epoch = 0;
+    std::int64_t step = 0;
+    kernels::NumpyRandomState powersgd_rng;
+    bool layout_dirty = true;
+    // Which path runs the steps; chosen by the first step's gradients (or the option).
+    bool device_path = false;
+    at::Device device{at::kCPU};
+
+    // Flat buffers of one step (by channel; P and Q apart) and the order of PowerSGD's
+    // matrices in P and Q.
+    std::array<at::Tensor, kChannels> buffer;
+    at::Tensor p, q;
+    std::vector<size_t> powersgd_order;
+    std::vector<PowerGroup> groups;  // device path
+    std::array<std::unique_ptr<comm::Work>, kChannels> sum_work;
+    std::unique_ptr<comm::Work> p_work, q_work;
+    bool in_flight = false;
+    std::vector<float> qt;  // scratch: one Q transposed
+
+    StepStats current, last, total;
+    std::vector<std::int64_t> tensor_bytes;
+
+    Impl(comm::Collectives& c, ExchangeOptions o);
+
+    at::Tensor& channel_buffer(Channel c) { return buffer[static_cast<size_t>(c)]; }
+    int world() const { return comm.world_size(); }
+    std::uint64_t key_of(size_t i, const TensorCodec& codec) const;
+
+    // exchange.cpp: levels, layout, paths.
+    Spec effective_of(const Spec& level) const;
+    void configure(Slot& s, bool keep_codec_state);
+    void apply_level(size_t i, const Spec& level, bool initial);
+    void refresh_effective();
+    void check_agreement();
+    void layout();
+    void group_powersgd();
+    void choose_path(const std::vector<at::Tensor>& grads);
+    std::vector<std::pair<std::string, at::Tensor>> state() const;
+    void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state);
+    [[noreturn]] void not_finite(const Slot& s, const std::string& detail = "") const;
+    [[noreturn]] void malformed(const Slot& s) const;
+    void check_gradients(const std::vector<at::Tensor>& grads) const;
+    std::unique_ptr<comm::Work> launch(at::Tensor& buffer);
+    void wait(std::unique_ptr<comm::Work>& work);
+    std::vector<at::Tensor> gather_payloads();
+    Clock::time_point now() const;
+    void end_step();
+
+    // exchange_host.cpp
+    void bind(const std::vector<at::Tensor>& grads);
+    float* memory_of(Slot& s);
+    bool compensate(Slot& s);
+    void settle_memory(Slot& s);
+    void encode_slot(size_t i, Slot& s);
+    void start_host(const std::vector<at::Tensor>& grads);
+    void finish_host();
+    void decode_gather_host();
+    void decode_dense(int W);
+
+    // exchange_powersgd.cpp
+    void orthogonalize(float* m, std::int64_t n, int r) const;
+    bool gram_schmidt_at(int r) const;
+    void prepare_qs();
+    void transpose_into(const float* src, std::int64_t cols, int r);
+    void powersgd_first_round();
+    void powersgd_second_round();
+    void powersgd_decode(int W);
+
+    // exchange_device.cpp
+    void bind_device(const std::vector<at::Tensor>& grads);
+    at::Tensor& device_memory_of(Slot& s);
+    void compensate_device(size_t i, Slot& s);
+    void settle_memory_device(Slot& s);
+    void start_device(const std::vector<at::Tensor>& grads);
+    void check_flags_device();
+    void finish_device();
+    void decode_gather_device();
+    void decode_dense_device(int W);
+    void powersgd_first_round_device();
+    void powersgd_second_round_device();
+    void powersgd_decode_device(int W);
+    at::Tensor slice_of(Slot& s);
+};
+
+}  // namespace acc::compress

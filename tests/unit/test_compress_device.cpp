@@ -1,0 +1,424 @@
+// The device codecs (compress/device_codec.hpp) on CPU tensors against the host codecs:
+// the same payload bytes where the encoding is deterministic, the same decoded values
+// and error memories to the host tests' tolerances, NaN and infinity refused alike; the
+// batched PowerSGD pieces against the per-matrix host ones; and the whole exchange's
+// device path (forced on CPU) against its host path on 1-3 thread ranks.
+#include "base/error.hpp"
+#include "compress/codecs.hpp"
+#include "compress/device_codec.hpp"
+#include "compress/exchange.hpp"
+#include "compress/kernels.hpp"
+#include "support/thread_collectives.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <mutex>
+
+using namespace acc::compress;
+
+namespace {
+
+const std::vector<std::vector<std::int64_t>> kShapes = {{1}, {37}, {1000}, {33, 7}, {5, 6, 7}, {300, 130}};
+
+const std::vector<std::string> kLevels = {"none",     "fp16",      "powersgd:2", "topk:0.1", "randomk:0.1",
+                                          "signsgd",  "efsignsgd", "qsgd:127",   "qsgd:300", "terngrad"};
+
+std::vector<float> normal(std::int64_t n, std::uint64_t seed, float scale = 1.0f) {
+    at::Tensor t = at::randn({n}, at::make_generator<at::CPUGeneratorImpl>(seed), at::kFloat) * scale;
+    return {t.data_ptr<float>(), t.data_ptr<float>() + n};
+}
+
+at::Tensor tensor_of(const std::vector<float>& v) {
+    return at::from_blob(const_cast<float*>(v.data()), {static_cast<std::int64_t>(v.size())}, at::kFloat).clone();
+}
+
+std::vector<std::uint8_t> bytes_of(const at::Tensor& t) {
+    at::Tensor b = device::bytes_of(t);
+    return {b.data_ptr<std::uint8_t>(), b.data_ptr<std::uint8_t>() + b.numel()};
+}
+
+at::Tensor payload_buffer(const DeviceCodec& codec) {
+    const Channel c = codec.channel();
+    const std::int64_t size = channel_element_bytes(c);
+    at::ScalarType type = c == Channel::gather ? at::kByte : (c == Channel::fp16_sum ? at::kHalf : at::kFloat);
+    return at::zeros({codec.host().buffer_bytes() / size}, type);
+}
+
+void expect_near(const std::vector<float>& host, const at::Tensor& device, float tolerance, const std::string& what) {
+    ASSERT_EQ(static_cast<std::int64_t>(host.size()), device.numel()) << what;
+    at::Tensor d = device.contiguous();
+    const float* p = d.data_ptr<float>();
+    for (size_t i = 0; i < host.size(); ++i)
+        ASSERT_NEAR(host[i], p[i], tolerance * (1.0f + std::fabs(host[i]))) << what << " at " << i;
+}
+
+// One worker's encode on both sides (several steps of error feedback), then the decode
+// of W workers' payloads on both sides.
+struct Pair {
+    std::unique_ptr<TensorCodec> host;
+    std::unique_ptr<DeviceCodec> dev;
+};
+
+Pair make_pair_of(const std::string& level, const std::vector<std::int64_t>& shape, int world = 3) {
+    CodecOptions o;
+    o.world = world;
+    Spec spec = parse_spec(level);
+    return {make_codec(spec, shape, o), make_device_codec(spec, shape, o)};
+}
+
+void check_level(const std::string& level, const std::vector<std::int64_t>& shape) {
+    const std::int64_t n = acc::shape_numel(shape);
+    const std::string what = level + " on " + std::to_string(n) + " values";
+    Pair c = make_pair_of(level, shape);
+    if (c.host->channel() == Channel::low_rank) return;  // both rounds live in the exchange
+    const bool ef = c.host->error_feedback();
+    std::vector<float> memory(static_cast<size_t>(n), 0.0f);
+    at::Tensor dmemory = at::zeros({n}, at::kFloat);
+    std::vector<std::uint8_t> host_payload(static_cast<size_t>(c.host->buffer_bytes()));
+    at::Tensor dpayload = payload_buffer(*c.dev);
+    for (int step = 0; step < 3; ++step) {
+        std::vector<float> g = normal(n, 10 + static_cast<std::uint64_t>(step));
+        const std::uint64_t key = kernels::stream_key(7, static_cast<std::uint64_t>(step), 1, 0);
+        ASSERT_TRUE(c.host->compensate(g.data(), memory.data(), step == 0)) << what;
+        ASSERT_TRUE(c.dev->compensate(tensor_of(g), dmemory, step == 0).item<bool>()) << what;
+        expect_near(memory, dmemory, 1e-5f, what + " compensated memory");
+        ASSERT_TRUE(c.host->encode(memory.data(), ef, key, host_payload.data())) << what;
+        ASSERT_TRUE(c.dev->encode(dmemory, ef, key, dpayload).item<bool>()) << what;
+        EXPECT_EQ(host_payload, bytes_of(dpayload)) << what << " payload at step " << step;
+        expect_near(memory, dmemory, 1e-5f, what + " error memory");
+        // Keep both sides on the same memory, so that rounding differences cannot grow.
+        dmemory.copy_(tensor_of(memory));
+    }
+    // Decode: W different payloads (made by the host), the same bytes on both sides.
+    // Both codecs encode each (randomk decodes at the indices of its last encode).
+    std::vector<std::vector<std::uint8_t>> payloads;
+    for (int w = 0; w < 3; ++w) {
+        std::vector<float> x = normal(n, 100 + static_cast<std::uint64_t>(w));
+        std::vector<std::uint8_t> p(static_cast<size_t>(c.host->buffer_bytes()));
+        const std::uint64_t key = kernels::stream_key(1, 2, 3, static_cast<std::uint64_t>(w));
+        at::Tensor t = tensor_of(x), scratch = payload_buffer(*c.dev);
+        c.dev->encode(t, false, key, scratch);
+        c.host->encode(x.data(), false, key, p.data());
+        payloads.push_back(p);
+    }
+    std::vector<float> host_out(static_cast<size_t>(n));
+    at::Tensor dout = at::full({n}, 42.0f);
+    if (c.host->channel() == Channel::gather) {
+        std::vector<const std::uint8_t*> pointers;
+        std::vector<at::Tensor> tensors;
+        for (auto& p : payloads) {
+            pointers.push_back(p.data());
+            tensors.push_back(at::from_blob(p.data(), {static_cast<std::int64_t>(p.size())}, at::kByte).clone());
+        }
+        ASSERT_TRUE(c.host->decode(pointers, host_out.data())) << what;
+        ASSERT_TRUE(c.dev->decode(tensors, dout).item<bool>()) << what;
+    } else {
+        std::vector<float> host_memory = normal(n, 5), device_memory_values = host_memory;
+        at::Tensor dmem = tensor_of(host_memory);
+        at::Tensor sum = payload_buffer(*c.dev);
+        if (sum.numel() > 0) device::bytes_of(sum).copy_(at::from_blob(payloads[0].data(), {static_cast<std::int64_t>(sum.nbytes())}, at::kByte));
+        c.host->decode_sum(payloads[0].data(), 3, host_out.data(), ef ? host_memory.data() : nullptr);
+        c.dev->decode_sum(sum, 3, dout, ef ? &dmem : nullptr);
+        expect_near(host_memory, dmem, 1e-6f, what + " memory after decode");
+    }
+    expect_near(host_out, dout, 1e-6f, what + " decoded");
+}
+
+}  // namespace
+
+TEST(DeviceCodec, EveryCompressorMatchesItsHostCodec) {
+    for (const auto& level : kLevels)
+        for (const auto& shape : kShapes) check_level(level, shape);
+}
+
+TEST(DeviceCodec, DeterministicPayloadsAreByteIdentical) {
+    // The stochastic ones too: the device draws the host's counter-based stream.
+    for (const std::string level : {"qsgd:2", "qsgd:127", "qsgd:32767", "terngrad", "signsgd", "fp16", "randomk:0.3"}) {
+        Pair c = make_pair_of(level, {4099});
+        std::vector<float> x = normal(4099, 3, 7.0f);
+        x[17] = 0.0f;
+        std::vector<std::uint8_t> host(static_cast<size_t>(c.host->buffer_bytes()));
+        at::Tensor dev = payload_buffer(*c.dev);
+        at::Tensor t = tensor_of(x);
+        const std::uint64_t key = 0x1234567890abcdefull;
+        c.host->encode(x.data(), false, key, host.data());
+        c.dev->encode(t, false, key, dev);
+        EXPECT_EQ(host, bytes_of(dev)) << level;
+    }
+}
+
+TEST(DeviceCodec, UniformNumbersEqualTheHostStream) {
+    for (std::uint64_t key : {0ull, 1ull, 0xfedcba9876543210ull}) {
+        const std::int64_t begin = 4294967000LL;  // crosses 2^32, where the host's index wraps
+        at::Tensor u = device::uniform(key, begin, 600, at::kCPU);
+        for (std::int64_t i = 0; i < 600; ++i)
+            ASSERT_EQ(kernels::uniform_at(key, begin + i), u[i].item<float>()) << key << " " << i;
+    }
+}
+
+TEST(DeviceCodec, RefusesNaNAndInfinityAsTheHostDoes) {
+    for (const auto& level : kLevels) {
+        Pair c = make_pair_of(level, {70});
+        if (c.host->channel() == Channel::low_rank) continue;
+        for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+            std::vector<float> x = normal(70, 4);
+            x[40] = bad;
+            std::vector<float> memory(70, 0.0f);
+            at::Tensor dmemory = at::zeros({70});
+            EXPECT_EQ(c.host->compensate(x.data(), memory.data(), false),
+                      c.dev->compensate(tensor_of(x), dmemory, false).item<bool>())
+                << level;
+            EXPECT_FALSE(c.dev->compensate(tensor_of(x), dmemory, true).item<bool>()) << level;
+            std::vector<std::uint8_t> p(static_cast<size_t>(c.host->buffer_bytes()));
+            at::Tensor dp = payload_buffer(*c.dev);
+            at::Tensor t = tensor_of(x);
+            const bool host_ok = c.host->encode(x.data(), false, 1, p.data());
+            EXPECT_EQ(host_ok, c.dev->encode(t, false, 1, dp).item<bool>()) << level;
+            if (c.host->checks_finite()) {
+                EXPECT_FALSE(host_ok) << level;
+            }
+        }
+    }
+}
+
+TEST(DeviceCodec, Fp16RefusesValuesThatOverflowAfterDividing) {
+    Pair c = make_pair_of("fp16", {4}, 2);
+    at::Tensor dp = payload_buffer(*c.dev);
+    at::Tensor ok = at::tensor(std::vector<float>{1, 2, 131000, 4});  // 65500 after dividing by 2
+    EXPECT_TRUE(c.dev->encode(ok, false, 0, dp).item<bool>());
+    at::Tensor bad = at::tensor(std::vector<float>{1, 2, 131100, 4});  // 65550 rounds to infinity
+    EXPECT_FALSE(c.dev->encode(bad, false, 0, dp).item<bool>());
+}
+
+TEST(DeviceCodec, MalformedSparsePayloadIsReported) {
+    Pair c = make_pair_of("topk:0.5", {10});
+    std::vector<float> x = normal(10, 1);
+    at::Tensor t = tensor_of(x), p = payload_buffer(*c.dev);
+    c.dev->encode(t, false, 0, p);
+    at::Tensor out = at::zeros({10});
+    EXPECT_TRUE(c.dev->decode({p}, out).item<bool>());
+    at::Tensor broken = p.clone();
+    device::bytes_of(broken).narrow(0, 20, 4).copy_(device::bytes_of(at::tensor(std::vector<std::int32_t>{10})));
+    EXPECT_FALSE(c.dev->decode({broken}, out).item<bool>());
+}
+
+TEST(DeviceCodec, DgcSendsTheExactTopKOfItsMomentumCorrectedMemory) {
+    CodecOptions o;
+    o.dgc_momentum = 0.5;
+    auto dev = make_device_codec(parse_spec("dgc:0.1"), {200}, o);
+    at::Tensor memory = at::zeros({200}), u = at::zeros({200});
+    at::Tensor payload = payload_buffer(*dev);
+    for (int step = 0; step < 3; ++step) {
+        at::Tensor g = tensor_of(normal(200, 20 + static_cast<std::uint64_t>(step)));
+        u = u * 0.5f + g;
+        at::Tensor expected = memory + u;
+        ASSERT_TRUE(dev->compensate(g, memory, false).item<bool>());
+        ASSERT_TRUE(at::allclose(memory, expected));
+        at::Tensor before = memory.clone();
+        dev->encode(memory, true, 0, payload);
+        at::Tensor indices = device::read_as(device::bytes_of(payload), 80, 20, at::kInt).to(at::kLong);
+        at::Tensor values = device::read_as(device::bytes_of(payload), 0, 20, at::kFloat);
+        at::Tensor top = std::get<0>(at::sort(std::get<1>(at::topk(before.abs(), 20))));
+        EXPECT_TRUE(at::equal(indices, top));
+        EXPECT_TRUE(at::equal(values, before.index_select(0, top)));
+        // Sent entries leave the memory and the momentum (momentum factor masking).
+        EXPECT_EQ(memory.index_select(0, top).abs().sum().item<float>(), 0.0f);
+        u.index_fill_(0, top, 0.0);
+        EXPECT_TRUE(at::allclose(*dev->state().front().second, u));
+    }
+}
+
+TEST(DeviceCodec, StagingCodecRunsTheHostCodec) {
+    CodecOptions o;
+    Spec spec = parse_spec("qsgd:5");
+    auto host = make_codec(spec, {300}, o);
+    auto staged = make_staging_codec(make_codec(spec, {300}, o));
+    std::vector<float> x = normal(300, 8);
+    std::vector<std::uint8_t> p(static_cast<size_t>(host->payload_bytes()));
+    host->encode(x.data(), false, 9, p.data());
+    at::Tensor t = tensor_of(x), dp = at::zeros({host->payload_bytes()}, at::kByte);
+    EXPECT_TRUE(staged->encode(t, false, 9, dp).item<bool>());
+    EXPECT_EQ(p, bytes_of(dp));
+    std::vector<float> out(300);
+    host->decode({p.data()}, out.data());
+    at::Tensor dout = at::zeros({300});
+    EXPECT_TRUE(staged->decode({dp}, dout).item<bool>());
+    expect_near(out, dout, 0, "staged decode");
+    EXPECT_TRUE(has_device_codec("qsgd"));
+    EXPECT_FALSE(has_device_codec("no-such-compressor"));
+}
+
+TEST(DeviceCodec, BatchedOrthogonalizationEqualsThePerMatrixHostOne) {
+    for (int r : {1, 2, 4}) {
+        at::Tensor m = at::randn({3, 50, r}, at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(r)));
+        m[1].select(1, 0).zero_();  // a zero column stays zero
+        at::Tensor batched = m.clone();
+        device::orthogonalize(batched, true, 0.0f);
+        for (std::int64_t b = 0; b < 3; ++b) {
+            at::Tensor one = m[b].contiguous().clone();
+            kernels::gram_schmidt(one.data_ptr<float>(), 50, r, 0.0f);
+            EXPECT_TRUE(at::allclose(one, batched[b], 1e-5, 1e-6)) << "rank " << r << " matrix " << b;
+        }
+        at::Tensor qr = m.clone();
+        device::orthogonalize(qr, false, 0.0f);
+        for (std::int64_t b = 0; b < 3; ++b)
+            EXPECT_TRUE(at::allclose(std::get<0>(at::linalg_qr(m[b])), qr[b], 1e-5, 1e-6)) << "QR " << b;
+    }
+}
+
+// ---------------------------------------------------------------- the whole exchange
+
+namespace {
+
+std::vector<TensorInfo> exchange_tensors() {
+    return {{"conv", {8, 3, 3, 3}}, {"fc", {20, 30}}, {"fc2", {20, 30}}, {"bias", {37}},
+            {"one", {1}},           {"wide", {10, 60}}};
+}
+
+// Runs `steps` steps on W thread ranks, host or device path; rank r's gradients are
+// seeded by (r, step). Returns rank 0's aggregates of every step, and its last state.
+struct ExchangeRun {
+    std::vector<std::vector<at::Tensor>> aggregates;
+    std::vector<std::pair<std::string, at::Tensor>> state;
+};
+
+ExchangeRun run_exchange(int world, const std::vector<std::string>& levels, bool device_path, int steps,
+                 PowerSgdVariant variant = PowerSgdVariant::pytorch_hook) {
+    ExchangeRun out;
+    std::mutex lock;
+    acc::test::ThreadGroup group(world, 60);
+    group.run([&](int rank, acc::comm::Collectives& comm) {
+        std::vector<Spec> specs;
+        for (const auto& l : levels) specs.push_back(parse_spec(l));
+        ExchangeOptions o;
+        o.device_path_on_cpu = device_path;
+        o.powersgd_variant = variant;
+        o.seed = 3;
+        GradientExchange ex(exchange_tensors(), specs, comm, o);
+        for (int step = 0; step < steps; ++step) {
+            std::vector<at::Tensor> grads;
+            for (const auto& t : exchange_tensors())
+                grads.push_back(at::randn(t.shape, at::make_generator<at::CPUGeneratorImpl>(
+                                                       static_cast<std::uint64_t>(1000 * rank + 10 * step + grads.size()))));
+            ex.step(grads);
+            if (rank == 0) {
+                std::lock_guard<std::mutex> g(lock);
+                out.aggregates.push_back(grads);
+            }
+        }
+        if (rank == 0) out.state = ex.state();
+    });
+    return out;
+}
+
+void expect_same_runs(const ExchangeRun& host, const ExchangeRun& dev, double tolerance, const std::string& what) {
+    ASSERT_EQ(host.aggregates.size(), dev.aggregates.size());
+    for (size_t s = 0; s < host.aggregates.size(); ++s)
+        for (size_t i = 0; i < host.aggregates[s].size(); ++i)
+            EXPECT_TRUE(at::allclose(host.aggregates[s][i], dev.aggregates[s][i], tolerance, tolerance))
+                << what << ": step " << s << " tensor " << i << " differs by "
+                << (host.aggregates[s][i] - dev.aggregates[s][i]).abs().max().item<float>();
+    ASSERT_EQ(host.state.size(), dev.state.size()) << what;
+    for (size_t i = 0; i < host.state.size(); ++i) {
+        EXPECT_EQ(host.state[i].first, dev.state[i].first) << what;
+        EXPECT_TRUE(at::allclose(host.state[i].second.to(at::kDouble), dev.state[i].second.to(at::kDouble), tolerance,
+                                 tolerance))
+            << what << ": state " << host.state[i].first;
+    }
+}
+
+}  // namespace
+
+TEST(DeviceExchange, DevicePathEqualsHostPathForEveryCompressor) {
+    for (const std::string level : {"none", "fp16", "topk:0.2", "randomk:0.2", "signsgd", "efsignsgd", "qsgd:127",
+                                    "terngrad", "powersgd:1", "powersgd:2"}) {
+        std::vector<std::string> levels(exchange_tensors().size(), level);
+        for (int world : {1, 3}) {
+            ExchangeRun host = run_exchange(world, levels, false, 3);
+            ExchangeRun dev = run_exchange(world, levels, true, 3);
+            expect_same_runs(host, dev, 1e-4, level + " on " + std::to_string(world) + " ranks");
+        }
+    }
+}
+
+TEST(DeviceExchange, MixedLevelsAndBothPowerSgdVariants) {
+    // Two tensors of one shape share a batched product; QR above rank 2.
+    const std::vector<std::string> levels = {"powersgd:4", "powersgd:4", "powersgd:4", "qsgd:3", "signsgd", "powersgd:2"};
+    for (auto variant : {PowerSgdVariant::pytorch_hook, PowerSgdVariant::accordion}) {
+        ExchangeRun host = run_exchange(2, levels, false, 3, variant);
+        ExchangeRun dev = run_exchange(2, levels, true, 3, variant);
+        expect_same_runs(host, dev, 1e-4, "mixed");
+    }
+}
+
+TEST(DeviceExchange, RefusesNaNAndNamesTheTensor) {
+    acc::test::ThreadGroup group(1, 30);
+    for (const std::string level : {"signsgd", "topk:0.1", "powersgd:2", "fp16"}) {
+        std::string message;
+        group.run([&](int, acc::comm::Collectives& comm) {
+            ExchangeOptions o;
+            o.device_path_on_cpu = true;
+            GradientExchange ex({{"w", {6, 5}}}, {parse_spec(level)}, comm, o);
+            at::Tensor g = at::ones({6, 5});
+            g[2][3] = std::numeric_limits<float>::quiet_NaN();
+            try {
+                ex.step({g});
+            } catch (const acc::Error& e) {
+                message = e.what();
+            }
+        });
+        EXPECT_NE(message.find("w: gradient holds NaN or infinity"), std::string::npos) << level << ": " << message;
+    }
+}
+
+TEST(DeviceExchange, StateMovesBetweenThePaths) {
+    // A checkpoint of the device path restores into the host path and goes on alike.
+    acc::test::ThreadGroup group(1, 30);
+    group.run([&](int, acc::comm::Collectives& comm) {
+        std::vector<Spec> specs = {parse_spec("powersgd:2"), parse_spec("topk:0.3")};
+        std::vector<TensorInfo> tensors = {{"m", {12, 9}}, {"v", {50}}};
+        ExchangeOptions on_device;
+        on_device.device_path_on_cpu = true;
+        GradientExchange a(tensors, specs, comm, on_device), b(tensors, specs, comm);
+        auto grads = [](int step) {
+            return std::vector<at::Tensor>{at::randn({12, 9}, at::make_generator<at::CPUGeneratorImpl>(step)),
+                                           at::randn({50}, at::make_generator<at::CPUGeneratorImpl>(100 + step))};
+        };
+        auto ga = grads(0);
+        a.step(ga);
+        b.load_state(a.state());
+        for (int step = 1; step < 3; ++step) {
+            auto x = grads(step), y = grads(step);
+            a.step(x);
+            b.step(y);
+            for (size_t i = 0; i < x.size(); ++i) EXPECT_TRUE(at::allclose(x[i], y[i], 1e-4, 1e-4)) << step << " " << i;
+        }
+    });
+}
+
+TEST(DeviceExchange, DgcKeepsItsMomentumAndSendsKEntries) {
+    acc::test::ThreadGroup group(1, 30);
+    group.run([&](int, acc::comm::Collectives& comm) {
+        ExchangeOptions o;
+        o.device_path_on_cpu = true;
+        GradientExchange ex({{"v", {100}}}, {parse_spec("dgc:0.1")}, comm, o);
+        for (int step = 0; step < 2; ++step) {
+            at::Tensor g = at::randn({100}, at::make_generator<at::CPUGeneratorImpl>(step + 1));
+            ex.step({g});
+            EXPECT_EQ(g.ne(0).sum().item<std::int64_t>(), 10);
+            EXPECT_EQ(ex.last_step().bytes, wire_bytes(parse_spec("dgc:0.1"), {100}));
+        }
+        bool found = false;
+        for (const auto& [name, value] : ex.state())
+            if (name == "v/dgc_momentum") {
+                found = true;
+                EXPECT_EQ(value.numel(), 100);
+                EXPECT_EQ(value.eq(0).sum().item<std::int64_t>(), 10);  // masked where last sent
+            }
+        EXPECT_TRUE(found);
+    });
+}
