@@ -78,6 +78,12 @@ public:
         host_->broadcast(t, 0);
         return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
     }
+    std::vector<std::int32_t> broadcast_indices(std::vector<std::int32_t> values, size_t count) {
+        values.resize(count);
+        torch::Tensor t = torch::tensor(std::vector<std::int64_t>(values.begin(), values.end()), torch::kLong);
+        host_->broadcast(t, 0);
+        return std::vector<std::int32_t>(t.data_ptr<std::int64_t>(), t.data_ptr<std::int64_t>() + t.numel());
+    }
     std::vector<std::int64_t> gather(std::int64_t value) {
         std::vector<std::int64_t> out;
         for (const auto& part : host_->allgather(torch::tensor(std::vector<std::int64_t>{value}, torch::kLong)))
@@ -99,8 +105,8 @@ private:
 // What rank 0 tells every rank before an epoch.
 struct EpochOrders {
     double lr = 0;
-    std::int64_t batch_size = 0;  // per rank
-    std::vector<std::string> levels;
+    std::int64_t batch_size = 0;       // per rank
+    std::vector<std::int32_t> level;  // per parameter: index into the run's level table
 };
 
 // Rank 0's view of the whole run: the plan and everything only it writes.
@@ -215,12 +221,13 @@ nlohmann::json epoch_json(std::int64_t epoch, const io::MetricsEpoch& m, const s
 }
 
 // Rank 0 builds the plan from the options (and the schedule file) and checks it against the model.
-RunPlan make_plan(const TrainDistConfig& c, const std::vector<io::Parameter>& parameters, int world) {
+RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
+                  const std::vector<io::Parameter>& parameters, int world) {
     const std::int64_t epochs = c.train.epochs;
     switch (c.mode()) {
-    case Mode::fixed: return RunPlan::fixed(parameters, c.compress, epochs);
+    case Mode::fixed: return RunPlan::fixed(parameters, c.fixed_level(), epochs);
     case Mode::schedule: {
-        io::Schedule s = io::read_schedule(c.schedule);
+        const io::Schedule& s = schedule.value();
         check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend == "last", world, c.batch_size_given);
         return RunPlan::from_schedule(s, parameters, epochs);
     }
@@ -244,7 +251,7 @@ io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const 
     r.world_size = world;
     r.seed = static_cast<std::int64_t>(c.train.seed);
     r.mode = mode_name(c.mode());
-    if (c.mode() == Mode::fixed) r.compress = compress::parse_spec(c.compress.empty() ? "none" : c.compress).text();
+    if (c.mode() == Mode::fixed) r.compress = c.fixed_level().text();
     if (c.mode() == Mode::schedule) {
         r.schedule = c.schedule;
         r.schedule_mode = plan.batch_mode() ? "batch" : "compression";
@@ -252,17 +259,18 @@ io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const 
     if (c.mode() == Mode::accordion) {
         r.eta = c.accordion_config.eta;
         r.interval = c.accordion_config.interval;
-        r.low = compress::parse_spec(c.accordion_config.low).text();
-        r.high = compress::parse_spec(c.accordion_config.high).text();
+        r.low = c.accordion_config.low.text();
+        r.high = c.accordion_config.high.text();
     }
     r.backend = comm::backend_name(backend);
     r.device = c.train.device;
     m.parameters = parameters;
-    m.levels = plan.levels();
+    m.levels = plan.level_names();
     return m;
 }
 
-int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm::Backend backend) {
+int train_rank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
+               comm::ProcessGroupCollectives& pg, comm::Backend backend) {
     const train::TrainConfig& t = c.train;
     Group group(pg);
     const int rank = group.rank(), world = group.world();
@@ -314,9 +322,9 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     Leader lead;
     std::string levels_text;
     if (leader) {
-        lead.plan.emplace(make_plan(c, parameters, world));
+        lead.plan.emplace(make_plan(c, schedule, parameters, world));
         levels_text = std::string(lead.plan->batch_mode() ? "batch" : "compression") + "\n" +
-                      join(lead.plan->levels(), "\n");
+                      join(lead.plan->level_names(), "\n");
     }
     {
         std::vector<std::uint8_t> bytes(levels_text.begin(), levels_text.end());
@@ -326,6 +334,14 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
     std::vector<std::string> level_names = split(levels_text, '\n');
     const bool batch_mode = level_names.front() == "batch";
     level_names.erase(level_names.begin());
+    // The level table, parsed once; from here on ranks exchange indices into it.
+    std::vector<compress::Spec> table;
+    for (const auto& name : level_names) table.push_back(compress::parse_spec(name));
+    auto specs_of = [&](const std::vector<std::int32_t>& index) {
+        std::vector<compress::Spec> out;
+        for (auto i : index) out.push_back(table.at(static_cast<size_t>(i)));
+        return out;
+    };
 
     compress::ExchangeOptions compression;
     compression.seed = static_cast<std::uint32_t>(train::mix_seed(t.seed, 0xc0) & 0xffffffffu);
@@ -338,7 +354,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
 
     // Where the run starts: epoch 0, or the checkpoint every rank receives from rank 0.
     std::int64_t start = 0, bytes_total = 0;
-    std::vector<std::string> initial(count, "none");
+    std::vector<std::int32_t> initial(count, 0);
     train::TensorMap my_state;
     if (c.resume) {
         std::vector<std::uint8_t> image = leader ? read_file(checkpoint) : std::vector<std::uint8_t>();
@@ -364,7 +380,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
             const std::int64_t index = last[static_cast<std::int64_t>(p)].item<std::int64_t>();
             if (index < 0 || index >= static_cast<std::int64_t>(level_names.size()))
                 throw FileError(checkpoint, "/extra/run/level holds an unknown level");
-            initial[p] = level_names[static_cast<size_t>(index)];
+            initial[p] = static_cast<std::int32_t>(index);
         }
         const std::string mine = "ranks/" + std::to_string(rank) + "/";
         for (const auto& [name, tensor] : extra)
@@ -385,7 +401,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
         for (auto& p : tensors) group.broadcast_tensor(p);
         for (auto& b : model->buffers()) group.broadcast_tensor(b);
     }
-    DistExchange exchange(tensors, parameters, pg, pg.device(), setup, initial);
+    DistExchange exchange(tensors, parameters, pg, pg.device(), setup, specs_of(initial));
     if (c.resume) exchange.load_state(my_state);
     trainer.set_exchange(&exchange);
 
@@ -414,24 +430,22 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
         Doing training("training epoch " + std::to_string(epoch));
         // Rank 0's orders for the epoch: learning rate, batch size per rank, levels.
         std::vector<double> message;
-        std::vector<std::int32_t> level_index;
         EpochLevels decided;
         if (leader) {
             const RunPlan& plan = *lead.plan;
             decided = plan.levels_of(epoch);
             const std::int64_t batch = plan.batch_mode() ? plan.global_batch(epoch) / world : t.batch_size;
             message = {t.schedule.at(epoch) * plan.lr_scale(epoch), static_cast<double>(batch)};
-            for (auto l : decided.level) message.push_back(l);
         }
-        message = group.broadcast(message, 2 + static_cast<std::int64_t>(count));
+        message = group.broadcast(message, 2);
         EpochOrders orders;
         orders.lr = message[0];
         orders.batch_size = static_cast<std::int64_t>(message[1]);
-        for (size_t p = 0; p < count; ++p) {
-            level_index.push_back(static_cast<std::int32_t>(message[2 + p]));
-            orders.levels.push_back(level_names.at(static_cast<size_t>(level_index.back())));
-        }
-        exchange.set_levels(orders.levels);
+        orders.level = group.broadcast_indices(decided.level, count);
+        for (auto l : orders.level)
+            if (l < 0 || static_cast<size_t>(l) >= table.size()) throw Error("internal error: level index out of range");
+        const std::vector<std::int32_t>& level_index = orders.level;
+        exchange.set_levels(specs_of(orders.level));
         exchange.set_epoch(epoch);
         trainer.optimizer().set_momentum_in_gradient(exchange.momentum_in_gradient());
         trainer.set_batch_size(orders.batch_size);
@@ -518,7 +532,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
             train::CheckpointInfo saved{epoch + 1, trainer.global_step(), t.model, t.data.name, trainer.batch_size(),
                                         world,     t.seed,                c.provenance};
             trainer.save_checkpoint(checkpoint, saved, extra);
-            spdlog::info("{}", epoch_line(epoch, t.epochs, m, levels_summary(plan, level_index)));
+            spdlog::info("{}", epoch_line(epoch, t.epochs, m, levels_summary(table, level_index)));
             history.push_back(epoch_json(epoch, m, level_names));
         }
     }
@@ -558,7 +572,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
 }
 
 // One rank: join the group, train, and on any failure tell the others why.
-int run_rank(const TrainDistConfig& c, comm::Backend backend) {
+int run_rank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule, comm::Backend backend) {
 #ifdef __GLIBC__
     // Every step frees and allocates the same large activation and gradient tensors.
     // glibc would hand most of them back to the kernel and fault the pages in again
@@ -579,7 +593,7 @@ int run_rank(const TrainDistConfig& c, comm::Backend backend) {
     auto pg = comm::ProcessGroupCollectives::join(rendezvous, backend);
     int code = cli::kExitOk;
     try {
-        code = train_rank(c, *pg, backend);
+        code = train_rank(c, schedule, *pg, backend);
         pg->finish();
     } catch (const std::exception& e) {
         pg->abort(e.what());
@@ -592,13 +606,15 @@ int run_rank(const TrainDistConfig& c, comm::Backend backend) {
 
 int run_train_dist(TrainDistConfig c, int argc, char** argv) {
     validate(c);
-    // A bad schedule stops the run before any rank starts; only rank 0 (or the launcher) reads it.
-    if (c.mode() == Mode::schedule && comm::resolve_rendezvous(c.rendezvous).rank == 0) io::read_schedule(c.schedule);
+    // A bad schedule stops the run before any rank starts; only rank 0 (or the launcher) reads it, once.
+    std::optional<io::Schedule> schedule;
+    if (c.mode() == Mode::schedule && comm::resolve_rendezvous(c.rendezvous).rank == 0)
+        schedule = io::read_schedule(c.schedule);
     if (c.train.device == "cuda" && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
     const comm::Backend backend = backend_of(c);
     comm::check_backend_available(backend);
-    return comm::run_ranks(c.rendezvous, argc, argv, "train-dist", [&] { return run_rank(c, backend); });
+    return comm::run_ranks(c.rendezvous, argc, argv, "train-dist", [&] { return run_rank(c, schedule, backend); });
 }
 
 }  // namespace acc::dist

@@ -2,10 +2,12 @@
 #pragma once
 
 #include "comm/rendezvous.hpp"
+#include "compress/spec.hpp"
 #include "io/header.hpp"
 #include "train/config.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace CLI {
@@ -22,8 +24,8 @@ enum class Mode {
 };
 
 struct AccordionConfig {
-    std::string low = "powersgd:2";   ///< level of critical epochs (little compression)
-    std::string high = "powersgd:1";  ///< level of the other epochs
+    compress::Spec low{"powersgd", 2};   ///< level of critical epochs (little compression)
+    compress::Spec high{"powersgd", 1};  ///< level of the other epochs
     double eta = 0.5;                 ///< threshold on the relative change of the norm
     std::int64_t interval = 10;       ///< epochs between decisions
 };
@@ -31,7 +33,7 @@ struct AccordionConfig {
 struct TrainDistConfig {
     train::TrainConfig train;
     comm::RendezvousConfig rendezvous;
-    std::string compress;             ///< --compress; empty: none
+    std::optional<compress::Spec> compress;  ///< --compress, parsed where it is read; not given: none
     std::string schedule;             ///< --schedule file; empty: no schedule
     std::string schedule_extend;      ///< --schedule-extend: "" (a short schedule is an error) or "last"
     bool accordion = false;           ///< --accordion
@@ -50,6 +52,8 @@ struct TrainDistConfig {
     Mode mode() const {
         return accordion ? Mode::accordion : !schedule.empty() ? Mode::schedule : Mode::fixed;
     }
+    /// The level of Mode::fixed.
+    compress::Spec fixed_level() const { return compress ? *compress : compress::Spec{"none", 0}; }
 };
 
 /// Adds train-dist's own options (--compress, --schedule, --accordion, ...) and the

@@ -11,12 +11,30 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 namespace acc::dist {
 namespace {
 
 // 64 GiB: buckets are buffers in memory; a larger one cannot be meant.
 constexpr double kMaxBucketMb = 65536;
+
+// A level option: parsed into a Spec once, where it is read, so that nothing later handles its text.
+CLI::Option* add_spec_option(CLI::App& app, const std::string& name, const std::string& description,
+                             std::function<void(compress::Spec)> store) {
+    return app
+        .add_option_function<std::string>(
+            name,
+            [name, store](const std::string& text) {
+                try {
+                    store(compress::parse_spec(text));
+                } catch (const UsageError& e) {
+                    throw CLI::ValidationError(name, e.what());
+                }
+            },
+            description)
+        ->type_name("SPEC");
+}
 
 }  // namespace
 
@@ -27,11 +45,10 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
     batch->each([&c](const std::string&) { c.batch_size_given = true; });
 
     const std::string group = "Communication";
-    auto* compress = app.add_option("--compress", c.compress,
-                                    "Compress every matrix parameter's gradient with this level: " +
-                                        compress::spec_list() + " [none]")
-                         ->type_name("SPEC")
-                         ->default_str("")
+    auto* compress = add_spec_option(app, "--compress",
+                                     "Compress every matrix parameter's gradient with this level: " +
+                                         compress::spec_list() + " [none]",
+                                     [&c](compress::Spec s) { c.compress = std::move(s); })
                          ->group(group);
     auto* schedule = app.add_option("--schedule", c.schedule,
                                     "Follow a regime-detect schedule: its level per epoch and parameter, or its "
@@ -49,12 +66,14 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
     compress->excludes(schedule)->excludes(accordion);
     schedule->excludes(accordion);
     const std::string accordion_group = "Accordion (with --accordion)";
-    app.add_option("--low", c.accordion_config.low, "Level of critical regimes (little compression)")
-        ->type_name("SPEC")
+    add_spec_option(app, "--low", "Level of critical regimes (little compression)",
+                    [&c](compress::Spec s) { c.accordion_config.low = std::move(s); })
+        ->default_str(c.accordion_config.low.text())
         ->needs(accordion)
         ->group(accordion_group);
-    app.add_option("--high", c.accordion_config.high, "Level elsewhere (more compression)")
-        ->type_name("SPEC")
+    add_spec_option(app, "--high", "Level elsewhere (more compression)",
+                    [&c](compress::Spec s) { c.accordion_config.high = std::move(s); })
+        ->default_str(c.accordion_config.high.text())
         ->needs(accordion)
         ->group(accordion_group);
     app.add_option("--eta", c.accordion_config.eta,
@@ -96,34 +115,18 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
     comm::add_rendezvous_options(app, c.rendezvous);
 }
 
-namespace {
-
-// Parses a level, naming the option in the message.
-void check_spec(const std::string& option, const std::string& spec) {
-    try {
-        compress::parse_spec(spec);
-    } catch (const UsageError& e) {
-        throw UsageError(option + ": " + e.what());
-    }
-}
-
-}  // namespace
-
 void validate(const TrainDistConfig& c) {
     train::TrainConfig t = c.train;
     // A batch schedule may set batches larger than --batch-size, which micro-batches then split.
     if (!c.schedule.empty() && !c.batch_size_given) t.batch_size = std::max(t.batch_size, t.micro_batch_size);
     train::validate(t);
-    const int modes = (!c.compress.empty() ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0);
+    const int modes = (c.compress ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0);
     if (modes > 1) throw UsageError("--compress, --schedule and --accordion: choose one");
-    if (!c.compress.empty()) check_spec("--compress", c.compress);
     if (!c.schedule_extend.empty() && c.schedule_extend != "last")
         throw UsageError("--schedule-extend: must be 'last', not '" + c.schedule_extend + "'");
     if (!c.schedule_extend.empty() && c.schedule.empty()) throw UsageError("--schedule-extend: needs --schedule");
     if (c.accordion) {
         const AccordionConfig& a = c.accordion_config;
-        check_spec("--low", a.low);
-        check_spec("--high", a.high);
         if (!(a.eta > 0) || !std::isfinite(a.eta)) throw UsageError("--eta: must be a number > 0");
         if (a.interval < 1) throw UsageError("--interval: must be at least 1 epoch");
     }
@@ -151,9 +154,9 @@ std::string shared_settings(const TrainDistConfig& c) {
                                        std::to_string(t.schedule.warmup_lr), std::to_string(t.schedule.decay_factor),
                                        std::to_string(t.optimizer.momentum), std::to_string(t.optimizer.nesterov),
                                        std::to_string(t.optimizer.weight_decay), std::to_string(t.clip_norm),
-                                       std::to_string(t.eval_every), std::to_string(t.seed), t.device, c.compress,
+                                       std::to_string(t.eval_every), std::to_string(t.seed), t.device, c.compress ? c.compress->text() : "",
                                        c.schedule, c.schedule_extend, std::to_string(c.accordion),
-                                       c.accordion_config.low, c.accordion_config.high,
+                                       c.accordion_config.low.text(), c.accordion_config.high.text(),
                                        std::to_string(c.accordion_config.eta), std::to_string(c.accordion_config.interval),
                                        c.backend, std::to_string(c.bucket_mb), std::to_string(c.first_bucket_mb),
                                        std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume)};
