@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-namespace acc::train {
+namespace acc::app {
 
 struct GradDumpConfig {
-    TrainConfig train;
+    train::TrainConfig train;
     std::string output = "grads.h5";            ///< gradient-statistics file (accordion.grads)
     std::string checkpoint;                     ///< empty: default_checkpoint_path(output)
     bool resume = false;                        ///< continue from the checkpoint
@@ -36,4 +36,4 @@ std::string default_checkpoint_path(const std::string& output);
 /// Returns the exit code.
 int run_grad_dump(GradDumpConfig config, int argc, char** argv);
 
-}  // namespace acc::train
+}  // namespace acc::app

@@ -41,7 +41,7 @@ struct ExchangeSetup {
     compress::ExchangeOptions compression;
 };
 
-class DistExchange final : public train::GradientExchange {
+class DistExchange final : public train::GradientSync {
 public:
     /// `parameters` (the model's, in model order) described by `description`;
     /// `levels` (one per parameter) for the first epoch. Collective.

@@ -342,7 +342,7 @@ TEST(Sgd, MomentumOnWeightDecayOnlyForGradientsWithMomentum) {
 namespace {
 
 // Records what the trainer tells it.
-class Probe : public acc::train::GradientExchange {
+class Probe : public acc::train::GradientSync {
 public:
     void before_backward(const acc::train::StepInfo& step, bool accumulated) override {
         calls.push_back("before " + std::to_string(step.step) + (accumulated ? " accumulated" : ""));

@@ -4,7 +4,7 @@
 #include "app/grad_dump.hpp"
 
 int main(int argc, char** argv) {
-    acc::train::GradDumpConfig config;
+    acc::app::GradDumpConfig config;
     return acc::cli::run_tool(
         "grad-dump",
         "Train a model and write its gradient statistics: per epoch and parameter tensor, the L2 norm\n"
@@ -31,6 +31,6 @@ int main(int argc, char** argv) {
         },
         [&] {
             config.provenance = acc::cli::provenance();
-            return acc::train::run_grad_dump(config, argc, argv);
+            return acc::app::run_grad_dump(config, argc, argv);
         });
 }

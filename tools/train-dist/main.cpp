@@ -12,6 +12,6 @@ int main(int argc, char** argv) {
         argc, argv, [&](CLI::App& app) { acc::dist::add_train_dist_options(app, config); },
         [&] {
             config.provenance = acc::cli::provenance();
-            return acc::dist::run_train_dist(config, argc, argv);
+            return acc::app::run_train_dist(config, argc, argv);
         });
 }
