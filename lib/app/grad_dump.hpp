@@ -5,7 +5,7 @@
 #pragma once
 
 #include "comm/rendezvous.hpp"
-#include "io/header.hpp"
+#include "base/provenance.hpp"
 #include "train/config.hpp"
 
 #include <cstdint>
@@ -23,7 +23,7 @@ struct GradDumpConfig {
     bool step_norms = false;                    ///< also store per-step, per-parameter norms
     bool json = false;                          ///< also print the summary as JSON on stdout
     comm::RendezvousConfig rendezvous;          ///< several ranks: torchrun's environment, flags or --nproc
-    io::Provenance provenance;
+    Provenance provenance;
 };
 
 /// "grads.h5" -> "grads.ckpt.h5"; other names get ".ckpt.h5" appended.

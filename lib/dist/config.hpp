@@ -1,4 +1,4 @@
-// train-dist's settings and the command-line options that fill them. No LibTorch here.
+// train-dist's settings (lib/app/train_dist_options.cpp fills them from the command line). No LibTorch here.
 #pragma once
 
 #include "comm/rendezvous.hpp"
@@ -9,10 +9,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-
-namespace CLI {
-class App;
-}
 
 namespace acc::dist {
 
@@ -55,10 +51,6 @@ struct TrainDistConfig {
     /// The level of Mode::fixed.
     compress::Spec fixed_level() const { return compress ? *compress : compress::Spec{"none", 0}; }
 };
-
-/// Adds train-dist's own options (--compress, --schedule, --accordion, ...) and the
-/// shared training and rendezvous options to `app`.
-void add_train_dist_options(CLI::App& app, TrainDistConfig& config);
 
 /// Checks what can be checked without the model and data; throws UsageError naming the option.
 void validate(const TrainDistConfig& config);

@@ -1,6 +1,7 @@
 // lib/dist without LibTorch: the levels of each epoch from --compress, from a
 // schedule (checked against the model, every mismatch named), and from
 // Accordion's rule online, which must decide as regime-detect does offline.
+#include "app/train_dist_options.hpp"
 #include "base/error.hpp"
 #include "dist/config.hpp"
 #include "dist/run_plan.hpp"
@@ -214,7 +215,7 @@ TEST(Options, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     auto parse = [](std::vector<std::string> args) {
         TrainDistConfig config;
         CLI::App app;
-        add_train_dist_options(app, config);
+        acc::app::add_train_dist_options(app, config);
         args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
         std::reverse(args.begin(), args.end());
         app.parse(args);
