@@ -1,5 +1,6 @@
 #include "app/grad_dump.hpp"
 
+#include "app/rank_session.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
@@ -21,17 +22,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <optional>
 #include <sys/stat.h>
-#include <unistd.h>
 
-namespace acc::train {
+namespace acc::app {
 namespace {
+
+using namespace acc::train;
 
 bool file_exists(const std::string& path) {
     struct stat st;
@@ -65,52 +64,13 @@ void check_destinations(const GradDumpConfig& c) {
 // What a checkpoint records of the options, as text in a tensor of bytes.
 const char* const kOptionsEntry = "run/options";
 
-torch::Tensor text_tensor(const std::string& text) {
-    return torch::tensor(std::vector<std::int64_t>(text.begin(), text.end()), torch::kLong).to(torch::kUInt8);
-}
-
-std::string tensor_text(const torch::Tensor& t) {
-    torch::Tensor c = t.to(torch::kCPU, torch::kUInt8).contiguous();
-    return std::string(reinterpret_cast<const char*>(c.data_ptr<std::uint8_t>()), static_cast<size_t>(c.numel()));
-}
-
-// The options a checkpoint recorded, read before its weights: other model options
-// would otherwise fail the load with a message about shapes. Empty when the file
-// has none (or cannot be read: loading it then says why).
-std::string recorded_options(const std::string& path) {
-    try {
-        const io::H5File f = io::H5File::open(path, false);
-        const std::string name = std::string("/extra/") + kOptionsEntry;
-        if (!f.exists("/extra") || !f.exists("/extra/run") || !f.exists(name)) return "";
-        const auto bytes = f.read<std::uint8_t>(name);
-        return std::string(bytes.begin(), bytes.end());
-    } catch (const Error&) {
-        return "";
-    }
-}
-
-void check_options(const std::string& path, const std::string& recorded, const GradDumpConfig& c) {
-    const auto changed = changed_settings(recorded, resume_settings(c.train));
-    if (!changed.empty())
-        throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") +
-                         "; resume with the options of the original run");
-}
-
-// A resumed run must be the same run: the checkpoint says what it was. Checkpoints
-// written before they recorded the options are checked on what CheckpointInfo holds.
-void check_same_run(const std::string& path, const CheckpointInfo& info, const TensorMap& extra,
-                    const GradDumpConfig& c, int world_size) {
-    if (auto it = extra.find(kOptionsEntry); it != extra.end()) check_options(path, tensor_text(it->second), c);
-    auto differs = [&](const std::string& option, const std::string& then, const std::string& now) {
-        if (then != now)
-            throw UsageError("--resume: " + path + " is from a run with " + option + " " + then + ", not " + now +
-                             "; resume with the options of the original run");
-    };
-    differs("--model", info.model, c.train.model);
-    differs("--dataset", info.dataset, c.train.data.name);
-    differs("--batch-size", std::to_string(info.batch_size), std::to_string(c.train.batch_size));
-    differs("--seed", std::to_string(info.seed), std::to_string(c.train.seed));
-    differs("world size", std::to_string(info.world_size), std::to_string(world_size));
+// What a resumed run must share with the checkpoint's run beyond the recorded options.
+std::vector<SameRunSetting> same_run_settings(const CheckpointInfo& info, const GradDumpConfig& c, int world_size) {
+    return {{"--model", info.model, c.train.model},
+            {"--dataset", info.dataset, c.train.data.name},
+            {"--batch-size", std::to_string(info.batch_size), std::to_string(c.train.batch_size)},
+            {"--seed", std::to_string(info.seed), std::to_string(c.train.seed)},
+            {"world size", std::to_string(info.world_size), std::to_string(world_size)}};
 }
 
 std::string epoch_line(std::int64_t epoch, std::int64_t epochs, const io::EpochStats& s, bool text,
@@ -170,7 +130,7 @@ void add_snapshot(io::GradsWriter& writer, const GradientRecorder& recorder) {
 
 // The trainer's exchange hook: every tensor at level `none`, that is one averaged
 // fp32 allreduce of all gradients per step (compress::GradientExchange).
-class AveragingExchange final : public GradientExchange {
+class AveragingExchange final : public GradientSync {
 public:
     AveragingExchange(const std::vector<io::Parameter>& parameters, comm::Collectives& comm)
         : exchange_(parameters, std::vector<compress::Spec>(parameters.size(), compress::parse_spec("none")),
@@ -194,98 +154,6 @@ public:
 private:
     compress::GradientExchange exchange_;
 };
-
-// Copies rank 0's tensors into every rank's (through host memory: Gloo).
-void broadcast_from_rank0(comm::Collectives& comm, const std::vector<torch::Tensor>& tensors) {
-    torch::NoGradGuard no_grad;
-    for (const auto& t : tensors) {
-        at::Tensor host = t.detach().to(torch::kCPU).contiguous();
-        comm.broadcast(host, 0);
-        if (host.data_ptr() != t.data_ptr()) t.copy_(host);
-    }
-}
-
-std::vector<torch::Tensor> buffers_of(Model& model) {
-    std::vector<torch::Tensor> out;
-    for (const auto& b : model.buffers()) out.push_back(b);
-    return out;
-}
-
-std::string hex(std::uint64_t value) {
-    char buffer[20];
-    std::snprintf(buffer, sizeof buffer, "%016llx", static_cast<unsigned long long>(value));
-    return buffer;
-}
-
-// Data-parallel training keeps one model: every rank must hold rank 0's weights and buffers.
-void check_same_model(comm::Collectives& comm, Model& model, std::int64_t epoch) {
-    std::vector<torch::Tensor> tensors = model.parameters();
-    for (const auto& b : buffers_of(model)) tensors.push_back(b);
-    const std::uint64_t mine = checksum(tensors);
-    spdlog::debug("weights after epoch {}: checksum {}", epoch, hex(mine));
-    at::Tensor sum = at::full({1}, static_cast<std::int64_t>(mine), at::kLong);
-    std::vector<at::Tensor> all = comm.allgather(sum);
-    for (size_t r = 1; r < all.size(); ++r)
-        if (all[r].item<std::int64_t>() != all[0].item<std::int64_t>())
-            throw Error("after epoch " + std::to_string(epoch) + " rank " + std::to_string(r) +
-                        " holds other weights than rank 0 (checksums " +
-                        hex(static_cast<std::uint64_t>(all[r].item<std::int64_t>())) + " and " +
-                        hex(static_cast<std::uint64_t>(all[0].item<std::int64_t>())) +
-                        "); the ranks no longer train one model");
-}
-
-std::vector<char> read_bytes(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FileError(path, "cannot be read");
-    return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// A file in $TMPDIR (else /tmp) that is removed when this goes out of scope.
-class TempFile {
-public:
-    TempFile() {
-        const char* dir = std::getenv("TMPDIR");
-        std::string pattern = std::string(dir && *dir ? dir : "/tmp") + "/grad-dump-XXXXXX";
-        std::vector<char> name(pattern.begin(), pattern.end());
-        name.push_back('\0');
-        const int fd = ::mkstemp(name.data());
-        if (fd < 0) throw FileError(pattern, "cannot create a temporary file for the checkpoint rank 0 sent");
-        ::close(fd);
-        path_ = name.data();
-    }
-    ~TempFile() { std::remove(path_.c_str()); }
-    TempFile(const TempFile&) = delete;
-    TempFile& operator=(const TempFile&) = delete;
-    const std::string& path() const { return path_; }
-
-private:
-    std::string path_;
-};
-
-// Every rank resumes from rank 0's checkpoint. Rank 0 sends the file's bytes, since
-// other ranks may run on machines that cannot see it.
-CheckpointInfo load_checkpoint_from_rank0(Trainer& trainer, const std::string& path, comm::Collectives& comm,
-                                          TensorMap* extra) {
-    std::vector<char> bytes;
-    if (comm.rank() == 0) bytes = read_bytes(path);
-    at::Tensor size = at::full({1}, static_cast<std::int64_t>(bytes.size()), at::kLong);
-    comm.broadcast(size, 0);
-    at::Tensor data = comm.rank() == 0 ? at::from_blob(bytes.data(), {size.item<std::int64_t>()}, at::kByte)
-                                       : at::empty({size.item<std::int64_t>()}, at::kByte);
-    comm.broadcast(data, 0);
-    if (comm.rank() == 0) return trainer.load_checkpoint(path, extra);
-    TempFile copy;
-    {
-        std::ofstream out(copy.path(), std::ios::binary);
-        out.write(static_cast<const char*>(data.data_ptr()), static_cast<std::streamsize>(data.numel()));
-        if (!out) throw FileError(copy.path(), "cannot write the checkpoint rank 0 sent");
-    }
-    try {
-        return trainer.load_checkpoint(copy.path(), extra);
-    } catch (const FileError& e) {
-        throw FileError(path, std::string("(as rank 0 sent it) ") + e.what());
-    }
-}
 
 // ---------------------------------------------------------------- reporting
 
@@ -327,151 +195,186 @@ void report(const GradDumpConfig& c, const DataInfo& info, const std::vector<io:
     }
 }
 
-// One rank's run; `comm` is null on a single process. Rank 0 (the only rank of a
+// One rank's run; a single process has no group. Rank 0 (the only rank of a
 // single process) records, writes the files and reports; the other ranks train
 // alongside it and log their own lines at debug level only.
-int train_rank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm) {
-    const TrainConfig& t = c.train;
-    const int rank = comm ? comm->rank() : 0, world_size = comm ? comm->world_size() : 1;
-    const bool leader = rank == 0;
-    const auto level = leader ? spdlog::level::info : spdlog::level::debug;
-    if (leader) check_destinations(c);
-    if (t.threads > 0) torch::set_num_threads(t.threads);
+class DumpRank {
+public:
+    DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm);
+    int run();
 
-    auto data = open_dataset(t.data, t.seed);
-    const DataInfo& info = data->info();
-    const bool text = info.shape.input.empty();
-    spdlog::log(level, "{}: {} training and {} test {}{}, {} {} ({})", info.name, with_commas(info.train_size),
-                with_commas(info.test_size), info.unit, text ? "" : " of " + io::shape_text(info.shape.input),
-                with_commas(info.shape.classes), text ? "words in the vocabulary" : "classes", info.source);
+private:
+    std::int64_t open_outputs();
+    void log_run(std::int64_t start) const;
+    void train_epoch(std::int64_t epoch, cli::Progress& progress);
+    std::vector<torch::Tensor> weights() const;
 
-    torch::manual_seed(t.seed);
-    std::optional<Doing> building(std::in_place, "building the model (--model " + t.model + ")");
-    auto model = make_model(t.model, info.shape, t.model_options);
-    TrainerOptions options = trainer_options(t);
+    const GradDumpConfig& c_;
+    const TrainConfig& t_;
+    comm::ProcessGroupCollectives* comm_;
+    RankSession session_;
+    spdlog::level::level_enum level_;  // rank 0's lines are info, the others' debug
+    std::unique_ptr<Dataset> data_;
+    bool text_ = false;
+    std::shared_ptr<Model> model_;
+    std::unique_ptr<Trainer> trainer_;
+    std::optional<GradientRecorder> recorder_;  // rank 0
+    std::optional<AveragingExchange> exchange_;  // several ranks
+    std::optional<io::GradsWriter> writer_;      // rank 0
+    std::vector<bool> snapshot_;
+    nlohmann::json history_ = nlohmann::json::array();
+};
+
+DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm)
+    : c_(c), t_(c.train), comm_(comm), session_(comm), level_(session_.leader() ? spdlog::level::info : spdlog::level::debug) {
+    if (session_.leader()) check_destinations(c);
+    if (t_.threads > 0) torch::set_num_threads(t_.threads);
+    data_ = open_dataset(t_.data, t_.seed);
+    const DataInfo& info = data_->info();
+    text_ = info.shape.input.empty();
+    spdlog::log(level_, "{}: {} training and {} test {}{}, {} {} ({})", info.name, with_commas(info.train_size),
+                with_commas(info.test_size), info.unit, text_ ? "" : " of " + io::shape_text(info.shape.input),
+                with_commas(info.shape.classes), text_ ? "words in the vocabulary" : "classes", info.source);
+
+    torch::manual_seed(t_.seed);
+    std::optional<Doing> building(std::in_place, "building the model (--model " + t_.model + ")");
+    model_ = make_model(t_.model, info.shape, t_.model_options);
+    TrainerOptions options = trainer_options(t_);
     // One GPU per rank, checked like train-dist's and comm-profile's NCCL ranks.
-    if (comm && t.device == acc::Device::cuda) options.device = comm::rank_gpu(comm->rank(), comm->local_rank());
-    Trainer trainer(model, *data, options, Shard{rank, world_size});
+    if (comm && t_.device == acc::Device::cuda) options.device = comm::rank_gpu(comm->rank(), comm->local_rank());
+    trainer_ = std::make_unique<Trainer>(model_, *data_, options, Shard{session_.rank(), session_.world()});
     building.reset();
-    const auto& parameters = trainer.parameters();
-    const std::int64_t values = total_values(parameters);
-    std::optional<GradientRecorder> recorder;
-    if (leader) {
-        recorder.emplace(trainer.parameter_tensors(), c.step_norms);
-        trainer.set_recorder(&*recorder);
+    if (session_.leader()) {
+        recorder_.emplace(trainer_->parameter_tensors(), c.step_norms);
+        trainer_->set_recorder(&*recorder_);
     }
-    std::optional<AveragingExchange> exchange;
     if (comm) {
-        exchange.emplace(parameters, *comm);
-        trainer.set_exchange(&*exchange);
+        exchange_.emplace(trainer_->parameters(), *comm);
+        trainer_->set_exchange(&*exchange_);
     }
+}
 
-    const torch::Tensor options_tensor = text_tensor(resume_settings(t));
-    std::int64_t start = 0;
-    std::optional<io::GradsWriter> writer;
-    if (c.resume) {
-        if (leader && !file_exists(c.checkpoint))
-            throw FileError(c.checkpoint, "no checkpoint to resume from (one is written after every completed epoch)");
-        if (leader) check_options(c.checkpoint, recorded_options(c.checkpoint), c);
-        TensorMap extra;
-        CheckpointInfo saved = comm ? load_checkpoint_from_rank0(trainer, c.checkpoint, *comm, &extra)
-                                    : trainer.load_checkpoint(c.checkpoint, &extra);
-        check_same_run(c.checkpoint, saved, extra, c, world_size);
-        start = saved.epoch;
-        if (leader) {
-            if (!file_exists(c.output))
-                throw FileError(c.output,
-                                "no such file; --resume continues the gradient-statistics file of the stopped run");
-            writer.emplace(io::GradsWriter::resume(c.output, parameters, start, c.step_norms));
-        }
-        spdlog::log(level, "resuming {} after epoch {} from {}", c.output, start - 1, c.checkpoint);
-    } else if (leader) {
-        io::RunInfo run{t.model, t.data.name, t.batch_size, world_size, static_cast<std::int64_t>(t.seed)};
-        writer.emplace(c.output, c.provenance, run, parameters, c.step_norms);
+// Parameters and buffers: what every rank must share.
+std::vector<torch::Tensor> DumpRank::weights() const {
+    std::vector<torch::Tensor> out = model_->parameters();
+    for (const auto& b : model_->buffers()) out.push_back(b);
+    return out;
+}
+
+// The first epoch to train: 0, or the checkpoint's (which every rank receives from
+// rank 0); rank 0 opens the statistics file, new or the stopped run's.
+std::int64_t DumpRank::open_outputs() {
+    const std::vector<io::Parameter>& parameters = trainer_->parameters();
+    if (!c_.resume) {
+        io::RunInfo run{t_.model, t_.data.name, t_.batch_size, session_.world(), static_cast<std::int64_t>(t_.seed)};
+        if (session_.leader()) writer_.emplace(c_.output, c_.provenance, run, parameters, c_.step_norms);
+        return 0;
     }
-    // Every rank starts from rank 0's model, as PyTorch's DistributedDataParallel does.
-    if (comm) {
-        broadcast_from_rank0(*comm, trainer.parameter_tensors());
-        broadcast_from_rank0(*comm, buffers_of(*model));
+    if (session_.leader() && !file_exists(c_.checkpoint))
+        throw FileError(c_.checkpoint, "no checkpoint to resume from (one is written after every completed epoch)");
+    const std::vector<std::uint8_t> image = session_.checkpoint_image(c_.checkpoint);
+    const std::string settings = resume_settings(t_);
+    check_same_run(c_.checkpoint, recorded_options(image, c_.checkpoint), settings, {});  // before the weights
+    TensorMap extra;
+    const CheckpointInfo saved = trainer_->load_checkpoint_image(image, c_.checkpoint, &extra);
+    check_same_run(c_.checkpoint, extra.count(kOptionsEntry) ? tensor_text(extra.at(kOptionsEntry)) : "", settings,
+                   same_run_settings(saved, c_, session_.world()));
+    if (session_.leader()) {
+        if (!file_exists(c_.output))
+            throw FileError(c_.output, "no such file; --resume continues the gradient-statistics file of the stopped run");
+        writer_.emplace(io::GradsWriter::resume(c_.output, parameters, saved.epoch, c_.step_norms));
     }
-    spdlog::log(level, "{}: {}, {} values; {} per epoch of {} {}{}", t.model,
+    spdlog::log(level_, "resuming {} after epoch {} from {}", c_.output, saved.epoch - 1, c_.checkpoint);
+    return saved.epoch;
+}
+
+void DumpRank::log_run(std::int64_t start) const {
+    const auto& parameters = trainer_->parameters();
+    spdlog::log(level_, "{}: {}, {} values; {} per epoch of {} {}{}", t_.model,
                 count_of(static_cast<std::int64_t>(parameters.size()), "parameter tensor", "parameter tensors"),
-                with_commas(values), count_of(trainer.steps_in_epoch(start), "step", "steps"), t.batch_size,
-                text ? "streams" : info.unit, comm ? " per rank" : "");
-    if (comm)
-        spdlog::log(level,
+                with_commas(total_values(parameters)), count_of(trainer_->steps_in_epoch(start), "step", "steps"),
+                t_.batch_size, text_ ? "streams" : data_->info().unit, comm_ ? " per rank" : "");
+    if (comm_)
+        spdlog::log(level_,
                     "data-parallel on {} ranks ({}): gradients averaged every step ({} per rank in one allreduce); "
                     "rank 0 records its local gradients",
-                    world_size, comm::backend_name(comm->backend()),
-                    count_of(exchange->bytes_per_step(), "byte", "bytes"));
+                    session_.world(), comm::backend_name(comm_->backend()),
+                    count_of(exchange_->bytes_per_step(), "byte", "bytes"));
+}
 
-    std::vector<bool> snapshot(static_cast<size_t>(t.epochs), false);
-    for (std::int64_t e : c.snapshot_epochs) snapshot[static_cast<size_t>(e)] = true;
+int DumpRank::run() {
+    const std::int64_t start = open_outputs();
+    // Every rank starts from rank 0's model, as PyTorch's DistributedDataParallel does.
+    session_.broadcast_from_leader(trainer_->parameter_tensors());
+    session_.broadcast_from_leader(model_->buffers());
+    log_run(start);
+    snapshot_.assign(static_cast<size_t>(t_.epochs), false);
+    for (std::int64_t e : c_.snapshot_epochs) snapshot_[static_cast<size_t>(e)] = true;
 
     cli::Progress::Options progress_options;
-    progress_options.unit = info.unit;
-    if (!leader) progress_options.style = cli::Progress::Style::quiet;
+    progress_options.unit = data_->info().unit;
+    if (!session_.leader()) progress_options.style = cli::Progress::Style::quiet;
     cli::Progress progress(progress_options);
     std::int64_t total_steps = 0;
-    for (std::int64_t e = start; e < t.epochs; ++e) total_steps += trainer.steps_in_epoch(e);
+    for (std::int64_t e = start; e < t_.epochs; ++e) total_steps += trainer_->steps_in_epoch(e);
     progress.begin_run(total_steps);
-
-    nlohmann::json history = nlohmann::json::array();
-    for (std::int64_t epoch = start; epoch < t.epochs; ++epoch) {
-        Doing training("training epoch " + std::to_string(epoch));
-        const double lr = t.schedule.at(epoch);
-        progress.begin_epoch(epoch, t.epochs, trainer.steps_in_epoch(epoch));
-        EpochResult r = trainer.train_epoch(epoch, lr, [&](const StepInfo& step, double loss, std::int64_t samples) {
-            if (writer && c.step_norms) writer->add_step_norms(step.global_step, recorder->last_step_norms());
-            progress.step(samples, loss);
-        });
-        progress.end_epoch();
-        if (comm) {
-            // Batch-norm statistics are each rank's own: all take rank 0's (DDP's broadcast_buffers).
-            broadcast_from_rank0(*comm, buffers_of(*model));
-            check_same_model(*comm, *model, epoch);
-        }
-
-        io::EpochStats s;
-        s.lr = lr;
-        s.loss = r.loss;
-        s.accuracy = r.accuracy;
-        s.steps = r.steps;
-        s.samples = r.samples;
-        s.seconds = r.seconds;
-        if (recorder) s.norm = finite_norms(*recorder, parameters, epoch);
-        // Every rank evaluates (on the same weights), so that none waits on rank 0 longer than a step.
-        if (evaluates_after(t, epoch)) {
-            EvalResult test = trainer.evaluate();
-            s.test_loss = test.loss;
-            s.test_accuracy = test.accuracy;
-        }
-        if (!leader) continue;
-        if (snapshot[static_cast<size_t>(epoch)]) add_snapshot(*writer, *recorder);
-        // The epoch goes into the statistics file before the checkpoint: a run killed
-        // between the two resumes from the older checkpoint and rewrites the epoch.
-        writer->append_epoch(s);
-        CheckpointInfo saved{epoch + 1, trainer.global_step(), t.model, t.data.name, t.batch_size, world_size,
-                             t.seed,    c.provenance};
-        trainer.save_checkpoint(c.checkpoint, saved, {{kOptionsEntry, options_tensor}});
-        spdlog::info("{}", epoch_line(epoch, t.epochs, s, text, info.unit));
-        history.push_back(epoch_json(epoch, s, text));
-    }
-    if (!leader) return cli::kExitOk;
-    writer->finish();
-    report(c, info, parameters, start, history, world_size);
+    for (std::int64_t epoch = start; epoch < t_.epochs; ++epoch) train_epoch(epoch, progress);
+    if (!session_.leader()) return cli::kExitOk;
+    writer_->finish();
+    report(c_, data_->info(), trainer_->parameters(), start, history_, session_.world());
     return cli::kExitOk;
+}
+
+void DumpRank::train_epoch(std::int64_t epoch, cli::Progress& progress) {
+    Doing training("training epoch " + std::to_string(epoch));
+    const double lr = t_.schedule.at(epoch);
+    progress.begin_epoch(epoch, t_.epochs, trainer_->steps_in_epoch(epoch));
+    EpochResult r = trainer_->train_epoch(epoch, lr, [&](const StepInfo& step, double loss, std::int64_t samples) {
+        if (writer_ && c_.step_norms) writer_->add_step_norms(step.global_step, recorder_->last_step_norms());
+        progress.step(samples, loss);
+    });
+    progress.end_epoch();
+    if (comm_) {
+        // Batch-norm statistics are each rank's own: all take rank 0's (DDP's broadcast_buffers).
+        session_.broadcast_from_leader(model_->buffers());
+        session_.check_same_weights(weights(), "weights", epoch, trainer_->global_step());
+    }
+
+    io::EpochStats s;
+    s.lr = lr;
+    s.loss = r.loss;
+    s.accuracy = r.accuracy;
+    s.steps = r.steps;
+    s.samples = r.samples;
+    s.seconds = r.seconds;
+    if (recorder_) s.norm = finite_norms(*recorder_, trainer_->parameters(), epoch);
+    // Every rank evaluates (on the same weights), so that none waits on rank 0 longer than a step.
+    if (evaluates_after(t_, epoch)) {
+        EvalResult test = trainer_->evaluate();
+        s.test_loss = test.loss;
+        s.test_accuracy = test.accuracy;
+    }
+    if (!session_.leader()) return;
+    if (snapshot_[static_cast<size_t>(epoch)]) add_snapshot(*writer_, *recorder_);
+    // The epoch goes into the statistics file before the checkpoint: a run killed
+    // between the two resumes from the older checkpoint and rewrites the epoch.
+    writer_->append_epoch(s);
+    CheckpointInfo saved{epoch + 1, trainer_->global_step(), t_.model, t_.data.name, t_.batch_size, session_.world(),
+                         t_.seed,   c_.provenance};
+    trainer_->save_checkpoint(c_.checkpoint, saved, {{kOptionsEntry, text_tensor(resume_settings(t_))}});
+    spdlog::info("{}", epoch_line(epoch, t_.epochs, s, text_, data_->info().unit));
+    history_.push_back(epoch_json(epoch, s, text_));
 }
 
 // One rank of a run of several joins the process group first, so that anything
 // that goes wrong afterwards reaches the other ranks as a reason, not as a lost peer.
 int dump_rank(const GradDumpConfig& c) {
     const comm::Rendezvous rendezvous = comm::resolve_rendezvous(c.rendezvous);
-    if (rendezvous.world_size == 1) return train_rank(c, nullptr);
+    if (rendezvous.world_size == 1) return DumpRank(c, nullptr).run();
     cli::set_log_rank(rendezvous.rank);
     // Gloo also with --device cuda: the exchange averages the gradients in host memory.
     auto comm = comm::ProcessGroupCollectives::join(rendezvous, comm::Backend::gloo);
-    return comm::run_in_group(*comm, [&] { return train_rank(c, comm.get()); });
+    return comm::run_in_group(*comm, [&] { return DumpRank(c, comm.get()).run(); });
 }
 
 }  // namespace
@@ -491,4 +394,4 @@ int run_grad_dump(GradDumpConfig c, int argc, char** argv) {
     return comm::run_ranks(c.rendezvous, argc, argv, "grad-dump", [&] { return dump_rank(c); });
 }
 
-}  // namespace acc::train
+}  // namespace acc::app

@@ -5,17 +5,17 @@
 #pragma once
 
 #include "comm/rendezvous.hpp"
-#include "io/header.hpp"
+#include "base/provenance.hpp"
 #include "train/config.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace acc::train {
+namespace acc::app {
 
 struct GradDumpConfig {
-    TrainConfig train;
+    train::TrainConfig train;
     std::string output = "grads.h5";            ///< gradient-statistics file (accordion.grads)
     std::string checkpoint;                     ///< empty: default_checkpoint_path(output)
     bool resume = false;                        ///< continue from the checkpoint
@@ -23,7 +23,7 @@ struct GradDumpConfig {
     bool step_norms = false;                    ///< also store per-step, per-parameter norms
     bool json = false;                          ///< also print the summary as JSON on stdout
     comm::RendezvousConfig rendezvous;          ///< several ranks: torchrun's environment, flags or --nproc
-    io::Provenance provenance;
+    Provenance provenance;
 };
 
 /// "grads.h5" -> "grads.ckpt.h5"; other names get ".ckpt.h5" appended.
@@ -36,4 +36,4 @@ std::string default_checkpoint_path(const std::string& output);
 /// Returns the exit code.
 int run_grad_dump(GradDumpConfig config, int argc, char** argv);
 
-}  // namespace acc::train
+}  // namespace acc::app

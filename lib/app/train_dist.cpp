@@ -1,7 +1,7 @@
 #include "app/train_dist.hpp"
 
+#include "app/rank_session.hpp"
 #include "base/error.hpp"
-#include "base/hash.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
 #include "cli/progress.hpp"
@@ -10,10 +10,8 @@
 #include "comm/process_group.hpp"
 #include "dist/exchange.hpp"
 #include "dist/run_plan.hpp"
-#include "dist/staging.hpp"
 #include "dist/state.hpp"
 #include "io/atomic.hpp"
-#include "io/h5.hpp"
 #include "io/metrics.hpp"
 #include "io/schedule.hpp"
 #include "train/datasets.hpp"
@@ -27,7 +25,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -35,14 +32,16 @@
 #include <optional>
 #include <thread>
 
-namespace acc::dist {
+namespace acc::app {
 namespace {
 
-std::vector<std::uint8_t> read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw FileError(path, "cannot be read");
-    return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using dist::AccordionConfig;
+using dist::DistExchange;
+using dist::EpochLevels;
+using dist::ExchangeTotals;
+using dist::Mode;
+using dist::RunPlan;
+using dist::TrainDistConfig;
 
 comm::Backend backend_of(const TrainDistConfig& c) {
     if (c.backend == "nccl" || (c.backend.empty() && c.train.device == acc::Device::cuda)) return comm::Backend::nccl;
@@ -56,67 +55,6 @@ std::string mode_name(Mode mode) {
     case Mode::accordion: return "accordion";
     }
     return "?";
-}
-
-// Small collectives of host values; `host` stages them to the backend's device (NCCL's GPU).
-class Group {
-public:
-    Group(comm::ProcessGroupCollectives& pg) : pg_(pg), host_(staged_collectives(pg, pg.device())) {}
-    comm::Collectives& host() { return *host_; }
-    int rank() const { return pg_.rank(); }
-    int world() const { return pg_.world_size(); }
-    bool leader() const { return pg_.rank() == 0; }
-
-    std::vector<double> sum(const std::vector<double>& values) {
-        torch::Tensor t = torch::tensor(values, torch::kFloat64);
-        host_->allreduce(t, comm::ReduceOp::sum);
-        return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-    }
-    std::vector<double> broadcast(std::vector<double> values, std::int64_t count) {
-        values.resize(static_cast<size_t>(count));
-        torch::Tensor t = torch::tensor(values, torch::kFloat64);
-        host_->broadcast(t, 0);
-        return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
-    }
-    std::vector<std::int64_t> gather(std::int64_t value) {
-        std::vector<std::int64_t> out;
-        for (const auto& part : host_->allgather(torch::tensor(std::vector<std::int64_t>{value}, torch::kLong)))
-            out.push_back(part.item<std::int64_t>());
-        return out;
-    }
-    void broadcast_tensor(torch::Tensor tensor) {
-        torch::NoGradGuard no_grad;
-        torch::Tensor t = tensor.is_contiguous() ? tensor : tensor.contiguous();
-        host_->broadcast(t, 0);
-        if (!t.is_same(tensor)) tensor.copy_(t);
-    }
-
-private:
-    comm::ProcessGroupCollectives& pg_;
-    std::unique_ptr<comm::Collectives> host_;
-};
-
-// What rank 0 tells every rank before an epoch.
-struct EpochOrders {
-    double lr = 0;
-    std::int64_t batch_size = 0;  // per rank
-    std::vector<std::string> levels;
-};
-
-// Rank 0's view of the whole run: the plan and everything only it writes.
-struct Leader {
-    std::optional<RunPlan> plan;
-    std::optional<io::MetricsWriter> metrics;
-    std::unique_ptr<train::GradientRecorder> recorder;
-};
-
-torch::Tensor text_tensor(const std::string& text) {
-    return torch::tensor(std::vector<std::int64_t>(text.begin(), text.end()), torch::kLong).to(torch::kUInt8);
-}
-
-std::string tensor_text(const torch::Tensor& t) {
-    torch::Tensor c = t.to(torch::kCPU, torch::kUInt8).contiguous();
-    return std::string(reinterpret_cast<const char*>(c.data_ptr<std::uint8_t>()), static_cast<size_t>(c.numel()));
 }
 
 // The options that change the numbers, as the checkpoint records them ("run/options").
@@ -134,48 +72,17 @@ std::string resume_settings(const TrainDistConfig& c, bool batch_mode) {
     return text;
 }
 
-void check_options(const std::string& path, const std::string& recorded, const TrainDistConfig& c, bool batch_mode) {
-    const auto changed = train::changed_settings(recorded, resume_settings(c, batch_mode));
-    if (!changed.empty())
-        throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") +
-                         "; resume with the options of the original run");
-}
-
-// The options a checkpoint (held in memory) recorded, read before its weights: other
-// model options would otherwise fail the load with a message about shapes. Empty
-// when it has none, or cannot be read (loading it then says why).
-std::string recorded_options(const std::vector<std::uint8_t>& image, const std::string& path) {
-    try {
-        const io::H5File f = io::H5File::open_image(image, path);
-        if (!f.exists("/extra") || !f.exists("/extra/run") || !f.exists("/extra/run/options")) return "";
-        const auto bytes = f.read<std::uint8_t>("/extra/run/options");
-        return std::string(bytes.begin(), bytes.end());
-    } catch (const Error&) {
-        return "";
-    }
-}
-
-// The run's settings that a resumed run must share, from the checkpoint. Checkpoints
-// written before they recorded the options ("run/options") are checked on what
-// CheckpointInfo holds.
-void check_same_run(const std::string& path, const train::CheckpointInfo& info, const train::TensorMap& extra,
-                    const TrainDistConfig& c, int world, bool batch_mode) {
-    if (auto it = extra.find("run/options"); it != extra.end())
-        check_options(path, tensor_text(it->second), c, batch_mode);
-    struct Setting {
-        const char* what;
-        std::string then, now;
-    };
-    std::vector<Setting> settings = {{"--model", info.model, c.train.model},
-                                     {"--dataset", info.dataset, c.train.data.name},
-                                     {"--seed", std::to_string(info.seed), std::to_string(c.train.seed)},
-                                     {"world size", std::to_string(info.world_size), std::to_string(world)}};
+// What a resumed run must share with the checkpoint's run beyond the recorded
+// options; checkpoints written before they recorded them are checked on these alone.
+std::vector<SameRunSetting> same_run_settings(const train::CheckpointInfo& info, const TrainDistConfig& c, int world,
+                                              bool batch_mode) {
+    std::vector<SameRunSetting> settings = {{"--model", info.model, c.train.model},
+                                            {"--dataset", info.dataset, c.train.data.name},
+                                            {"--seed", std::to_string(info.seed), std::to_string(c.train.seed)},
+                                            {"world size", std::to_string(info.world_size), std::to_string(world)}};
     if (!batch_mode)
         settings.push_back({"--batch-size", std::to_string(info.batch_size), std::to_string(c.train.batch_size)});
-    for (const auto& s : settings)
-        if (s.then != s.now)
-            throw UsageError("--resume: " + path + " is from a run with " + s.what + " " + s.then + ", not " + s.now +
-                             "; resume with the options of the original run");
+    return settings;
 }
 
 std::string epoch_line(std::int64_t epoch, std::int64_t epochs, const io::MetricsEpoch& m, const std::string& levels) {
@@ -190,10 +97,10 @@ std::string epoch_line(std::int64_t epoch, std::int64_t epochs, const io::Metric
                               m.compute_seconds, m.compression_seconds, m.communication_seconds);
 }
 
-nlohmann::json epoch_json(std::int64_t epoch, const io::MetricsEpoch& m, const std::vector<std::string>& levels) {
+nlohmann::json epoch_json(std::int64_t epoch, const io::MetricsEpoch& m, const std::vector<compress::Spec>& levels) {
     auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
     std::vector<std::string> used;
-    for (auto l : m.level) used.push_back(levels[static_cast<size_t>(l)]);
+    for (auto l : m.level) used.push_back(levels[static_cast<size_t>(l)].text());
     return {{"epoch", epoch},
             {"lr", m.lr},
             {"loss", number(m.loss)},
@@ -215,13 +122,14 @@ nlohmann::json epoch_json(std::int64_t epoch, const io::MetricsEpoch& m, const s
 }
 
 // Rank 0 builds the plan from the options (and the schedule file) and checks it against the model.
-RunPlan make_plan(const TrainDistConfig& c, const std::vector<io::Parameter>& parameters, int world) {
+RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
+                  const std::vector<io::Parameter>& parameters, int world) {
     const std::int64_t epochs = c.train.epochs;
     switch (c.mode()) {
-    case Mode::fixed: return RunPlan::fixed(parameters, c.compress, epochs);
+    case Mode::fixed: return RunPlan::fixed(parameters, c.fixed_level(), epochs);
     case Mode::schedule: {
-        io::Schedule s = io::read_schedule(c.schedule);
-        check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend == "last", world, c.batch_size_given);
+        const io::Schedule& s = schedule.value();
+        dist::check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend == "last", world, c.batch_size_given);
         return RunPlan::from_schedule(s, parameters, epochs);
     }
     case Mode::accordion: {
@@ -244,7 +152,7 @@ io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const 
     r.world_size = world;
     r.seed = static_cast<std::int64_t>(c.train.seed);
     r.mode = mode_name(c.mode());
-    if (c.mode() == Mode::fixed) r.compress = compress::parse_spec(c.compress.empty() ? "none" : c.compress).text();
+    if (c.mode() == Mode::fixed) r.compress = c.fixed_level().text();
     if (c.mode() == Mode::schedule) {
         r.schedule = c.schedule;
         r.schedule_mode = plan.batch_mode() ? "batch" : "compression";
@@ -252,313 +160,369 @@ io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const 
     if (c.mode() == Mode::accordion) {
         r.eta = c.accordion_config.eta;
         r.interval = c.accordion_config.interval;
-        r.low = compress::parse_spec(c.accordion_config.low).text();
-        r.high = compress::parse_spec(c.accordion_config.high).text();
+        r.low = c.accordion_config.low.text();
+        r.high = c.accordion_config.high.text();
     }
     r.backend = comm::backend_name(backend);
     r.device = acc::device_name(c.train.device);
     m.parameters = parameters;
-    m.levels = plan.levels();
+    m.levels = plan.level_names();
     return m;
 }
 
-int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm::Backend backend) {
-    const train::TrainConfig& t = c.train;
-    Group group(pg);
-    const int rank = group.rank(), world = group.world();
-    const bool leader = group.leader();
+// The run's levels as every rank knows them: rank 0's plan, sent once as text
+// (the checkpoint's "run/levels") and parsed once; epochs then send indices into it.
+struct LevelTable {
+    bool batch_mode = false;
+    std::vector<compress::Spec> levels;
 
-    // Ranks that disagree on the run would train different models, or hang.
-    const auto fingerprints = group.gather(static_cast<std::int64_t>(fnv1a(shared_settings(c))));
-    for (int other = 1; other < world; ++other)
-        if (fingerprints[static_cast<size_t>(other)] != fingerprints[0])
-            throw UsageError("rank " + std::to_string(other) +
-                             " was started with other options than rank 0; every rank needs the same model, data, "
-                             "training and communication options");
-
-    const std::string checkpoint = checkpoint_path(c);
-    if (leader) {
-        create_parent_directories(c.metrics);
-        create_parent_directories(checkpoint);
-        io::check_writable_destination(c.metrics);
-        io::check_writable_destination(checkpoint);
-        if (c.resume && !std::filesystem::exists(checkpoint))
-            throw FileError(checkpoint, "no checkpoint to resume from (one is written after every completed epoch)");
-        if (c.resume && !std::filesystem::exists(c.metrics))
-            throw FileError(c.metrics, "no such file; --resume continues the metrics file of the stopped run");
+    std::string text() const {
+        std::string out = batch_mode ? "batch" : "compression";
+        for (const auto& level : levels) out += "\n" + level.text();
+        return out;
     }
+    std::vector<compress::Spec> specs(const std::vector<std::int32_t>& index) const {
+        std::vector<compress::Spec> out;
+        for (auto i : index) {
+            if (i < 0 || static_cast<size_t>(i) >= levels.size()) throw Error("internal error: level index out of range");
+            out.push_back(levels[static_cast<size_t>(i)]);
+        }
+        return out;
+    }
+};
 
-    auto data = train::open_dataset(t.data, t.seed);
-    const train::DataInfo& info = data->info();
-    torch::manual_seed(t.seed);
-    std::optional<Doing> building(std::in_place, "building the model (--model " + t.model + ")");
-    auto model = train::make_model(t.model, info.shape, t.model_options);
-    train::TrainerOptions options = train::trainer_options(t);
-    if (t.device == acc::Device::cuda) options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank()));
-    const train::Shard shard{rank, world};
-    train::Trainer trainer(model, *data, options, shard);
+LevelTable agree_on_levels(RankSession& session, const RunPlan* plan) {
+    std::string text;
+    if (plan) text = std::string(plan->batch_mode() ? "batch" : "compression") + "\n" + join(plan->level_names(), "\n");
+    const std::vector<std::string> lines = split(session.broadcast(text), '\n');
+    LevelTable table;
+    table.batch_mode = lines.front() == "batch";
+    for (size_t i = 1; i < lines.size(); ++i) table.levels.push_back(compress::parse_spec(lines[i]));
+    return table;
+}
+
+// What rank 0 tells every rank before an epoch.
+struct EpochOrders {
+    double lr = 0;
+    std::int64_t batch_size = 0;       // per rank
+    std::vector<std::int32_t> level;  // per parameter: index into the level table
+    EpochLevels decided;               // rank 0: the plan's decision behind the levels
+};
+
+// Where a run starts: epoch 0, or rank 0's checkpoint.
+struct Start {
+    std::int64_t epoch = 0;
+    std::int64_t bytes_total = 0;
+    std::vector<std::int32_t> level;  // per parameter, the last epoch's
+    train::TensorMap exchange_state;  // this rank's
+};
+
+// One rank of train-dist: the model, its exchange and, on rank 0, the plan and the files.
+class DistRank {
+public:
+    DistRank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
+             comm::ProcessGroupCollectives& pg, comm::Backend backend);
+    int run();
+
+private:
+    void check_destinations() const;
+    void build_model(comm::ProcessGroupCollectives& pg);
+    Start resume();
+    void open_outputs(const Start& start);
+    EpochOrders orders(std::int64_t epoch);
+    void train_epoch(std::int64_t epoch, cli::Progress& progress);
+    io::MetricsEpoch epoch_metrics(std::int64_t epoch, const EpochOrders& orders, const train::EpochResult& r,
+                                   const ExchangeTotals& sent);
+    void write_epoch(std::int64_t epoch, const EpochOrders& orders, io::MetricsEpoch& m);
+    void report(std::int64_t start);
+
+    const TrainDistConfig& c_;
+    const train::TrainConfig& t_;
+    comm::Backend backend_;
+    RankSession session_;
+    std::string checkpoint_;
+    std::unique_ptr<train::Dataset> data_;
+    std::shared_ptr<train::Model> model_;
+    std::unique_ptr<train::Trainer> trainer_;
+    std::vector<torch::Tensor> tensors_;
+    std::optional<RunPlan> plan_;  // rank 0
+    LevelTable table_;
+    std::unique_ptr<DistExchange> exchange_;
+    std::optional<io::MetricsWriter> metrics_;           // rank 0
+    std::unique_ptr<train::GradientRecorder> recorder_;  // rank 0, online Accordion
+    std::int64_t bytes_total_ = 0;
+    nlohmann::json history_ = nlohmann::json::array();
+};
+
+DistRank::DistRank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
+                   comm::ProcessGroupCollectives& pg, comm::Backend backend)
+    : c_(c), t_(c.train), backend_(backend), session_(&pg, pg.device()), checkpoint_(dist::checkpoint_path(c)) {
+    session_.check_same_options(dist::shared_settings(c));
+    if (session_.leader()) check_destinations();
+    build_model(pg);
+    if (session_.leader()) plan_.emplace(make_plan(c, schedule, trainer_->parameters(), session_.world()));
+    table_ = agree_on_levels(session_, plan_ ? &*plan_ : nullptr);
+}
+
+void DistRank::check_destinations() const {
+    create_parent_directories(c_.metrics);
+    create_parent_directories(checkpoint_);
+    io::check_writable_destination(c_.metrics);
+    io::check_writable_destination(checkpoint_);
+    if (c_.resume && !std::filesystem::exists(checkpoint_))
+        throw FileError(checkpoint_, "no checkpoint to resume from (one is written after every completed epoch)");
+    if (c_.resume && !std::filesystem::exists(c_.metrics))
+        throw FileError(c_.metrics, "no such file; --resume continues the metrics file of the stopped run");
+}
+
+void DistRank::build_model(comm::ProcessGroupCollectives& pg) {
+    data_ = train::open_dataset(t_.data, t_.seed);
+    const train::DataInfo& info = data_->info();
+    torch::manual_seed(t_.seed);
+    std::optional<Doing> building(std::in_place, "building the model (--model " + t_.model + ")");
+    model_ = train::make_model(t_.model, info.shape, t_.model_options);
+    train::TrainerOptions options = train::trainer_options(t_);
+    if (t_.device == acc::Device::cuda) options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank()));
+    trainer_ = std::make_unique<train::Trainer>(model_, *data_, options, train::Shard{session_.rank(), session_.world()});
     building.reset();
-    const auto& parameters = trainer.parameters();
-    const size_t count = parameters.size();
-    if (leader)
-        spdlog::info("{}: {} training and {} test {}; {} on {} {} ({}), {} parameter tensors, {} values", info.name,
-                     with_commas(info.train_size), with_commas(info.test_size), info.unit, t.model, world,
-                     world == 1 ? "rank" : "ranks", comm::backend_name(backend), count,
-                     with_commas([&] {
-                         std::int64_t n = 0;
-                         for (const auto& p : parameters) n += p.numel();
-                         return n;
-                     }()));
+    tensors_ = trainer_->parameter_tensors();
+    if (!session_.leader()) return;
+    std::int64_t values = 0;
+    for (const auto& p : trainer_->parameters()) values += p.numel();
+    const int world = session_.world();
+    spdlog::info("{}: {} training and {} test {}; {} on {} {} ({}), {} parameter tensors, {} values", info.name,
+                 with_commas(info.train_size), with_commas(info.test_size), info.unit, t_.model, world,
+                 world == 1 ? "rank" : "ranks", comm::backend_name(backend_), trainer_->parameters().size(),
+                 with_commas(values));
+}
 
-    // Rank 0 decides; every rank learns the run's levels.
-    Leader lead;
-    std::string levels_text;
-    if (leader) {
-        lead.plan.emplace(make_plan(c, parameters, world));
-        levels_text = std::string(lead.plan->batch_mode() ? "batch" : "compression") + "\n" +
-                      join(lead.plan->levels(), "\n");
+// Every rank loads the checkpoint rank 0 sent, and checks that it is this run's.
+Start DistRank::resume() {
+    const std::vector<std::uint8_t> image = session_.checkpoint_image(checkpoint_);
+    const std::string settings = resume_settings(c_, table_.batch_mode);
+    check_same_run(checkpoint_, recorded_options(image, checkpoint_), settings, {});  // before the weights
+    train::TensorMap extra;
+    const train::CheckpointInfo saved = trainer_->load_checkpoint_image(image, checkpoint_, &extra);
+    check_same_run(checkpoint_, extra.count("run/options") ? tensor_text(extra.at("run/options")) : "", settings,
+                   same_run_settings(saved, c_, session_.world(), table_.batch_mode));
+    auto entry = [&](const std::string& name) -> const torch::Tensor& {
+        auto it = extra.find(name);
+        if (it == extra.end()) throw FileError(checkpoint_, "/extra/" + name + " is missing; it was not written by train-dist");
+        return it->second;
+    };
+    if (tensor_text(entry("run/levels")) != table_.text())
+        throw UsageError("--resume: " + checkpoint_ +
+                         " is from a run with other compression levels; resume with the options of the original run");
+    Start start;
+    start.epoch = saved.epoch;
+    start.bytes_total = entry("run/bytes_sent_total").item<std::int64_t>();
+    const size_t count = tensors_.size();
+    torch::Tensor last = entry("run/level").to(torch::kLong).contiguous();
+    if (last.numel() != static_cast<std::int64_t>(count))
+        throw FileError(checkpoint_, "/extra/run/level does not hold one level per parameter");
+    for (size_t p = 0; p < count; ++p) {
+        const std::int64_t index = last[static_cast<std::int64_t>(p)].item<std::int64_t>();
+        if (index < 0 || index >= static_cast<std::int64_t>(table_.levels.size()))
+            throw FileError(checkpoint_, "/extra/run/level holds an unknown level");
+        start.level.push_back(static_cast<std::int32_t>(index));
     }
-    {
-        std::vector<std::uint8_t> bytes(levels_text.begin(), levels_text.end());
-        bytes = broadcast_bytes(group.host(), bytes, 0);
-        levels_text.assign(bytes.begin(), bytes.end());
-    }
-    std::vector<std::string> level_names = split(levels_text, '\n');
-    const bool batch_mode = level_names.front() == "batch";
-    level_names.erase(level_names.begin());
-
-    compress::ExchangeOptions compression;
-    compression.seed = static_cast<std::uint32_t>(train::mix_seed(t.seed, 0xc0) & 0xffffffffu);
-    compression.dgc_warmup_epochs = c.dgc_warmup_epochs;
-    ExchangeSetup setup;
-    setup.buckets.bucket_bytes = static_cast<std::int64_t>(c.bucket_mb * 1024 * 1024);
-    setup.buckets.first_bucket_bytes = static_cast<std::int64_t>(c.first_bucket_mb * 1024 * 1024);
-    setup.compression = compression;
-    std::vector<torch::Tensor> tensors = trainer.parameter_tensors();
-
-    // Where the run starts: epoch 0, or the checkpoint every rank receives from rank 0.
-    std::int64_t start = 0, bytes_total = 0;
-    std::vector<std::string> initial(count, "none");
-    train::TensorMap my_state;
-    if (c.resume) {
-        std::vector<std::uint8_t> image = leader ? read_file(checkpoint) : std::vector<std::uint8_t>();
-        image = broadcast_bytes(group.host(), std::move(image), 0);
-        check_options(checkpoint, recorded_options(image, checkpoint), c, batch_mode);  // every rank: all agree
-        train::TensorMap extra;
-        train::CheckpointInfo saved = trainer.load_checkpoint_image(image, checkpoint, &extra);
-        check_same_run(checkpoint, saved, extra, c, world, batch_mode);
-        auto entry = [&](const std::string& name) -> const torch::Tensor& {
-            auto it = extra.find(name);
-            if (it == extra.end()) throw FileError(checkpoint, "/extra/" + name + " is missing; it was not written by train-dist");
-            return it->second;
-        };
-        if (tensor_text(entry("run/levels")) != levels_text)
-            throw UsageError("--resume: " + checkpoint +
-                             " is from a run with other compression levels; resume with the options of the original run");
-        start = saved.epoch;
-        bytes_total = entry("run/bytes_sent_total").item<std::int64_t>();
-        torch::Tensor last = entry("run/level").to(torch::kLong).contiguous();
-        if (last.numel() != static_cast<std::int64_t>(count))
-            throw FileError(checkpoint, "/extra/run/level does not hold one level per parameter");
-        for (size_t p = 0; p < count; ++p) {
-            const std::int64_t index = last[static_cast<std::int64_t>(p)].item<std::int64_t>();
-            if (index < 0 || index >= static_cast<std::int64_t>(level_names.size()))
-                throw FileError(checkpoint, "/extra/run/level holds an unknown level");
-            initial[p] = level_names[static_cast<size_t>(index)];
-        }
-        const std::string mine = "ranks/" + std::to_string(rank) + "/";
-        for (const auto& [name, tensor] : extra)
-            if (name.rfind(mine, 0) == 0) my_state[name.substr(mine.size())] = tensor;
-        if (leader && lead.plan->online()) {
-            torch::Tensor norms = entry("accordion/norm").to(torch::kFloat64).contiguous();
-            if (norms.dim() != 2 || norms.size(0) != start || norms.size(1) != static_cast<std::int64_t>(count))
-                throw FileError(checkpoint, "/extra/accordion/norm does not hold one row per completed epoch");
-            for (std::int64_t e = 0; e < start; ++e) {
-                const double* row = norms.data_ptr<double>() + e * static_cast<std::int64_t>(count);
-                lead.plan->record_norms(e, std::vector<double>(row, row + count));
-            }
-        }
-        if (start >= t.epochs && leader) spdlog::info("nothing to train: the checkpoint is already at epoch {}", start);
-    }
-    if (!c.resume) {
-        // Every rank starts from rank 0's weights, as DDP does, whatever its own generator drew.
-        for (auto& p : tensors) group.broadcast_tensor(p);
-        for (auto& b : model->buffers()) group.broadcast_tensor(b);
-    }
-    DistExchange exchange(tensors, parameters, pg, pg.device(), setup, initial);
-    if (c.resume) exchange.load_state(my_state);
-    trainer.set_exchange(&exchange);
-
-    if (leader) {
-        io::Metrics header = metrics_header(c, *lead.plan, parameters, world, backend);
-        if (c.resume) {
-            lead.metrics.emplace(io::MetricsWriter::resume(c.metrics, header, start));
-            spdlog::info("resuming {} after epoch {} from {}", c.metrics, start - 1, checkpoint);
-        } else {
-            lead.metrics.emplace(c.metrics, header);
-        }
-        if (lead.plan->online()) {
-            lead.recorder = std::make_unique<train::GradientRecorder>(trainer.parameter_tensors(), false);
-            trainer.set_recorder(lead.recorder.get());
+    const std::string mine = "ranks/" + std::to_string(session_.rank()) + "/";
+    for (const auto& [name, tensor] : extra)
+        if (name.rfind(mine, 0) == 0) start.exchange_state[name.substr(mine.size())] = tensor;
+    if (plan_ && plan_->online()) {
+        torch::Tensor norms = entry("accordion/norm").to(torch::kFloat64).contiguous();
+        if (norms.dim() != 2 || norms.size(0) != start.epoch || norms.size(1) != static_cast<std::int64_t>(count))
+            throw FileError(checkpoint_, "/extra/accordion/norm does not hold one row per completed epoch");
+        for (std::int64_t e = 0; e < start.epoch; ++e) {
+            const double* row = norms.data_ptr<double>() + e * static_cast<std::int64_t>(count);
+            plan_->record_norms(e, std::vector<double>(row, row + count));
         }
     }
+    if (start.epoch >= t_.epochs && session_.leader())
+        spdlog::info("nothing to train: the checkpoint is already at epoch {}", start.epoch);
+    return start;
+}
+
+// Rank 0's metrics file (new, or the stopped run's) and, online, its gradient recorder.
+void DistRank::open_outputs(const Start& start) {
+    io::Metrics header = metrics_header(c_, *plan_, trainer_->parameters(), session_.world(), backend_);
+    if (c_.resume) {
+        metrics_.emplace(io::MetricsWriter::resume(c_.metrics, header, start.epoch));
+        spdlog::info("resuming {} after epoch {} from {}", c_.metrics, start.epoch - 1, checkpoint_);
+    } else {
+        metrics_.emplace(c_.metrics, header);
+    }
+    if (plan_->online()) {
+        recorder_ = std::make_unique<train::GradientRecorder>(trainer_->parameter_tensors(), false);
+        trainer_->set_recorder(recorder_.get());
+    }
+}
+
+EpochOrders DistRank::orders(std::int64_t epoch) {
+    EpochOrders out;
+    std::vector<double> message;
+    if (plan_) {
+        out.decided = plan_->levels_of(epoch);
+        const std::int64_t batch = plan_->batch_mode() ? plan_->global_batch(epoch) / session_.world() : t_.batch_size;
+        message = {t_.schedule.at(epoch) * plan_->lr_scale(epoch), static_cast<double>(batch)};
+    }
+    message = session_.broadcast(message, 2);
+    out.lr = message[0];
+    out.batch_size = static_cast<std::int64_t>(message[1]);
+    out.level = session_.broadcast(out.decided.level, tensors_.size());
+    return out;
+}
+
+int DistRank::run() {
+    Start start;
+    if (c_.resume) start = resume();
+    else session_.broadcast_from_leader(tensors_);  // every rank starts from rank 0's weights, as DDP does
+    if (!c_.resume) session_.broadcast_from_leader(model_->buffers());
+    if (start.level.empty()) start.level.assign(tensors_.size(), 0);
+    bytes_total_ = start.bytes_total;
+    dist::ExchangeSetup setup;
+    setup.buckets.bucket_bytes = static_cast<std::int64_t>(c_.bucket_mb * 1024 * 1024);
+    setup.buckets.first_bucket_bytes = static_cast<std::int64_t>(c_.first_bucket_mb * 1024 * 1024);
+    setup.compression.seed = static_cast<std::uint32_t>(train::mix_seed(t_.seed, 0xc0) & 0xffffffffu);
+    setup.compression.dgc_warmup_epochs = c_.dgc_warmup_epochs;
+    exchange_ = std::make_unique<DistExchange>(tensors_, trainer_->parameters(), *session_.comm(),
+                                               session_.device(), setup, table_.specs(start.level));
+    if (c_.resume) exchange_->load_state(start.exchange_state);
+    trainer_->set_exchange(exchange_.get());
+    if (session_.leader()) open_outputs(start);
 
     cli::Progress::Options progress_options;
-    progress_options.unit = info.unit;
-    if (!leader) progress_options.style = cli::Progress::Style::quiet;
+    progress_options.unit = data_->info().unit;
+    if (!session_.leader()) progress_options.style = cli::Progress::Style::quiet;
     cli::Progress progress(progress_options);
-    progress.begin_run(trainer.steps_in_epoch(start) * std::max<std::int64_t>(0, t.epochs - start));
-
-    nlohmann::json history = nlohmann::json::array();
-    for (std::int64_t epoch = start; epoch < t.epochs; ++epoch) {
-        Doing training("training epoch " + std::to_string(epoch));
-        // Rank 0's orders for the epoch: learning rate, batch size per rank, levels.
-        std::vector<double> message;
-        std::vector<std::int32_t> level_index;
-        EpochLevels decided;
-        if (leader) {
-            const RunPlan& plan = *lead.plan;
-            decided = plan.levels_of(epoch);
-            const std::int64_t batch = plan.batch_mode() ? plan.global_batch(epoch) / world : t.batch_size;
-            message = {t.schedule.at(epoch) * plan.lr_scale(epoch), static_cast<double>(batch)};
-            for (auto l : decided.level) message.push_back(l);
-        }
-        message = group.broadcast(message, 2 + static_cast<std::int64_t>(count));
-        EpochOrders orders;
-        orders.lr = message[0];
-        orders.batch_size = static_cast<std::int64_t>(message[1]);
-        for (size_t p = 0; p < count; ++p) {
-            level_index.push_back(static_cast<std::int32_t>(message[2 + p]));
-            orders.levels.push_back(level_names.at(static_cast<size_t>(level_index.back())));
-        }
-        exchange.set_levels(orders.levels);
-        exchange.set_epoch(epoch);
-        trainer.optimizer().set_momentum_in_gradient(exchange.momentum_in_gradient());
-        trainer.set_batch_size(orders.batch_size);
-
-        progress.begin_epoch(epoch, t.epochs, trainer.steps_in_epoch(epoch));
-        train::EpochResult r = trainer.train_epoch(
-            epoch, orders.lr, [&](const train::StepInfo&, double loss, std::int64_t samples) { progress.step(samples, loss); });
-        progress.end_epoch();
-        const ExchangeTotals sent = exchange.take_totals();
-
-        // Batch-norm statistics differ by rank: everyone takes rank 0's, so that
-        // evaluation and the checkpoint describe one model.
-        for (auto& buffer : model->buffers()) group.broadcast_tensor(buffer);
-        const std::uint64_t sum = train::checksum(tensors);
-        spdlog::debug("rank {}: parameters after epoch {} (step {}): checksum {:016x}", rank, epoch,
-                      trainer.global_step(), sum);
-        const auto sums = group.gather(static_cast<std::int64_t>(sum));
-        for (int other = 1; other < world; ++other)
-            if (sums[static_cast<size_t>(other)] != sums[0])
-                throw Error("ranks hold different weights after epoch " + std::to_string(epoch) + ": rank " +
-                            std::to_string(other) + "'s parameters differ from rank 0's");
-
-        auto train_sums = group.sum({r.loss * static_cast<double>(r.samples),
-                                     r.accuracy * static_cast<double>(r.samples), static_cast<double>(r.samples)});
-        io::MetricsEpoch m;
-        m.lr = orders.lr;
-        m.steps = r.steps;
-        m.samples = std::llround(train_sums[2]);
-        m.loss = train_sums[2] > 0 ? train_sums[0] / train_sums[2] : 0;
-        m.accuracy = train_sums[2] > 0 ? train_sums[1] / train_sums[2] : 0;
-        m.batch_size = orders.batch_size * world;
-        if (train::evaluates_after(t, epoch)) {
-            train::EvalResult test = trainer.evaluate(shard);
-            auto test_sums = group.sum({test.loss * static_cast<double>(test.samples),
-                                        test.accuracy * static_cast<double>(test.samples),
-                                        static_cast<double>(test.samples)});
-            if (test_sums[2] > 0) {
-                m.test_loss = test_sums[0] / test_sums[2];
-                m.test_accuracy = test_sums[1] / test_sums[2];
-            }
-        }
-        bytes_total += sent.bytes;
-        m.bytes_sent = sent.bytes;
-        m.bytes_sent_total = bytes_total;
-        m.floats_sent = static_cast<double>(sent.bytes) / 4.0;
-        m.floats_sent_total = static_cast<double>(bytes_total) / 4.0;
-        m.seconds = r.seconds;
-        m.encode_seconds = sent.encode_seconds;
-        m.decode_seconds = sent.decode_seconds;
-        m.compression_seconds = sent.encode_seconds + sent.decode_seconds;
-        m.communication_seconds = sent.communication_seconds;
-        m.compute_seconds = std::max(0.0, r.seconds - m.compression_seconds - m.communication_seconds);
-        m.level = level_index;
-        spdlog::debug("rank {}: {} of {} buckets launched during the backward pass", rank, sent.early_launches,
-                      sent.steps * static_cast<std::int64_t>(exchange.reducer().buckets().size()));
-
-        // Every rank's error memories and compressor state, for rank 0's checkpoint.
-        std::vector<train::TensorMap> states = gather_maps(group.host(), exchange.state());
-        if (leader) {
-            RunPlan& plan = *lead.plan;
-            if (plan.online()) {
-                plan.record_norms(epoch, lead.recorder->finite_norms(parameters, epoch));
-                m.norm.assign(plan.norms().end() - static_cast<std::ptrdiff_t>(count), plan.norms().end());
-                m.critical = decided.critical;
-                m.ratio = decided.ratio;
-                m.reason = decided.reason;
-            }
-            // The metrics go out before the checkpoint: a run killed between the two
-            // resumes from the older checkpoint and writes the epoch again.
-            lead.metrics->append_epoch(m);
-            train::TensorMap extra;
-            for (int r2 = 0; r2 < world; ++r2)
-                for (auto& [name, tensor] : states[static_cast<size_t>(r2)])
-                    extra["ranks/" + std::to_string(r2) + "/" + name] = tensor;
-            extra["run/levels"] = text_tensor(levels_text);
-            extra["run/options"] = text_tensor(resume_settings(c, batch_mode));
-            extra["run/level"] = torch::tensor(level_index, torch::kInt32);
-            extra["run/bytes_sent_total"] = torch::tensor(std::vector<std::int64_t>{bytes_total}, torch::kLong);
-            if (plan.online()) {
-                std::vector<double> norms = plan.norms();
-                extra["accordion/norm"] =
-                    torch::tensor(norms, torch::kFloat64).view({epoch + 1, static_cast<std::int64_t>(count)});
-            }
-            train::CheckpointInfo saved{epoch + 1, trainer.global_step(), t.model, t.data.name, trainer.batch_size(),
-                                        world,     t.seed,                c.provenance};
-            trainer.save_checkpoint(checkpoint, saved, extra);
-            spdlog::info("{}", epoch_line(epoch, t.epochs, m, levels_summary(plan, level_index)));
-            history.push_back(epoch_json(epoch, m, level_names));
-        }
-    }
-
-    if (leader) {
-        lead.metrics->finish();
-        const auto& rows = lead.metrics->metrics().epochs;
-        if (!rows.empty()) {
-            double compute = 0, compression = 0, communication = 0;
-            for (const auto& row : rows) {
-                compute += row.compute_seconds;
-                compression += row.compression_seconds;
-                communication += row.communication_seconds;
-            }
-            const io::MetricsEpoch& last = rows.back();
-            spdlog::info("{}: {} epochs of {} on {}, {} {}; data sent per worker {} floats ({}B); time: compute {} s, "
-                         "compression {} s, communication {} s; checkpoint {}",
-                         c.metrics, rows.size(), t.model, info.name, world, world == 1 ? "rank" : "ranks",
-                         si_count(last.floats_sent_total), si_count(static_cast<double>(last.bytes_sent_total)),
-                         fmt::format("{:.1f}", compute), fmt::format("{:.1f}", compression),
-                         fmt::format("{:.1f}", communication), checkpoint);
-        }
-        if (c.json) {
-            nlohmann::json summary = {{"metrics", c.metrics},
-                                      {"checkpoint", checkpoint},
-                                      {"model", t.model},
-                                      {"dataset", info.name},
-                                      {"world_size", world},
-                                      {"mode", mode_name(c.mode())},
-                                      {"epochs", t.epochs},
-                                      {"first_epoch", start},
-                                      {"trained", history}};
-            std::cout << summary.dump(2) << std::endl;
-        }
-    }
+    progress.begin_run(trainer_->steps_in_epoch(start.epoch) * std::max<std::int64_t>(0, t_.epochs - start.epoch));
+    for (std::int64_t epoch = start.epoch; epoch < t_.epochs; ++epoch) train_epoch(epoch, progress);
+    if (session_.leader()) report(start.epoch);
     return cli::kExitOk;
 }
 
+void DistRank::train_epoch(std::int64_t epoch, cli::Progress& progress) {
+    Doing training("training epoch " + std::to_string(epoch));
+    const EpochOrders o = orders(epoch);
+    exchange_->set_levels(table_.specs(o.level));
+    exchange_->set_epoch(epoch);
+    trainer_->optimizer().set_momentum_in_gradient(exchange_->momentum_in_gradient());
+    trainer_->set_batch_size(o.batch_size);
+
+    progress.begin_epoch(epoch, t_.epochs, trainer_->steps_in_epoch(epoch));
+    const train::EpochResult r = trainer_->train_epoch(
+        epoch, o.lr, [&](const train::StepInfo&, double loss, std::int64_t samples) { progress.step(samples, loss); });
+    progress.end_epoch();
+    const ExchangeTotals sent = exchange_->take_totals();
+
+    // Batch-norm statistics differ by rank: everyone takes rank 0's, so that
+    // evaluation and the checkpoint describe one model.
+    session_.broadcast_from_leader(model_->buffers());
+    session_.check_same_weights(tensors_, "parameters", epoch, trainer_->global_step());
+    io::MetricsEpoch m = epoch_metrics(epoch, o, r, sent);
+    spdlog::debug("rank {}: {} of {} buckets launched during the backward pass", session_.rank(), sent.early_launches,
+                  sent.steps * static_cast<std::int64_t>(exchange_->reducer().buckets().size()));
+    write_epoch(epoch, o, m);
+}
+
+// The epoch's numbers over all ranks (collective: every rank computes them).
+io::MetricsEpoch DistRank::epoch_metrics(std::int64_t epoch, const EpochOrders& o, const train::EpochResult& r,
+                                         const ExchangeTotals& sent) {
+    auto train_sums = session_.sum({r.loss * static_cast<double>(r.samples),
+                                    r.accuracy * static_cast<double>(r.samples), static_cast<double>(r.samples)});
+    io::MetricsEpoch m;
+    m.lr = o.lr;
+    m.steps = r.steps;
+    m.samples = std::llround(train_sums[2]);
+    m.loss = train_sums[2] > 0 ? train_sums[0] / train_sums[2] : 0;
+    m.accuracy = train_sums[2] > 0 ? train_sums[1] / train_sums[2] : 0;
+    m.batch_size = o.batch_size * session_.world();
+    if (train::evaluates_after(t_, epoch)) {
+        train::EvalResult test = trainer_->evaluate(train::Shard{session_.rank(), session_.world()});
+        auto test_sums = session_.sum({test.loss * static_cast<double>(test.samples),
+                                       test.accuracy * static_cast<double>(test.samples),
+                                       static_cast<double>(test.samples)});
+        if (test_sums[2] > 0) {
+            m.test_loss = test_sums[0] / test_sums[2];
+            m.test_accuracy = test_sums[1] / test_sums[2];
+        }
+    }
+    bytes_total_ += sent.bytes;
+    m.bytes_sent = sent.bytes;
+    m.bytes_sent_total = bytes_total_;
+    m.floats_sent = static_cast<double>(sent.bytes) / 4.0;
+    m.floats_sent_total = static_cast<double>(bytes_total_) / 4.0;
+    m.seconds = r.seconds;
+    m.encode_seconds = sent.encode_seconds;
+    m.decode_seconds = sent.decode_seconds;
+    m.compression_seconds = sent.encode_seconds + sent.decode_seconds;
+    m.communication_seconds = sent.communication_seconds;
+    m.compute_seconds = std::max(0.0, r.seconds - m.compression_seconds - m.communication_seconds);
+    m.level = o.level;
+    return m;
+}
+
+// Every rank's exchange state to rank 0, which writes the metrics and the checkpoint.
+void DistRank::write_epoch(std::int64_t epoch, const EpochOrders& o, io::MetricsEpoch& m) {
+    std::vector<train::TensorMap> states = dist::gather_maps(*session_.host(), exchange_->state());
+    if (!session_.leader()) return;
+    const size_t count = tensors_.size();
+    if (plan_->online()) {
+        plan_->record_norms(epoch, recorder_->finite_norms(trainer_->parameters(), epoch));
+        m.norm.assign(plan_->norms().end() - static_cast<std::ptrdiff_t>(count), plan_->norms().end());
+        m.critical = o.decided.critical;
+        m.ratio = o.decided.ratio;
+        m.reason = o.decided.reason;
+    }
+    // The metrics go out before the checkpoint: a run killed between the two
+    // resumes from the older checkpoint and writes the epoch again.
+    metrics_->append_epoch(m);
+    train::TensorMap extra;
+    for (size_t r = 0; r < states.size(); ++r)
+        for (auto& [name, tensor] : states[r]) extra["ranks/" + std::to_string(r) + "/" + name] = tensor;
+    extra["run/levels"] = text_tensor(table_.text());
+    extra["run/options"] = text_tensor(resume_settings(c_, table_.batch_mode));
+    extra["run/level"] = torch::tensor(o.level, torch::kInt32);
+    extra["run/bytes_sent_total"] = torch::tensor(std::vector<std::int64_t>{bytes_total_}, torch::kLong);
+    if (plan_->online())
+        extra["accordion/norm"] =
+            torch::tensor(plan_->norms(), torch::kFloat64).view({epoch + 1, static_cast<std::int64_t>(count)});
+    train::CheckpointInfo saved{epoch + 1,    trainer_->global_step(), t_.model, t_.data.name,
+                                trainer_->batch_size(), session_.world(), t_.seed, c_.provenance};
+    trainer_->save_checkpoint(checkpoint_, saved, extra);
+    spdlog::info("{}", epoch_line(epoch, t_.epochs, m, dist::levels_summary(table_.levels, o.level)));
+    history_.push_back(epoch_json(epoch, m, table_.levels));
+}
+
+void DistRank::report(std::int64_t start) {
+    metrics_->finish();
+    const auto& rows = metrics_->metrics().epochs;
+    const int world = session_.world();
+    const std::string& dataset = data_->info().name;
+    if (!rows.empty()) {
+        double compute = 0, compression = 0, communication = 0;
+        for (const auto& row : rows) {
+            compute += row.compute_seconds;
+            compression += row.compression_seconds;
+            communication += row.communication_seconds;
+        }
+        const io::MetricsEpoch& last = rows.back();
+        spdlog::info("{}: {} epochs of {} on {}, {} {}; data sent per worker {} floats ({}B); time: compute {} s, "
+                     "compression {} s, communication {} s; checkpoint {}",
+                     c_.metrics, rows.size(), t_.model, dataset, world, world == 1 ? "rank" : "ranks",
+                     si_count(last.floats_sent_total), si_count(static_cast<double>(last.bytes_sent_total)),
+                     fmt::format("{:.1f}", compute), fmt::format("{:.1f}", compression),
+                     fmt::format("{:.1f}", communication), checkpoint_);
+    }
+    if (!c_.json) return;
+    nlohmann::json summary = {{"metrics", c_.metrics}, {"checkpoint", checkpoint_}, {"model", t_.model},
+                              {"dataset", dataset},    {"world_size", world},       {"mode", mode_name(c_.mode())},
+                              {"epochs", t_.epochs},   {"first_epoch", start},      {"trained", history_}};
+    std::cout << summary.dump(2) << std::endl;
+}
+
 // One rank: join the group, train, and on any failure tell the others why.
-int run_rank(const TrainDistConfig& c, comm::Backend backend) {
+int run_rank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule, comm::Backend backend) {
 #ifdef __GLIBC__
     // Every step frees and allocates the same large activation and gradient tensors.
     // glibc would hand most of them back to the kernel and fault the pages in again
@@ -579,7 +543,7 @@ int run_rank(const TrainDistConfig& c, comm::Backend backend) {
     auto pg = comm::ProcessGroupCollectives::join(rendezvous, backend);
     int code = cli::kExitOk;
     try {
-        code = train_rank(c, *pg, backend);
+        code = DistRank(c, schedule, *pg, backend).run();
         pg->finish();
     } catch (const std::exception& e) {
         pg->abort(e.what());
@@ -591,14 +555,16 @@ int run_rank(const TrainDistConfig& c, comm::Backend backend) {
 }  // namespace
 
 int run_train_dist(TrainDistConfig c, int argc, char** argv) {
-    validate(c);
-    // A bad schedule stops the run before any rank starts; only rank 0 (or the launcher) reads it.
-    if (c.mode() == Mode::schedule && comm::resolve_rendezvous(c.rendezvous).rank == 0) io::read_schedule(c.schedule);
+    dist::validate(c);
+    // A bad schedule stops the run before any rank starts; only rank 0 (or the launcher) reads it, once.
+    std::optional<io::Schedule> schedule;
+    if (c.mode() == Mode::schedule && comm::resolve_rendezvous(c.rendezvous).rank == 0)
+        schedule = io::read_schedule(c.schedule);
     if (c.train.device == acc::Device::cuda && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
     const comm::Backend backend = backend_of(c);
     comm::check_backend_available(backend);
-    return comm::run_ranks(c.rendezvous, argc, argv, "train-dist", [&] { return run_rank(c, backend); });
+    return comm::run_ranks(c.rendezvous, argc, argv, "train-dist", [&] { return run_rank(c, schedule, backend); });
 }
 
-}  // namespace acc::dist
+}  // namespace acc::app

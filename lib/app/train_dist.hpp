@@ -6,10 +6,12 @@
 
 #include "dist/config.hpp"
 
-namespace acc::dist {
+namespace acc::app {
+
+using dist::TrainDistConfig;
 
 /// Validates (UsageError), starts --nproc local ranks if asked (re-executing
 /// argv), and runs this rank's part. Returns the exit code.
 int run_train_dist(TrainDistConfig config, int argc, char** argv);
 
-}  // namespace acc::dist
+}  // namespace acc::app

@@ -1,17 +1,15 @@
-// train-dist's settings and the command-line options that fill them. No LibTorch here.
+// train-dist's settings (lib/app/train_dist_options.cpp fills them from the command line). No LibTorch here.
 #pragma once
 
 #include "comm/rendezvous.hpp"
+#include "compress/spec.hpp"
 #include "io/header.hpp"
 #include "regime/detect.hpp"
 #include "train/config.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
-
-namespace CLI {
-class App;
-}
 
 namespace acc::dist {
 
@@ -23,16 +21,16 @@ enum class Mode {
 };
 
 struct AccordionConfig {
-    std::string low = "powersgd:2";   ///< level of critical epochs (little compression)
-    std::string high = "powersgd:1";  ///< level of the other epochs
-    double eta = regime::kDefaultEta;              ///< threshold on the relative change of the norm
-    std::int64_t interval = regime::kDefaultInterval;  ///< epochs between decisions
+    compress::Spec low{"powersgd", 2};   ///< level of critical epochs (little compression)
+    compress::Spec high{"powersgd", 1};  ///< level of the other epochs
+    double eta = regime::kDefaultEta;///< threshold on the relative change of the norm
+    std::int64_t interval = regime::kDefaultInterval; ///< epochs between decisions
 };
 
 struct TrainDistConfig {
     train::TrainConfig train;
     comm::RendezvousConfig rendezvous;
-    std::string compress;             ///< --compress; empty: none
+    std::optional<compress::Spec> compress;  ///< --compress, parsed where it is read; not given: none
     std::string schedule;             ///< --schedule file; empty: no schedule
     std::string schedule_extend;      ///< --schedule-extend: "" (a short schedule is an error) or "last"
     bool accordion = false;           ///< --accordion
@@ -51,11 +49,9 @@ struct TrainDistConfig {
     Mode mode() const {
         return accordion ? Mode::accordion : !schedule.empty() ? Mode::schedule : Mode::fixed;
     }
+    /// The level of Mode::fixed.
+    compress::Spec fixed_level() const { return compress ? *compress : compress::Spec{"none", 0}; }
 };
-
-/// Adds train-dist's own options (--compress, --schedule, --accordion, ...) and the
-/// shared training and rendezvous options to `app`.
-void add_train_dist_options(CLI::App& app, TrainDistConfig& config);
 
 /// Checks what can be checked without the model and data; throws UsageError naming the option.
 void validate(const TrainDistConfig& config);

@@ -9,15 +9,9 @@
 namespace acc::dist {
 namespace {
 
-bool is_none(const std::string& level) { return level == "none"; }
+bool is_none(const compress::Spec& level) { return level.name == "none"; }
 
-std::vector<std::string> canonical(const std::vector<std::string>& levels) {
-    std::vector<std::string> out;
-    for (const auto& level : levels) out.push_back(compress::parse_spec(level).text());
-    return out;
-}
-
-std::vector<size_t> compressed_of(const std::vector<std::string>& levels) {
+std::vector<size_t> compressed_of(const std::vector<compress::Spec>& levels) {
     std::vector<size_t> out;
     for (size_t i = 0; i < levels.size(); ++i)
         if (!is_none(levels[i])) out.push_back(i);
@@ -32,7 +26,7 @@ torch::Tensor step_tensor(std::int64_t step) { return torch::tensor(std::vector<
 
 DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
                            comm::Collectives& comm, torch::Device device, ExchangeSetup setup,
-                           const std::vector<std::string>& levels)
+                           const std::vector<compress::Spec>& levels)
     : parameters_(std::move(parameters)),
       description_(std::move(description)),
       staged_(device.is_cpu() ? nullptr : staged_collectives(comm, device)),
@@ -43,14 +37,14 @@ DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io
                     std::to_string(description_.size()) + " descriptions for " + std::to_string(parameters_.size()) +
                     " parameters");
     reducer_ = std::make_unique<BucketReducer>(parameters_, comm, device, setup_.buckets);
-    levels_ = canonical(levels);
+    levels_ = levels;
     compressed_ = compressed_of(levels_);
     if (!compressed_.empty()) {
         std::vector<io::Parameter> infos;
         std::vector<compress::Spec> specs;
         for (size_t i : compressed_) {
             infos.push_back(description_[i]);
-            specs.push_back(compress::parse_spec(levels_[i]));
+            specs.push_back(levels_[i]);
         }
         compress_ = std::make_unique<compress::GradientExchange>(infos, specs, comm_, setup_.compression);
     }
@@ -61,16 +55,15 @@ DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io
 
 DistExchange::~DistExchange() = default;
 
-void DistExchange::set_levels(const std::vector<std::string>& given) {
-    if (given.size() != parameters_.size())
-        throw Error("internal error: " + std::to_string(given.size()) + " levels for " +
+void DistExchange::set_levels(const std::vector<compress::Spec>& levels) {
+    if (levels.size() != parameters_.size())
+        throw Error("internal error: " + std::to_string(levels.size()) + " levels for " +
                     std::to_string(parameters_.size()) + " parameters");
-    const std::vector<std::string> levels = canonical(given);
     if (levels == levels_) return;
     const std::vector<size_t> compressed = compressed_of(levels);
-    auto specs_of = [&](const std::vector<size_t>& indices, const std::vector<std::string>& from) {
+    auto specs_of = [&](const std::vector<size_t>& indices, const std::vector<compress::Spec>& from) {
         std::vector<compress::Spec> out;
-        for (size_t i : indices) out.push_back(compress::parse_spec(from[i]));
+        for (size_t i : indices) out.push_back(from[i]);
         return out;
     };
     if (compressed == compressed_) {
@@ -87,7 +80,7 @@ void DistExchange::set_levels(const std::vector<std::string>& given) {
 
 // The set of compressed parameters changes: a new compressed exchange over the new
 // set takes over the state of the parameters it shares with the old one.
-void DistExchange::rebuild(const std::vector<std::string>& levels) {
+void DistExchange::rebuild(const std::vector<compress::Spec>& levels) {
     const std::vector<size_t> compressed = compressed_of(levels);
     std::map<std::string, torch::Tensor> old_state;
     if (compress_)
@@ -116,11 +109,11 @@ void DistExchange::rebuild(const std::vector<std::string>& levels) {
         }
         if (!will[i]) continue;
         infos.push_back(description_[i]);
-        target.push_back(compress::parse_spec(levels[i]));
+        target.push_back(levels[i]);
         if (was[i]) {
             // Stays compressed: starts at its old level with its old state, then set_levels
             // below changes the level the way a level change always does.
-            initial.push_back(compress::parse_spec(levels_[i]));
+            initial.push_back(levels_[i]);
             for (auto& [entry, tensor] : old_state)
                 if (starts_with(entry, name + "/") && entry.find('/', name.size() + 1) == std::string::npos)
                     state.emplace_back(entry, tensor);

@@ -41,18 +41,18 @@ struct ExchangeSetup {
     compress::ExchangeOptions compression;
 };
 
-class DistExchange final : public train::GradientExchange {
+class DistExchange final : public train::GradientSync {
 public:
     /// `parameters` (the model's, in model order) described by `description`;
-    /// `levels` (compressor specs, one per parameter) for the first epoch. Collective.
+    /// `levels` (one per parameter) for the first epoch. Collective.
     DistExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
                  comm::Collectives& comm, torch::Device device, ExchangeSetup setup,
-                 const std::vector<std::string>& levels);
+                 const std::vector<compress::Spec>& levels);
     ~DistExchange() override;
 
     /// New levels from the next step on. Collective: every rank passes the same.
-    void set_levels(const std::vector<std::string>& levels);
-    const std::vector<std::string>& levels() const { return levels_; }
+    void set_levels(const std::vector<compress::Spec>& levels);
+    const std::vector<compress::Spec>& levels() const { return levels_; }
     /// The epoch about to run (DGC's warm-up).
     void set_epoch(std::int64_t epoch);
     /// Per parameter: its aggregated gradient already carries momentum (dgc), so
@@ -73,14 +73,14 @@ public:
     const BucketReducer& reducer() const { return *reducer_; }
 
 private:
-    void rebuild(const std::vector<std::string>& levels);
+    void rebuild(const std::vector<compress::Spec>& levels);
 
     std::vector<torch::Tensor> parameters_;
     std::vector<io::Parameter> description_;
     std::unique_ptr<comm::Collectives> staged_;  // host tensors over a device backend (NCCL)
     comm::Collectives& comm_;                    // what the compressed exchange talks to
     ExchangeSetup setup_;
-    std::vector<std::string> levels_;
+    std::vector<compress::Spec> levels_;
     std::vector<size_t> compressed_;  // parameters in the compressed exchange, in model order
     std::unique_ptr<BucketReducer> reducer_;
     std::unique_ptr<compress::GradientExchange> compress_;

@@ -1,132 +1,27 @@
-// train-dist's command-line options and the checks that need neither model nor data.
+// The checks of train-dist's settings that need neither model nor data, and what ranks compare.
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
-#include "app/rank_options.hpp"
-#include "app/training_options.hpp"
-#include "cli/tool.hpp"
-#include "compress/spec.hpp"
 #include "dist/config.hpp"
 #include "regime/detect.hpp"
-
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 namespace acc::dist {
-namespace {
-
-// 64 GiB: buckets are buffers in memory; a larger one cannot be meant.
-constexpr double kMaxBucketMb = 65536;
-
-}  // namespace
-
-void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
-    acc::app::add_train_options(app, c.train);
-    CLI::Option* batch = app.get_option("--batch-size");
-    batch->description("Samples per step and rank (text: parallel streams per rank); a batch schedule sets it");
-    batch->each([&c](const std::string&) { c.batch_size_given = true; });
-
-    const std::string group = "Communication";
-    auto* compress = app.add_option("--compress", c.compress,
-                                    "Compress every matrix parameter's gradient with this level: " +
-                                        compress::spec_list() + " [none]")
-                         ->type_name("SPEC")
-                         ->default_str("")
-                         ->group(group);
-    auto* schedule = app.add_option("--schedule", c.schedule,
-                                    "Follow a regime-detect schedule: its level per epoch and parameter, or its "
-                                    "batch size and learning-rate scale per epoch")
-                         ->type_name("SCHED.h5")
-                         ->group(group);
-    app.add_option("--schedule-extend", c.schedule_extend,
-                   "When the schedule covers fewer epochs than --epochs: 'last' repeats its last epoch")
-        ->check(CLI::IsMember({"last"}))
-        ->group(group);
-    auto* accordion = app.add_flag("--accordion", c.accordion,
-                                   "Run Accordion's rule online: per parameter, --low in critical regimes and "
-                                   "--high elsewhere, decided on rank 0 every --interval epochs")
-                          ->group(group);
-    compress->excludes(schedule)->excludes(accordion);
-    schedule->excludes(accordion);
-    const std::string accordion_group = "Accordion (with --accordion)";
-    app.add_option("--low", c.accordion_config.low, "Level of critical regimes (little compression)")
-        ->type_name("SPEC")
-        ->needs(accordion)
-        ->group(accordion_group);
-    app.add_option("--high", c.accordion_config.high, "Level elsewhere (more compression)")
-        ->type_name("SPEC")
-        ->needs(accordion)
-        ->group(accordion_group);
-    app.add_option("--eta", c.accordion_config.eta,
-                   "A relative change of the gradient norm of at least eta marks a critical regime")
-        ->check(cli::number(0, regime::kMaxEta, true))
-        ->needs(accordion)
-        ->group(accordion_group);
-    app.add_option("--interval", c.accordion_config.interval, "Epochs between decisions")
-        ->check(cli::whole_number(1, regime::kMaxInterval))
-        ->needs(accordion)
-        ->group(accordion_group);
-
-    app.add_option("--backend", c.backend, "Collectives: gloo (cpu), or nccl (cuda, in CUDA builds) [by --device]")
-        ->check(CLI::IsMember({"gloo", "nccl"}))
-        ->group(group);
-    app.add_option("--bucket-mb", c.bucket_mb,
-                   "MiB of uncompressed gradients per allreduce that overlaps the backward pass")
-        ->check(cli::number(0, kMaxBucketMb, true))
-        ->group(group);
-    app.add_option("--first-bucket-mb", c.first_bucket_mb, "MiB of the first (last layers') bucket")
-        ->check(cli::number(0, kMaxBucketMb, true))
-        ->group(group);
-    app.add_option("--dgc-warmup-epochs", c.dgc_warmup_epochs,
-                   "dgc:F keeps exponentially fewer entries over the first N epochs, down to F")
-        ->check(cli::whole_number(0, 1000000))
-        ->group(group);
-
-    const std::string output = "Output";
-    app.add_option("--metrics", c.metrics, "Metrics file written after every epoch by rank 0 (accordion.metrics)")
-        ->type_name("FILE")
-        ->group(output);
-    app.add_option("--checkpoint-dir", c.checkpoint_dir,
-                   "Directory of the checkpoint written after every epoch, named after the metrics file "
-                   "(METRICS with .ckpt.h5 for .h5) [the metrics file's]")
-        ->type_name("DIR")
-        ->group(output);
-    app.add_flag("--resume", c.resume, "Continue a stopped run from its checkpoint and metrics file")->group(output);
-    app.add_flag("--json", c.json, "Also print the summary as JSON on stdout")->group(output);
-    acc::app::add_rendezvous_options(app, c.rendezvous);
-}
-
-namespace {
-
-// Parses a level, naming the option in the message.
-void check_spec(const std::string& option, const std::string& spec) {
-    try {
-        compress::parse_spec(spec);
-    } catch (const UsageError& e) {
-        throw UsageError(option + ": " + e.what());
-    }
-}
-
-}  // namespace
-
 void validate(const TrainDistConfig& c) {
     train::TrainConfig t = c.train;
     // A batch schedule may set batches larger than --batch-size, which micro-batches then split.
     if (!c.schedule.empty() && !c.batch_size_given) t.batch_size = std::max(t.batch_size, t.micro_batch_size);
     train::validate(t);
-    const int modes = (!c.compress.empty() ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0);
+    const int modes = (c.compress ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0);
     if (modes > 1) throw UsageError("--compress, --schedule and --accordion: choose one");
-    if (!c.compress.empty()) check_spec("--compress", c.compress);
     if (!c.schedule_extend.empty() && c.schedule_extend != "last")
         throw UsageError("--schedule-extend: must be 'last', not '" + c.schedule_extend + "'");
     if (!c.schedule_extend.empty() && c.schedule.empty()) throw UsageError("--schedule-extend: needs --schedule");
     if (c.accordion) {
         const AccordionConfig& a = c.accordion_config;
-        check_spec("--low", a.low);
-        check_spec("--high", a.high);
         regime::validate(regime::Options{a.eta, a.interval});
     }
     if (!c.backend.empty() && c.backend != "gloo" && c.backend != "nccl")
@@ -153,9 +48,9 @@ std::string shared_settings(const TrainDistConfig& c) {
                                        std::to_string(t.schedule.warmup_lr), std::to_string(t.schedule.decay_factor),
                                        std::to_string(t.optimizer.momentum), std::to_string(t.optimizer.nesterov),
                                        std::to_string(t.optimizer.weight_decay), std::to_string(t.clip_norm),
-                                       std::to_string(t.eval_every), std::to_string(t.seed), device_name(t.device), c.compress,
+                                       std::to_string(t.eval_every), std::to_string(t.seed), device_name(t.device), c.compress ? c.compress->text() : "",
                                        c.schedule, c.schedule_extend, std::to_string(c.accordion),
-                                       c.accordion_config.low, c.accordion_config.high,
+                                       c.accordion_config.low.text(), c.accordion_config.high.text(),
                                        std::to_string(c.accordion_config.eta), std::to_string(c.accordion_config.interval),
                                        c.backend, std::to_string(c.bucket_mb), std::to_string(c.first_bucket_mb),
                                        std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume)};

@@ -3,7 +3,6 @@
 #include "base/error.hpp"
 #include "base/text.hpp"
 #include "compress/spec.hpp"
-#include "regime/levels.hpp"
 
 #include <algorithm>
 #include <map>
@@ -17,14 +16,14 @@ std::vector<bool> matrices(const std::vector<io::Parameter>& parameters) {
     return out;
 }
 
-std::int32_t index_in(std::vector<std::string>& levels, const std::string& level) {
+std::int32_t index_in(std::vector<compress::Spec>& levels, const compress::Spec& level) {
     auto it = std::find(levels.begin(), levels.end(), level);
     if (it != levels.end()) return static_cast<std::int32_t>(it - levels.begin());
     levels.push_back(level);
     return static_cast<std::int32_t>(levels.size() - 1);
 }
 
-std::string canonical(const std::string& spec) { return compress::parse_spec(spec).text(); }
+const compress::Spec kNone{"none", 0};
 
 // Every way the schedule's parameters differ from the model's, one phrase each.
 std::vector<std::string> parameter_mismatches(const std::vector<io::Parameter>& model,
@@ -57,12 +56,11 @@ std::vector<std::string> parameter_mismatches(const std::vector<io::Parameter>& 
 
 }  // namespace
 
-RunPlan RunPlan::fixed(const std::vector<io::Parameter>& parameters, const std::string& spec, std::int64_t epochs) {
+RunPlan RunPlan::fixed(const std::vector<io::Parameter>& parameters, const compress::Spec& spec, std::int64_t epochs) {
     RunPlan plan;
     plan.epochs_ = epochs;
     plan.is_matrix_ = matrices(parameters);
-    const std::string level = canonical(spec.empty() ? "none" : spec);
-    const std::int32_t none = index_in(plan.levels_, "none"), chosen = index_in(plan.levels_, level);
+    const std::int32_t none = index_in(plan.levels_, kNone), chosen = index_in(plan.levels_, spec);
     std::vector<std::int32_t> row;
     for (bool m : plan.is_matrix_) row.push_back(m ? chosen : none);
     for (std::int64_t e = 0; e < epochs; ++e) plan.table_.insert(plan.table_.end(), row.begin(), row.end());
@@ -75,7 +73,7 @@ RunPlan RunPlan::from_schedule(const io::Schedule& s, const std::vector<io::Para
     plan.epochs_ = epochs;
     plan.is_matrix_ = matrices(parameters);
     const size_t count = parameters.size();
-    index_in(plan.levels_, "none");
+    index_in(plan.levels_, kNone);
     auto row_of = [&](std::int64_t e) { return std::min(e, s.epochs - 1); };
     if (s.mode == "batch") {
         plan.batch_mode_ = true;
@@ -87,7 +85,7 @@ RunPlan RunPlan::from_schedule(const io::Schedule& s, const std::vector<io::Para
         return plan;
     }
     std::vector<std::int32_t> index;
-    for (const auto& level : s.levels) index.push_back(index_in(plan.levels_, canonical(level)));
+    for (const auto& level : s.levels) index.push_back(index_in(plan.levels_, compress::parse_spec(level)));
     for (std::int64_t e = 0; e < epochs; ++e)
         for (size_t p = 0; p < count; ++p)
             plan.table_.push_back(index[static_cast<size_t>(s.level[s.at(row_of(e), p)])]);
@@ -101,13 +99,11 @@ RunPlan RunPlan::accordion(const std::vector<io::Parameter>& parameters, const A
     plan.is_matrix_ = matrices(parameters);
     plan.online_ = true;
     plan.accordion_ = config;
-    plan.accordion_.low = canonical(config.low);
-    plan.accordion_.high = canonical(config.high);
     plan.lr_ = std::move(lr);
     // The order regime::plan_compression gives: none, low, high.
-    index_in(plan.levels_, "none");
-    index_in(plan.levels_, plan.accordion_.low);
-    index_in(plan.levels_, plan.accordion_.high);
+    index_in(plan.levels_, kNone);
+    plan.low_ = index_in(plan.levels_, config.low);
+    plan.high_ = index_in(plan.levels_, config.high);
     return plan;
 }
 
@@ -149,23 +145,13 @@ EpochLevels RunPlan::levels_of(std::int64_t epoch) const {
     table.values.resize(static_cast<size_t>(epoch + 1) * count, 0.0);
     std::vector<double> lr(lr_.begin(), lr_.begin() + epoch + 1);
     regime::Decisions all = regime::detect(table, lr, {accordion_.eta, accordion_.interval});
-    regime::Decisions row;
-    row.epochs = 1;
-    row.columns = table.columns;
     for (size_t p = 0; p < count; ++p) {
         const size_t i = all.at(epoch, static_cast<std::int64_t>(p));
-        row.critical.push_back(all.critical[i]);
-        row.ratio.push_back(all.ratio[i]);
-        row.reason.push_back(all.reason[i]);
         out.critical.push_back(all.critical[i]);
         out.ratio.push_back(all.ratio[i]);
         out.reason.push_back(static_cast<std::int8_t>(all.reason[i]));
-    }
-    regime::CompressionPlan chosen = regime::plan_compression(row, is_matrix_, accordion_.low, accordion_.high);
-    for (auto index : chosen.level) {
-        // plan_compression's level list may be shorter when low == high; map by name.
-        const std::string& name = chosen.levels[static_cast<size_t>(index)];
-        out.level.push_back(static_cast<std::int32_t>(std::find(levels_.begin(), levels_.end(), name) - levels_.begin()));
+        // regime::plan_compression's rule: none on vectors, low where critical, high elsewhere.
+        out.level.push_back(!is_matrix_[p] ? 0 : all.critical[i] ? low_ : high_);
     }
     return out;
 }
@@ -219,12 +205,18 @@ void check_schedule(const io::Schedule& s, const std::string& path, const std::v
     throw UsageError(message);
 }
 
-std::string levels_summary(const RunPlan& plan, const std::vector<std::int32_t>& level) {
-    std::vector<std::int64_t> counts(plan.levels().size(), 0);
+std::vector<std::string> RunPlan::level_names() const {
+    std::vector<std::string> out;
+    for (const auto& level : levels_) out.push_back(level.text());
+    return out;
+}
+
+std::string levels_summary(const std::vector<compress::Spec>& levels, const std::vector<std::int32_t>& level) {
+    std::vector<std::int64_t> counts(levels.size(), 0);
     for (auto l : level) ++counts.at(static_cast<size_t>(l));
     std::vector<std::string> parts;
     for (size_t i = 0; i < counts.size(); ++i)
-        if (counts[i] > 0) parts.push_back(plan.levels()[i] + " x" + std::to_string(counts[i]));
+        if (counts[i] > 0) parts.push_back(levels[i].text() + " x" + std::to_string(counts[i]));
     return join(parts, ", ");
 }
 

@@ -5,6 +5,7 @@
 // norms). Pure logic, no LibTorch and no I/O.
 #pragma once
 
+#include "compress/spec.hpp"
 #include "dist/config.hpp"
 #include "io/parameters.hpp"
 #include "io/schedule.hpp"
@@ -27,9 +28,10 @@ struct EpochLevels {
 
 class RunPlan {
 public:
-    /// --compress SPEC (canonical text; "none" when empty): SPEC on every matrix parameter, none on the others.
-    static RunPlan fixed(const std::vector<io::Parameter>& parameters, const std::string& spec, std::int64_t epochs);
-    /// A schedule file, checked against the run by check_schedule first.
+    /// --compress SPEC: SPEC on every matrix parameter, none on the others.
+    static RunPlan fixed(const std::vector<io::Parameter>& parameters, const compress::Spec& spec, std::int64_t epochs);
+    /// A schedule file, checked against the run by check_schedule first; its level
+    /// names are parsed here, once.
     static RunPlan from_schedule(const io::Schedule& schedule, const std::vector<io::Parameter>& parameters,
                                  std::int64_t epochs);
     /// Accordion online: `lr` holds the learning rate of every epoch of the run.
@@ -38,8 +40,10 @@ public:
 
     std::int64_t epochs() const { return epochs_; }
     size_t parameters() const { return is_matrix_.size(); }
-    /// Every level the run may use, as canonical compressor specs; "none" first.
-    const std::vector<std::string>& levels() const { return levels_; }
+    /// Every level the run may use, each once; "none" first. EpochLevels::level indexes it.
+    const std::vector<compress::Spec>& levels() const { return levels_; }
+    /// levels() as canonical text, as the metrics file and the checkpoint record them.
+    std::vector<std::string> level_names() const;
     bool batch_mode() const { return batch_mode_; }
     bool online() const { return online_; }
 
@@ -59,7 +63,7 @@ public:
 private:
     std::int64_t epochs_ = 0;
     std::vector<bool> is_matrix_;
-    std::vector<std::string> levels_;
+    std::vector<compress::Spec> levels_;
     std::vector<std::int32_t> table_;  // epochs x parameters (fixed and schedule)
     bool batch_mode_ = false;
     std::vector<std::int64_t> batch_;
@@ -67,6 +71,7 @@ private:
     // Online.
     bool online_ = false;
     AccordionConfig accordion_;
+    std::int32_t low_ = 0, high_ = 0;  // indices of accordion_.low and .high in levels_
     std::vector<double> lr_;
     std::vector<double> norms_;
 };
@@ -79,7 +84,7 @@ private:
 void check_schedule(const io::Schedule& schedule, const std::string& path, const std::vector<io::Parameter>& parameters,
                     std::int64_t epochs, bool extend_last, int world_size, bool batch_size_given);
 
-/// "none x41, powersgd:2 x21": how many parameters use each level, in levels() order.
-std::string levels_summary(const RunPlan& plan, const std::vector<std::int32_t>& level);
+/// "none x41, powersgd:2 x21": how many parameters use each level of `levels`, in its order.
+std::string levels_summary(const std::vector<compress::Spec>& levels, const std::vector<std::int32_t>& level);
 
 }  // namespace acc::dist

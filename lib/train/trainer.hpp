@@ -42,11 +42,13 @@ struct StepInfo {
     double lr = 0;
 };
 
-/// The hook between backward and the optimizer step. A data-parallel run
-/// aggregates the ranks' gradients here (allreduce, compression, error feedback).
-class GradientExchange {
+/// The hook between backward and the optimizer step that makes the ranks'
+/// gradients one: a data-parallel run aggregates them here (allreduce,
+/// compression, error feedback). Not compress::GradientExchange, which such a
+/// hook may use to do it.
+class GradientSync {
 public:
-    virtual ~GradientExchange() = default;
+    virtual ~GradientSync() = default;
     /// Called before the backward pass of a step's last micro-batch, unless the
     /// gradient is clipped (clipping needs every gradient before any is sent). An
     /// exchange that overlaps communication with the backward pass starts here;
@@ -167,7 +169,7 @@ public:
     std::int64_t global_step() const { return global_step_; }
 
     /// The exchange between backward and the optimizer step; nullptr: identity.
-    void set_exchange(GradientExchange* exchange) { exchange_ = exchange; }
+    void set_exchange(GradientSync* exchange) { exchange_ = exchange; }
     /// The recorder that sees every step's raw local gradient; nullptr: none.
     void set_recorder(GradientRecorder* recorder) { recorder_ = recorder; }
 
@@ -207,7 +209,7 @@ private:
     std::vector<torch::Tensor> parameters_;
     std::vector<io::Parameter> description_;
     Sgd sgd_;
-    GradientExchange* exchange_ = nullptr;
+    GradientSync* exchange_ = nullptr;
     GradientRecorder* recorder_ = nullptr;
     std::int64_t global_step_ = 0;
 };

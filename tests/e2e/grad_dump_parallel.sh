@@ -18,10 +18,10 @@ grad-dump "${slice[@]}" --batch-size 50 --nproc 2 -v -o two.h5 --json >two.json 
 grad-dump "${slice[@]}" --batch-size 100 --threads 1 -q -o one.h5 || fail "grad-dump on one process"
 
 for epoch in 0 1 2; do
-    sums=$(grep -oE "^grad-dump\[[01]\]: debug: weights after epoch $epoch: checksum [0-9a-f]{16}$" two.log |
+    sums=$(grep -oE "^grad-dump\[[01]\]: debug: rank [01]: weights after epoch $epoch \(step [0-9]+\): checksum [0-9a-f]{16}$" two.log |
         sed 's/.*checksum //' | sort -u)
-    [ "$(grep -c "weights after epoch $epoch:" two.log)" = 2 ] && [ "$(echo "$sums" | wc -l)" = 1 ] ||
-        fail "epoch $epoch: the ranks' weights differ or were not logged: $(grep "after epoch $epoch:" two.log)"
+    [ "$(grep -c "weights after epoch $epoch (" two.log)" = 2 ] && [ "$(echo "$sums" | wc -l)" = 1 ] ||
+        fail "epoch $epoch: the ranks' weights differ or were not logged: $(grep "after epoch $epoch (" two.log)"
 done
 # 4 bytes x (784 x 32 + 32 + 32 x 32 + 32 + 32 x 10 + 10) values
 grep -q "^grad-dump\[0\]: data-parallel on 2 ranks (gloo): gradients averaged every step (106,024 bytes per rank in one allreduce)" two.log ||

@@ -9,8 +9,7 @@ source "$(dirname "$0")/common.sh"
 cd "$ACC_SOURCE"
 
 # Files that still break a rule, each with the reason; an entry whose file is gone is ignored.
-# lib/dist/options.cpp registers train-dist's options until they move to lib/app.
-allowed=(lib/dist/options.cpp)
+allowed=()
 
 is_allowed() {
     local f
@@ -70,8 +69,6 @@ command -v nm >/dev/null || { echo "skip: nm (binutils) is not installed"; exit 
 checked=0
 for lib in "$ACC_BUILD_DIR"/lib/*/libacc_*.a; do
     case "$lib" in */lib/app/* | */lib/cli/*) continue ;; esac
-    # acc_dist_core holds lib/dist/options.cpp while that file is allowed above.
-    [[ "$lib" == */libacc_dist_core.a && -f lib/dist/options.cpp ]] && continue
     checked=$((checked + 1))
     if nm -C "$lib" 2>/dev/null | grep -q ' CLI::'; then
         fail "$(basename "$lib") holds CLI11 code"

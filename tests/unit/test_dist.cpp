@@ -26,6 +26,12 @@ using acc::test::error_of;
 
 namespace {
 
+std::vector<acc::compress::Spec> specs_of(const std::vector<std::string>& levels) {
+    std::vector<acc::compress::Spec> out;
+    for (const auto& l : levels) out.push_back(acc::compress::parse_spec(l));
+    return out;
+}
+
 void ranks(int world, const std::function<void(int, Collectives&)>& body) {
     acc::test::ThreadGroup group(world, 30);
     group.run(body);
@@ -205,14 +211,14 @@ TEST(Exchange, MatchesTheCompressExchangeThroughLevelChanges) {
         setup.buckets.first_bucket_bytes = 40;
         setup.buckets.bucket_bytes = 100;
         setup.compression.seed = 3;
-        DistExchange exchange(a.parameters, a.description(), comm, torch::kCPU, setup, epochs[0]);
+        DistExchange exchange(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(epochs[0]));
         const std::vector<acc::io::Parameter> infos = b.description();
         std::vector<acc::compress::Spec> specs;
         for (const auto& l : epochs[0]) specs.push_back(acc::compress::parse_spec(l));
         acc::compress::GradientExchange plain(infos, specs, comm, setup.compression);
         std::int64_t step = 0;
         for (size_t e = 0; e < epochs.size(); ++e) {
-            exchange.set_levels(epochs[e]);
+            exchange.set_levels(specs_of(epochs[e]));
             exchange.set_epoch(static_cast<std::int64_t>(e));
             specs.clear();
             for (const auto& l : epochs[e]) specs.push_back(acc::compress::parse_spec(l));
@@ -249,7 +255,7 @@ TEST(Exchange, StateRoundTripsAndCountsBytes) {
     const std::vector<std::string> levels = {"powersgd:1", "none", "topk:0.5", "none", "none", "none"};
     ranks(2, [&](int rank, Collectives& comm) {
         Net a(4), b(4);
-        DistExchange first(a.parameters, a.description(), comm, torch::kCPU, {}, levels);
+        DistExchange first(a.parameters, a.description(), comm, torch::kCPU, {}, specs_of(levels));
         for (std::int64_t step = 0; step < 2; ++step) {
             a.zero_grad();
             a.loss(rank, step).backward();
@@ -265,7 +271,7 @@ TEST(Exchange, StateRoundTripsAndCountsBytes) {
         EXPECT_TRUE(state.count("0.weight/error"));
         EXPECT_TRUE(state.count("0.weight/powersgd_q"));
         EXPECT_TRUE(state.count("exchange/step"));
-        DistExchange second(b.parameters, b.description(), comm, torch::kCPU, {}, levels);
+        DistExchange second(b.parameters, b.description(), comm, torch::kCPU, {}, specs_of(levels));
         second.load_state(state);
         a.zero_grad();
         a.loss(rank, 5).backward();
@@ -336,7 +342,7 @@ TEST(Sgd, MomentumOnWeightDecayOnlyForGradientsWithMomentum) {
 namespace {
 
 // Records what the trainer tells it.
-class Probe : public acc::train::GradientExchange {
+class Probe : public acc::train::GradientSync {
 public:
     void before_backward(const acc::train::StepInfo& step, bool accumulated) override {
         calls.push_back("before " + std::to_string(step.step) + (accumulated ? " accumulated" : ""));
@@ -404,7 +410,7 @@ TEST(Trainer, RecorderSeesTheLocalGradientWhileBucketsOverlap) {
         acc::train::Trainer trainer(models[rank], *data, options, {rank, world});
         acc::train::GradientRecorder recorder(trainer.parameter_tensors(), false);
         trainer.set_recorder(&recorder);
-        std::vector<std::string> levels(trainer.parameters().size(), "none");
+        std::vector<acc::compress::Spec> levels(trainer.parameters().size(), acc::compress::parse_spec("none"));
         DistExchange exchange(trainer.parameter_tensors(), trainer.parameters(), comm, torch::kCPU, {}, levels);
         trainer.set_exchange(&exchange);
         trainer.train_epoch(0, 0.0);

@@ -1,6 +1,7 @@
 // lib/dist without LibTorch: the levels of each epoch from --compress, from a
 // schedule (checked against the model, every mismatch named), and from
 // Accordion's rule online, which must decide as regime-detect does offline.
+#include "app/train_dist_options.hpp"
 #include "base/error.hpp"
 #include "dist/config.hpp"
 #include "dist/run_plan.hpp"
@@ -16,6 +17,7 @@
 #include <random>
 
 using namespace acc::dist;
+using acc::compress::parse_spec;
 using acc::io::Parameter;
 
 namespace {
@@ -25,7 +27,7 @@ std::vector<Parameter> small_model() {
 }
 
 std::string level_of(const RunPlan& plan, std::int64_t epoch, size_t p) {
-    return plan.levels()[static_cast<size_t>(plan.levels_of(epoch).level[p])];
+    return plan.levels()[static_cast<size_t>(plan.levels_of(epoch).level[p])].text();
 }
 
 acc::io::Schedule compression_schedule(std::int64_t epochs) {
@@ -57,8 +59,8 @@ std::string usage_error(const std::function<void()>& action) {
 }  // namespace
 
 TEST(Plan, FixedLevelOnMatricesOnly) {
-    RunPlan plan = RunPlan::fixed(small_model(), "powersgd:2", 3);
-    EXPECT_EQ(plan.levels(), (std::vector<std::string>{"none", "powersgd:2"}));
+    RunPlan plan = RunPlan::fixed(small_model(), parse_spec("powersgd:2"), 3);
+    EXPECT_EQ(plan.level_names(), (std::vector<std::string>{"none", "powersgd:2"}));
     for (std::int64_t e = 0; e < 3; ++e) {
         EXPECT_EQ(level_of(plan, e, 0), "powersgd:2");
         EXPECT_EQ(level_of(plan, e, 1), "none");
@@ -66,10 +68,10 @@ TEST(Plan, FixedLevelOnMatricesOnly) {
         EXPECT_EQ(level_of(plan, e, 3), "none");
     }
     EXPECT_FALSE(plan.batch_mode());
-    EXPECT_EQ(RunPlan::fixed(small_model(), "", 1).levels(), std::vector<std::string>{"none"});
+    EXPECT_EQ(RunPlan::fixed(small_model(), parse_spec("none"), 1).level_names(), std::vector<std::string>{"none"});
     // Specs are canonical: "topk:.10" and "topk:0.1" are one level.
-    EXPECT_EQ(RunPlan::fixed(small_model(), "topk:.10", 1).levels()[1], "topk:0.1");
-    EXPECT_EQ(levels_summary(plan, plan.levels_of(0).level), "none x2, powersgd:2 x2");
+    EXPECT_EQ(RunPlan::fixed(small_model(), parse_spec("topk:.10"), 1).level_names()[1], "topk:0.1");
+    EXPECT_EQ(levels_summary(plan.levels(), plan.levels_of(0).level), "none x2, powersgd:2 x2");
 }
 
 TEST(Plan, ScheduleLevelsAndExtension) {
@@ -129,7 +131,7 @@ TEST(Plan, BatchScheduleSplitsOverRanks) {
     EXPECT_TRUE(plan.batch_mode());
     EXPECT_EQ(plan.global_batch(2), 512);
     EXPECT_EQ(plan.lr_scale(2), 8.0);
-    EXPECT_EQ(plan.levels(), std::vector<std::string>{"none"});
+    EXPECT_EQ(plan.level_names(), std::vector<std::string>{"none"});
     for (auto l : plan.levels_of(3).level) EXPECT_EQ(l, 0);
 
     const std::string uneven = usage_error([&] { check_schedule(s, "b.h5", small_model(), 4, false, 3, true); });
@@ -149,8 +151,8 @@ TEST(Plan, OnlineAccordionDecidesAsTheOfflineRule) {
         std::vector<double> lr;
         for (std::int64_t e = 0; e < epochs; ++e) lr.push_back(e < 4 ? 0.1 * (e + 1) : e < 11 ? 0.4 : e < 17 ? 0.04 : 0.004);
         AccordionConfig config;
-        config.low = "powersgd:4";
-        config.high = "powersgd:1";
+        config.low = parse_spec("powersgd:4");
+        config.high = parse_spec("powersgd:1");
         config.eta = 0.5;
         config.interval = interval;
         RunPlan plan = RunPlan::accordion(small_model(), config, lr);
@@ -166,7 +168,7 @@ TEST(Plan, OnlineAccordionDecidesAsTheOfflineRule) {
                 EXPECT_EQ(online.critical[p], offline.critical[i]) << "interval " << interval << " epoch " << e;
                 EXPECT_EQ(online.reason[p], static_cast<std::int8_t>(offline.reason[i]));
                 EXPECT_TRUE(online.ratio[p] == offline.ratio[i] || (std::isnan(online.ratio[p]) && std::isnan(offline.ratio[i])));
-                EXPECT_EQ(plan.levels()[static_cast<size_t>(online.level[p])],
+                EXPECT_EQ(plan.levels()[static_cast<size_t>(online.level[p])].text(),
                           levels.levels[static_cast<size_t>(levels.level[i])]);
             }
             plan.record_norms(e, std::vector<double>(table.values.begin() + e * 4, table.values.begin() + e * 4 + 4));
@@ -176,11 +178,11 @@ TEST(Plan, OnlineAccordionDecidesAsTheOfflineRule) {
 
 TEST(Plan, OnlineAccordionByHand) {
     AccordionConfig config;
-    config.low = "topk:0.1";
-    config.high = "topk:0.01";
+    config.low = parse_spec("topk:0.1");
+    config.high = parse_spec("topk:0.01");
     config.interval = 2;
     RunPlan plan = RunPlan::accordion(small_model(), config, std::vector<double>(8, 0.1));
-    EXPECT_EQ(plan.levels(), (std::vector<std::string>{"none", "topk:0.1", "topk:0.01"}));
+    EXPECT_EQ(plan.level_names(), (std::vector<std::string>{"none", "topk:0.1", "topk:0.01"}));
     // Epochs 0..2 are the first interval: low on matrices, none on vectors.
     EXPECT_EQ(level_of(plan, 0, 0), "topk:0.1");
     EXPECT_EQ(level_of(plan, 0, 1), "none");
@@ -213,7 +215,7 @@ TEST(Options, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     auto parse = [](std::vector<std::string> args) {
         TrainDistConfig config;
         CLI::App app;
-        add_train_dist_options(app, config);
+        acc::app::add_train_dist_options(app, config);
         args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
         std::reverse(args.begin(), args.end());
         app.parse(args);
@@ -229,9 +231,18 @@ TEST(Options, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     EXPECT_TRUE(parse({"--batch-size", "64"}).batch_size_given);
     EXPECT_EQ(parse({}).mode(), Mode::fixed);
 
-    TrainDistConfig c = parse({"--compress", "powersgd:0"});
-    EXPECT_CONTAINS(usage_error([&] { validate(c); }), "powersgd");
-    c = parse({"--backend", "nccl"});
+    // Levels are parsed where they are read, naming the option.
+    try {
+        parse({"--compress", "powersgd:0"});
+        ADD_FAILURE() << "--compress powersgd:0 was accepted";
+    } catch (const CLI::ValidationError& e) {
+        EXPECT_CONTAINS(std::string(e.what()), "--compress: 'powersgd:0'");
+    }
+    EXPECT_THROW(parse({"--accordion", "--high", "fastsgd"}), CLI::ValidationError);
+    EXPECT_EQ(parse({"--compress", "topk:.10"}).fixed_level(), parse_spec("topk:0.1"));
+    EXPECT_EQ(parse({}).fixed_level(), parse_spec("none"));
+    EXPECT_EQ(parse({"--accordion"}).accordion_config.low, parse_spec("powersgd:2"));
+    TrainDistConfig c = parse({"--backend", "nccl"});
     EXPECT_CONTAINS(usage_error([&] { validate(c); }), "--backend nccl: needs --device cuda");
     c = parse({"--metrics", "out/m.h5"});
     EXPECT_EQ(checkpoint_path(c), "out/m.ckpt.h5");

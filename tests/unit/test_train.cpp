@@ -393,7 +393,7 @@ TEST(Recorder, SumsRawGradientsOfTheEpoch) {
 namespace {
 
 // Doubles every gradient: the same as doubling the learning rate of plain SGD.
-class Doubling : public GradientExchange {
+class Doubling : public GradientSync {
 public:
     void exchange(std::vector<torch::Tensor>& gradients, const StepInfo& step) override {
         for (auto& g : gradients) g = g * 2;

@@ -2,16 +2,17 @@
 // --compress, a schedule, or Accordion's rule online. See man/train-dist.1.
 #include "cli/tool.hpp"
 #include "app/train_dist.hpp"
+#include "app/train_dist_options.hpp"
 
 int main(int argc, char** argv) {
-    acc::dist::TrainDistConfig config;
+    acc::app::TrainDistConfig config;
     return acc::cli::run_tool(
         "train-dist",
         "Data-parallel SGD: every rank trains on its shard, and each parameter's gradient is averaged\n"
         "over the ranks at the compression level of the epoch (--compress, --schedule or --accordion).",
-        argc, argv, [&](CLI::App& app) { acc::dist::add_train_dist_options(app, config); },
+        argc, argv, [&](CLI::App& app) { acc::app::add_train_dist_options(app, config); },
         [&] {
             config.provenance = acc::cli::provenance();
-            return acc::dist::run_train_dist(config, argc, argv);
+            return acc::app::run_train_dist(config, argc, argv);
         });
 }

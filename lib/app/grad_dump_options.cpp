@@ -1,0 +1,29 @@
+#include "app/grad_dump_options.hpp"
+
+#include "app/rank_options.hpp"
+#include "app/training_options.hpp"
+#include "cli/tool.hpp"
+
+#include <CLI/CLI.hpp>
+
+namespace acc::app {
+
+void add_grad_dump_options(CLI::App& app, GradDumpConfig& config) {
+    add_train_options(app, config.train);
+    const std::string group = "Output";
+    app.add_option("-o,--output", config.output, "Gradient-statistics file to write")->group(group);
+    app.add_option("--checkpoint", config.checkpoint, "Checkpoint written after every epoch [OUTPUT with .ckpt.h5 for .h5]")
+        ->group(group);
+    app.add_flag("--resume", config.resume, "Continue a stopped run from its checkpoint")->group(group);
+    app.add_option("--snapshot-epochs", config.snapshot_epochs,
+                   "Also store the summed gradient tensors of these epochs (e.g. 0,10,150)")
+        ->delimiter(',')
+        ->check(cli::whole_number(0, 1000000))
+        ->default_str("")
+        ->group(group);
+    app.add_flag("--step-norms", config.step_norms, "Also store per-step, per-parameter gradient norms")->group(group);
+    app.add_flag("--json", config.json, "Also print the summary as JSON on stdout")->group(group);
+    add_rendezvous_options(app, config.rendezvous);
+}
+
+}  // namespace acc::app

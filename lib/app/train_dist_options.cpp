@@ -1,0 +1,119 @@
+// train-dist's command-line options: CLI11 fills a TrainDistConfig, levels parsed
+// into compress::Spec where they are read. No LibTorch here.
+#include "app/train_dist_options.hpp"
+
+#include "base/error.hpp"
+#include "app/rank_options.hpp"
+#include "app/training_options.hpp"
+#include "cli/tool.hpp"
+#include "compress/spec.hpp"
+#include "regime/detect.hpp"
+#include "train/config.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace acc::app {
+namespace {
+
+// 64 GiB: buckets are buffers in memory; a larger one cannot be meant.
+constexpr double kMaxBucketMb = 65536;
+
+// A level option: parsed into a Spec once, where it is read, so that nothing later handles its text.
+CLI::Option* add_spec_option(CLI::App& app, const std::string& name, const std::string& description,
+                             std::function<void(compress::Spec)> store) {
+    return app
+        .add_option_function<std::string>(
+            name,
+            [name, store](const std::string& text) {
+                try {
+                    store(compress::parse_spec(text));
+                } catch (const UsageError& e) {
+                    throw CLI::ValidationError(name, e.what());
+                }
+            },
+            description)
+        ->type_name("SPEC");
+}
+
+}  // namespace
+
+void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
+    add_train_options(app, c.train);
+    CLI::Option* batch = app.get_option("--batch-size");
+    batch->description("Samples per step and rank (text: parallel streams per rank); a batch schedule sets it");
+    batch->each([&c](const std::string&) { c.batch_size_given = true; });
+
+    const std::string group = "Communication";
+    auto* compress = add_spec_option(app, "--compress",
+                                     "Compress every matrix parameter's gradient with this level: " +
+                                         compress::spec_list() + " [none]",
+                                     [&c](compress::Spec s) { c.compress = std::move(s); })
+                         ->group(group);
+    auto* schedule = app.add_option("--schedule", c.schedule,
+                                    "Follow a regime-detect schedule: its level per epoch and parameter, or its "
+                                    "batch size and learning-rate scale per epoch")
+                         ->type_name("SCHED.h5")
+                         ->group(group);
+    app.add_option("--schedule-extend", c.schedule_extend,
+                   "When the schedule covers fewer epochs than --epochs: 'last' repeats its last epoch")
+        ->check(CLI::IsMember({"last"}))
+        ->group(group);
+    auto* accordion = app.add_flag("--accordion", c.accordion,
+                                   "Run Accordion's rule online: per parameter, --low in critical regimes and "
+                                   "--high elsewhere, decided on rank 0 every --interval epochs")
+                          ->group(group);
+    compress->excludes(schedule)->excludes(accordion);
+    schedule->excludes(accordion);
+    const std::string accordion_group = "Accordion (with --accordion)";
+    add_spec_option(app, "--low", "Level of critical regimes (little compression)",
+                    [&c](compress::Spec s) { c.accordion_config.low = std::move(s); })
+        ->default_str(c.accordion_config.low.text())
+        ->needs(accordion)
+        ->group(accordion_group);
+    add_spec_option(app, "--high", "Level elsewhere (more compression)",
+                    [&c](compress::Spec s) { c.accordion_config.high = std::move(s); })
+        ->default_str(c.accordion_config.high.text())
+        ->needs(accordion)
+        ->group(accordion_group);
+    app.add_option("--eta", c.accordion_config.eta,
+                   "A relative change of the gradient norm of at least eta marks a critical regime")
+        ->check(cli::number(0, regime::kMaxEta, true))
+        ->needs(accordion)
+        ->group(accordion_group);
+    app.add_option("--interval", c.accordion_config.interval, "Epochs between decisions")
+        ->check(cli::whole_number(1, regime::kMaxInterval))
+        ->needs(accordion)
+        ->group(accordion_group);
+
+    app.add_option("--backend", c.backend, "Collectives: gloo (cpu), or nccl (cuda, in CUDA builds) [by --device]")
+        ->check(CLI::IsMember({"gloo", "nccl"}))
+        ->group(group);
+    app.add_option("--bucket-mb", c.bucket_mb,
+                   "MiB of uncompressed gradients per allreduce that overlaps the backward pass")
+        ->check(cli::number(0, kMaxBucketMb, true))
+        ->group(group);
+    app.add_option("--first-bucket-mb", c.first_bucket_mb, "MiB of the first (last layers') bucket")
+        ->check(cli::number(0, kMaxBucketMb, true))
+        ->group(group);
+    app.add_option("--dgc-warmup-epochs", c.dgc_warmup_epochs,
+                   "dgc:F keeps exponentially fewer entries over the first N epochs, down to F")
+        ->check(cli::whole_number(0, 1000000))
+        ->group(group);
+
+    const std::string output = "Output";
+    app.add_option("--metrics", c.metrics, "Metrics file written after every epoch by rank 0 (accordion.metrics)")
+        ->type_name("FILE")
+        ->group(output);
+    app.add_option("--checkpoint-dir", c.checkpoint_dir,
+                   "Directory of the checkpoint written after every epoch, named after the metrics file "
+                   "(METRICS with .ckpt.h5 for .h5) [the metrics file's]")
+        ->type_name("DIR")
+        ->group(output);
+    app.add_flag("--resume", c.resume, "Continue a stopped run from its checkpoint and metrics file")->group(output);
+    app.add_flag("--json", c.json, "Also print the summary as JSON on stdout")->group(output);
+    add_rendezvous_options(app, c.rendezvous);
+}
+
+}  // namespace acc::app
