@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 namespace acc::dist {
 namespace {
@@ -46,8 +47,15 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
                                    "Run Accordion's rule online: per parameter, --low in critical regimes and "
                                    "--high elsewhere, decided on rank 0 every --interval epochs")
                           ->group(group);
-    compress->excludes(schedule)->excludes(accordion);
-    schedule->excludes(accordion);
+    auto* gravac = app.add_option("--gravac", c.gravac,
+                                  "Run GraVAC: every step, send this sparsifier's gradient at the largest "
+                                  "compression factor whose gain ||C(g)||^2/||g||^2 is at least --gravac-epsilon: "
+                                  "topk, dgc or randomk")
+                       ->type_name("FAMILY")
+                       ->group(group);
+    compress->excludes(schedule)->excludes(accordion)->excludes(gravac);
+    schedule->excludes(accordion)->excludes(gravac);
+    accordion->excludes(gravac);
     const std::string accordion_group = "Accordion (with --accordion)";
     app.add_option("--low", c.accordion_config.low, "Level of critical regimes (little compression)")
         ->type_name("SPEC")
@@ -66,6 +74,44 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
         ->check(cli::whole_number(1, 1000000))
         ->needs(accordion)
         ->group(accordion_group);
+
+    const std::string gravac_group = "GraVAC (with --gravac)";
+    regime::GravacSettings& g = c.gravac_settings;
+    g.smoothing = 0;
+    app.add_option("--gravac-theta-min", g.theta_min, "Minimum compression factor theta_min (10: keep 10 %)")
+        ->check(cli::number(1, 1e12, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-theta-max", g.theta_max, "Maximum compression factor theta_max")
+        ->check(cli::number(1, 1e12, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-epsilon", g.epsilon, "Minimum gain of a factor to be sent, in (0, 1]")
+        ->check(cli::number(0, 1, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-window", g.window, "Steps between CheckGraVAC runs (scaling the candidate)")
+        ->check(cli::whole_number(1, 1000000000))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-omega", g.omega,
+                   "Tolerance of the theta_min raise and the throughput saturation rules (0.01: 1 %)")
+        ->check(cli::number(0, 1))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-theta-s", g.theta_s, "First candidate factor = theta_s x theta_min")
+        ->check(cli::number(1, 1e6, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-smoothing", g.smoothing,
+                   "EWMA weight of a step's gain, in (0, 1] [min(1, N/100) for N ranks]")
+        ->check(cli::number(0, 1, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-policy", c.gravac_policy,
+                   "How the candidate grows: exponential (10x, 20x, 40x, 160x, ...) or geometric (10x, 20x, 40x, 80x, ...)")
+        ->needs(gravac)
+        ->group(gravac_group);
 
     app.add_option("--backend", c.backend, "Collectives: gloo (cpu), or nccl (cuda, in CUDA builds) [by --device]")
         ->check(CLI::IsMember({"gloo", "nccl"}))
@@ -114,8 +160,14 @@ void validate(const TrainDistConfig& c) {
     // A batch schedule may set batches larger than --batch-size, which micro-batches then split.
     if (!c.schedule.empty() && !c.batch_size_given) t.batch_size = std::max(t.batch_size, t.micro_batch_size);
     train::validate(t);
-    const int modes = (!c.compress.empty() ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0);
-    if (modes > 1) throw UsageError("--compress, --schedule and --accordion: choose one");
+    const int modes = (!c.compress.empty() ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0) +
+                      (!c.gravac.empty() ? 1 : 0);
+    if (modes > 1) throw UsageError("--compress, --schedule, --accordion and --gravac: choose one");
+    if (!c.gravac.empty()) {
+        if (c.gravac != "topk" && c.gravac != "dgc" && c.gravac != "randomk")
+            throw UsageError("--gravac: must be topk, dgc or randomk, not '" + c.gravac + "'");
+        regime::validate(gravac_settings(c, 1));
+    }
     if (!c.compress.empty()) check_spec("--compress", c.compress);
     if (!c.schedule_extend.empty() && c.schedule_extend != "last")
         throw UsageError("--schedule-extend: must be 'last', not '" + c.schedule_extend + "'");
@@ -139,6 +191,29 @@ void validate(const TrainDistConfig& c) {
     check_distinct_files({{"--schedule", c.schedule}}, {{"--metrics", c.metrics}, {"checkpoint", checkpoint_path(c)}});
 }
 
+std::string resume_gravac_settings(const TrainDistConfig& c) {
+    if (c.gravac.empty()) return "";
+    const regime::GravacSettings& g = c.gravac_settings;
+    auto n = [](double v) {
+        std::ostringstream out;
+        out.precision(17);
+        out << v;
+        return out.str();
+    };
+    return "--gravac " + c.gravac + "\n--gravac-theta-min " + n(g.theta_min) + "\n--gravac-theta-max " +
+           n(g.theta_max) + "\n--gravac-epsilon " + n(g.epsilon) + "\n--gravac-window " + std::to_string(g.window) +
+           "\n--gravac-omega " + n(g.omega) + "\n--gravac-theta-s " + n(g.theta_s) + "\n--gravac-smoothing " +
+           (g.smoothing == 0 ? std::string("default") : n(g.smoothing)) + "\n--gravac-policy " + c.gravac_policy +
+           "\n";
+}
+
+regime::GravacSettings gravac_settings(const TrainDistConfig& c, std::int64_t world_size) {
+    regime::GravacSettings s = c.gravac_settings;
+    s.policy = regime::parse_gravac_policy(c.gravac_policy);
+    if (s.smoothing == 0) s.smoothing = regime::gravac_smoothing(world_size);
+    return s;
+}
+
 std::string shared_settings(const TrainDistConfig& c) {
     const train::TrainConfig& t = c.train;
     std::vector<std::string> fields = {t.model, std::to_string(t.model_options.hidden_size),
@@ -156,7 +231,8 @@ std::string shared_settings(const TrainDistConfig& c) {
                                        c.accordion_config.low, c.accordion_config.high,
                                        std::to_string(c.accordion_config.eta), std::to_string(c.accordion_config.interval),
                                        c.backend, std::to_string(c.bucket_mb), std::to_string(c.first_bucket_mb),
-                                       std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume)};
+                                       std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume), c.gravac,
+                                       resume_gravac_settings(c)};
     for (auto e : t.schedule.decay_epochs) fields.push_back(std::to_string(e));
     return join(fields, "\n");
 }

@@ -9,6 +9,7 @@
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
 #include "dist/exchange.hpp"
+#include "dist/gravac_exchange.hpp"
 #include "dist/plan.hpp"
 #include "dist/staging.hpp"
 #include "dist/state.hpp"
@@ -54,6 +55,7 @@ std::string mode_name(Mode mode) {
     case Mode::fixed: return "compress";
     case Mode::schedule: return "schedule";
     case Mode::accordion: return "accordion";
+    case Mode::gravac: return "gravac";
     }
     return "?";
 }
@@ -127,6 +129,7 @@ std::string resume_settings(const TrainDistConfig& c, bool batch_mode) {
         if (!line.empty() && !(batch_mode && line.rfind("--batch-size ", 0) == 0)) text += line + "\n";
     text += "--dgc-warmup-epochs " + std::to_string(c.dgc_warmup_epochs) + "\n";
     text += "--schedule-extend " + (c.schedule_extend.empty() ? std::string("none") : c.schedule_extend) + "\n";
+    text += resume_gravac_settings(c);
     if (c.accordion) {
         text += "--eta " + fmt::format("{}", c.accordion_config.eta) + "\n";
         text += "--interval " + std::to_string(c.accordion_config.interval) + "\n";
@@ -219,6 +222,7 @@ RunPlan make_plan(const TrainDistConfig& c, const std::vector<io::Parameter>& pa
     const std::int64_t epochs = c.train.epochs;
     switch (c.mode()) {
     case Mode::fixed: return RunPlan::fixed(parameters, c.compress, epochs);
+    case Mode::gravac: return RunPlan::fixed(parameters, "none", epochs);  // GravacExchange sends every step
     case Mode::schedule: {
         io::Schedule s = io::read_schedule(c.schedule);
         check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend == "last", world, c.batch_size_given);
@@ -255,6 +259,7 @@ io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const 
         r.low = compress::parse_spec(c.accordion_config.low).text();
         r.high = compress::parse_spec(c.accordion_config.high).text();
     }
+    if (c.mode() == Mode::gravac) m.gravac = gravac_metrics(c, world);
     r.backend = comm::backend_name(backend);
     r.device = c.train.device;
     m.parameters = parameters;
@@ -386,8 +391,9 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
         for (auto& b : model->buffers()) group.broadcast_tensor(b);
     }
     DistExchange exchange(tensors, parameters, pg, pg.device(), setup, initial);
-    if (c.resume) exchange.load_state(my_state);
-    trainer.set_exchange(&exchange);
+    std::unique_ptr<GravacExchange> gravac = make_gravac_exchange(c, tensors, parameters, pg, world);
+    if (c.resume) gravac ? gravac->load_state(my_state) : exchange.load_state(my_state);
+    trainer.set_exchange(gravac ? static_cast<train::GradientExchange*>(gravac.get()) : &exchange);
 
     if (leader) {
         io::Metrics header = metrics_header(c, *lead.plan, parameters, world, backend);
@@ -433,14 +439,18 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
         }
         exchange.set_levels(orders.levels);
         exchange.set_epoch(epoch);
-        trainer.optimizer().set_momentum_in_gradient(exchange.momentum_in_gradient());
+        trainer.optimizer().set_momentum_in_gradient(gravac ? gravac->momentum_in_gradient()
+                                                            : exchange.momentum_in_gradient());
+        if (gravac) gravac->set_samples_per_step(orders.batch_size * world);
         trainer.set_batch_size(orders.batch_size);
 
         progress.begin_epoch(epoch, t.epochs, trainer.steps_in_epoch(epoch));
         train::EpochResult r = trainer.train_epoch(
             epoch, orders.lr, [&](const train::StepInfo&, double loss, std::int64_t samples) { progress.step(samples, loss); });
         progress.end_epoch();
-        const ExchangeTotals sent = exchange.take_totals();
+        const ExchangeTotals sent = gravac ? gravac->take_totals() : exchange.take_totals();
+        std::vector<io::MetricsGravacStep> gravac_steps;
+        if (gravac) gravac_steps = log_gravac_epoch(*gravac, rank, epoch);
 
         // Batch-norm statistics differ by rank: everyone takes rank 0's, so that
         // evaluation and the checkpoint describe one model.
@@ -489,7 +499,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
                       sent.steps * static_cast<std::int64_t>(exchange.reducer().buckets().size()));
 
         // Every rank's error memories and compressor state, for rank 0's checkpoint.
-        std::vector<train::TensorMap> states = gather_maps(group.host(), exchange.state());
+        std::vector<train::TensorMap> states = gather_maps(group.host(), gravac ? gravac->state() : exchange.state());
         if (leader) {
             RunPlan& plan = *lead.plan;
             if (plan.online()) {
@@ -501,6 +511,7 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
             }
             // The metrics go out before the checkpoint: a run killed between the two
             // resumes from the older checkpoint and writes the epoch again.
+            if (gravac) lead.metrics->append_gravac(gravac_steps, gravac->throughput(epoch));
             lead.metrics->append_epoch(m);
             train::TensorMap extra;
             for (int r2 = 0; r2 < world; ++r2)
@@ -518,7 +529,9 @@ int train_rank(const TrainDistConfig& c, comm::ProcessGroupCollectives& pg, comm
             train::CheckpointInfo saved{epoch + 1, trainer.global_step(), t.model, t.data.name, trainer.batch_size(),
                                         world,     t.seed,                c.provenance};
             trainer.save_checkpoint(checkpoint, saved, extra);
-            spdlog::info("{}", epoch_line(epoch, t.epochs, m, levels_summary(plan, level_index)));
+            spdlog::info("{}", epoch_line(epoch, t.epochs, m,
+                                          gravac ? "gravac " + c.gravac + ": " + gravac_summary(gravac_steps)
+                                                 : levels_summary(plan, level_index)));
             history.push_back(epoch_json(epoch, m, level_names));
         }
     }
