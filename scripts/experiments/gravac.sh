@@ -9,6 +9,9 @@
 #
 #   scripts/experiments/gravac.sh [OUT] [SEEDS] [EPOCHS] [VARIANTS]
 #       defaults: build/gravac "1 2 3" 8 "all of them"
+# GRAVAC_EXTRA: more options for every run, e.g. a reduced study:
+#   GRAVAC_EXTRA="--train-samples 30000 --gravac-window 50" scripts/experiments/gravac.sh OUT 1 2
+# (--gravac-* options are given to the GraVAC runs only).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 source "$here/scripts/python.sh"
@@ -31,9 +34,15 @@ declare -A args=(
     [gravac-dgc-exp-0.9]="--gravac dgc --gravac-policy exponential --gravac-epsilon 0.9"
     [gravac-dgc-geo-0.7]="--gravac dgc --gravac-policy geometric --gravac-epsilon 0.7"
     [gravac-dgc-geo-0.9]="--gravac dgc --gravac-policy geometric --gravac-epsilon 0.9"
+    # Below the paper's thresholds: on this model 10x keeps less than 70 % of the squared norm.
+    [gravac-topk-exp-0.5]="--gravac topk --gravac-policy exponential --gravac-epsilon 0.5"
+    [gravac-topk-geo-0.5]="--gravac topk --gravac-policy geometric --gravac-epsilon 0.5"
+    [gravac-topk-exp-0.3]="--gravac topk --gravac-policy exponential --gravac-epsilon 0.3"
+    [gravac-dgc-exp-0.5]="--gravac dgc --gravac-policy exponential --gravac-epsilon 0.5"
 )
 all=(dense topk10x topk100x gravac-topk-exp-0.7 gravac-topk-exp-0.9 gravac-topk-geo-0.7 gravac-topk-geo-0.9
-     gravac-dgc-exp-0.7 gravac-dgc-exp-0.9 gravac-dgc-geo-0.7 gravac-dgc-geo-0.9)
+     gravac-dgc-exp-0.7 gravac-dgc-exp-0.9 gravac-dgc-geo-0.7 gravac-dgc-geo-0.9
+     gravac-topk-exp-0.5 gravac-topk-geo-0.5 gravac-topk-exp-0.3 gravac-dgc-exp-0.5)
 # shellcheck disable=SC2206
 variants=(${4:-${all[*]}})
 common=(--model mlp --hidden-size 128 --dataset fashion-mnist --epochs "$epochs" --batch-size 128 --lr 0.05
@@ -47,8 +56,17 @@ for seed in $seeds; do
         fi
         echo "$v seed $seed ..." >&2
         mkdir -p "$out/$v"
+        extra=()
+        for option in ${GRAVAC_EXTRA:-}; do extra+=("$option"); done
+        if [[ $v != gravac-* ]]; then  # drop --gravac-* NAME VALUE pairs
+            kept=()
+            for ((i = 0; i < ${#extra[@]}; i++)); do
+                if [[ ${extra[i]} == --gravac-* ]]; then i=$((i + 1)); else kept+=("${extra[i]}"); fi
+            done
+            extra=("${kept[@]+"${kept[@]}"}")
+        fi
         # shellcheck disable=SC2086
-        train-dist "${common[@]}" --seed "$seed" ${args[$v]} --metrics "$file" --checkpoint-dir "$out/$v/ckpt" \
+        train-dist "${common[@]}" "${extra[@]+"${extra[@]}"}" --seed "$seed" ${args[$v]} --metrics "$file" --checkpoint-dir "$out/$v/ckpt" \
             > "$out/$v/seed$seed.log" 2>&1 || { echo "$v seed $seed failed: see $out/$v/seed$seed.log" >&2; exit 1; }
     done
 done
