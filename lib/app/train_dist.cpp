@@ -9,6 +9,7 @@
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
 #include "dist/exchange.hpp"
+#include "dist/gravac_exchange.hpp"
 #include "dist/run_plan.hpp"
 #include "dist/state.hpp"
 #include "io/atomic.hpp"
@@ -53,6 +54,7 @@ std::string mode_name(Mode mode) {
     case Mode::fixed: return "compress";
     case Mode::schedule: return "schedule";
     case Mode::accordion: return "accordion";
+    case Mode::gravac: return "gravac";
     }
     return "?";
 }
@@ -65,6 +67,7 @@ std::string resume_settings(const TrainDistConfig& c, bool batch_mode) {
         if (!line.empty() && !(batch_mode && line.rfind("--batch-size ", 0) == 0)) text += line + "\n";
     text += "--dgc-warmup-epochs " + std::to_string(c.dgc_warmup_epochs) + "\n";
     text += "--schedule-extend " + (c.schedule_extend.empty() ? std::string("none") : c.schedule_extend) + "\n";
+    text += dist::resume_gravac_settings(c);
     if (c.accordion) {
         text += "--eta " + fmt::format("{}", c.accordion_config.eta) + "\n";
         text += "--interval " + std::to_string(c.accordion_config.interval) + "\n";
@@ -127,6 +130,8 @@ RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& s
     const std::int64_t epochs = c.train.epochs;
     switch (c.mode()) {
     case Mode::fixed: return RunPlan::fixed(parameters, c.fixed_level(), epochs);
+    // GravacExchange sends every matrix at its own per-step factor; the plan's levels stay none.
+    case Mode::gravac: return RunPlan::fixed(parameters, compress::parse_spec("none"), epochs);
     case Mode::schedule: {
         const io::Schedule& s = schedule.value();
         dist::check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend == "last", world, c.batch_size_given);
@@ -163,6 +168,7 @@ io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const 
         r.low = c.accordion_config.low.text();
         r.high = c.accordion_config.high.text();
     }
+    if (c.mode() == Mode::gravac) m.gravac = dist::gravac_metrics(c, world);
     r.backend = comm::backend_name(backend);
     r.device = acc::device_name(c.train.device);
     m.parameters = parameters;
@@ -239,6 +245,7 @@ private:
     const TrainDistConfig& c_;
     const train::TrainConfig& t_;
     comm::Backend backend_;
+    comm::ProcessGroupCollectives& pg_;
     RankSession session_;
     std::string checkpoint_;
     std::unique_ptr<train::Dataset> data_;
@@ -248,6 +255,8 @@ private:
     std::optional<RunPlan> plan_;  // rank 0
     LevelTable table_;
     std::unique_ptr<DistExchange> exchange_;
+    std::unique_ptr<dist::GravacExchange> gravac_;        // --gravac: sends instead of exchange_
+    std::vector<io::MetricsGravacStep> gravac_steps_;     // the epoch's GraVAC decisions
     std::optional<io::MetricsWriter> metrics_;           // rank 0
     std::unique_ptr<train::GradientRecorder> recorder_;  // rank 0, online Accordion
     std::int64_t bytes_total_ = 0;
@@ -256,7 +265,7 @@ private:
 
 DistRank::DistRank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
                    comm::ProcessGroupCollectives& pg, comm::Backend backend)
-    : c_(c), t_(c.train), backend_(backend), session_(&pg, pg.device()), checkpoint_(dist::checkpoint_path(c)) {
+    : c_(c), t_(c.train), backend_(backend), pg_(pg), session_(&pg, pg.device()), checkpoint_(dist::checkpoint_path(c)) {
     session_.check_same_options(dist::shared_settings(c));
     if (session_.leader()) check_destinations();
     build_model(pg);
@@ -387,8 +396,9 @@ int DistRank::run() {
     setup.compression.dgc_warmup_epochs = c_.dgc_warmup_epochs;
     exchange_ = std::make_unique<DistExchange>(tensors_, trainer_->parameters(), *session_.comm(),
                                                session_.device(), setup, table_.specs(start.level));
-    if (c_.resume) exchange_->load_state(start.exchange_state);
-    trainer_->set_exchange(exchange_.get());
+    gravac_ = dist::make_gravac_exchange(c_, tensors_, trainer_->parameters(), pg_, session_.world());
+    if (c_.resume) gravac_ ? gravac_->load_state(start.exchange_state) : exchange_->load_state(start.exchange_state);
+    trainer_->set_exchange(gravac_ ? static_cast<train::GradientSync*>(gravac_.get()) : exchange_.get());
     if (session_.leader()) open_outputs(start);
 
     cli::Progress::Options progress_options;
@@ -406,14 +416,17 @@ void DistRank::train_epoch(std::int64_t epoch, cli::Progress& progress) {
     const EpochOrders o = orders(epoch);
     exchange_->set_levels(table_.specs(o.level));
     exchange_->set_epoch(epoch);
-    trainer_->optimizer().set_momentum_in_gradient(exchange_->momentum_in_gradient());
+    trainer_->optimizer().set_momentum_in_gradient(gravac_ ? gravac_->momentum_in_gradient()
+                                                           : exchange_->momentum_in_gradient());
+    if (gravac_) gravac_->set_samples_per_step(o.batch_size * session_.world());
     trainer_->set_batch_size(o.batch_size);
 
     progress.begin_epoch(epoch, t_.epochs, trainer_->steps_in_epoch(epoch));
     const train::EpochResult r = trainer_->train_epoch(
         epoch, o.lr, [&](const train::StepInfo&, double loss, std::int64_t samples) { progress.step(samples, loss); });
     progress.end_epoch();
-    const ExchangeTotals sent = exchange_->take_totals();
+    const ExchangeTotals sent = gravac_ ? gravac_->take_totals() : exchange_->take_totals();
+    if (gravac_) gravac_steps_ = dist::log_gravac_epoch(*gravac_, session_.rank(), epoch);
 
     // Batch-norm statistics differ by rank: everyone takes rank 0's, so that
     // evaluation and the checkpoint describe one model.
@@ -464,7 +477,8 @@ io::MetricsEpoch DistRank::epoch_metrics(std::int64_t epoch, const EpochOrders& 
 
 // Every rank's exchange state to rank 0, which writes the metrics and the checkpoint.
 void DistRank::write_epoch(std::int64_t epoch, const EpochOrders& o, io::MetricsEpoch& m) {
-    std::vector<train::TensorMap> states = dist::gather_maps(*session_.host(), exchange_->state());
+    std::vector<train::TensorMap> states =
+        dist::gather_maps(*session_.host(), gravac_ ? gravac_->state() : exchange_->state());
     if (!session_.leader()) return;
     const size_t count = tensors_.size();
     if (plan_->online()) {
@@ -476,6 +490,7 @@ void DistRank::write_epoch(std::int64_t epoch, const EpochOrders& o, io::Metrics
     }
     // The metrics go out before the checkpoint: a run killed between the two
     // resumes from the older checkpoint and writes the epoch again.
+    if (gravac_) metrics_->append_gravac(gravac_steps_, gravac_->throughput(epoch));
     metrics_->append_epoch(m);
     train::TensorMap extra;
     for (size_t r = 0; r < states.size(); ++r)
@@ -490,7 +505,9 @@ void DistRank::write_epoch(std::int64_t epoch, const EpochOrders& o, io::Metrics
     train::CheckpointInfo saved{epoch + 1,    trainer_->global_step(), t_.model, t_.data.name,
                                 trainer_->batch_size(), session_.world(), t_.seed, c_.provenance};
     trainer_->save_checkpoint(checkpoint_, saved, extra);
-    spdlog::info("{}", epoch_line(epoch, t_.epochs, m, dist::levels_summary(table_.levels, o.level)));
+    spdlog::info("{}", epoch_line(epoch, t_.epochs, m,
+                                  gravac_ ? "gravac " + c_.gravac + ": " + dist::gravac_summary(gravac_steps_)
+                                          : dist::levels_summary(table_.levels, o.level)));
     history_.push_back(epoch_json(epoch, m, table_.levels));
 }
 

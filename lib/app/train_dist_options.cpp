@@ -64,8 +64,15 @@ void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
                                    "Run Accordion's rule online: per parameter, --low in critical regimes and "
                                    "--high elsewhere, decided on rank 0 every --interval epochs")
                           ->group(group);
-    compress->excludes(schedule)->excludes(accordion);
-    schedule->excludes(accordion);
+    auto* gravac = app.add_option("--gravac", c.gravac,
+                                  "Run GraVAC: every step, send this sparsifier's gradient at the largest "
+                                  "compression factor whose gain ||C(g)||^2/||g||^2 is at least --gravac-epsilon: "
+                                  "topk, dgc or randomk")
+                       ->type_name("FAMILY")
+                       ->group(group);
+    compress->excludes(schedule)->excludes(accordion)->excludes(gravac);
+    schedule->excludes(accordion)->excludes(gravac);
+    accordion->excludes(gravac);
     const std::string accordion_group = "Accordion (with --accordion)";
     add_spec_option(app, "--low", "Level of critical regimes (little compression)",
                     [&c](compress::Spec s) { c.accordion_config.low = std::move(s); })
@@ -86,6 +93,44 @@ void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
         ->check(cli::whole_number(1, regime::kMaxInterval))
         ->needs(accordion)
         ->group(accordion_group);
+
+    const std::string gravac_group = "GraVAC (with --gravac)";
+    regime::GravacSettings& g = c.gravac_settings;
+    g.smoothing = 0;
+    app.add_option("--gravac-theta-min", g.theta_min, "Minimum compression factor theta_min (10: keep 10 %)")
+        ->check(cli::number(1, 1e12, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-theta-max", g.theta_max, "Maximum compression factor theta_max")
+        ->check(cli::number(1, 1e12, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-epsilon", g.epsilon, "Minimum gain of a factor to be sent, in (0, 1]")
+        ->check(cli::number(0, 1, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-window", g.window, "Steps between CheckGraVAC runs (scaling the candidate)")
+        ->check(cli::whole_number(1, 1000000000))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-omega", g.omega,
+                   "Tolerance of the theta_min raise and the throughput saturation rules (0.01: 1 %)")
+        ->check(cli::number(0, 1))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-theta-s", g.theta_s, "First candidate factor = theta_s x theta_min")
+        ->check(cli::number(1, 1e6, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-smoothing", g.smoothing,
+                   "EWMA weight of a step's gain, in (0, 1] [min(1, N/100) for N ranks]")
+        ->check(cli::number(0, 1, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-policy", c.gravac_policy,
+                   "How the candidate grows: exponential (10x, 20x, 40x, 160x, ...) or geometric (10x, 20x, 40x, 80x, ...)")
+        ->needs(gravac)
+        ->group(gravac_group);
 
     app.add_option("--backend", c.backend, "Collectives: gloo (cpu), or nccl (cuda, in CUDA builds) [by --device]")
         ->check(CLI::IsMember({"gloo", "nccl"}))

@@ -5,6 +5,7 @@
 #include "compress/spec.hpp"
 #include "io/header.hpp"
 #include "regime/detect.hpp"
+#include "regime/gravac.hpp"
 #include "train/config.hpp"
 
 #include <cstdint>
@@ -18,6 +19,7 @@ enum class Mode {
     fixed,      ///< --compress SPEC (or none): one level for every matrix parameter
     schedule,   ///< --schedule FILE: a regime-detect schedule (compression or batch mode)
     accordion,  ///< --accordion: Accordion's rule run online on rank 0's gradients
+    gravac,     ///< --gravac FAMILY: GraVAC's compression factor, chosen every step (dist/gravac_exchange.hpp)
 };
 
 struct AccordionConfig {
@@ -35,6 +37,9 @@ struct TrainDistConfig {
     std::string schedule_extend;      ///< --schedule-extend: "" (a short schedule is an error) or "last"
     bool accordion = false;           ///< --accordion
     AccordionConfig accordion_config;
+    std::string gravac;                    ///< --gravac FAMILY (topk, dgc, randomk); empty: not GraVAC
+    regime::GravacSettings gravac_settings;  ///< --gravac-*; smoothing 0: the paper's min(1, N / 100)
+    std::string gravac_policy = "exponential";
     bool batch_size_given = false;    ///< --batch-size was on the command line (a batch schedule sets it)
     std::string backend;              ///< "gloo" or "nccl"; empty: gloo on cpu, nccl on cuda
     double bucket_mb = 25;            ///< MiB per bucket of uncompressed gradients (DDP's bucket_cap_mb)
@@ -47,7 +52,10 @@ struct TrainDistConfig {
     io::Provenance provenance;
 
     Mode mode() const {
-        return accordion ? Mode::accordion : !schedule.empty() ? Mode::schedule : Mode::fixed;
+        return !gravac.empty() ? Mode::gravac
+               : accordion     ? Mode::accordion
+               : !schedule.empty() ? Mode::schedule
+                                   : Mode::fixed;
     }
     /// The level of Mode::fixed.
     compress::Spec fixed_level() const { return compress ? *compress : compress::Spec{"none", 0}; }
@@ -55,6 +63,12 @@ struct TrainDistConfig {
 
 /// Checks what can be checked without the model and data; throws UsageError naming the option.
 void validate(const TrainDistConfig& config);
+
+/// GraVAC's settings for `world_size` ranks: the options, with the paper's smoothing
+/// min(1, N / 100) unless --gravac-smoothing was given.
+regime::GravacSettings gravac_settings(const TrainDistConfig& config, std::int64_t world_size);
+/// The --gravac options as "--option value" lines (empty without --gravac), for checkpoints.
+std::string resume_gravac_settings(const TrainDistConfig& config);
 
 /// The settings every rank must share (model, data, training, levels, seed, ...),
 /// as text; output files and the rendezvous are left out.

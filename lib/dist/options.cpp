@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 namespace acc::dist {
 void validate(const TrainDistConfig& c) {
@@ -15,8 +16,14 @@ void validate(const TrainDistConfig& c) {
     // A batch schedule may set batches larger than --batch-size, which micro-batches then split.
     if (!c.schedule.empty() && !c.batch_size_given) t.batch_size = std::max(t.batch_size, t.micro_batch_size);
     train::validate(t);
-    const int modes = (c.compress ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0);
-    if (modes > 1) throw UsageError("--compress, --schedule and --accordion: choose one");
+    const int modes = (c.compress ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0) +
+                      (!c.gravac.empty() ? 1 : 0);
+    if (modes > 1) throw UsageError("--compress, --schedule, --accordion and --gravac: choose one");
+    if (!c.gravac.empty()) {
+        if (c.gravac != "topk" && c.gravac != "dgc" && c.gravac != "randomk")
+            throw UsageError("--gravac: must be topk, dgc or randomk, not '" + c.gravac + "'");
+        regime::validate(gravac_settings(c, 1));
+    }
     if (!c.schedule_extend.empty() && c.schedule_extend != "last")
         throw UsageError("--schedule-extend: must be 'last', not '" + c.schedule_extend + "'");
     if (!c.schedule_extend.empty() && c.schedule.empty()) throw UsageError("--schedule-extend: needs --schedule");
@@ -36,6 +43,29 @@ void validate(const TrainDistConfig& c) {
     check_distinct_files({{"--schedule", c.schedule}}, {{"--metrics", c.metrics}, {"checkpoint", checkpoint_path(c)}});
 }
 
+std::string resume_gravac_settings(const TrainDistConfig& c) {
+    if (c.gravac.empty()) return "";
+    const regime::GravacSettings& g = c.gravac_settings;
+    auto n = [](double v) {
+        std::ostringstream out;
+        out.precision(17);
+        out << v;
+        return out.str();
+    };
+    return "--gravac " + c.gravac + "\n--gravac-theta-min " + n(g.theta_min) + "\n--gravac-theta-max " +
+           n(g.theta_max) + "\n--gravac-epsilon " + n(g.epsilon) + "\n--gravac-window " + std::to_string(g.window) +
+           "\n--gravac-omega " + n(g.omega) + "\n--gravac-theta-s " + n(g.theta_s) + "\n--gravac-smoothing " +
+           (g.smoothing == 0 ? std::string("default") : n(g.smoothing)) + "\n--gravac-policy " + c.gravac_policy +
+           "\n";
+}
+
+regime::GravacSettings gravac_settings(const TrainDistConfig& c, std::int64_t world_size) {
+    regime::GravacSettings s = c.gravac_settings;
+    s.policy = regime::parse_gravac_policy(c.gravac_policy);
+    if (s.smoothing == 0) s.smoothing = regime::gravac_smoothing(world_size);
+    return s;
+}
+
 std::string shared_settings(const TrainDistConfig& c) {
     const train::TrainConfig& t = c.train;
     std::vector<std::string> fields = {t.model, std::to_string(t.model_options.hidden_size),
@@ -53,7 +83,8 @@ std::string shared_settings(const TrainDistConfig& c) {
                                        c.accordion_config.low.text(), c.accordion_config.high.text(),
                                        std::to_string(c.accordion_config.eta), std::to_string(c.accordion_config.interval),
                                        c.backend, std::to_string(c.bucket_mb), std::to_string(c.first_bucket_mb),
-                                       std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume)};
+                                       std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume), c.gravac,
+                                       resume_gravac_settings(c)};
     for (auto e : t.schedule.decay_epochs) fields.push_back(std::to_string(e));
     return join(fields, "\n");
 }

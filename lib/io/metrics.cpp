@@ -93,6 +93,105 @@ void spread(std::vector<MetricsEpoch>& epochs, std::vector<T> MetricsEpoch::*fie
                     values.begin() + static_cast<std::ptrdiff_t>((e + 1) * count));
 }
 
+template <class T, class R>
+std::vector<T> pick(const std::vector<R>& rows, T R::*field) {
+    std::vector<T> out;
+    for (const auto& r : rows) out.push_back(r.*field);
+    return out;
+}
+
+const char* kChoiceMeaning = "0: candidate factor; 1: theta_min; 2: dense (Algorithm 1, lines 10-24)";
+
+// /gravac: the settings as attributes, every step, the throughput table per epoch, and
+// per-epoch summaries derived from the steps (for readers that want one row per epoch).
+void write_gravac(H5File& f, const MetricsGravac& g, size_t epochs) {
+    const Dims steps{g.steps.size()};
+    f.write("/gravac/steps/epoch", pick(g.steps, &MetricsGravacStep::epoch), steps);
+    f.write("/gravac/steps/factor", pick(g.steps, &MetricsGravacStep::factor), steps);
+    f.write("/gravac/steps/choice", pick(g.steps, &MetricsGravacStep::choice), steps);
+    f.write_attr("/gravac/steps/choice", "meaning", std::string(kChoiceMeaning));
+    f.write("/gravac/steps/theta_min", pick(g.steps, &MetricsGravacStep::theta_min), steps);
+    f.write("/gravac/steps/candidate", pick(g.steps, &MetricsGravacStep::candidate), steps);
+    f.write("/gravac/steps/gain_min", pick(g.steps, &MetricsGravacStep::gain_min), steps);
+    f.write("/gravac/steps/gain_candidate", pick(g.steps, &MetricsGravacStep::gain_candidate), steps);
+    const Dims rows{g.throughput.size()};
+    f.write("/gravac/throughput/epoch", pick(g.throughput, &MetricsGravacThroughput::epoch), rows);
+    f.write("/gravac/throughput/factor", pick(g.throughput, &MetricsGravacThroughput::factor), rows);
+    f.write("/gravac/throughput/throughput", pick(g.throughput, &MetricsGravacThroughput::throughput), rows);
+    std::vector<std::int64_t> counts[3];
+    std::vector<double> last[4];
+    for (auto& c : counts) c.assign(epochs, 0);
+    for (auto& l : last) l.assign(epochs, MetricsGravacStep::kNaN);
+    for (const auto& s : g.steps) {
+        if (s.epoch < 0 || static_cast<size_t>(s.epoch) >= epochs) continue;
+        const auto e = static_cast<size_t>(s.epoch);
+        if (s.choice >= 0 && s.choice < 3) ++counts[s.choice][e];
+        last[0][e] = s.theta_min;
+        last[1][e] = s.candidate;
+        last[2][e] = s.gain_min;
+        last[3][e] = s.gain_candidate;
+    }
+    const Dims column{epochs};
+    f.write("/gravac/epochs/steps_candidate", counts[0], column);
+    f.write("/gravac/epochs/steps_theta_min", counts[1], column);
+    f.write("/gravac/epochs/steps_dense", counts[2], column);
+    f.write("/gravac/epochs/theta_min", last[0], column);
+    f.write("/gravac/epochs/candidate", last[1], column);
+    f.write("/gravac/epochs/gain_min", last[2], column);
+    f.write("/gravac/epochs/gain_candidate", last[3], column);
+    f.write_attr("/gravac", "family", g.family);
+    f.write_attr("/gravac", "policy", g.policy);
+    f.write_attr("/gravac", "theta_min", g.theta_min);
+    f.write_attr("/gravac", "theta_max", g.theta_max);
+    f.write_attr("/gravac", "epsilon", g.epsilon);
+    f.write_attr("/gravac", "omega", g.omega);
+    f.write_attr("/gravac", "theta_s", g.theta_s);
+    f.write_attr("/gravac", "smoothing", g.smoothing);
+    f.write_attr("/gravac", "window", g.window);
+}
+
+MetricsGravac read_gravac(const H5File& f, size_t epochs) {
+    MetricsGravac g;
+    g.enabled = true;
+    g.family = f.read_attr_string("/gravac", "family");
+    g.policy = f.read_attr_string("/gravac", "policy");
+    g.theta_min = f.read_attr_double("/gravac", "theta_min");
+    g.theta_max = f.read_attr_double("/gravac", "theta_max");
+    g.epsilon = f.read_attr_double("/gravac", "epsilon");
+    g.omega = f.read_attr_double("/gravac", "omega");
+    g.theta_s = f.read_attr_double("/gravac", "theta_s");
+    g.smoothing = f.read_attr_double("/gravac", "smoothing");
+    g.window = f.read_attr_int("/gravac", "window");
+    const Dims steps_dims = f.shape("/gravac/steps/epoch");
+    if (steps_dims.size() != 1) f.fail("/gravac/steps/epoch must be one-dimensional");
+    const Dims steps{steps_dims[0]};
+    auto epoch = read_shaped<std::int64_t>(f, "/gravac/steps/epoch", steps, "one per step");
+    auto factor = read_shaped<double>(f, "/gravac/steps/factor", steps, "one per step");
+    auto choice = read_shaped<std::int8_t>(f, "/gravac/steps/choice", steps, "one per step");
+    auto theta_min = read_shaped<double>(f, "/gravac/steps/theta_min", steps, "one per step");
+    auto candidate = read_shaped<double>(f, "/gravac/steps/candidate", steps, "one per step");
+    auto gain_min = read_shaped<double>(f, "/gravac/steps/gain_min", steps, "one per step");
+    auto gain_candidate = read_shaped<double>(f, "/gravac/steps/gain_candidate", steps, "one per step");
+    for (size_t i = 0; i < steps_dims[0]; ++i) {
+        if (epoch[i] < 0 || static_cast<size_t>(epoch[i]) >= epochs)
+            f.fail("/gravac/steps/epoch is " + std::to_string(epoch[i]) + " at step " + std::to_string(i) +
+                   ", but the file holds " + std::to_string(epochs) + " epochs");
+        if (choice[i] < 0 || choice[i] > 2)
+            f.fail("/gravac/steps/choice is " + std::to_string(choice[i]) + " at step " + std::to_string(i) +
+                   "; valid codes are 0..2");
+        if (!(factor[i] >= 1)) f.fail("/gravac/steps/factor at step " + std::to_string(i) + " must be >= 1");
+        g.steps.push_back({epoch[i], factor[i], choice[i], theta_min[i], candidate[i], gain_min[i], gain_candidate[i]});
+    }
+    const Dims rows_dims = f.shape("/gravac/throughput/epoch");
+    if (rows_dims.size() != 1) f.fail("/gravac/throughput/epoch must be one-dimensional");
+    const Dims rows{rows_dims[0]};
+    auto t_epoch = read_shaped<std::int64_t>(f, "/gravac/throughput/epoch", rows, "one per row");
+    auto t_factor = read_shaped<double>(f, "/gravac/throughput/factor", rows, "one per row");
+    auto t_value = read_shaped<double>(f, "/gravac/throughput/throughput", rows, "one per row");
+    for (size_t i = 0; i < rows_dims[0]; ++i) g.throughput.push_back({t_epoch[i], t_factor[i], t_value[i]});
+    return g;
+}
+
 }  // namespace
 
 void write_metrics(const std::string& path, const Metrics& m) {
@@ -136,6 +235,7 @@ void write_metrics(const std::string& path, const Metrics& m) {
         f.write("/epochs/reason", table(m.epochs, &MetricsEpoch::reason), per_parameter);
         f.write_attr("/epochs/reason", "meaning", std::string(kReasonMeaning));
     }
+    if (m.gravac.enabled) write_gravac(f, m.gravac, epochs);
     f.close();
     atomic.commit();
 }
@@ -201,6 +301,7 @@ Metrics read_metrics(const std::string& path) {
         spread(m.epochs, &MetricsEpoch::ratio, read_shaped<double>(f, "/epochs/ratio", per_parameter, "epochs x parameters"), count);
         spread(m.epochs, &MetricsEpoch::reason, reason, count);
     }
+    if (f.exists("/gravac")) m.gravac = read_gravac(f, epochs);  // format 1.1, --gravac runs
     return m;
 }
 
@@ -225,8 +326,20 @@ MetricsWriter MetricsWriter::resume(std::string path, const Metrics& expected, s
     Metrics m = expected;
     m.header = stored.header;
     m.epochs.assign(stored.epochs.begin(), stored.epochs.begin() + keep_epochs);
+    m.gravac.steps.clear();
+    m.gravac.throughput.clear();
+    for (const auto& s : stored.gravac.steps)
+        if (s.epoch < keep_epochs) m.gravac.steps.push_back(s);
+    for (const auto& t : stored.gravac.throughput)
+        if (t.epoch < keep_epochs) m.gravac.throughput.push_back(t);
     MetricsWriter writer(std::move(path), std::move(m));
     return writer;
+}
+
+void MetricsWriter::append_gravac(const std::vector<MetricsGravacStep>& steps,
+                                  const std::vector<MetricsGravacThroughput>& throughput) {
+    metrics_.gravac.steps.insert(metrics_.gravac.steps.end(), steps.begin(), steps.end());
+    metrics_.gravac.throughput.insert(metrics_.gravac.throughput.end(), throughput.begin(), throughput.end());
 }
 
 void MetricsWriter::append_epoch(const MetricsEpoch& epoch) {

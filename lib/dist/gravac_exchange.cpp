@@ -1,0 +1,450 @@
+#include "dist/gravac_exchange.hpp"
+
+#include "base/clock.hpp"
+#include "base/error.hpp"
+#include "compress/kernels.hpp"
+#include "compress/spec.hpp"
+#include "dist/staging.hpp"
+#include "train/sampling.hpp"
+#include "base/hash.hpp"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace acc::dist {
+namespace {
+
+constexpr std::uint64_t kSharedStream = ~0ull;
+
+double now_seconds() {
+    return std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count();
+}
+
+double squared_norm(const std::vector<float>& v) {
+    double sum = 0;
+    for (float x : v) sum += static_cast<double>(x) * static_cast<double>(x);
+    return sum;
+}
+
+torch::Tensor host_floats(const std::vector<float>& v, const std::vector<std::int64_t>& shape) {
+    return torch::from_blob(const_cast<float*>(v.data()), shape, torch::kFloat32).clone();
+}
+
+void load_floats(const torch::Tensor& t, std::vector<float>& out, const std::string& name, std::int64_t n) {
+    if (t.numel() != n)
+        throw Error("exchange state '" + name + "' has " + std::to_string(t.numel()) + " values, expected " +
+                    std::to_string(n));
+    torch::Tensor c = t.to(torch::kCPU, torch::kFloat32).contiguous();
+    out.assign(c.data_ptr<float>(), c.data_ptr<float>() + n);
+}
+
+}  // namespace
+
+const std::vector<std::string>& gravac_families() {
+    static const std::vector<std::string> families = {"topk", "dgc", "randomk"};
+    return families;
+}
+
+struct GravacExchange::Level {
+    std::unique_ptr<compress::TensorCodec> codec;
+};
+
+struct GravacExchange::Slot {
+    size_t index = 0;  // parameter index
+    std::int64_t n = 0;
+    std::vector<std::int64_t> shape;
+    std::vector<float> memory, momentum;  // error memory; dgc's u
+    std::vector<float> grad, go, rmin, rcand;
+    std::vector<std::uint8_t> payload_min, payload_cand;
+    std::map<std::string, Level> levels;  // codecs by spec text
+};
+
+GravacExchange::GravacExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
+                               comm::Collectives& comm, torch::Device device, GravacExchangeOptions options)
+    : parameters_(std::move(parameters)),
+      description_(std::move(description)),
+      staged_(device.is_cpu() ? nullptr : staged_collectives(comm, device)),
+      comm_(staged_ ? *staged_ : comm),
+      options_(std::move(options)) {
+    const auto& families = gravac_families();
+    if (std::find(families.begin(), families.end(), options_.family) == families.end())
+        throw UsageError("--gravac: must be one of topk, dgc, randomk, not '" + options_.family + "'");
+    controller_ = std::make_unique<regime::GravacController>(options_.settings);
+    if (description_.size() != parameters_.size())
+        throw Error("internal error: " + std::to_string(description_.size()) + " descriptions for " +
+                    std::to_string(parameters_.size()) + " parameters");
+    for (size_t i = 0; i < parameters_.size(); ++i) {
+        if (parameters_[i].dim() < 2) {
+            vectors_.push_back(i);
+            continue;
+        }
+        Slot s;
+        s.index = i;
+        s.n = parameters_[i].numel();
+        s.shape = parameters_[i].sizes().vec();
+        s.memory.assign(static_cast<size_t>(s.n), 0.0f);
+        if (options_.family == "dgc") s.momentum.assign(static_cast<size_t>(s.n), 0.0f);
+        slots_.push_back(std::move(s));
+    }
+}
+
+GravacExchange::~GravacExchange() = default;
+
+std::vector<bool> GravacExchange::momentum_in_gradient() const {
+    std::vector<bool> out(parameters_.size(), false);
+    if (options_.family == "dgc")
+        for (const auto& s : slots_) out[s.index] = true;
+    return out;
+}
+
+// The codec of one level: the family's at theta_min; the candidate of topk and dgc is an
+// exact top-k over C_min(g_o) (multi-level), randomk's is randomk over g_o.
+GravacExchange::Level& GravacExchange::level(Slot& s, double factor, bool candidate) {
+    compress::Spec spec;
+    spec.name = candidate && options_.family == "dgc" ? "topk" : options_.family;
+    spec.parameter = regime::keep_fraction_for_factor(factor);
+    Level& l = s.levels[spec.text() + (candidate ? "/candidate" : "")];
+    if (!l.codec) {
+        compress::CodecOptions o;
+        o.world = comm_.world_size();
+        o.dgc_momentum = options_.dgc_momentum;
+        l.codec = compress::make_codec(spec, s.shape, o);
+    }
+    return l;
+}
+
+// residual (in: what to compress; out: what the level leaves out), payload (out).
+void GravacExchange::encode_level(Slot& s, double factor, bool candidate, std::int64_t step,
+                                  std::vector<float>& residual, std::vector<std::uint8_t>& payload) {
+    compress::TensorCodec& codec = *level(s, factor, candidate).codec;
+    payload.assign(static_cast<size_t>(codec.buffer_bytes()), 0);
+    const std::uint64_t stream = codec.shared_stream() ? kSharedStream : static_cast<std::uint64_t>(comm_.rank());
+    const std::uint64_t key = compress::kernels::stream_key(options_.seed, static_cast<std::uint64_t>(step),
+                                                            2 * s.index + (candidate ? 1 : 0), stream);
+    codec.encode(residual.data(), true, key, payload.data());
+}
+
+// Sends every slot's payload of one level and writes the mean into s.grad.
+void GravacExchange::exchange_level(double factor, bool candidate, std::int64_t step,
+                                    std::vector<std::vector<std::uint8_t>>& payloads) {
+    (void)step;
+    const int world = comm_.world_size();
+    if (slots_.empty()) return;
+    const bool gather = level(slots_.front(), factor, candidate).codec->channel() == compress::Channel::gather;
+    std::int64_t total = 0;
+    for (auto& p : payloads) total += static_cast<std::int64_t>(p.size());
+    if (gather) {
+        torch::Tensor buffer = torch::empty({total}, torch::kUInt8);
+        std::int64_t at = 0;
+        for (auto& p : payloads) {
+            std::copy(p.begin(), p.end(), buffer.data_ptr<std::uint8_t>() + at);
+            at += static_cast<std::int64_t>(p.size());
+        }
+        const double t0 = now_seconds();
+        std::vector<at::Tensor> received = comm_.allgather(buffer);
+        totals_.communication_seconds += now_seconds() - t0;
+        totals_.bytes += total;
+        const double t1 = now_seconds();
+        at = 0;
+        for (size_t j = 0; j < slots_.size(); ++j) {
+            Slot& s = slots_[j];
+            std::vector<const std::uint8_t*> from;
+            for (auto& r : received) {
+                if (r.numel() != total) throw Error("allgather returned a payload of the wrong size");
+                from.push_back(r.data_ptr<std::uint8_t>() + at);
+            }
+            if (!level(s, factor, candidate).codec->decode(from, s.grad.data()))
+                throw Error("a rank sent a malformed payload for '" + description_[s.index].name + "'");
+            at += static_cast<std::int64_t>(payloads[j].size());
+        }
+        totals_.decode_seconds += now_seconds() - t1;
+        return;
+    }
+    // randomk: the values at the indices every rank shares, summed.
+    torch::Tensor buffer = torch::empty({total / 4}, torch::kFloat32);
+    auto* bytes = reinterpret_cast<std::uint8_t*>(buffer.data_ptr<float>());
+    std::int64_t at = 0;
+    for (auto& p : payloads) {
+        std::copy(p.begin(), p.end(), bytes + at);
+        at += static_cast<std::int64_t>(p.size());
+    }
+    const double t0 = now_seconds();
+    comm_.allreduce(buffer, comm::ReduceOp::sum);
+    totals_.communication_seconds += now_seconds() - t0;
+    totals_.bytes += total;
+    const double t1 = now_seconds();
+    bytes = reinterpret_cast<std::uint8_t*>(buffer.data_ptr<float>());
+    at = 0;
+    for (size_t j = 0; j < slots_.size(); ++j) {
+        Slot& s = slots_[j];
+        level(s, factor, candidate).codec->decode_sum(bytes + at, world, s.grad.data(), nullptr);
+        at += static_cast<std::int64_t>(payloads[j].size());
+    }
+    totals_.decode_seconds += now_seconds() - t1;
+}
+
+void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& info) {
+    torch::NoGradGuard no_grad;
+    const double start = now_seconds();
+    const std::int64_t step = static_cast<std::int64_t>(inputs_.size());
+    const int world = comm_.world_size();
+    const double theta_min = controller_->theta_min(), candidate = controller_->candidate();
+    const bool randomk = options_.family == "randomk";
+
+    // Error feedback, C_min and the candidate, and the squared norms.
+    std::vector<double> norms(3, 0.0);
+    for (auto& s : slots_) {
+        torch::Tensor g = gradients[s.index].detach().to(torch::kCPU, torch::kFloat32).contiguous();
+        const float* gp = g.data_ptr<float>();
+        if (!s.momentum.empty()) {
+            const auto m = static_cast<float>(options_.dgc_momentum);
+            for (std::int64_t i = 0; i < s.n; ++i) {
+                s.momentum[i] = m * s.momentum[i] + gp[i];
+                s.memory[i] += s.momentum[i];
+            }
+        } else {
+            for (std::int64_t i = 0; i < s.n; ++i) s.memory[i] += gp[i];
+        }
+        s.go = s.memory;
+        s.rmin = s.go;
+        encode_level(s, theta_min, false, step, s.rmin, s.payload_min);
+        // rcand: first C_min = go - rmin (multi-level) or go (randomk), then its residual.
+        s.rcand.resize(static_cast<size_t>(s.n));
+        for (std::int64_t i = 0; i < s.n; ++i) s.rcand[i] = randomk ? s.go[i] : s.go[i] - s.rmin[i];
+        std::vector<float> cmin_residual = s.rcand;
+        encode_level(s, candidate, true, step, cmin_residual, s.payload_cand);
+        double min_sq = 0, cand_sq = 0;
+        for (std::int64_t i = 0; i < s.n; ++i) {
+            const double cm = static_cast<double>(s.go[i]) - s.rmin[i];
+            const double cc = static_cast<double>(s.rcand[i]) - cmin_residual[i];
+            min_sq += cm * cm;
+            cand_sq += cc * cc;
+            // What the candidate leaves out of g_o.
+            s.rcand[i] = randomk ? cmin_residual[i] : s.rmin[i] + cmin_residual[i];
+        }
+        norms[0] += squared_norm(s.go);
+        norms[1] += min_sq;
+        norms[2] += cand_sq;
+    }
+    totals_.encode_seconds += now_seconds() - start;
+
+    // One allreduce: every rank decides from the same sums.
+    torch::Tensor sums = torch::tensor(norms, torch::kFloat64);
+    double t0 = now_seconds();
+    comm_.allreduce(sums, comm::ReduceOp::sum);
+    totals_.communication_seconds += now_seconds() - t0;
+    totals_.bytes += static_cast<std::int64_t>(sums.nbytes());
+    const regime::GravacNorms all{sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
+    const regime::GravacDecision decision = controller_->decide(all);
+
+    // The chosen level, and the memory keeps what it leaves out.
+    std::vector<std::uint8_t> dense_vectors;
+    std::vector<float> dense;
+    const bool send_dense = decision.choice == regime::GravacChoice::dense;
+    if (send_dense) {
+        for (auto& s : slots_) dense.insert(dense.end(), s.go.begin(), s.go.end());
+        for (auto& s : slots_) std::fill(s.memory.begin(), s.memory.end(), 0.0f);
+    } else {
+        const bool cand = decision.choice == regime::GravacChoice::candidate;
+        std::vector<std::vector<std::uint8_t>> payloads;
+        for (auto& s : slots_) {
+            payloads.push_back(cand ? s.payload_cand : s.payload_min);
+            s.grad.assign(static_cast<size_t>(s.n), 0.0f);
+            const std::vector<float>& left = cand ? s.rcand : s.rmin;
+            // DGC's momentum factor masking: u is cleared where entries were sent.
+            if (!s.momentum.empty())
+                for (std::int64_t i = 0; i < s.n; ++i)
+                    if (left[i] != s.go[i]) s.momentum[i] = 0.0f;
+            s.memory = left;
+        }
+        exchange_level(cand ? candidate : theta_min, cand, step, payloads);
+    }
+    // Vectors (and, when dense, the matrices too): one summed allreduce.
+    for (size_t i : vectors_) {
+        torch::Tensor g = gradients[i].detach().to(torch::kCPU, torch::kFloat32).contiguous();
+        dense.insert(dense.end(), g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
+    }
+    if (!dense.empty()) {
+        torch::Tensor buffer = torch::from_blob(dense.data(), {static_cast<std::int64_t>(dense.size())}, torch::kFloat32);
+        t0 = now_seconds();
+        comm_.allreduce(buffer, comm::ReduceOp::sum);
+        totals_.communication_seconds += now_seconds() - t0;
+        totals_.bytes += static_cast<std::int64_t>(buffer.nbytes());
+        for (float& x : dense) x /= static_cast<float>(world);
+    }
+    std::int64_t at = 0;
+    for (auto& s : slots_) {
+        if (send_dense) {
+            s.grad.assign(dense.begin() + at, dense.begin() + at + s.n);
+            at += s.n;
+        }
+        torch::Tensor& out = gradients[s.index];
+        out.copy_(host_floats(s.grad, s.shape).to(out.device()));
+    }
+    for (size_t i : vectors_) {
+        torch::Tensor& out = gradients[i];
+        const std::int64_t n = out.numel();
+        std::vector<float> part(dense.begin() + at, dense.begin() + at + n);
+        out.copy_(host_floats(part, out.sizes().vec()).to(out.device()));
+        at += n;
+    }
+
+    // The step's time, the slowest rank's, so that CheckGraVAC runs alike everywhere.
+    const double end = now_seconds();
+    double seconds = options_.step_seconds ? options_.step_seconds() : (last_end_ < 0 ? end - start : end - last_end_);
+    torch::Tensor slowest = torch::tensor(std::vector<double>{seconds}, torch::kFloat64);
+    t0 = now_seconds();
+    comm_.allreduce(slowest, comm::ReduceOp::max);
+    totals_.communication_seconds += now_seconds() - t0;
+    totals_.bytes += static_cast<std::int64_t>(slowest.nbytes());
+    seconds = std::max(slowest.item<double>(), 1e-9);
+    const double samples_per_second = static_cast<double>(options_.samples_per_step) / seconds;
+
+    const regime::GravacState before = controller_->state();
+    io::MetricsGravacStep record;
+    record.epoch = info.epoch;
+    record.factor = decision.factor;
+    record.choice = static_cast<std::int8_t>(decision.choice);
+    record.theta_min = theta_min;
+    record.candidate = candidate;
+    record.gain_min = before.gain_min;
+    record.gain_candidate = before.gain_candidate;
+    records_.push_back(record);
+    controller_->end_step(samples_per_second);
+    inputs_.push_back({all.grad_sq, all.min_sq, all.candidate_sq, samples_per_second});
+    ++totals_.steps;
+    last_end_ = now_seconds();
+}
+
+train::TensorMap GravacExchange::state() const {
+    train::TensorMap out;
+    for (const auto& s : slots_) {
+        const std::string& name = description_[s.index].name;
+        out[name + "/error"] = host_floats(s.memory, s.shape);
+        if (!s.momentum.empty()) out[name + "/dgc_momentum"] = host_floats(s.momentum, s.shape);
+    }
+    std::vector<double> flat;
+    for (const auto& row : inputs_) flat.insert(flat.end(), row.begin(), row.end());
+    out["gravac/inputs"] =
+        torch::tensor(flat, torch::kFloat64).view({static_cast<std::int64_t>(inputs_.size()), 4});
+    return out;
+}
+
+void GravacExchange::load_state(const train::TensorMap& state) {
+    std::map<std::string, Slot*> by_name;
+    for (auto& s : slots_) by_name[description_[s.index].name] = &s;
+    for (const auto& [name, tensor] : state) {
+        if (name == "gravac/inputs") {
+            if (tensor.dim() != 2 || tensor.size(1) != 4)
+                throw Error("exchange state 'gravac/inputs' must be a steps x 4 table");
+            torch::Tensor t = tensor.to(torch::kCPU, torch::kFloat64).contiguous();
+            // The controller is deterministic: replaying its inputs restores its state exactly.
+            controller_ = std::make_unique<regime::GravacController>(options_.settings);
+            inputs_.clear();
+            const double* p = t.data_ptr<double>();
+            for (std::int64_t r = 0; r < t.size(0); ++r, p += 4) {
+                controller_->decide({p[0], p[1], p[2]});
+                controller_->end_step(p[3]);
+                inputs_.push_back({p[0], p[1], p[2], p[3]});
+            }
+            continue;
+        }
+        const auto slash = name.rfind('/');
+        auto it = slash == std::string::npos ? by_name.end() : by_name.find(name.substr(0, slash));
+        if (it == by_name.end()) throw Error("exchange state '" + name + "' names no matrix parameter of this model");
+        Slot& s = *it->second;
+        const std::string what = name.substr(slash + 1);
+        if (what == "error")
+            load_floats(tensor, s.memory, name, s.n);
+        else if (what == "dgc_momentum" && !s.momentum.empty())
+            load_floats(tensor, s.momentum, name, s.n);
+        else
+            throw Error("exchange state '" + name + "' is not GraVAC state of --gravac " + options_.family);
+    }
+}
+
+ExchangeTotals GravacExchange::take_totals() {
+    ExchangeTotals out = totals_;
+    totals_ = ExchangeTotals();
+    return out;
+}
+
+std::vector<io::MetricsGravacStep> GravacExchange::take_steps() {
+    std::vector<io::MetricsGravacStep> out;
+    out.swap(records_);
+    return out;
+}
+
+std::vector<io::MetricsGravacThroughput> GravacExchange::throughput(std::int64_t epoch) const {
+    std::vector<io::MetricsGravacThroughput> out;
+    for (const auto& t : controller_->state().throughput) out.push_back({epoch, t.factor, t.throughput});
+    return out;
+}
+
+GravacLevelBytes GravacExchange::level_bytes() const {
+    GravacLevelBytes b;
+    for (const auto& s : slots_) {
+        compress::Spec min{options_.family, regime::keep_fraction_for_factor(controller_->theta_min())};
+        compress::Spec cand{options_.family == "dgc" ? "topk" : options_.family,
+                            regime::keep_fraction_for_factor(controller_->candidate())};
+        b.theta_min += compress::wire_bytes(min, s.shape);
+        b.candidate += compress::wire_bytes(cand, s.shape);
+        b.dense += 4 * s.n;
+    }
+    return b;
+}
+
+}  // namespace acc::dist
+
+namespace acc::dist {
+
+std::unique_ptr<GravacExchange> make_gravac_exchange(const TrainDistConfig& c, const std::vector<torch::Tensor>& parameters,
+                                                     const std::vector<io::Parameter>& description,
+                                                     comm::ProcessGroupCollectives& pg, int world) {
+    if (c.gravac.empty()) return nullptr;
+    GravacExchangeOptions o;
+    o.family = c.gravac;
+    o.settings = gravac_settings(c, world);
+    o.seed = static_cast<std::uint32_t>(train::mix_seed(c.train.seed, 0x9a) & 0xffffffffu);
+    o.samples_per_step = c.train.batch_size * world;
+    return std::make_unique<GravacExchange>(parameters, description, pg, pg.device(), o);
+}
+
+io::MetricsGravac gravac_metrics(const TrainDistConfig& c, int world) {
+    const regime::GravacSettings s = gravac_settings(c, world);
+    io::MetricsGravac g;
+    g.enabled = true;
+    g.family = c.gravac;
+    g.policy = regime::gravac_policy_name(s.policy);
+    g.theta_min = s.theta_min;
+    g.theta_max = s.theta_max;
+    g.epsilon = s.epsilon;
+    g.omega = s.omega;
+    g.theta_s = s.theta_s;
+    g.smoothing = s.smoothing;
+    g.window = s.window;
+    return g;
+}
+
+std::string gravac_summary(const std::vector<io::MetricsGravacStep>& steps) {
+    std::map<double, std::int64_t> at;
+    for (const auto& s : steps) ++at[s.factor];
+    std::string out;
+    for (const auto& [factor, n] : at)
+        out += (out.empty() ? "" : ", ") + std::to_string(n) + (factor == 1 ? std::string(" dense") : fmt::format(" at {:g}x", factor));
+    return out.empty() ? "no steps" : out;
+}
+
+std::vector<io::MetricsGravacStep> log_gravac_epoch(GravacExchange& exchange, int rank, std::int64_t epoch) {
+    std::vector<io::MetricsGravacStep> steps = exchange.take_steps();
+    std::string factors;
+    for (const auto& s : steps) factors += fmt::format("{},", s.factor);
+    spdlog::debug("rank {}: gravac epoch {}: steps at each factor {}; decisions digest {:016x}", rank, epoch,
+                  gravac_summary(steps), fnv1a(factors));
+    return steps;
+}
+
+}  // namespace acc::dist

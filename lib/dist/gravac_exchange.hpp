@@ -1,0 +1,130 @@
+// train-dist --gravac: GraVAC's per-step exchange (Tyagi & Swany, Algorithm 1).
+//
+// Each step, on every rank, for every matrix parameter (vectors are always sent
+// dense, as in the other modes):
+//   1. error feedback: g_o = g + memory (dgc: memory += u, u = m u + g);
+//   2. C_min(g_o): the family's codec at keep fraction 1 / theta_min;
+//   3. the candidate C_cand from C_min(g_o) (multi-level: topk and dgc take the
+//      top 1 / candidate of the n entries of C_min(g_o), which equals top-k of
+//      g_o at that fraction); randomk draws its shared random subset from g_o
+//      directly (a uniform random subset of a uniform random subset is one of
+//      g_o, so the distribution is the same);
+//   4. one allreduce (sum) of three doubles: ||g_o||^2, ||C_min||^2, ||C_cand||^2
+//      over all matrix parameters and ranks. Every rank passes the same sums to
+//      regime::GravacController::decide, so every rank takes the same decision;
+//   5. the chosen level (candidate, theta_min or dense) is exchanged and the
+//      error memory keeps what was not sent (dense: memory = 0);
+//   6. one allreduce (max) of the step time, so that the throughput fed to
+//      GravacController::end_step (and CheckGraVAC) is the same on every rank.
+//
+// The codecs are compress's host codecs (float arrays): gradients on a GPU are
+// copied to host memory for them (one copy in, one out per step). All use of
+// the codecs is in encode_level()/exchange_level(), so that device codecs can
+// replace them there.
+#pragma once
+
+#include "comm/collectives.hpp"
+#include "comm/process_group.hpp"
+#include "compress/codecs.hpp"
+#include "dist/config.hpp"
+#include "dist/exchange.hpp"
+#include "io/metrics.hpp"
+#include "io/parameters.hpp"
+#include "regime/gravac.hpp"
+#include "train/trainer.hpp"
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace acc::dist {
+
+/// The compressor families GraVAC scales: "topk, dgc, randomk".
+const std::vector<std::string>& gravac_families();
+
+struct GravacExchangeOptions {
+    std::string family = "topk";        ///< topk, dgc or randomk
+    regime::GravacSettings settings;    ///< the controller's (smoothing already set for the world size)
+    std::uint32_t seed = 0;             ///< random streams (randomk)
+    double dgc_momentum = 0.9;          ///< dgc's momentum correction factor
+    /// Samples of one step over all ranks (N b), for the throughput.
+    std::int64_t samples_per_step = 1;
+    /// Seconds of the step so far; empty: wall time since the last exchange (tests fix it).
+    std::function<double()> step_seconds;
+};
+
+/// Bytes of the chosen level for the whole model (this worker, one step).
+struct GravacLevelBytes {
+    std::int64_t candidate = 0, theta_min = 0, dense = 0;
+};
+
+class GravacExchange final : public train::GradientSync {
+public:
+    /// Throws acc::UsageError for an unknown family or settings.
+    GravacExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
+                   comm::Collectives& comm, torch::Device device, GravacExchangeOptions options);
+    ~GravacExchange() override;
+
+    void exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& step) override;
+
+    /// Per parameter: dgc's aggregated gradient carries momentum (SGD applies it to weight decay only).
+    std::vector<bool> momentum_in_gradient() const;
+    void set_samples_per_step(std::int64_t samples) { options_.samples_per_step = samples; }
+
+    /// Error memories ("<parameter>/error"), dgc's momentum ("<parameter>/dgc_momentum") and
+    /// the controller's inputs so far ("gravac/inputs", steps x 4: the three all-reduced
+    /// squared norms and the throughput), from which load_state() replays the controller.
+    train::TensorMap state() const;
+    /// Throws acc::Error naming an entry that does not fit.
+    void load_state(const train::TensorMap& state);
+
+    /// Totals since the last take_totals(), which resets them.
+    ExchangeTotals take_totals();
+    /// Step records since the last take_steps(), which clears them.
+    std::vector<io::MetricsGravacStep> take_steps();
+    /// The throughput table now, tagged with `epoch`.
+    std::vector<io::MetricsGravacThroughput> throughput(std::int64_t epoch) const;
+    const regime::GravacController& controller() const { return *controller_; }
+    /// Bytes each level would send per step (this worker), vectors and scalars excluded.
+    GravacLevelBytes level_bytes() const;
+
+private:
+    struct Slot;
+    struct Level;
+    Level& level(Slot& s, double factor, bool candidate);
+    void encode_level(Slot& s, double factor, bool candidate, std::int64_t step, std::vector<float>& residual,
+                      std::vector<std::uint8_t>& payload);
+    void exchange_level(double factor, bool candidate, std::int64_t step, std::vector<std::vector<std::uint8_t>>& payloads);
+
+    std::vector<torch::Tensor> parameters_;
+    std::vector<io::Parameter> description_;
+    std::unique_ptr<comm::Collectives> staged_;
+    comm::Collectives& comm_;
+    GravacExchangeOptions options_;
+    std::unique_ptr<regime::GravacController> controller_;
+    std::vector<Slot> slots_;            // matrix parameters
+    std::vector<size_t> vectors_;        // parameters always sent dense
+    std::vector<std::array<double, 4>> inputs_;  // the controller's inputs, every step
+    std::vector<io::MetricsGravacStep> records_;
+    ExchangeTotals totals_;
+    double last_end_ = -1;  // wall clock of the last exchange's end (seconds)
+};
+
+/// train-dist's GraVAC exchange over `parameters`, or nullptr without --gravac. Collective.
+std::unique_ptr<GravacExchange> make_gravac_exchange(const TrainDistConfig& config,
+                                                     const std::vector<torch::Tensor>& parameters,
+                                                     const std::vector<io::Parameter>& description,
+                                                     comm::ProcessGroupCollectives& pg, int world);
+/// The settings part of the metrics file's /gravac.
+io::MetricsGravac gravac_metrics(const TrainDistConfig& config, int world);
+/// Takes the epoch's step records and logs (debug) a digest of its decisions, so that
+/// ranks can be compared.
+std::vector<io::MetricsGravacStep> log_gravac_epoch(GravacExchange& exchange, int rank, std::int64_t epoch);
+/// "6 at 4x, 10 at 8x, 2 dense": steps at each factor, for the epoch line.
+std::string gravac_summary(const std::vector<io::MetricsGravacStep>& steps);
+
+}  // namespace acc::dist

@@ -1,0 +1,219 @@
+// GraVAC's per-step exchange (dist/gravac_exchange.hpp) on thread ranks: every rank
+// decides alike, error feedback conserves the gradient, the bytes sent are those of
+// the chosen level, a restored state continues the controller, and multi-level top-k
+// equals direct top-k.
+#include "base/error.hpp"
+#include "compress/codecs.hpp"
+#include "compress/spec.hpp"
+#include "dist/gravac_exchange.hpp"
+#include "support/thread_collectives.hpp"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <set>
+
+namespace acc::dist {
+namespace {
+
+std::vector<io::Parameter> describe(const std::vector<torch::Tensor>& tensors) {
+    std::vector<io::Parameter> out;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        io::Parameter p;
+        p.name = "p" + std::to_string(i);
+        p.shape = tensors[i].sizes().vec();
+        out.push_back(p);
+    }
+    return out;
+}
+
+std::vector<torch::Tensor> model() { return {torch::zeros({8, 16}), torch::zeros({8}), torch::zeros({4, 10})}; }
+
+// Rank r's gradient at step s: heavy-tailed, so that a few entries carry most of the norm.
+std::vector<torch::Tensor> gradients(int rank, std::int64_t step, double spread) {
+    torch::manual_seed(static_cast<std::uint64_t>(1000 * step + rank));
+    std::vector<torch::Tensor> out;
+    for (const auto& p : model()) out.push_back(torch::randn(p.sizes()).pow(3) * spread + 0.01);
+    return out;
+}
+
+GravacExchangeOptions options(const std::string& family, std::int64_t window, double epsilon) {
+    GravacExchangeOptions o;
+    o.family = family;
+    o.settings = regime::gravac_defaults(2);
+    o.settings.window = window;
+    o.settings.epsilon = epsilon;
+    o.settings.smoothing = 0.5;
+    o.settings.theta_min = 4;
+    o.settings.theta_max = 64;
+    o.samples_per_step = 32;
+    o.step_seconds = [] { return 0.5; };
+    return o;
+}
+
+TEST(GravacExchange, RanksTakeTheSameDecisionsFromDifferentGradients) {
+    for (const std::string family : {"topk", "dgc", "randomk"}) {
+        test::ThreadGroup group(2);
+        std::vector<std::vector<io::MetricsGravacStep>> steps(2);
+        std::vector<regime::GravacState> states(2);
+        group.run([&](int rank, comm::Collectives& comm) {
+            auto tensors = model();
+            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options(family, 3, 0.6));
+            for (std::int64_t s = 0; s < 14; ++s) {
+                auto g = gradients(rank, s, rank == 0 ? 1.0 : 3.0);
+                x.exchange(g, train::StepInfo{s / 7, s % 7, s, 0.1});
+            }
+            steps[static_cast<size_t>(rank)] = x.take_steps();
+            states[static_cast<size_t>(rank)] = x.controller().state();
+        });
+        ASSERT_EQ(steps[0].size(), 14u) << family;
+        std::set<double> factors;
+        for (size_t i = 0; i < steps[0].size(); ++i) {
+            const auto &a = steps[0][i], &b = steps[1][i];
+            EXPECT_EQ(a.factor, b.factor) << family << " step " << i;
+            EXPECT_EQ(a.choice, b.choice) << family << " step " << i;
+            EXPECT_EQ(a.candidate, b.candidate) << family << " step " << i;
+            EXPECT_EQ(a.gain_min, b.gain_min) << family << " step " << i;
+            EXPECT_EQ(a.epoch, static_cast<std::int64_t>(i) / 7);
+            factors.insert(a.factor);
+        }
+        EXPECT_EQ(states[0].theta_min, states[1].theta_min) << family;
+        EXPECT_EQ(states[0].candidate, states[1].candidate) << family;
+        EXPECT_GE(states[0].checks, 4) << family;
+    }
+}
+
+// On one rank the mean is this rank's own C(g_o): what was sent plus the new memory
+// equals the gradient plus the old memory, entry by entry.
+TEST(GravacExchange, ErrorFeedbackConservesTheGradient) {
+    for (const std::string family : {"topk", "randomk"}) {
+        for (double epsilon : {0.3, 0.999, 1.0}) {
+            test::ThreadGroup group(1);
+            group.run([&](int, comm::Collectives& comm) {
+                auto tensors = model();
+                const auto names = describe(tensors);
+                GravacExchange x(tensors, names, comm, torch::kCPU, options(family, 2, epsilon));
+                for (std::int64_t s = 0; s < 6; ++s) {
+                    auto old_state = x.state();
+                    auto g = gradients(0, s, 1.0);
+                    auto sent = g;
+                    for (auto& t : sent) t = t.clone();
+                    x.exchange(sent, train::StepInfo{0, s, s, 0.1});
+                    auto new_state = x.state();
+                    for (size_t p : {size_t{0}, size_t{2}}) {
+                        const std::string error = names[p].name + "/error";
+                        torch::Tensor lhs = sent[p] + new_state.at(error);
+                        torch::Tensor rhs = g[p] + old_state.at(error);
+                        EXPECT_TRUE(torch::allclose(lhs, rhs, 1e-5, 1e-6)) << family << " eps " << epsilon << " step " << s;
+                    }
+                    EXPECT_TRUE(torch::equal(sent[1], g[1])) << "vectors are sent whole";
+                }
+            });
+        }
+    }
+}
+
+TEST(GravacExchange, BytesAreThoseOfTheChosenLevel) {
+    std::set<int> choices;
+    for (double epsilon : {0.5, 1.0}) {
+        test::ThreadGroup group(2);
+        std::vector<std::int64_t> bytes(2);
+        std::vector<std::vector<io::MetricsGravacStep>> steps(2);
+        group.run([&](int rank, comm::Collectives& comm) {
+            auto tensors = model();
+            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options("topk", 2, epsilon));
+            for (std::int64_t s = 0; s < 10; ++s) {
+                auto g = gradients(rank, s, 1.0);
+                x.exchange(g, train::StepInfo{0, s, s, 0.1});
+            }
+            bytes[static_cast<size_t>(rank)] = x.take_totals().bytes;
+            steps[static_cast<size_t>(rank)] = x.take_steps();
+        });
+        std::int64_t expected = 0;
+        for (const auto& s : steps[0]) {
+            expected += 3 * 8 + 8;  // the norms' and the step time's allreduces
+            expected += 8 * 4;      // the bias, whole
+            for (const auto& shape : {std::vector<std::int64_t>{8, 16}, std::vector<std::int64_t>{4, 10}}) {
+                if (s.choice == 2)
+                    expected += 4 * shape[0] * shape[1];
+                else
+                    expected += compress::wire_bytes(compress::Spec{"topk", 1 / s.factor}, shape);
+            }
+            choices.insert(s.choice);
+        }
+        EXPECT_EQ(bytes[0], expected) << "epsilon " << epsilon;
+        EXPECT_EQ(bytes[1], expected) << "epsilon " << epsilon;
+    }
+    EXPECT_TRUE(choices.count(2)) << "epsilon 1 sends dense";
+    EXPECT_GE(choices.size(), 2u) << "the test should see a compressed level too";
+}
+
+TEST(GravacExchange, RestoredStateContinuesTheController) {
+    test::ThreadGroup group(1);
+    group.run([&](int, comm::Collectives& comm) {
+        auto tensors = model();
+        const auto names = describe(tensors);
+        GravacExchange a(tensors, names, comm, torch::kCPU, options("dgc", 3, 0.6));
+        for (std::int64_t s = 0; s < 8; ++s) {
+            auto g = gradients(0, s, 1.0);
+            a.exchange(g, train::StepInfo{0, s, s, 0.1});
+        }
+        GravacExchange b(tensors, names, comm, torch::kCPU, options("dgc", 3, 0.6));
+        b.load_state(a.state());
+        const auto sa = a.controller().state(), sb = b.controller().state();
+        EXPECT_EQ(sa.steps, sb.steps);
+        EXPECT_EQ(sa.theta_min, sb.theta_min);
+        EXPECT_EQ(sa.candidate, sb.candidate);
+        EXPECT_EQ(sa.gain_min, sb.gain_min);
+        EXPECT_EQ(sa.gain_candidate, sb.gain_candidate);
+        EXPECT_EQ(sa.checks, sb.checks);
+        for (std::int64_t s = 8; s < 12; ++s) {
+            auto ga = gradients(0, s, 1.0), gb = gradients(0, s, 1.0);
+            a.exchange(ga, train::StepInfo{0, s, s, 0.1});
+            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
+            for (size_t p = 0; p < ga.size(); ++p) EXPECT_TRUE(torch::equal(ga[p], gb[p])) << "step " << s;
+        }
+        EXPECT_THROW(b.load_state({{"nothing/error", torch::zeros({2})}}), Error);
+        EXPECT_THROW(b.load_state({{"p0/error", torch::zeros({3})}}), Error);
+        EXPECT_THROW(b.load_state({{"gravac/inputs", torch::zeros({3, 2})}}), Error);
+    });
+}
+
+TEST(GravacExchange, RefusesAnUnknownFamily) {
+    test::ThreadGroup group(1);
+    group.run([&](int, comm::Collectives& comm) {
+        auto tensors = model();
+        EXPECT_THROW(GravacExchange(tensors, describe(tensors), comm, torch::kCPU, options("powersgd", 2, 0.7)),
+                     UsageError);
+    });
+}
+
+// Paper, section IV-C: compressing the theta_min result again gives what compressing
+// g directly at the larger factor gives, for top-k.
+TEST(GravacMultiLevel, TopkOfTopkEqualsTopk) {
+    torch::manual_seed(5);
+    for (int trial = 0; trial < 5; ++trial) {
+        const std::int64_t n = 1000;
+        torch::Tensor g = torch::randn({n});
+        compress::CodecOptions o;
+        auto k1 = compress::make_codec(compress::Spec{"topk", 0.1}, {n}, o);
+        auto k2a = compress::make_codec(compress::Spec{"topk", 0.025}, {n}, o);
+        auto k2b = compress::make_codec(compress::Spec{"topk", 0.025}, {n}, o);
+        std::vector<float> r1(g.data_ptr<float>(), g.data_ptr<float>() + n), direct = r1;
+        std::vector<std::uint8_t> p1(static_cast<size_t>(k1->buffer_bytes())), p2(static_cast<size_t>(k2a->buffer_bytes())),
+            p3(p2.size());
+        k1->encode(r1.data(), true, 1, p1.data());
+        std::vector<float> c1(n), c2(n), c3(n);
+        for (std::int64_t i = 0; i < n; ++i) c1[i] = g[i].item<float>() - r1[i];
+        std::vector<float> r2 = c1;
+        k2a->encode(r2.data(), true, 1, p2.data());
+        k2b->encode(direct.data(), true, 1, p3.data());
+        ASSERT_TRUE(k2a->decode({p2.data()}, c2.data()));
+        ASSERT_TRUE(k2b->decode({p3.data()}, c3.data()));
+        EXPECT_EQ(c2, c3) << "trial " << trial;
+        EXPECT_EQ(p2, p3) << "trial " << trial;
+    }
+}
+
+}  // namespace
+}  // namespace acc::dist
