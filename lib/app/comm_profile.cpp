@@ -293,7 +293,9 @@ io::ComputeProfile measure_compute(ProcessGroupCollectives& comm, const ProfileC
     timing.warmup = plan.warmup;
     timing.steps = plan.iterations;
     timing.device = config.device;
-    timing.device_index = comm.local_rank();
+    timing.device_index = config.device == acc::Device::cuda
+                              ? comm::rank_gpu(comm.rank(), comm.local_rank(), comm.backend()).index()
+                              : comm.local_rank();
     const train::ComputeTimes times = train::time_compute(timing, [&] { comm.barrier(); });
     const train::ComputeInput input = train::default_compute_input(config.model);
     io::ComputeProfile c;

@@ -240,8 +240,9 @@ DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm)
     std::optional<Doing> building(std::in_place, "building the model (--model " + t_.model + ")");
     model_ = make_model(t_.model, info.shape, t_.model_options);
     TrainerOptions options = trainer_options(t_);
-    // One GPU per rank, checked like train-dist's and comm-profile's NCCL ranks.
-    if (comm && t_.device == acc::Device::cuda) options.device = comm::rank_gpu(comm->rank(), comm->local_rank());
+    // One GPU per NCCL rank (Gloo ranks may share), checked as train-dist and comm-profile do.
+    if (comm && t_.device == acc::Device::cuda)
+        options.device = comm::rank_gpu(comm->rank(), comm->local_rank(), comm->backend());
     trainer_ = std::make_unique<Trainer>(model_, *data_, options, Shard{session_.rank(), session_.world()});
     building.reset();
     if (session_.leader()) {

@@ -43,13 +43,9 @@ std::int64_t parse_batch(const std::string& option, const std::string& text) {
 
 void validate(DetectConfig& c) {
     regime::validate(regime::Options{c.eta, c.interval});
-    if (c.mode != "compression" && c.mode != "batch")
-        throw UsageError("--mode: must be 'compression' or 'batch', not '" + c.mode + "'");
-    const bool batch = c.mode == "batch";
-    if (c.granularity.empty()) c.granularity = batch ? "model" : "layer";
-    if (c.granularity != "layer" && c.granularity != "model")
-        throw UsageError("--granularity: must be 'layer' or 'model', not '" + c.granularity + "'");
-    if (batch && c.granularity == "layer")
+    const bool batch = c.mode == ScheduleMode::batch;
+    if (!c.granularity) c.granularity = batch ? Granularity::model : Granularity::layer;
+    if (batch && *c.granularity == Granularity::layer)
         throw UsageError("--granularity layer: batch mode decides on the whole model; use --granularity model");
     if (c.monotone && !batch) throw UsageError("--monotone: applies only to --mode batch");
     if (c.low.empty()) c.low = batch ? "512" : "powersgd:2";
@@ -190,10 +186,10 @@ Outcome plan_compression_mode(const DetectConfig& c, const Decisions& per_parame
 io::Schedule schedule_header(const DetectConfig& c, const io::GradStats& grads, const Decisions& per_parameter) {
     io::Schedule s;
     s.header.provenance = c.provenance;
-    s.mode = c.mode;
+    s.mode = mode_name(c.mode);
     s.eta = c.eta;
     s.interval = c.interval;
-    s.granularity = c.granularity;
+    s.granularity = granularity_name(*c.granularity);
     s.low = c.low;
     s.high = c.high;
     s.monotone = c.monotone;
@@ -208,15 +204,15 @@ io::Schedule schedule_header(const DetectConfig& c, const io::GradStats& grads, 
 
 // How many columns a reason's count is out of: 1 for whole-model decisions.
 std::int64_t reason_columns(const DetectConfig& c, const Outcome& o) {
-    if (c.mode == "batch" || c.granularity == "model") return 1;
+    if (c.mode == ScheduleMode::batch || *c.granularity == Granularity::model) return 1;
     return std::count(o.counted.begin(), o.counted.end(), true);
 }
 
 void print_summary(const DetectConfig& c, const Inputs& in, const Outcome& o, std::int64_t block,
                    const std::vector<CriticalReasons>& why) {
-    const bool batch = c.mode == "batch";
+    const bool batch = c.mode == ScheduleMode::batch;
     const std::int64_t E = in.norms.epochs, counted = std::count(o.counted.begin(), o.counted.end(), true);
-    const std::string decided = batch || c.granularity == "model" ? "whole-model decisions" : "per-parameter decisions";
+    const std::string decided = batch || *c.granularity == Granularity::model ? "whole-model decisions" : "per-parameter decisions";
     const std::string unit = o.comm.per_step ? " per step (the input has no step counts)" : "";
     spdlog::info("{} -> {}", c.input, c.output);
     spdlog::info("  {} epochs, {} parameters ({} values); eta {}, interval {}, {}", E, in.norms.columns,
@@ -261,10 +257,10 @@ void print_json(const DetectConfig& c, const io::GradStats& grads, const Inputs&
     nlohmann::json report = o.report;
     report["input"] = c.input;
     report["output"] = c.output;
-    report["mode"] = c.mode;
+    report["mode"] = mode_name(c.mode);
     report["eta"] = cli::json_number(c.eta);
     report["interval"] = c.interval;
-    report["granularity"] = c.granularity;
+    report["granularity"] = granularity_name(*c.granularity);
     report["low"] = c.low;
     report["high"] = c.high;
     report["monotone"] = c.monotone;
@@ -274,7 +270,7 @@ void print_json(const DetectConfig& c, const io::GradStats& grads, const Inputs&
     report["complete_input"] = grads.complete;
     report["timeline"] = {{"epochs_per_character", block}, {"line", o.line}};
     report["critical_per_epoch"] = critical_per_epoch(o.decisions, o.counted);
-    report["counted_parameters"] = c.mode == "batch" ? 1 : std::count(o.counted.begin(), o.counted.end(), true);
+    report["counted_parameters"] = c.mode == ScheduleMode::batch ? 1 : std::count(o.counted.begin(), o.counted.end(), true);
     nlohmann::json list = nlohmann::json::array();
     for (const auto& r : o.regimes)
         list.push_back({{"first", r.first}, {"last", r.last}, {"peak_critical", r.peak_critical}});
@@ -292,13 +288,21 @@ void print_json(const DetectConfig& c, const io::GradStats& grads, const Inputs&
 
 }  // namespace
 
+const char* mode_name(ScheduleMode mode) { return mode == ScheduleMode::batch ? "batch" : "compression"; }
+
+const char* granularity_name(Granularity granularity) {
+    return granularity == Granularity::model ? "model" : "layer";
+}
+
 void add_detect_options(CLI::App& app, DetectConfig& config) {
     app.add_option("GRADS.h5", config.input, "Gradient-statistics file written by grad-dump")->required();
     app.add_option("--eta", config.eta, "Critical when the relative change of the gradient norm is >= ETA")
         ->check(cli::number(0, kMaxEta, true));
     app.add_option("--interval", config.interval, "Epochs between decisions")
         ->check(cli::whole_number(1, kMaxInterval));
-    app.add_option("--mode", config.mode, "What the schedule switches: compression level or batch size")
+    app.add_option_function<std::string>(
+           "--mode", [&config](const std::string& v) { config.mode = v == "batch" ? ScheduleMode::batch : ScheduleMode::compression; },
+           "What the schedule switches: compression level or batch size")
         ->check(CLI::IsMember({"compression", "batch"}));
     app.add_option("--low", config.low,
                    "Level for critical epochs: a compressor spec [powersgd:2], or in batch mode the small "
@@ -306,7 +310,9 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
     app.add_option("--high", config.high,
                    "Level elsewhere: a compressor spec [powersgd:1], or in batch mode the large batch "
                    "size [4096]");
-    app.add_option("--granularity", config.granularity,
+    app.add_option_function<std::string>(
+           "--granularity",
+           [&config](const std::string& v) { config.granularity = v == "model" ? Granularity::model : Granularity::layer; },
                    "Decide per parameter tensor (layer) or on the whole model (model) [layer; model in "
                    "batch mode]")
         ->check(CLI::IsMember({"layer", "model"}));
@@ -334,12 +340,12 @@ int run_detect(DetectConfig c) {
              std::to_string(c.interval) + ") after epoch 0: every epoch is critical");
 
     const Options options{c.eta, c.interval};
-    const bool model = c.granularity == "model";
+    const bool model = *c.granularity == Granularity::model;
     const Decisions decisions = model ? detect(whole_model(in.norms), in.lr, options) : detect(in.norms, in.lr, options);
     const Decisions per_parameter = model ? decisions.broadcast(in.norms.columns) : decisions;
     io::Schedule s = schedule_header(c, grads, per_parameter);
     const std::int64_t block = timeline_block(E, c.interval);
-    const Outcome o = c.mode == "batch" ? plan_batch_mode(c, decisions, grads, in, block, s)
+    const Outcome o = c.mode == ScheduleMode::batch ? plan_batch_mode(c, decisions, grads, in, block, s)
                                         : plan_compression_mode(c, per_parameter, in, block, s, warn);
     io::write_schedule(c.output, s);
 

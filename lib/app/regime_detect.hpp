@@ -6,6 +6,7 @@
 #include "regime/detect.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace CLI {
@@ -14,15 +15,24 @@ class App;
 
 namespace acc::app {
 
+/// What the schedule switches (--mode).
+enum class ScheduleMode { compression, batch };
+/// What one decision covers (--granularity): one parameter tensor, or the whole model.
+enum class Granularity { layer, model };
+
+/// The text of a mode and of a granularity, as options and files spell them.
+const char* mode_name(ScheduleMode mode);
+const char* granularity_name(Granularity granularity);
+
 struct DetectConfig {
     std::string input;                                 ///< gradient-statistics file (accordion.grads)
     std::string output = "sched.h5";                   ///< schedule file to write
     double eta = regime::kDefaultEta;                  ///< --eta
     std::int64_t interval = regime::kDefaultInterval;  ///< --interval, epochs
-    std::string mode = "compression";                  ///< "compression" or "batch"
+    ScheduleMode mode = ScheduleMode::compression;
     std::string low;                                   ///< empty: powersgd:2, or batch 512
     std::string high;                                  ///< empty: powersgd:1, or batch 4096
-    std::string granularity;                           ///< empty: layer (compression) or model (batch)
+    std::optional<Granularity> granularity;            ///< unset: layer (compression) or model (batch)
     bool monotone = false;
     bool json = false;  ///< also print the summary as JSON on stdout
     io::Provenance provenance;

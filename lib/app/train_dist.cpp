@@ -291,7 +291,7 @@ void DistRank::build_model(comm::ProcessGroupCollectives& pg) {
     std::optional<Doing> building(std::in_place, "building the model (--model " + t_.model + ")");
     model_ = train::make_model(t_.model, info.shape, t_.model_options);
     train::TrainerOptions options = train::trainer_options(t_);
-    if (t_.device == acc::Device::cuda) options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(pg.local_rank()));
+    if (t_.device == acc::Device::cuda) options.device = comm::rank_gpu(pg.rank(), pg.local_rank(), backend_);
     trainer_ = std::make_unique<train::Trainer>(model_, *data_, options, train::Shard{session_.rank(), session_.world()});
     building.reset();
     tensors_ = trainer_->parameter_tensors();

@@ -148,7 +148,8 @@ void check_backend_available(Backend backend) {
                          "headers; use --device cuda (nccl)");
 }
 
-at::Device rank_gpu(int rank, int local_rank, int gpus) {
+at::Device rank_gpu(int rank, int local_rank, int gpus, Backend backend) {
+    if (backend == Backend::gloo && gpus > 0 && local_rank >= 0) local_rank %= gpus;
     if (local_rank < 0 || local_rank >= gpus)
         throw Error("rank " + std::to_string(rank) + " needs GPU " + std::to_string(local_rank) +
                     " (LOCAL_RANK), but this machine has " + std::to_string(gpus) +
@@ -156,8 +157,8 @@ at::Device rank_gpu(int rank, int local_rank, int gpus) {
     return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
-at::Device rank_gpu(int rank, int local_rank) {
-    return rank_gpu(rank, local_rank, static_cast<int>(torch::cuda::device_count()));
+at::Device rank_gpu(int rank, int local_rank, Backend backend) {
+    return rank_gpu(rank, local_rank, static_cast<int>(torch::cuda::device_count()), backend);
 }
 
 struct ProcessGroupCollectives::Impl {

@@ -29,11 +29,13 @@ namespace acc::comm {
 
 /// Throws acc::UsageError when this build cannot use `backend` (NCCL needs a CUDA LibTorch).
 void check_backend_available(Backend backend);
-/// cuda:`local_rank`, the GPU of rank `rank` (LOCAL_RANK: one rank per GPU);
-/// acc::Error naming the rank and the GPU when the machine has only `gpus`.
-at::Device rank_gpu(int rank, int local_rank, int gpus);
+/// The GPU of rank `rank` on a machine with `gpus` GPUs. NCCL: cuda:`local_rank`
+/// (LOCAL_RANK: one rank per GPU, as NCCL requires), acc::Error naming the rank and
+/// the GPU when the machine has fewer. Gloo: ranks may share GPUs, cuda:(local_rank
+/// mod gpus), so that several ranks can run on a one-GPU machine.
+at::Device rank_gpu(int rank, int local_rank, int gpus, Backend backend = Backend::nccl);
 /// The same, counting this machine's GPUs (none in a CPU build).
-at::Device rank_gpu(int rank, int local_rank);
+at::Device rank_gpu(int rank, int local_rank, Backend backend = Backend::nccl);
 
 class ProcessGroupCollectives final : public Collectives {
 public:

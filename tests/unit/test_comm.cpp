@@ -294,6 +294,11 @@ TEST(ProcessGroup, EachRankNeedsItsOwnGpu) {
                      "rank 1 needs GPU 1 (LOCAL_RANK), but this machine has 1 GPU; start at most one rank per GPU");
     }
     EXPECT_THROW(rank_gpu(0, 0, 0), acc::Error);
+    // Gloo ranks share the GPUs there are (two ranks on a one-GPU machine), but need one.
+    EXPECT_EQ(rank_gpu(1, 1, 1, Backend::gloo), at::Device(at::kCUDA, 0));
+    EXPECT_EQ(rank_gpu(3, 3, 2, Backend::gloo), at::Device(at::kCUDA, 1));
+    EXPECT_THROW(rank_gpu(1, 1, 0, Backend::gloo), acc::Error);
+    EXPECT_THROW(rank_gpu(1, 1, 1, Backend::nccl), acc::Error);
     EXPECT_THROW(rank_gpu(0, -1, 4), acc::Error);
     // Counting the GPUs itself: a build or machine without one refuses every rank.
     if (!torch::cuda::is_available()) {
