@@ -15,25 +15,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 # The data both sides read: one gradient snapshot of 11,173,962 normal values.
-"$python" - "$work/flat.h5" <<'PY'
-import sys, h5py, numpy as np
-n = 11173962
-x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
-with h5py.File(sys.argv[1], "w") as f:
-    f.attrs["format"] = "accordion.grads"
-    f.attrs["format_version"] = "1.0"
-    f["parameters/name"] = np.array(["flat"], dtype=h5py.string_dtype())
-    f["parameters/ndim"] = np.array([1], dtype=np.int32)
-    f["parameters/shape"] = np.array([[n]], dtype=np.int64)
-    f["parameters/numel"] = np.array([n], dtype=np.int64)
-    f["epochs/norm"] = np.array([[float(np.linalg.norm(x))]])
-    f["epochs/lr"] = np.array([0.1])
-    f["epochs/steps"] = np.array([1], dtype=np.int64)
-    g = f.create_group("snapshots/epoch_0")
-    g.attrs["epoch"] = 0
-    g.attrs["steps"] = 1
-    g["flat"] = x
-PY
+"$python" scripts/write_flat_grads.py "$work/flat.h5" 11173962
 
 "$bin" -q --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127 --vectors compress --world 1 \
     --reps "$reps" --threads 1 --json >"$work/flat.json"

@@ -36,25 +36,7 @@ fail() {  # fail SIDE LOG: an error line for the table
 }
 
 echo "bench-compress: writing $values normal values as one gradient snapshot" >&2
-"$python" - "$work/flat.h5" "$values" <<'PY'
-import sys, h5py, numpy as np
-n = int(sys.argv[2])
-x = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
-with h5py.File(sys.argv[1], "w") as f:
-    f.attrs["format"] = "accordion.grads"
-    f.attrs["format_version"] = "1.0"
-    f["parameters/name"] = np.array(["flat"], dtype=h5py.string_dtype())
-    f["parameters/ndim"] = np.array([1], dtype=np.int32)
-    f["parameters/shape"] = np.array([[n]], dtype=np.int64)
-    f["parameters/numel"] = np.array([n], dtype=np.int64)
-    f["epochs/norm"] = np.array([[float(np.linalg.norm(x))]])
-    f["epochs/lr"] = np.array([0.1])
-    f["epochs/steps"] = np.array([1], dtype=np.int64)
-    g = f.create_group("snapshots/epoch_0")
-    g.attrs["epoch"] = 0
-    g.attrs["steps"] = 1
-    g["flat"] = x
-PY
+"$python" scripts/write_flat_grads.py "$work/flat.h5" "$values"
 
 ours=(-q --world 1 --reps "$reps" --json --vectors compress)
 [ "$device" = cpu ] || ours+=(--device "$device")
