@@ -45,8 +45,7 @@ using dist::RunPlan;
 using dist::TrainDistConfig;
 
 comm::Backend backend_of(const TrainDistConfig& c) {
-    if (c.backend == "nccl" || (c.backend.empty() && c.train.device == acc::Device::cuda)) return comm::Backend::nccl;
-    return comm::Backend::gloo;
+    return c.backend.value_or(comm::default_backend(c.train.device));
 }
 
 std::string mode_name(Mode mode) {

@@ -132,7 +132,10 @@ void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
         ->needs(gravac)
         ->group(gravac_group);
 
-    app.add_option("--backend", c.backend, "Collectives: gloo (cpu), or nccl (cuda, in CUDA builds) [by --device]")
+    app.add_option_function<std::string>(
+           "--backend",
+           [&c](const std::string& name) { c.backend = name == "nccl" ? comm::Backend::nccl : comm::Backend::gloo; },
+           "Collectives: gloo (cpu), or nccl (cuda, in CUDA builds) [by --device]")
         ->check(CLI::IsMember({"gloo", "nccl"}))
         ->group(group);
     app.add_option("--bucket-mb", c.bucket_mb,

@@ -1,6 +1,7 @@
 // train-dist's settings (lib/app/train_dist_options.cpp fills them from the command line). No LibTorch here.
 #pragma once
 
+#include "comm/backend.hpp"
 #include "comm/rendezvous.hpp"
 #include "compress/spec.hpp"
 #include "io/header.hpp"
@@ -41,7 +42,7 @@ struct TrainDistConfig {
     regime::GravacSettings gravac_settings;  ///< --gravac-*; smoothing 0: the paper's min(1, N / 100)
     std::string gravac_policy = "exponential";
     bool batch_size_given = false;    ///< --batch-size was on the command line (a batch schedule sets it)
-    std::string backend;              ///< "gloo" or "nccl"; empty: gloo on cpu, nccl on cuda
+    std::optional<comm::Backend> backend;  ///< --backend; unset: comm::default_backend(train.device)
     double bucket_mb = 25;            ///< MiB per bucket of uncompressed gradients (DDP's bucket_cap_mb)
     double first_bucket_mb = 1;       ///< MiB of the first bucket (DDP's first bucket)
     std::int64_t dgc_warmup_epochs = 0;

@@ -31,9 +31,7 @@ void validate(const TrainDistConfig& c) {
         const AccordionConfig& a = c.accordion_config;
         regime::validate(regime::Options{a.eta, a.interval});
     }
-    if (!c.backend.empty() && c.backend != "gloo" && c.backend != "nccl")
-        throw UsageError("--backend: must be gloo or nccl, not '" + c.backend + "'");
-    if (c.backend == "nccl" && c.train.device != Device::cuda)
+    if (c.backend == comm::Backend::nccl && c.train.device != Device::cuda)
         throw UsageError("--backend nccl: needs --device cuda (NCCL reduces tensors on GPUs)");
     if (!(c.bucket_mb > 0) || !std::isfinite(c.bucket_mb)) throw UsageError("--bucket-mb: must be a number > 0");
     if (!(c.first_bucket_mb > 0) || !std::isfinite(c.first_bucket_mb))
@@ -82,7 +80,7 @@ std::string shared_settings(const TrainDistConfig& c) {
                                        c.schedule, c.schedule_extend, std::to_string(c.accordion),
                                        c.accordion_config.low.text(), c.accordion_config.high.text(),
                                        std::to_string(c.accordion_config.eta), std::to_string(c.accordion_config.interval),
-                                       c.backend, std::to_string(c.bucket_mb), std::to_string(c.first_bucket_mb),
+                                       c.backend ? comm::backend_name(*c.backend) : "", std::to_string(c.bucket_mb), std::to_string(c.first_bucket_mb),
                                        std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume), c.gravac,
                                        resume_gravac_settings(c)};
     for (auto e : t.schedule.decay_epochs) fields.push_back(std::to_string(e));
