@@ -107,18 +107,6 @@ std::int64_t total_values(const std::vector<io::Parameter>& parameters) {
     return values;
 }
 
-// Per parameter, the norm of the epoch's summed gradient; a NaN or infinite one ends the run.
-std::vector<double> finite_norms(const GradientRecorder& recorder, const std::vector<io::Parameter>& parameters,
-                                 std::int64_t epoch) {
-    std::vector<double> norms = recorder.norms();
-    for (size_t p = 0; p < norms.size(); ++p)
-        if (!std::isfinite(norms[p]))
-            throw Error("training diverged: the summed gradient of '" + parameters[p].name + "' has norm " +
-                        (std::isnan(norms[p]) ? "NaN" : "infinity") + " at epoch " + std::to_string(epoch) +
-                        " (try a lower --lr or --clip-norm)");
-    return norms;
-}
-
 void add_snapshot(io::GradsWriter& writer, const GradientRecorder& recorder) {
     for (size_t p = 0; p < recorder.sums().size(); ++p) {
         torch::Tensor sum = recorder.sums()[p].to(torch::kCPU, torch::kFloat32).contiguous();
@@ -348,7 +336,7 @@ void DumpRank::train_epoch(std::int64_t epoch, cli::Progress& progress) {
     s.steps = r.steps;
     s.samples = r.samples;
     s.seconds = r.seconds;
-    if (recorder_) s.norm = finite_norms(*recorder_, trainer_->parameters(), epoch);
+    if (recorder_) s.norm = recorder_->finite_norms(trainer_->parameters(), epoch);
     // Every rank evaluates (on the same weights), so that none waits on rank 0 longer than a step.
     if (evaluates_after(t_, epoch)) {
         EvalResult test = trainer_->evaluate();
