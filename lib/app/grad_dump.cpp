@@ -1,6 +1,6 @@
 #include "app/grad_dump.hpp"
 
-#include "app/rank_session.hpp"
+#include "app/data_parallel.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
@@ -9,7 +9,7 @@
 #include "cli/tool.hpp"
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
-#include "compress/exchange.hpp"
+#include "dist/exchange.hpp"
 #include "io/atomic.hpp"
 #include "io/grads.hpp"
 #include "io/h5.hpp"
@@ -61,46 +61,6 @@ void check_destinations(const GradDumpConfig& c) {
     io::check_writable_destination(c.checkpoint);
 }
 
-// What a checkpoint records of the options, as text in a tensor of bytes.
-const char* const kOptionsEntry = "run/options";
-
-// What a resumed run must share with the checkpoint's run beyond the recorded options.
-std::vector<SameRunSetting> same_run_settings(const CheckpointInfo& info, const GradDumpConfig& c, int world_size) {
-    return {{"--model", info.model, c.train.model},
-            {"--dataset", info.dataset, c.train.data.name},
-            {"--batch-size", std::to_string(info.batch_size), std::to_string(c.train.batch_size)},
-            {"--seed", std::to_string(info.seed), std::to_string(c.train.seed)},
-            {"world size", std::to_string(info.world_size), std::to_string(world_size)}};
-}
-
-std::string epoch_line(std::int64_t epoch, std::int64_t epochs, const io::EpochStats& s, bool text,
-                       const std::string& unit) {
-    std::string line = "epoch " + std::to_string(epoch) + " (" + std::to_string(epoch + 1) + "/" +
-                       std::to_string(epochs) + "): lr " + short_number(s.lr) + ", loss " + printf_text("%.4f", s.loss) +
-                       ", accuracy " + percent_text(s.accuracy);
-    if (!std::isnan(s.test_loss)) {
-        line += ", test loss " + printf_text("%.4f", s.test_loss) + ", test accuracy " + percent_text(s.test_accuracy);
-        if (text) line += ", perplexity " + printf_text("%.2f", std::exp(s.test_loss));
-    }
-    line += ", " + printf_text("%.1f", s.seconds) + " s, " +
-            with_commas(std::llround(static_cast<double>(s.samples) / std::max(s.seconds, 1e-9))) + " " + unit + "/s";
-    return line;
-}
-
-nlohmann::json epoch_json(std::int64_t epoch, const io::EpochStats& s, bool text) {
-    nlohmann::json j = {{"epoch", epoch},
-                        {"lr", s.lr},
-                        {"loss", cli::json_number(s.loss)},
-                        {"accuracy", cli::json_number(s.accuracy)},
-                        {"test_loss", cli::json_number(s.test_loss)},
-                        {"test_accuracy", cli::json_number(s.test_accuracy)},
-                        {"steps", s.steps},
-                        {"samples", s.samples},
-                        {"seconds", s.seconds}};
-    if (text) j["perplexity"] = cli::json_number(std::exp(s.test_loss));
-    return j;
-}
-
 std::int64_t total_values(const std::vector<io::Parameter>& parameters) {
     std::int64_t values = 0;
     for (const auto& p : parameters) values += p.numel();
@@ -113,35 +73,6 @@ void add_snapshot(io::GradsWriter& writer, const GradientRecorder& recorder) {
         writer.add_snapshot(p, std::vector<float>(sum.data_ptr<float>(), sum.data_ptr<float>() + sum.numel()));
     }
 }
-
-// ---------------------------------------------------------------- several ranks
-
-// The trainer's exchange hook: every tensor at level `none`, that is one averaged
-// fp32 allreduce of all gradients per step (compress::GradientExchange).
-class AveragingExchange final : public GradientSync {
-public:
-    AveragingExchange(const std::vector<io::Parameter>& parameters, comm::Collectives& comm)
-        : exchange_(parameters, std::vector<compress::Spec>(parameters.size(), compress::parse_spec("none")),
-                    comm) {}
-    void exchange(std::vector<torch::Tensor>& gradients, const StepInfo&) override { exchange_.step(gradients); }
-    void save_state(TensorMap& state) const override {
-        for (auto& [name, tensor] : exchange_.state()) state[name] = tensor;
-    }
-    void load_state(const TensorMap& state) override {
-        std::vector<std::pair<std::string, at::Tensor>> entries;
-        for (const auto& [name, tensor] : state) entries.emplace_back(name, tensor.cpu());
-        exchange_.load_state(entries);
-    }
-    /// Bytes each rank hands to collectives per step.
-    std::int64_t bytes_per_step() const {
-        std::int64_t bytes = 0;
-        for (const auto& c : exchange_.planned_collectives()) bytes += c.bytes;
-        return bytes;
-    }
-
-private:
-    compress::GradientExchange exchange_;
-};
 
 // ---------------------------------------------------------------- reporting
 
@@ -185,69 +116,49 @@ void report(const GradDumpConfig& c, const DataInfo& info, const std::vector<io:
 
 // One rank's run; a single process has no group. Rank 0 (the only rank of a
 // single process) records, writes the files and reports; the other ranks train
-// alongside it and log their own lines at debug level only.
-class DumpRank {
+// alongside it and log their own lines at debug level only. Several ranks average
+// their gradients every step: train-dist's exchange with every level none.
+class DumpRank final : public DataParallelRank {
 public:
-    DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm);
+    DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* pg);
     int run();
 
 private:
     std::int64_t open_outputs();
     void log_run(std::int64_t start) const;
-    void train_epoch(std::int64_t epoch, cli::Progress& progress);
-    std::vector<torch::Tensor> weights() const;
+    EpochPlan begin_epoch(std::int64_t epoch) override;
+    void on_step(const StepInfo& step) override;
+    void end_epoch(const EpochResult& own, const EpochSummary& all) override;
 
     const GradDumpConfig& c_;
-    const TrainConfig& t_;
-    comm::ProcessGroupCollectives* comm_;
-    RankSession session_;
     spdlog::level::level_enum level_;  // rank 0's lines are info, the others' debug
-    std::unique_ptr<Dataset> data_;
-    bool text_ = false;
-    std::shared_ptr<Model> model_;
-    std::unique_ptr<Trainer> trainer_;
-    std::optional<GradientRecorder> recorder_;  // rank 0
-    std::optional<AveragingExchange> exchange_;  // several ranks
-    std::optional<io::GradsWriter> writer_;      // rank 0
+    std::optional<GradientRecorder> recorder_;    // rank 0
+    std::unique_ptr<dist::DistExchange> exchange_;  // several ranks
+    std::optional<io::GradsWriter> writer_;       // rank 0
     std::vector<bool> snapshot_;
-    nlohmann::json history_ = nlohmann::json::array();
 };
 
-DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* comm)
-    : c_(c), t_(c.train), comm_(comm), session_(comm), level_(session_.leader() ? spdlog::level::info : spdlog::level::debug) {
+DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* pg)
+    : DataParallelRank(c.train, pg), c_(c), level_(session_.leader() ? spdlog::level::info : spdlog::level::debug) {
+    session_.check_same_options(resume_settings(t_));
     if (session_.leader()) check_destinations(c);
     if (t_.threads > 0) torch::set_num_threads(t_.threads);
-    data_ = open_dataset(t_.data, t_.seed);
-    const DataInfo& info = data_->info();
-    text_ = info.shape.input.empty();
-    spdlog::log(level_, "{}: {} training and {} test {}{}, {} {} ({})", info.name, with_commas(info.train_size),
-                with_commas(info.test_size), info.unit, text_ ? "" : " of " + io::shape_text(info.shape.input),
-                with_commas(info.shape.classes), text_ ? "words in the vocabulary" : "classes", info.source);
-
-    torch::manual_seed(t_.seed);
-    std::optional<Doing> building(std::in_place, "building the model (--model " + t_.model + ")");
-    model_ = make_model(t_.model, info.shape, t_.model_options);
-    TrainerOptions options = trainer_options(t_);
-    // One GPU per NCCL rank (Gloo ranks may share), checked as train-dist and comm-profile do.
-    if (comm && t_.device == acc::Device::cuda)
-        options.device = comm::rank_gpu(comm->rank(), comm->local_rank(), comm->backend());
-    trainer_ = std::make_unique<Trainer>(model_, *data_, options, Shard{session_.rank(), session_.world()});
-    building.reset();
+    build([&](const Dataset& data) {
+        const DataInfo& info = data.info();
+        spdlog::log(level_, "{}: {} training and {} test {}{}, {} {} ({})", info.name, with_commas(info.train_size),
+                    with_commas(info.test_size), info.unit, text_model() ? "" : " of " + io::shape_text(info.shape.input),
+                    with_commas(info.shape.classes), text_model() ? "words in the vocabulary" : "classes", info.source);
+    });
     if (session_.leader()) {
-        recorder_.emplace(trainer_->parameter_tensors(), c.step_norms);
+        recorder_.emplace(tensors_, c.step_norms);
         trainer_->set_recorder(&*recorder_);
     }
-    if (comm) {
-        exchange_.emplace(trainer_->parameters(), *comm);
-        trainer_->set_exchange(&*exchange_);
+    if (pg) {
+        const std::vector<compress::Spec> none(tensors_.size(), compress::parse_spec("none"));
+        exchange_ = std::make_unique<dist::DistExchange>(tensors_, trainer_->parameters(), *session_.comm(),
+                                                         session_.device(), dist::ExchangeSetup{}, none);
+        trainer_->set_exchange(exchange_.get());
     }
-}
-
-// Parameters and buffers: what every rank must share.
-std::vector<torch::Tensor> DumpRank::weights() const {
-    std::vector<torch::Tensor> out = model_->parameters();
-    for (const auto& b : model_->buffers()) out.push_back(b);
-    return out;
 }
 
 // The first epoch to train: 0, or the checkpoint's (which every rank receives from
@@ -261,13 +172,10 @@ std::int64_t DumpRank::open_outputs() {
     }
     if (session_.leader() && !file_exists(c_.checkpoint))
         throw FileError(c_.checkpoint, "no checkpoint to resume from (one is written after every completed epoch)");
-    const std::vector<std::uint8_t> image = session_.checkpoint_image(c_.checkpoint);
-    const std::string settings = resume_settings(t_);
-    check_same_run(c_.checkpoint, recorded_options(image, c_.checkpoint), settings, {});  // before the weights
     TensorMap extra;
-    const CheckpointInfo saved = trainer_->load_checkpoint_image(image, c_.checkpoint, &extra);
-    check_same_run(c_.checkpoint, extra.count(kOptionsEntry) ? tensor_text(extra.at(kOptionsEntry)) : "", settings,
-                   same_run_settings(saved, c_, session_.world()));
+    const CheckpointInfo saved = load_checkpoint(c_.checkpoint, resume_settings(t_), [&](const CheckpointInfo& info) {
+        return same_run_settings(info, t_, session_.world(), true);
+    }, extra);
     if (session_.leader()) {
         if (!file_exists(c_.output))
             throw FileError(c_.output, "no such file; --resume continues the gradient-statistics file of the stopped run");
@@ -282,77 +190,63 @@ void DumpRank::log_run(std::int64_t start) const {
     spdlog::log(level_, "{}: {}, {} values; {} per epoch of {} {}{}", t_.model,
                 count_of(static_cast<std::int64_t>(parameters.size()), "parameter tensor", "parameter tensors"),
                 with_commas(total_values(parameters)), count_of(trainer_->steps_in_epoch(start), "step", "steps"),
-                t_.batch_size, text_ ? "streams" : data_->info().unit, comm_ ? " per rank" : "");
-    if (comm_)
-        spdlog::log(level_,
-                    "data-parallel on {} ranks ({}): gradients averaged every step ({} per rank in one allreduce); "
-                    "rank 0 records its local gradients",
-                    session_.world(), comm::backend_name(comm_->backend()),
-                    count_of(exchange_->bytes_per_step(), "byte", "bytes"));
+                t_.batch_size, text_model() ? "streams" : data_->info().unit, pg_ ? " per rank" : "");
+    if (!pg_) return;
+    const auto buckets = static_cast<std::int64_t>(exchange_->reducer().buckets().size());
+    spdlog::log(level_,
+                "data-parallel on {} ranks ({}): gradients averaged every step ({} per rank in {} of allreduce, "
+                "launched during the backward pass); rank 0 records its local gradients",
+                session_.world(), comm::backend_name(pg_->backend()),
+                count_of(4 * total_values(parameters), "byte", "bytes"), count_of(buckets, "bucket", "buckets"));
 }
 
 int DumpRank::run() {
     const std::int64_t start = open_outputs();
     // Every rank starts from rank 0's model, as PyTorch's DistributedDataParallel does.
-    session_.broadcast_from_leader(trainer_->parameter_tensors());
-    session_.broadcast_from_leader(model_->buffers());
+    start_from_leader();
     log_run(start);
     snapshot_.assign(static_cast<size_t>(t_.epochs), false);
     for (std::int64_t e : c_.snapshot_epochs) snapshot_[static_cast<size_t>(e)] = true;
-
-    cli::Progress::Options progress_options;
-    progress_options.unit = data_->info().unit;
-    if (!session_.leader()) progress_options.style = cli::Progress::Style::quiet;
-    cli::Progress progress(progress_options);
-    std::int64_t total_steps = 0;
-    for (std::int64_t e = start; e < t_.epochs; ++e) total_steps += trainer_->steps_in_epoch(e);
-    progress.begin_run(total_steps);
-    for (std::int64_t epoch = start; epoch < t_.epochs; ++epoch) train_epoch(epoch, progress);
+    train_epochs(start);
     if (!session_.leader()) return cli::kExitOk;
     writer_->finish();
     report(c_, data_->info(), trainer_->parameters(), start, history_, session_.world());
     return cli::kExitOk;
 }
 
-void DumpRank::train_epoch(std::int64_t epoch, cli::Progress& progress) {
-    Doing training("training epoch " + std::to_string(epoch));
-    const double lr = t_.schedule.at(epoch);
-    progress.begin_epoch(epoch, t_.epochs, trainer_->steps_in_epoch(epoch));
-    EpochResult r = trainer_->train_epoch(epoch, lr, [&](const StepInfo& step, double loss, std::int64_t samples) {
-        if (writer_ && c_.step_norms) writer_->add_step_norms(step.global_step, recorder_->last_step_norms());
-        progress.step(samples, loss);
-    });
-    progress.end_epoch();
-    if (comm_) {
-        // Batch-norm statistics are each rank's own: all take rank 0's (DDP's broadcast_buffers).
-        session_.broadcast_from_leader(model_->buffers());
-        session_.check_same_weights(weights(), "weights", epoch, trainer_->global_step());
-    }
+DataParallelRank::EpochPlan DumpRank::begin_epoch(std::int64_t epoch) { return {t_.schedule.at(epoch), t_.batch_size}; }
 
-    io::EpochStats s;
-    s.lr = lr;
-    s.loss = r.loss;
-    s.accuracy = r.accuracy;
-    s.steps = r.steps;
-    s.samples = r.samples;
-    s.seconds = r.seconds;
-    if (recorder_) s.norm = recorder_->finite_norms(trainer_->parameters(), epoch);
-    // Every rank evaluates (on the same weights), so that none waits on rank 0 longer than a step.
-    if (evaluates_after(t_, epoch)) {
-        EvalResult test = trainer_->evaluate();
-        s.test_loss = test.loss;
-        s.test_accuracy = test.accuracy;
-    }
+void DumpRank::on_step(const StepInfo& step) {
+    if (writer_ && c_.step_norms) writer_->add_step_norms(step.global_step, recorder_->last_step_norms());
+}
+
+// The statistics file holds the recording rank's training numbers (its norms are of
+// its local gradients) and the test numbers of the shared weights.
+void DumpRank::end_epoch(const EpochResult& own, const EpochSummary& all) {
     if (!session_.leader()) return;
-    if (snapshot_[static_cast<size_t>(epoch)]) add_snapshot(*writer_, *recorder_);
+    io::EpochStats s;
+    s.lr = all.lr;
+    s.loss = own.loss;
+    s.accuracy = own.accuracy;
+    s.steps = own.steps;
+    s.samples = own.samples;
+    s.seconds = own.seconds;
+    s.test_loss = all.test_loss;
+    s.test_accuracy = all.test_accuracy;
+    s.norm = recorder_->finite_norms(trainer_->parameters(), all.epoch);
+    if (snapshot_[static_cast<size_t>(all.epoch)]) add_snapshot(*writer_, *recorder_);
     // The epoch goes into the statistics file before the checkpoint: a run killed
     // between the two resumes from the older checkpoint and rewrites the epoch.
     writer_->append_epoch(s);
-    CheckpointInfo saved{epoch + 1, trainer_->global_step(), t_.model, t_.data.name, t_.batch_size, session_.world(),
-                         t_.seed,   c_.provenance};
-    trainer_->save_checkpoint(c_.checkpoint, saved, {{kOptionsEntry, text_tensor(resume_settings(t_))}});
-    spdlog::info("{}", epoch_line(epoch, t_.epochs, s, text_, data_->info().unit));
-    history_.push_back(epoch_json(epoch, s, text_));
+    save_checkpoint(c_.checkpoint, all.epoch, resume_settings(t_), {}, c_.provenance);
+    EpochSummary mine = all;
+    mine.loss = own.loss;
+    mine.accuracy = own.accuracy;
+    mine.samples = own.samples;
+    spdlog::info("{}, {} s, {} {}/s", epoch_line(mine, text_model()), printf_text("%.1f", own.seconds),
+                 with_commas(std::llround(static_cast<double>(own.samples) / std::max(own.seconds, 1e-9))),
+                 data_->info().unit);
+    history_.push_back(epoch_json(mine, text_model()));
 }
 
 // One rank of a run of several joins the process group first, so that anything

@@ -1,6 +1,6 @@
 #include "app/train_dist.hpp"
 
-#include "app/rank_session.hpp"
+#include "app/data_parallel.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
@@ -74,53 +74,28 @@ std::string resume_settings(const TrainDistConfig& c, bool batch_mode) {
     return text;
 }
 
-// What a resumed run must share with the checkpoint's run beyond the recorded
-// options; checkpoints written before they recorded them are checked on these alone.
-std::vector<SameRunSetting> same_run_settings(const train::CheckpointInfo& info, const TrainDistConfig& c, int world,
-                                              bool batch_mode) {
-    std::vector<SameRunSetting> settings = {{"--model", info.model, c.train.model},
-                                            {"--dataset", info.dataset, c.train.data.name},
-                                            {"--seed", std::to_string(info.seed), std::to_string(c.train.seed)},
-                                            {"world size", std::to_string(info.world_size), std::to_string(world)}};
-    if (!batch_mode)
-        settings.push_back({"--batch-size", std::to_string(info.batch_size), std::to_string(c.train.batch_size)});
-    return settings;
+// The part of the epoch line only train-dist prints: levels, traffic and time.
+std::string epoch_tail(const io::MetricsEpoch& m, const std::string& levels) {
+    return fmt::format("; levels {}; sent {} floats ({}B), total {} floats; {:.2f} s: compute {:.2f} s, compression "
+                       "{:.2f} s, communication {:.2f} s",
+                       levels, si_count(m.floats_sent), si_count(static_cast<double>(m.bytes_sent)),
+                       si_count(m.floats_sent_total), m.seconds, m.compute_seconds, m.compression_seconds,
+                       m.communication_seconds);
 }
 
-std::string epoch_line(std::int64_t epoch, std::int64_t epochs, const io::MetricsEpoch& m, const std::string& levels) {
-    std::string line = fmt::format("epoch {} ({}/{}): loss {:.4f}, accuracy {:.1f}%", epoch, epoch + 1, epochs, m.loss,
-                                   100 * m.accuracy);
-    if (!std::isnan(m.test_accuracy))
-        line += fmt::format(", test loss {:.4f}, test accuracy {:.1f}%", m.test_loss, 100 * m.test_accuracy);
-    return line + fmt::format(", lr {}, batch {}; levels {}; sent {} floats ({}B), total {} floats; {:.2f} s: compute "
-                              "{:.2f} s, compression {:.2f} s, communication {:.2f} s",
-                              short_number(m.lr), m.batch_size, levels, si_count(m.floats_sent),
-                              si_count(static_cast<double>(m.bytes_sent)), si_count(m.floats_sent_total), m.seconds,
-                              m.compute_seconds, m.compression_seconds, m.communication_seconds);
-}
-
-nlohmann::json epoch_json(std::int64_t epoch, const io::MetricsEpoch& m, const std::vector<compress::Spec>& levels) {
-    auto number = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+nlohmann::json epoch_json(const EpochSummary& s, const io::MetricsEpoch& m, const std::vector<compress::Spec>& levels) {
+    nlohmann::json j = app::epoch_json(s, false);
     std::vector<std::string> used;
     for (auto l : m.level) used.push_back(levels[static_cast<size_t>(l)].text());
-    return {{"epoch", epoch},
-            {"lr", m.lr},
-            {"loss", number(m.loss)},
-            {"accuracy", number(m.accuracy)},
-            {"test_loss", number(m.test_loss)},
-            {"test_accuracy", number(m.test_accuracy)},
-            {"steps", m.steps},
-            {"samples", m.samples},
-            {"batch_size", m.batch_size},
-            {"levels", used},
-            {"bytes_sent", m.bytes_sent},
-            {"floats_sent", m.floats_sent},
-            {"bytes_sent_total", m.bytes_sent_total},
-            {"floats_sent_total", m.floats_sent_total},
-            {"seconds", m.seconds},
-            {"compute_seconds", m.compute_seconds},
-            {"compression_seconds", m.compression_seconds},
-            {"communication_seconds", m.communication_seconds}};
+    j["levels"] = used;
+    j["bytes_sent"] = m.bytes_sent;
+    j["floats_sent"] = m.floats_sent;
+    j["bytes_sent_total"] = m.bytes_sent_total;
+    j["floats_sent_total"] = m.floats_sent_total;
+    j["compute_seconds"] = m.compute_seconds;
+    j["compression_seconds"] = m.compression_seconds;
+    j["communication_seconds"] = m.communication_seconds;
+    return j;
 }
 
 // Rank 0 builds the plan from the options (and the schedule file) and checks it against the model.
@@ -222,8 +197,9 @@ struct Start {
     train::TensorMap exchange_state;  // this rank's
 };
 
-// One rank of train-dist: the model, its exchange and, on rank 0, the plan and the files.
-class DistRank {
+// One rank of train-dist: the shared loop with its levels, its exchange and, on
+// rank 0, the plan and the files.
+class DistRank final : public DataParallelRank {
 public:
     DistRank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
              comm::ProcessGroupCollectives& pg, comm::Backend backend);
@@ -231,43 +207,37 @@ public:
 
 private:
     void check_destinations() const;
-    void build_model(comm::ProcessGroupCollectives& pg);
+    void log_model() const;
     Start resume();
+    void make_exchange(const Start& start);
     void open_outputs(const Start& start);
-    EpochOrders orders(std::int64_t epoch);
-    void train_epoch(std::int64_t epoch, cli::Progress& progress);
-    io::MetricsEpoch epoch_metrics(std::int64_t epoch, const EpochOrders& orders, const train::EpochResult& r,
-                                   const ExchangeTotals& sent);
-    void write_epoch(std::int64_t epoch, const EpochOrders& orders, io::MetricsEpoch& m);
+    EpochPlan begin_epoch(std::int64_t epoch) override;
+    void end_epoch(const train::EpochResult& own, const EpochSummary& all) override;
+    io::MetricsEpoch epoch_metrics(const EpochSummary& all, const ExchangeTotals& sent);
+    void write_epoch(const EpochSummary& all, io::MetricsEpoch& m);
     void report(std::int64_t start);
 
     const TrainDistConfig& c_;
-    const train::TrainConfig& t_;
     comm::Backend backend_;
-    comm::ProcessGroupCollectives& pg_;
-    RankSession session_;
     std::string checkpoint_;
-    std::unique_ptr<train::Dataset> data_;
-    std::shared_ptr<train::Model> model_;
-    std::unique_ptr<train::Trainer> trainer_;
-    std::vector<torch::Tensor> tensors_;
     std::optional<RunPlan> plan_;  // rank 0
     LevelTable table_;
+    EpochOrders orders_;  // this epoch's
     std::unique_ptr<DistExchange> exchange_;
     std::unique_ptr<dist::GravacExchange> gravac_;        // --gravac: sends instead of exchange_
     std::vector<io::MetricsGravacStep> gravac_steps_;     // the epoch's GraVAC decisions
     std::optional<io::MetricsWriter> metrics_;           // rank 0
     std::unique_ptr<train::GradientRecorder> recorder_;  // rank 0, online Accordion
     std::int64_t bytes_total_ = 0;
-    nlohmann::json history_ = nlohmann::json::array();
 };
 
 DistRank::DistRank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
                    comm::ProcessGroupCollectives& pg, comm::Backend backend)
-    : c_(c), t_(c.train), backend_(backend), pg_(pg), session_(&pg, pg.device()), checkpoint_(dist::checkpoint_path(c)) {
+    : DataParallelRank(c.train, &pg), c_(c), backend_(backend), checkpoint_(dist::checkpoint_path(c)) {
     session_.check_same_options(dist::shared_settings(c));
     if (session_.leader()) check_destinations();
-    build_model(pg);
+    build();
+    if (session_.leader()) log_model();
     if (session_.leader()) plan_.emplace(make_plan(c, schedule, trainer_->parameters(), session_.world()));
     table_ = agree_on_levels(session_, plan_ ? &*plan_ : nullptr);
 }
@@ -283,18 +253,8 @@ void DistRank::check_destinations() const {
         throw FileError(c_.metrics, "no such file; --resume continues the metrics file of the stopped run");
 }
 
-void DistRank::build_model(comm::ProcessGroupCollectives& pg) {
-    data_ = train::open_dataset(t_.data, t_.seed);
+void DistRank::log_model() const {
     const train::DataInfo& info = data_->info();
-    torch::manual_seed(t_.seed);
-    std::optional<Doing> building(std::in_place, "building the model (--model " + t_.model + ")");
-    model_ = train::make_model(t_.model, info.shape, t_.model_options);
-    train::TrainerOptions options = train::trainer_options(t_);
-    if (t_.device == acc::Device::cuda) options.device = comm::rank_gpu(pg.rank(), pg.local_rank(), backend_);
-    trainer_ = std::make_unique<train::Trainer>(model_, *data_, options, train::Shard{session_.rank(), session_.world()});
-    building.reset();
-    tensors_ = trainer_->parameter_tensors();
-    if (!session_.leader()) return;
     std::int64_t values = 0;
     for (const auto& p : trainer_->parameters()) values += p.numel();
     const int world = session_.world();
@@ -306,13 +266,11 @@ void DistRank::build_model(comm::ProcessGroupCollectives& pg) {
 
 // Every rank loads the checkpoint rank 0 sent, and checks that it is this run's.
 Start DistRank::resume() {
-    const std::vector<std::uint8_t> image = session_.checkpoint_image(checkpoint_);
-    const std::string settings = resume_settings(c_, table_.batch_mode);
-    check_same_run(checkpoint_, recorded_options(image, checkpoint_), settings, {});  // before the weights
     train::TensorMap extra;
-    const train::CheckpointInfo saved = trainer_->load_checkpoint_image(image, checkpoint_, &extra);
-    check_same_run(checkpoint_, extra.count("run/options") ? tensor_text(extra.at("run/options")) : "", settings,
-                   same_run_settings(saved, c_, session_.world(), table_.batch_mode));
+    const train::CheckpointInfo saved =
+        load_checkpoint(checkpoint_, resume_settings(c_, table_.batch_mode), [&](const train::CheckpointInfo& info) {
+            return same_run_settings(info, t_, session_.world(), !table_.batch_mode);
+        }, extra);
     auto entry = [&](const std::string& name) -> const torch::Tensor& {
         auto it = extra.find(name);
         if (it == extra.end()) throw FileError(checkpoint_, "/extra/" + name + " is missing; it was not written by train-dist");
@@ -366,28 +324,7 @@ void DistRank::open_outputs(const Start& start) {
     }
 }
 
-EpochOrders DistRank::orders(std::int64_t epoch) {
-    EpochOrders out;
-    std::vector<double> message;
-    if (plan_) {
-        out.decided = plan_->levels_of(epoch);
-        const std::int64_t batch = plan_->batch_mode() ? plan_->global_batch(epoch) / session_.world() : t_.batch_size;
-        message = {t_.schedule.at(epoch) * plan_->lr_scale(epoch), static_cast<double>(batch)};
-    }
-    message = session_.broadcast(message, 2);
-    out.lr = message[0];
-    out.batch_size = static_cast<std::int64_t>(message[1]);
-    out.level = session_.broadcast(out.decided.level, tensors_.size());
-    return out;
-}
-
-int DistRank::run() {
-    Start start;
-    if (c_.resume) start = resume();
-    else session_.broadcast_from_leader(tensors_);  // every rank starts from rank 0's weights, as DDP does
-    if (!c_.resume) session_.broadcast_from_leader(model_->buffers());
-    if (start.level.empty()) start.level.assign(tensors_.size(), 0);
-    bytes_total_ = start.bytes_total;
+void DistRank::make_exchange(const Start& start) {
     dist::ExchangeSetup setup;
     setup.buckets.bucket_bytes = static_cast<std::int64_t>(c_.bucket_mb * 1024 * 1024);
     setup.buckets.first_bucket_bytes = static_cast<std::int64_t>(c_.first_bucket_mb * 1024 * 1024);
@@ -395,87 +332,84 @@ int DistRank::run() {
     setup.compression.dgc_warmup_epochs = c_.dgc_warmup_epochs;
     exchange_ = std::make_unique<DistExchange>(tensors_, trainer_->parameters(), *session_.comm(),
                                                session_.device(), setup, table_.specs(start.level));
-    gravac_ = dist::make_gravac_exchange(c_, tensors_, trainer_->parameters(), pg_, session_.world());
+    gravac_ = dist::make_gravac_exchange(c_, tensors_, trainer_->parameters(), *pg_, session_.world());
     if (c_.resume) gravac_ ? gravac_->load_state(start.exchange_state) : exchange_->load_state(start.exchange_state);
     trainer_->set_exchange(gravac_ ? static_cast<train::GradientSync*>(gravac_.get()) : exchange_.get());
-    if (session_.leader()) open_outputs(start);
+}
 
-    cli::Progress::Options progress_options;
-    progress_options.unit = data_->info().unit;
-    if (!session_.leader()) progress_options.style = cli::Progress::Style::quiet;
-    cli::Progress progress(progress_options);
-    progress.begin_run(trainer_->steps_in_epoch(start.epoch) * std::max<std::int64_t>(0, t_.epochs - start.epoch));
-    for (std::int64_t epoch = start.epoch; epoch < t_.epochs; ++epoch) train_epoch(epoch, progress);
+int DistRank::run() {
+    Start start;
+    if (c_.resume) start = resume();
+    else start_from_leader();  // every rank starts from rank 0's weights, as DDP does
+    if (start.level.empty()) start.level.assign(tensors_.size(), 0);
+    bytes_total_ = start.bytes_total;
+    make_exchange(start);
+    if (session_.leader()) open_outputs(start);
+    train_epochs(start.epoch);
     if (session_.leader()) report(start.epoch);
     return cli::kExitOk;
 }
 
-void DistRank::train_epoch(std::int64_t epoch, cli::Progress& progress) {
-    Doing training("training epoch " + std::to_string(epoch));
-    const EpochOrders o = orders(epoch);
+// What rank 0 decided for the epoch, on every rank.
+DataParallelRank::EpochPlan DistRank::begin_epoch(std::int64_t epoch) {
+    EpochOrders& o = orders_;
+    o = EpochOrders();
+    std::vector<double> message;
+    if (plan_) {
+        o.decided = plan_->levels_of(epoch);
+        const std::int64_t batch = plan_->batch_mode() ? plan_->global_batch(epoch) / session_.world() : t_.batch_size;
+        message = {t_.schedule.at(epoch) * plan_->lr_scale(epoch), static_cast<double>(batch)};
+    }
+    message = session_.broadcast(message, 2);
+    o.lr = message[0];
+    o.batch_size = static_cast<std::int64_t>(message[1]);
+    o.level = session_.broadcast(o.decided.level, tensors_.size());
     exchange_->set_levels(table_.specs(o.level));
     exchange_->set_epoch(epoch);
     trainer_->optimizer().set_momentum_in_gradient(gravac_ ? gravac_->momentum_in_gradient()
                                                            : exchange_->momentum_in_gradient());
     if (gravac_) gravac_->set_samples_per_step(o.batch_size * session_.world());
-    trainer_->set_batch_size(o.batch_size);
-
-    progress.begin_epoch(epoch, t_.epochs, trainer_->steps_in_epoch(epoch));
-    const train::EpochResult r = trainer_->train_epoch(
-        epoch, o.lr, [&](const train::StepInfo&, double loss, std::int64_t samples) { progress.step(samples, loss); });
-    progress.end_epoch();
-    const ExchangeTotals sent = gravac_ ? gravac_->take_totals() : exchange_->take_totals();
-    if (gravac_) gravac_steps_ = dist::log_gravac_epoch(*gravac_, session_.rank(), epoch);
-
-    // Batch-norm statistics differ by rank: everyone takes rank 0's, so that
-    // evaluation and the checkpoint describe one model.
-    session_.broadcast_from_leader(model_->buffers());
-    session_.check_same_weights(tensors_, "parameters", epoch, trainer_->global_step());
-    io::MetricsEpoch m = epoch_metrics(epoch, o, r, sent);
-    spdlog::debug("rank {}: {} of {} buckets launched during the backward pass", session_.rank(), sent.early_launches,
-                  sent.steps * static_cast<std::int64_t>(exchange_->reducer().buckets().size()));
-    write_epoch(epoch, o, m);
+    return {o.lr, o.batch_size};
 }
 
-// The epoch's numbers over all ranks (collective: every rank computes them).
-io::MetricsEpoch DistRank::epoch_metrics(std::int64_t epoch, const EpochOrders& o, const train::EpochResult& r,
-                                         const ExchangeTotals& sent) {
-    auto train_sums = session_.sum({r.loss * static_cast<double>(r.samples),
-                                    r.accuracy * static_cast<double>(r.samples), static_cast<double>(r.samples)});
+void DistRank::end_epoch(const train::EpochResult&, const EpochSummary& all) {
+    const ExchangeTotals sent = gravac_ ? gravac_->take_totals() : exchange_->take_totals();
+    if (gravac_) gravac_steps_ = dist::log_gravac_epoch(*gravac_, session_.rank(), all.epoch);
+    io::MetricsEpoch m = epoch_metrics(all, sent);
+    spdlog::debug("rank {}: {} of {} buckets launched during the backward pass", session_.rank(), sent.early_launches,
+                  sent.steps * static_cast<std::int64_t>(exchange_->reducer().buckets().size()));
+    write_epoch(all, m);
+}
+
+io::MetricsEpoch DistRank::epoch_metrics(const EpochSummary& all, const ExchangeTotals& sent) {
     io::MetricsEpoch m;
-    m.lr = o.lr;
-    m.steps = r.steps;
-    m.samples = std::llround(train_sums[2]);
-    m.loss = train_sums[2] > 0 ? train_sums[0] / train_sums[2] : 0;
-    m.accuracy = train_sums[2] > 0 ? train_sums[1] / train_sums[2] : 0;
-    m.batch_size = o.batch_size * session_.world();
-    if (train::evaluates_after(t_, epoch)) {
-        train::EvalResult test = trainer_->evaluate(train::Shard{session_.rank(), session_.world()});
-        auto test_sums = session_.sum({test.loss * static_cast<double>(test.samples),
-                                       test.accuracy * static_cast<double>(test.samples),
-                                       static_cast<double>(test.samples)});
-        if (test_sums[2] > 0) {
-            m.test_loss = test_sums[0] / test_sums[2];
-            m.test_accuracy = test_sums[1] / test_sums[2];
-        }
-    }
+    m.lr = all.lr;
+    m.steps = all.steps;
+    m.samples = all.samples;
+    m.loss = all.loss;
+    m.accuracy = all.accuracy;
+    m.batch_size = all.batch_size;
+    m.test_loss = all.test_loss;
+    m.test_accuracy = all.test_accuracy;
     bytes_total_ += sent.bytes;
     m.bytes_sent = sent.bytes;
     m.bytes_sent_total = bytes_total_;
     m.floats_sent = static_cast<double>(sent.bytes) / 4.0;
     m.floats_sent_total = static_cast<double>(bytes_total_) / 4.0;
-    m.seconds = r.seconds;
+    m.seconds = all.seconds;
     m.encode_seconds = sent.encode_seconds;
     m.decode_seconds = sent.decode_seconds;
     m.compression_seconds = sent.encode_seconds + sent.decode_seconds;
     m.communication_seconds = sent.communication_seconds;
-    m.compute_seconds = std::max(0.0, r.seconds - m.compression_seconds - m.communication_seconds);
-    m.level = o.level;
+    m.compute_seconds = std::max(0.0, all.seconds - m.compression_seconds - m.communication_seconds);
+    m.level = orders_.level;
     return m;
 }
 
 // Every rank's exchange state to rank 0, which writes the metrics and the checkpoint.
-void DistRank::write_epoch(std::int64_t epoch, const EpochOrders& o, io::MetricsEpoch& m) {
+void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
+    const std::int64_t epoch = all.epoch;
+    const EpochOrders& o = orders_;
     std::vector<train::TensorMap> states =
         dist::gather_maps(*session_.host(), gravac_ ? gravac_->state() : exchange_->state());
     if (!session_.leader()) return;
@@ -495,19 +429,16 @@ void DistRank::write_epoch(std::int64_t epoch, const EpochOrders& o, io::Metrics
     for (size_t r = 0; r < states.size(); ++r)
         for (auto& [name, tensor] : states[r]) extra["ranks/" + std::to_string(r) + "/" + name] = tensor;
     extra["run/levels"] = text_tensor(table_.text());
-    extra["run/options"] = text_tensor(resume_settings(c_, table_.batch_mode));
     extra["run/level"] = torch::tensor(o.level, torch::kInt32);
     extra["run/bytes_sent_total"] = torch::tensor(std::vector<std::int64_t>{bytes_total_}, torch::kLong);
     if (plan_->online())
         extra["accordion/norm"] =
             torch::tensor(plan_->norms(), torch::kFloat64).view({epoch + 1, static_cast<std::int64_t>(count)});
-    train::CheckpointInfo saved{epoch + 1,    trainer_->global_step(), t_.model, t_.data.name,
-                                trainer_->batch_size(), session_.world(), t_.seed, c_.provenance};
-    trainer_->save_checkpoint(checkpoint_, saved, extra);
-    spdlog::info("{}", epoch_line(epoch, t_.epochs, m,
-                                  gravac_ ? "gravac " + c_.gravac + ": " + dist::gravac_summary(gravac_steps_)
-                                          : dist::levels_summary(table_.levels, o.level)));
-    history_.push_back(epoch_json(epoch, m, table_.levels));
+    save_checkpoint(checkpoint_, epoch, resume_settings(c_, table_.batch_mode), std::move(extra), c_.provenance);
+    spdlog::info("{}{}", epoch_line(all, false),
+                 epoch_tail(m, gravac_ ? "gravac " + c_.gravac + ": " + dist::gravac_summary(gravac_steps_)
+                                       : dist::levels_summary(table_.levels, o.level)));
+    history_.push_back(epoch_json(all, m, table_.levels));
 }
 
 void DistRank::report(std::int64_t start) {

@@ -12,7 +12,7 @@ grad-dump --model mlp --train-samples 1200 --test-samples 300 --batch-size 100 -
     { fail "grad-dump"; cat log.txt >&2; }
 regime-detect grads.h5 --interval 1 -o sched.h5 -q || fail "regime-detect cannot read grad-dump's file"
 
-grep -q '^epoch 3 (4/4): lr 0.02, loss [0-9.]*, accuracy [0-9.]*%, test loss' log.txt ||
+grep -q '^epoch 3 (4/4): loss [0-9.]*, accuracy [0-9.]*%, test loss [0-9.]*, test accuracy [0-9.]*%, lr 0.02, batch 100, ' log.txt ||
     fail "no summary line for the last epoch in: $(cat log.txt)"
 ! grep -q $'\r' log.txt || fail "a live progress line went to a file"
 

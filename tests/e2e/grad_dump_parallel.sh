@@ -24,9 +24,9 @@ for epoch in 0 1 2; do
         fail "epoch $epoch: the ranks' weights differ or were not logged: $(grep "after epoch $epoch (" two.log)"
 done
 # 4 bytes x (784 x 32 + 32 + 32 x 32 + 32 + 32 x 10 + 10) values
-grep -q "^grad-dump\[0\]: data-parallel on 2 ranks (gloo): gradients averaged every step (106,024 bytes per rank in one allreduce)" two.log ||
+grep -q "^grad-dump\[0\]: data-parallel on 2 ranks (gloo): gradients averaged every step (106,024 bytes per rank in 1 bucket of allreduce, launched during the backward pass)" two.log ||
     fail "no data-parallel line: $(grep data-parallel two.log)"
-grep -q "^grad-dump\[0\]: epoch 2 (3/3): lr 0.1" two.log || fail "rank 0 printed no epoch lines"
+grep -q "^grad-dump\[0\]: epoch 2 (3/3): loss [0-9.]*, accuracy [0-9.]*%, test loss [0-9.]*, test accuracy [0-9.]*%, lr 0.1, batch 100, " two.log || fail "rank 0 printed no epoch lines"
 grep -q "^grad-dump\[1\]: epoch" two.log && fail "rank 1 printed epoch lines"
 
 $ACC_PYTHON - <<'PY' || fail "the 2-rank files are wrong"

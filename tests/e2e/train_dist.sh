@@ -12,7 +12,7 @@ base=(--model mlp --hidden-size 64 --train-samples 1200 --test-samples 300 --thr
 
 # checksums LOG: "epoch rank checksum" per line, from each rank's own debug line.
 checksums() {
-    sed -nE 's/^train-dist\[[01]\]: debug: rank ([01]): parameters after epoch ([0-9]+) \(step [0-9]+\): checksum ([0-9a-f]{16})$/\2 \1 \3/p' "$1"
+    sed -nE 's/^train-dist\[[01]\]: debug: rank ([01]): weights after epoch ([0-9]+) \(step [0-9]+\): checksum ([0-9a-f]{16})$/\2 \1 \3/p' "$1"
 }
 
 # same_weights NAME: both ranks logged equal checksums after every epoch.
