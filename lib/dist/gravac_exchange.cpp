@@ -52,6 +52,7 @@ const std::vector<std::string>& gravac_families() {
 
 struct GravacExchange::Level {
     std::unique_ptr<compress::TensorCodec> codec;
+    std::unique_ptr<compress::DeviceCodec> device;
 };
 
 struct GravacExchange::Slot {
@@ -66,6 +67,9 @@ struct GravacExchange::Slot {
     // the warm-start Q (cols x the largest rank used) and this step's g_o Q (rows x rank).
     std::int64_t rows = 0, cols = 0;
     torch::Tensor error, q, p;
+    // The sparsifiers' device path: memory and momentum where the gradients are (taken
+    // from the host vectors when undefined), g_o, the residuals and the payloads.
+    torch::Tensor d_memory, d_momentum, d_go, d_rmin, d_rcand, d_payload_min, d_payload_cand;
 };
 
 GravacExchange::GravacExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
@@ -127,6 +131,33 @@ GravacExchange::Level& GravacExchange::level(Slot& s, double factor, bool candid
         l.codec = compress::make_codec(spec, s.shape, o);
     }
     return l;
+}
+
+// The device path's memory and momentum back into the host vectors (the host path, or a
+// state being loaded, takes over); the device path copies them out again.
+void GravacExchange::sync_to_host(Slot& s) {
+    if (!s.d_memory.defined()) return;
+    load_floats(s.d_memory, s.memory, "error", s.n);
+    if (s.d_momentum.defined()) load_floats(s.d_momentum, s.momentum, "dgc_momentum", s.n);
+    s.d_memory = torch::Tensor();
+    s.d_momentum = torch::Tensor();
+}
+
+std::uint64_t GravacExchange::level_key(const Slot& s, bool shared, bool candidate, std::int64_t step) const {
+    const std::uint64_t stream = shared ? kSharedStream : static_cast<std::uint64_t>(comm_.rank());
+    return compress::kernels::stream_key(options_.seed, static_cast<std::uint64_t>(step), 2 * s.index + (candidate ? 1 : 0),
+                                         stream);
+}
+
+compress::DeviceCodec& GravacExchange::device_level(Slot& s, double factor, bool candidate) {
+    Level& l = level(s, factor, candidate);
+    if (!l.device) {
+        compress::CodecOptions o;
+        o.world = comm_.world_size();
+        o.dgc_momentum = options_.dgc_momentum;
+        l.device = compress::make_device_codec(l.codec->spec(), s.shape, o);
+    }
+    return *l.device;
 }
 
 // residual (in: what to compress; out: what the level leaves out), payload (out).
@@ -205,6 +236,7 @@ std::vector<double> GravacExchange::encode_sparse(std::vector<torch::Tensor>& gr
     const bool randomk = options_.family == "randomk";
     std::vector<double> norms(3, 0.0);
     for (auto& s : slots_) {
+        sync_to_host(s);
         torch::Tensor g = gradients[s.index].detach().to(torch::kCPU, torch::kFloat32).contiguous();
         const float* gp = g.data_ptr<float>();
         if (!s.momentum.empty()) {
@@ -306,6 +338,122 @@ void GravacExchange::send_sparse(std::vector<torch::Tensor>& gradients, const re
         out.copy_(host_floats(part, out.sizes().vec()).to(out.device()));
         at += n;
     }
+}
+
+// ---------------------------------------------------------------- the sparsifiers on the device
+
+// encode_sparse() in ATen ops where the gradients are, with the device codecs (same payloads).
+std::vector<double> GravacExchange::encode_sparse_device(std::vector<torch::Tensor>& gradients, std::int64_t step,
+                                                         double theta_min, double candidate) {
+    const bool randomk = options_.family == "randomk";
+    std::vector<torch::Tensor> go_sq, min_sq, cand_sq;
+    for (auto& s : slots_) {
+        const torch::Tensor g = gradients[s.index].detach().to(torch::kFloat32).reshape({-1});
+        if (!s.d_memory.defined() || s.d_memory.device() != g.device()) {
+            s.d_memory = host_floats(s.memory, {s.n}).to(g.device());
+            if (!s.momentum.empty()) s.d_momentum = host_floats(s.momentum, {s.n}).to(g.device());
+        }
+        if (s.d_momentum.defined()) {
+            s.d_momentum.mul_(static_cast<float>(options_.dgc_momentum)).add_(g);
+            s.d_memory.add_(s.d_momentum);
+        } else {
+            s.d_memory.add_(g);
+        }
+        s.d_go = s.d_memory.clone();
+        s.d_rmin = s.d_go.clone();
+        auto payload = [&](compress::DeviceCodec& c) {
+            const bool gather = c.channel() == compress::Channel::gather;
+            return torch::empty({gather ? c.host().buffer_bytes() : c.host().buffer_bytes() / 4},
+                                torch::TensorOptions().dtype(gather ? torch::kUInt8 : torch::kFloat32).device(g.device()));
+        };
+        compress::DeviceCodec& cmin = device_level(s, theta_min, false);
+        s.d_payload_min = payload(cmin);
+        cmin.encode(s.d_rmin, true, level_key(s, cmin.shared_stream(), false, step), s.d_payload_min);
+        // d_rcand: first C_min = go - rmin (multi-level) or go (randomk), then its residual.
+        s.d_rcand = randomk ? s.d_go.clone() : s.d_go - s.d_rmin;
+        torch::Tensor cmin_residual = s.d_rcand.clone();
+        compress::DeviceCodec& ccand = device_level(s, candidate, true);
+        s.d_payload_cand = payload(ccand);
+        ccand.encode(cmin_residual, true, level_key(s, ccand.shared_stream(), true, step), s.d_payload_cand);
+        const torch::Tensor go = s.d_go.to(torch::kFloat64);
+        go_sq.push_back(go.square().sum());
+        min_sq.push_back((go - s.d_rmin.to(torch::kFloat64)).square().sum());
+        cand_sq.push_back((s.d_rcand.to(torch::kFloat64) - cmin_residual.to(torch::kFloat64)).square().sum());
+        // What the candidate leaves out of g_o.
+        s.d_rcand = randomk ? cmin_residual : s.d_rmin + cmin_residual;
+    }
+    if (slots_.empty()) return {0.0, 0.0, 0.0};
+    torch::Tensor sums = torch::stack({torch::stack(go_sq).sum(), torch::stack(min_sq).sum(), torch::stack(cand_sq).sum()})
+                             .to(torch::kCPU);
+    return {sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
+}
+
+// send_sparse() where the gradients are.
+void GravacExchange::send_sparse_device(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision,
+                                        double theta_min, double candidate) {
+    const int world = comm_.world_size();
+    std::vector<torch::Tensor> whole;
+    const bool send_dense = decision.choice == regime::GravacChoice::dense;
+    const bool cand = decision.choice == regime::GravacChoice::candidate;
+    const double factor = cand ? candidate : theta_min;
+    if (send_dense) {
+        for (auto& s : slots_) {
+            whole.push_back(s.d_go);
+            s.d_memory.zero_();
+        }
+    } else if (!slots_.empty()) {
+        std::vector<torch::Tensor> payloads;
+        for (auto& s : slots_) {
+            payloads.push_back(cand ? s.d_payload_cand : s.d_payload_min);
+            const torch::Tensor& left = cand ? s.d_rcand : s.d_rmin;
+            // DGC's momentum factor masking: u is cleared where entries were sent.
+            if (s.d_momentum.defined()) s.d_momentum.masked_fill_(left.ne(s.d_go), 0.0f);
+            s.d_memory = left.clone();
+        }
+        torch::Tensor buffer = torch::cat(payloads);
+        const bool gather = device_level(slots_.front(), factor, cand).channel() == compress::Channel::gather;
+        double t0 = now_seconds();
+        std::vector<at::Tensor> received;
+        if (gather)
+            received = comm_.allgather(buffer);
+        else
+            comm_.allreduce(buffer, comm::ReduceOp::sum);
+        totals_.communication_seconds += now_seconds() - t0;
+        totals_.bytes += static_cast<std::int64_t>(buffer.nbytes());
+        t0 = now_seconds();
+        std::int64_t at = 0;
+        std::vector<torch::Tensor> well_formed;
+        for (size_t j = 0; j < slots_.size(); ++j) {
+            Slot& s = slots_[j];
+            compress::DeviceCodec& codec = device_level(s, factor, cand);
+            const std::int64_t n = payloads[j].numel();
+            torch::Tensor out = torch::zeros({s.n}, torch::TensorOptions().dtype(torch::kFloat32).device(buffer.device()));
+            if (gather) {
+                std::vector<at::Tensor> from;
+                for (auto& r : received) from.push_back(r.narrow(0, at, n));
+                well_formed.push_back(codec.decode(from, out).view({1}));
+            } else {
+                codec.decode_sum(buffer.narrow(0, at, n), world, out, nullptr);
+            }
+            at += n;
+            gradients[s.index].copy_(out.view(gradients[s.index].sizes()));
+        }
+        if (!well_formed.empty() && !torch::cat(well_formed).all().item<bool>())
+            throw Error("a rank sent a malformed GraVAC payload");
+        totals_.decode_seconds += now_seconds() - t0;
+    }
+    // Vectors (and, when dense, the matrices too): one summed allreduce.
+    for (size_t i : vectors_) whole.push_back(gradients[i].detach().to(torch::kFloat32).reshape({-1}));
+    if (whole.empty()) return;
+    const torch::Tensor mean = allreduce_mean(whole);
+    std::int64_t at = 0;
+    auto take = [&](torch::Tensor& out) {
+        out.copy_(mean.narrow(0, at, out.numel()).view(out.sizes()));
+        at += out.numel();
+    };
+    if (send_dense)
+        for (auto& s : slots_) take(gradients[s.index]);
+    for (size_t i : vectors_) take(gradients[i]);
 }
 
 // ---------------------------------------------------------------- powersgd
@@ -467,13 +615,19 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train
     const std::int64_t step = static_cast<std::int64_t>(inputs_.size());
     const double theta_min = controller_->theta_min(), candidate = controller_->candidate();
 
-    const std::vector<double> norms = powersgd() ? encode_powersgd(gradients, theta_min, candidate)
-                                                 : encode_sparse(gradients, step, theta_min, candidate);
+    // The sparsifiers' device codecs where the gradients are not on the host.
+    const bool on_device = !powersgd() && !slots_.empty() &&
+                           (options_.device_path_on_cpu || !gradients[slots_.front().index].device().is_cpu());
+    const std::vector<double> norms = powersgd()   ? encode_powersgd(gradients, theta_min, candidate)
+                                      : on_device ? encode_sparse_device(gradients, step, theta_min, candidate)
+                                                  : encode_sparse(gradients, step, theta_min, candidate);
     totals_.encode_seconds += now_seconds() - start;
     regime::GravacDecision decision;
     const regime::GravacNorms all = decide_from(norms, decision);
     if (powersgd())
         send_powersgd(gradients, decision);
+    else if (on_device)
+        send_sparse_device(gradients, decision, theta_min, candidate);
     else
         send_sparse(gradients, decision, step, theta_min, candidate);
 
@@ -513,6 +667,11 @@ train::TensorMap GravacExchange::state() const {
             if (s.q.defined()) out[name + "/powersgd_q"] = s.q.to(torch::kCPU).clone();
             continue;
         }
+        if (s.d_memory.defined()) {
+            out[name + "/error"] = s.d_memory.to(torch::kCPU).view(s.shape).clone();
+            if (s.d_momentum.defined()) out[name + "/dgc_momentum"] = s.d_momentum.to(torch::kCPU).view(s.shape).clone();
+            continue;
+        }
         out[name + "/error"] = host_floats(s.memory, s.shape);
         if (!s.momentum.empty()) out[name + "/dgc_momentum"] = host_floats(s.momentum, s.shape);
     }
@@ -547,6 +706,7 @@ void GravacExchange::load_state(const train::TensorMap& state) {
         if (it == by_name.end()) throw Error("exchange state '" + name + "' names no matrix parameter of this model");
         Slot& s = *it->second;
         const std::string what = name.substr(slash + 1);
+        sync_to_host(s);  // the loaded values replace what the device path holds
         if (what == "error" && powersgd()) {
             std::vector<float> values;
             load_floats(tensor, values, name, s.n);

@@ -17,10 +17,10 @@
 //   6. one allreduce (max) of the step time, so that the throughput fed to
 //      GravacController::end_step (and CheckGraVAC) is the same on every rank.
 //
-// The sparsifiers' codecs are compress's host codecs (float arrays): gradients
-// on a GPU are copied to host memory for them (one copy in, one out per step).
-// All use of the codecs is in encode_level()/exchange_level(), so that device
-// codecs can replace them there.
+// The sparsifiers run compress's host codecs (float arrays) on CPU gradients and
+// its device codecs (compress/device_codec.hpp: ATen ops, the same payloads) on
+// gradients elsewhere, so GPU gradients stay on the GPU; encode_sparse_device()
+// and send_sparse_device() mirror encode_sparse() and send_sparse().
 //
 // powersgd (a rank per matrix and factor, regime::powersgd_rank_for_factor) runs
 // in ATen ops where the gradients are. Steps 2-3: with the warm-started Q of the
@@ -38,6 +38,7 @@
 #include "comm/collectives.hpp"
 #include "comm/process_group.hpp"
 #include "compress/codecs.hpp"
+#include "compress/device_codec.hpp"
 #include "dist/config.hpp"
 #include "dist/exchange.hpp"
 #include "io/metrics.hpp"
@@ -65,6 +66,9 @@ struct GravacExchangeOptions {
     double dgc_momentum = 0.9;          ///< dgc's momentum correction factor
     /// Samples of one step over all ranks (N b), for the throughput.
     std::int64_t samples_per_step = 1;
+    /// topk, dgc, randomk: run the device codecs (ATen ops) on CPU gradients too. Gradients
+    /// on a GPU always take them; the tests compare both on CPU this way.
+    bool device_path_on_cpu = false;
     /// Seconds of the step so far; empty: wall time since the last exchange (tests fix it).
     std::function<double()> step_seconds;
 };
@@ -119,6 +123,13 @@ private:
                                       double candidate);
     void send_sparse(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision, std::int64_t step,
                      double theta_min, double candidate);
+    void sync_to_host(Slot& s);
+    compress::DeviceCodec& device_level(Slot& s, double factor, bool candidate);
+    std::uint64_t level_key(const Slot& s, bool shared, bool candidate, std::int64_t step) const;
+    std::vector<double> encode_sparse_device(std::vector<torch::Tensor>& gradients, std::int64_t step,
+                                             double theta_min, double candidate);
+    void send_sparse_device(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision,
+                            double theta_min, double candidate);
     std::vector<double> encode_powersgd(std::vector<torch::Tensor>& gradients, double theta_min, double candidate);
     void send_powersgd(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision);
     torch::Tensor allreduce_mean(std::vector<torch::Tensor> parts);

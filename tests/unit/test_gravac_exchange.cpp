@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
 #include <set>
 
 namespace acc::dist {
@@ -219,6 +220,119 @@ TEST(GravacMultiLevel, TopkOfTopkEqualsTopk) {
     }
 }
 
+// The device codecs (ATen ops, run here on CPU tensors) against the host codecs: the
+// same decisions, bytes, gradients and error memories on two ranks. (dgc's device
+// codec selects an exact top-k instead of the host's sampled threshold, so its
+// results differ by design; DevicePathDgcRanksAgree covers it.)
+TEST(GravacExchange, DevicePathMatchesTheHostPath) {
+    // The inputs drawn before the threads start (torch's global generator is shared).
+    std::vector<std::vector<std::vector<torch::Tensor>>> inputs(2);
+    for (int rank = 0; rank < 2; ++rank)
+        for (std::int64_t s = 0; s < 14; ++s) inputs[static_cast<size_t>(rank)].push_back(gradients(rank, s, rank == 0 ? 1.0 : 3.0));
+    for (const std::string family : {"topk", "randomk"}) {
+        std::map<bool, std::vector<std::vector<io::MetricsGravacStep>>> steps;
+        std::map<bool, std::vector<std::vector<torch::Tensor>>> grads;
+        std::map<bool, std::vector<train::TensorMap>> states;
+        std::map<bool, std::vector<std::int64_t>> bytes;
+        for (bool device : {false, true}) {
+            test::ThreadGroup group(2);
+            steps[device].resize(2);
+            grads[device].resize(2);
+            states[device].resize(2);
+            bytes[device].resize(2);
+            group.run([&](int rank, comm::Collectives& comm) {
+                auto tensors = model();
+                // randomk keeps about a quarter of the norm at theta_min 4.
+                auto o = options(family, 3, family == "randomk" ? 0.2 : 0.6);
+                o.device_path_on_cpu = device;
+                GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, o);
+                const auto r = static_cast<size_t>(rank);
+                for (std::int64_t s = 0; s < 14; ++s) {
+                    std::vector<torch::Tensor> g;
+                    for (const auto& t : inputs[r][static_cast<size_t>(s)]) g.push_back(t.clone());
+                    x.exchange(g, train::StepInfo{0, s, s, 0.1});
+                    for (auto& t : g) grads[device][r].push_back(t);
+                }
+                steps[device][r] = x.take_steps();
+                states[device][r] = x.state();
+                bytes[device][r] = x.take_totals().bytes;
+            });
+        }
+        std::set<int> choices;
+        for (size_t r = 0; r < 2; ++r) {
+            ASSERT_EQ(steps[false][r].size(), steps[true][r].size());
+            for (size_t i = 0; i < steps[false][r].size(); ++i) {
+                EXPECT_EQ(steps[false][r][i].factor, steps[true][r][i].factor) << family << " step " << i;
+                EXPECT_EQ(steps[false][r][i].choice, steps[true][r][i].choice) << family << " step " << i;
+                EXPECT_NEAR(steps[false][r][i].gain_min, steps[true][r][i].gain_min, 1e-9) << family << " step " << i;
+                choices.insert(steps[false][r][i].choice);
+            }
+            EXPECT_EQ(bytes[false][r], bytes[true][r]) << family;
+            for (size_t k = 0; k < grads[false][r].size(); ++k)
+                EXPECT_TRUE(torch::allclose(grads[false][r][k], grads[true][r][k], 1e-5, 1e-5)) << family << " tensor " << k;
+            for (const auto& [name, t] : states[false][r]) {
+                ASSERT_TRUE(states[true][r].count(name)) << family << " " << name;
+                if (name == "gravac/inputs")
+                    EXPECT_TRUE(torch::allclose(t.narrow(1, 0, 3), states[true][r].at(name).narrow(1, 0, 3), 1e-9, 1e-12));
+                else
+                    EXPECT_TRUE(torch::allclose(t, states[true][r].at(name), 1e-5, 1e-5)) << family << " " << name;
+            }
+        }
+        EXPECT_GE(choices.size(), 2u) << family << ": the test should see more than one level";
+    }
+}
+
+TEST(GravacExchange, DevicePathDgcRanksAgree) {
+    test::ThreadGroup group(2);
+    std::vector<std::vector<io::MetricsGravacStep>> steps(2);
+    std::vector<std::vector<torch::Tensor>> last(2);
+    group.run([&](int rank, comm::Collectives& comm) {
+        auto tensors = model();
+        auto o = options("dgc", 3, 0.6);
+        o.device_path_on_cpu = true;
+        GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, o);
+        for (std::int64_t s = 0; s < 14; ++s) {
+            auto g = gradients(rank, s, rank == 0 ? 1.0 : 3.0);
+            x.exchange(g, train::StepInfo{0, s, s, 0.1});
+            last[static_cast<size_t>(rank)] = g;
+        }
+        steps[static_cast<size_t>(rank)] = x.take_steps();
+    });
+    std::set<int> choices;
+    for (size_t i = 0; i < steps[0].size(); ++i) {
+        EXPECT_EQ(steps[0][i].factor, steps[1][i].factor) << "step " << i;
+        EXPECT_EQ(steps[0][i].gain_min, steps[1][i].gain_min) << "step " << i;
+        choices.insert(steps[0][i].choice);
+    }
+    EXPECT_GE(choices.size(), 2u);
+    for (size_t p = 0; p < last[0].size(); ++p) EXPECT_TRUE(torch::equal(last[0][p], last[1][p])) << "parameter " << p;
+}
+
+// A state taken on the device path continues on the host path as if it had run there.
+TEST(GravacExchange, DevicePathStateContinuesOnTheHost) {
+    test::ThreadGroup group(1);
+    group.run([&](int, comm::Collectives& comm) {
+        auto tensors = model();
+        const auto names = describe(tensors);
+        auto od = options("topk", 3, 0.6);
+        od.device_path_on_cpu = true;
+        GravacExchange a(tensors, names, comm, torch::kCPU, od), b(tensors, names, comm, torch::kCPU, options("topk", 3, 0.6));
+        for (std::int64_t s = 0; s < 6; ++s) {
+            auto ga = gradients(0, s, 1.0), gb = gradients(0, s, 1.0);
+            a.exchange(ga, train::StepInfo{0, s, s, 0.1});
+            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
+        }
+        GravacExchange c(tensors, names, comm, torch::kCPU, options("topk", 3, 0.6));
+        c.load_state(a.state());
+        for (std::int64_t s = 6; s < 9; ++s) {
+            auto gb = gradients(0, s, 1.0), gc = gradients(0, s, 1.0);
+            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
+            c.exchange(gc, train::StepInfo{0, s, s, 0.1});
+            for (size_t p = 0; p < gb.size(); ++p) EXPECT_TRUE(torch::allclose(gb[p], gc[p], 1e-5, 1e-5)) << "step " << s;
+        }
+    });
+}
+
 // ---------------------------------------------------------------- powersgd
 
 // Matrices large enough for ranks above 1 at theta_min 4, and one PowerSGD sends whole.
@@ -274,6 +388,11 @@ TEST(GravacPowersgd, RanksOfEachMatrixByHand) {
 TEST(GravacPowersgd, RanksAgreeAndSendTheBytesOfPowersgdAtTheRank) {
     std::set<int> choices;
     std::set<double> factors;
+    // The inputs drawn before the threads start (torch's global generator is shared).
+    std::vector<std::vector<std::vector<torch::Tensor>>> inputs(2);
+    for (int rank = 0; rank < 2; ++rank)
+        for (std::int64_t s = 0; s < 15; ++s)
+            inputs[static_cast<size_t>(rank)].push_back(powersgd_gradients(rank, s, rank == 0 ? 0.2 : 0.6));
     for (double epsilon : {0.6, 0.9, 1.0}) {
         test::ThreadGroup group(2);
         std::vector<std::vector<io::MetricsGravacStep>> steps(2);
@@ -284,7 +403,8 @@ TEST(GravacPowersgd, RanksAgreeAndSendTheBytesOfPowersgdAtTheRank) {
             auto tensors = powersgd_model();
             GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options("powersgd", 3, epsilon));
             for (std::int64_t s = 0; s < 15; ++s) {
-                auto g = powersgd_gradients(rank, s, rank == 0 ? 0.2 : 0.6);
+                std::vector<torch::Tensor> g;
+                for (const auto& t : inputs[static_cast<size_t>(rank)][static_cast<size_t>(s)]) g.push_back(t.clone());
                 x.exchange(g, train::StepInfo{0, s, s, 0.1});
                 last[static_cast<size_t>(rank)] = g;
             }
