@@ -65,9 +65,10 @@ void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
                                    "--high elsewhere, decided on rank 0 every --interval epochs")
                           ->group(group);
     auto* gravac = app.add_option("--gravac", c.gravac,
-                                  "Run GraVAC: every step, send this sparsifier's gradient at the largest "
+                                  "Run GraVAC: every step, send this compressor's gradient at the largest "
                                   "compression factor whose gain ||C(g)||^2/||g||^2 is at least --gravac-epsilon: "
-                                  "topk, dgc or randomk")
+                                  "topk, dgc, randomk or powersgd (factor f is rank "
+                                  "max(1, floor(rows*cols/(f*(rows+cols)))) per matrix)")
                        ->type_name("FAMILY")
                        ->group(group);
     compress->excludes(schedule)->excludes(accordion)->excludes(gravac);

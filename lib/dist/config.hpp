@@ -38,7 +38,7 @@ struct TrainDistConfig {
     std::string schedule_extend;      ///< --schedule-extend: "" (a short schedule is an error) or "last"
     bool accordion = false;           ///< --accordion
     AccordionConfig accordion_config;
-    std::string gravac;                    ///< --gravac FAMILY (topk, dgc, randomk); empty: not GraVAC
+    std::string gravac;                    ///< --gravac FAMILY (topk, dgc, randomk, powersgd); empty: not GraVAC
     regime::GravacSettings gravac_settings;  ///< --gravac-*; smoothing 0: the paper's min(1, N / 100)
     std::string gravac_policy = "exponential";
     bool batch_size_given = false;    ///< --batch-size was on the command line (a batch schedule sets it)

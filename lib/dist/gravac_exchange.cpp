@@ -2,12 +2,14 @@
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "compress/device_codec.hpp"
 #include "compress/kernels.hpp"
 #include "compress/spec.hpp"
 #include "dist/staging.hpp"
 #include "train/sampling.hpp"
 #include "base/hash.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
@@ -44,12 +46,13 @@ void load_floats(const torch::Tensor& t, std::vector<float>& out, const std::str
 }  // namespace
 
 const std::vector<std::string>& gravac_families() {
-    static const std::vector<std::string> families = {"topk", "dgc", "randomk"};
+    static const std::vector<std::string> families = {"topk", "dgc", "randomk", "powersgd"};
     return families;
 }
 
 struct GravacExchange::Level {
     std::unique_ptr<compress::TensorCodec> codec;
+    std::unique_ptr<compress::DeviceCodec> device;
 };
 
 struct GravacExchange::Slot {
@@ -60,6 +63,13 @@ struct GravacExchange::Slot {
     std::vector<float> grad, go, rmin, rcand;
     std::vector<std::uint8_t> payload_min, payload_cand;
     std::map<std::string, Level> levels;  // codecs by spec text
+    // powersgd, on the gradients' device: the matrix view, the error memory (rows x cols),
+    // the warm-start Q (cols x the largest rank used) and this step's g_o Q (rows x rank).
+    std::int64_t rows = 0, cols = 0;
+    torch::Tensor error, q, p;
+    // The sparsifiers' device path: memory and momentum where the gradients are (taken
+    // from the host vectors when undefined), g_o, the residuals and the payloads.
+    torch::Tensor d_memory, d_momentum, d_go, d_rmin, d_rcand, d_payload_min, d_payload_cand;
 };
 
 GravacExchange::GravacExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
@@ -71,7 +81,7 @@ GravacExchange::GravacExchange(std::vector<torch::Tensor> parameters, std::vecto
       options_(std::move(options)) {
     const auto& families = gravac_families();
     if (std::find(families.begin(), families.end(), options_.family) == families.end())
-        throw UsageError("--gravac: must be one of topk, dgc, randomk, not '" + options_.family + "'");
+        throw UsageError("--gravac: must be one of topk, dgc, randomk, powersgd, not '" + options_.family + "'");
     controller_ = std::make_unique<regime::GravacController>(options_.settings);
     if (description_.size() != parameters_.size())
         throw Error("internal error: " + std::to_string(description_.size()) + " descriptions for " +
@@ -85,7 +95,14 @@ GravacExchange::GravacExchange(std::vector<torch::Tensor> parameters, std::vecto
         s.index = i;
         s.n = parameters_[i].numel();
         s.shape = parameters_[i].sizes().vec();
-        s.memory.assign(static_cast<size_t>(s.n), 0.0f);
+        if (powersgd()) {
+            const compress::MatrixView m = compress::matrix_view(s.shape);
+            s.rows = m.rows;
+            s.cols = m.cols;
+            s.error = torch::zeros({s.rows, s.cols}, torch::kFloat32);
+        } else {
+            s.memory.assign(static_cast<size_t>(s.n), 0.0f);
+        }
         if (options_.family == "dgc") s.momentum.assign(static_cast<size_t>(s.n), 0.0f);
         slots_.push_back(std::move(s));
     }
@@ -114,6 +131,33 @@ GravacExchange::Level& GravacExchange::level(Slot& s, double factor, bool candid
         l.codec = compress::make_codec(spec, s.shape, o);
     }
     return l;
+}
+
+// The device path's memory and momentum back into the host vectors (the host path, or a
+// state being loaded, takes over); the device path copies them out again.
+void GravacExchange::sync_to_host(Slot& s) {
+    if (!s.d_memory.defined()) return;
+    load_floats(s.d_memory, s.memory, "error", s.n);
+    if (s.d_momentum.defined()) load_floats(s.d_momentum, s.momentum, "dgc_momentum", s.n);
+    s.d_memory = torch::Tensor();
+    s.d_momentum = torch::Tensor();
+}
+
+std::uint64_t GravacExchange::level_key(const Slot& s, bool shared, bool candidate, std::int64_t step) const {
+    const std::uint64_t stream = shared ? kSharedStream : static_cast<std::uint64_t>(comm_.rank());
+    return compress::kernels::stream_key(options_.seed, static_cast<std::uint64_t>(step), 2 * s.index + (candidate ? 1 : 0),
+                                         stream);
+}
+
+compress::DeviceCodec& GravacExchange::device_level(Slot& s, double factor, bool candidate) {
+    Level& l = level(s, factor, candidate);
+    if (!l.device) {
+        compress::CodecOptions o;
+        o.world = comm_.world_size();
+        o.dgc_momentum = options_.dgc_momentum;
+        l.device = compress::make_device_codec(l.codec->spec(), s.shape, o);
+    }
+    return *l.device;
 }
 
 // residual (in: what to compress; out: what the level leaves out), payload (out).
@@ -186,17 +230,13 @@ void GravacExchange::exchange_level(double factor, bool candidate, std::int64_t 
     totals_.decode_seconds += now_seconds() - t1;
 }
 
-void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& info) {
-    torch::NoGradGuard no_grad;
-    const double start = now_seconds();
-    const std::int64_t step = static_cast<std::int64_t>(inputs_.size());
-    const int world = comm_.world_size();
-    const double theta_min = controller_->theta_min(), candidate = controller_->candidate();
+// Error feedback, C_min and the candidate of every matrix; returns this rank's three squared norms.
+std::vector<double> GravacExchange::encode_sparse(std::vector<torch::Tensor>& gradients, std::int64_t step,
+                                                  double theta_min, double candidate) {
     const bool randomk = options_.family == "randomk";
-
-    // Error feedback, C_min and the candidate, and the squared norms.
     std::vector<double> norms(3, 0.0);
     for (auto& s : slots_) {
+        sync_to_host(s);
         torch::Tensor g = gradients[s.index].detach().to(torch::kCPU, torch::kFloat32).contiguous();
         const float* gp = g.data_ptr<float>();
         if (!s.momentum.empty()) {
@@ -229,19 +269,26 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train
         norms[1] += min_sq;
         norms[2] += cand_sq;
     }
-    totals_.encode_seconds += now_seconds() - start;
 
-    // One allreduce: every rank decides from the same sums.
+    return norms;
+}
+
+// One allreduce: every rank decides from the same sums.
+regime::GravacNorms GravacExchange::decide_from(const std::vector<double>& norms, regime::GravacDecision& decision) {
     torch::Tensor sums = torch::tensor(norms, torch::kFloat64);
-    double t0 = now_seconds();
+    const double t0 = now_seconds();
     comm_.allreduce(sums, comm::ReduceOp::sum);
     totals_.communication_seconds += now_seconds() - t0;
     totals_.bytes += static_cast<std::int64_t>(sums.nbytes());
     const regime::GravacNorms all{sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
-    const regime::GravacDecision decision = controller_->decide(all);
+    decision = controller_->decide(all);
+    return all;
+}
 
-    // The chosen level, and the memory keeps what it leaves out.
-    std::vector<std::uint8_t> dense_vectors;
+// The chosen level, vectors whole; the memory keeps what the level leaves out.
+void GravacExchange::send_sparse(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision,
+                                 std::int64_t step, double theta_min, double candidate) {
+    const int world = comm_.world_size();
     std::vector<float> dense;
     const bool send_dense = decision.choice == regime::GravacChoice::dense;
     if (send_dense) {
@@ -269,7 +316,7 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train
     }
     if (!dense.empty()) {
         torch::Tensor buffer = torch::from_blob(dense.data(), {static_cast<std::int64_t>(dense.size())}, torch::kFloat32);
-        t0 = now_seconds();
+        const double t0 = now_seconds();
         comm_.allreduce(buffer, comm::ReduceOp::sum);
         totals_.communication_seconds += now_seconds() - t0;
         totals_.bytes += static_cast<std::int64_t>(buffer.nbytes());
@@ -291,12 +338,304 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train
         out.copy_(host_floats(part, out.sizes().vec()).to(out.device()));
         at += n;
     }
+}
+
+// ---------------------------------------------------------------- the sparsifiers on the device
+
+// encode_sparse() in ATen ops where the gradients are, with the device codecs (same payloads).
+std::vector<double> GravacExchange::encode_sparse_device(std::vector<torch::Tensor>& gradients, std::int64_t step,
+                                                         double theta_min, double candidate) {
+    const bool randomk = options_.family == "randomk";
+    std::vector<torch::Tensor> go_sq, min_sq, cand_sq;
+    for (auto& s : slots_) {
+        const torch::Tensor g = gradients[s.index].detach().to(torch::kFloat32).reshape({-1});
+        if (!s.d_memory.defined() || s.d_memory.device() != g.device()) {
+            s.d_memory = host_floats(s.memory, {s.n}).to(g.device());
+            if (!s.momentum.empty()) s.d_momentum = host_floats(s.momentum, {s.n}).to(g.device());
+        }
+        if (s.d_momentum.defined()) {
+            s.d_momentum.mul_(static_cast<float>(options_.dgc_momentum)).add_(g);
+            s.d_memory.add_(s.d_momentum);
+        } else {
+            s.d_memory.add_(g);
+        }
+        s.d_go = s.d_memory.clone();
+        s.d_rmin = s.d_go.clone();
+        auto payload = [&](compress::DeviceCodec& c) {
+            const bool gather = c.channel() == compress::Channel::gather;
+            return torch::empty({gather ? c.host().buffer_bytes() : c.host().buffer_bytes() / 4},
+                                torch::TensorOptions().dtype(gather ? torch::kUInt8 : torch::kFloat32).device(g.device()));
+        };
+        compress::DeviceCodec& cmin = device_level(s, theta_min, false);
+        s.d_payload_min = payload(cmin);
+        cmin.encode(s.d_rmin, true, level_key(s, cmin.shared_stream(), false, step), s.d_payload_min);
+        // d_rcand: first C_min = go - rmin (multi-level) or go (randomk), then its residual.
+        s.d_rcand = randomk ? s.d_go.clone() : s.d_go - s.d_rmin;
+        torch::Tensor cmin_residual = s.d_rcand.clone();
+        compress::DeviceCodec& ccand = device_level(s, candidate, true);
+        s.d_payload_cand = payload(ccand);
+        ccand.encode(cmin_residual, true, level_key(s, ccand.shared_stream(), true, step), s.d_payload_cand);
+        const torch::Tensor go = s.d_go.to(torch::kFloat64);
+        go_sq.push_back(go.square().sum());
+        min_sq.push_back((go - s.d_rmin.to(torch::kFloat64)).square().sum());
+        cand_sq.push_back((s.d_rcand.to(torch::kFloat64) - cmin_residual.to(torch::kFloat64)).square().sum());
+        // What the candidate leaves out of g_o.
+        s.d_rcand = randomk ? cmin_residual : s.d_rmin + cmin_residual;
+    }
+    if (slots_.empty()) return {0.0, 0.0, 0.0};
+    torch::Tensor sums = torch::stack({torch::stack(go_sq).sum(), torch::stack(min_sq).sum(), torch::stack(cand_sq).sum()})
+                             .to(torch::kCPU);
+    return {sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
+}
+
+// send_sparse() where the gradients are.
+void GravacExchange::send_sparse_device(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision,
+                                        double theta_min, double candidate) {
+    const int world = comm_.world_size();
+    std::vector<torch::Tensor> whole;
+    const bool send_dense = decision.choice == regime::GravacChoice::dense;
+    const bool cand = decision.choice == regime::GravacChoice::candidate;
+    const double factor = cand ? candidate : theta_min;
+    if (send_dense) {
+        for (auto& s : slots_) {
+            whole.push_back(s.d_go);
+            s.d_memory.zero_();
+        }
+    } else if (!slots_.empty()) {
+        std::vector<torch::Tensor> payloads;
+        for (auto& s : slots_) {
+            payloads.push_back(cand ? s.d_payload_cand : s.d_payload_min);
+            const torch::Tensor& left = cand ? s.d_rcand : s.d_rmin;
+            // DGC's momentum factor masking: u is cleared where entries were sent.
+            if (s.d_momentum.defined()) s.d_momentum.masked_fill_(left.ne(s.d_go), 0.0f);
+            s.d_memory = left.clone();
+        }
+        torch::Tensor buffer = torch::cat(payloads);
+        const bool gather = device_level(slots_.front(), factor, cand).channel() == compress::Channel::gather;
+        double t0 = now_seconds();
+        std::vector<at::Tensor> received;
+        if (gather)
+            received = comm_.allgather(buffer);
+        else
+            comm_.allreduce(buffer, comm::ReduceOp::sum);
+        totals_.communication_seconds += now_seconds() - t0;
+        totals_.bytes += static_cast<std::int64_t>(buffer.nbytes());
+        t0 = now_seconds();
+        std::int64_t at = 0;
+        std::vector<torch::Tensor> well_formed;
+        for (size_t j = 0; j < slots_.size(); ++j) {
+            Slot& s = slots_[j];
+            compress::DeviceCodec& codec = device_level(s, factor, cand);
+            const std::int64_t n = payloads[j].numel();
+            torch::Tensor out = torch::zeros({s.n}, torch::TensorOptions().dtype(torch::kFloat32).device(buffer.device()));
+            if (gather) {
+                std::vector<at::Tensor> from;
+                for (auto& r : received) from.push_back(r.narrow(0, at, n));
+                well_formed.push_back(codec.decode(from, out).view({1}));
+            } else {
+                codec.decode_sum(buffer.narrow(0, at, n), world, out, nullptr);
+            }
+            at += n;
+            gradients[s.index].copy_(out.view(gradients[s.index].sizes()));
+        }
+        if (!well_formed.empty() && !torch::cat(well_formed).all().item<bool>())
+            throw Error("a rank sent a malformed GraVAC payload");
+        totals_.decode_seconds += now_seconds() - t0;
+    }
+    // Vectors (and, when dense, the matrices too): one summed allreduce.
+    for (size_t i : vectors_) whole.push_back(gradients[i].detach().to(torch::kFloat32).reshape({-1}));
+    if (whole.empty()) return;
+    const torch::Tensor mean = allreduce_mean(whole);
+    std::int64_t at = 0;
+    auto take = [&](torch::Tensor& out) {
+        out.copy_(mean.narrow(0, at, out.numel()).view(out.sizes()));
+        at += out.numel();
+    };
+    if (send_dense)
+        for (auto& s : slots_) take(gradients[s.index]);
+    for (size_t i : vectors_) take(gradients[i]);
+}
+
+// ---------------------------------------------------------------- powersgd
+
+namespace {
+
+// PowerSGD's Gram-Schmidt on the columns of one matrix, in place. Column i depends on
+// columns 0..i only, which makes the candidate's P the first columns of theta_min's.
+void gram_schmidt(torch::Tensor& m) {
+    torch::Tensor batch = m.unsqueeze(0);
+    compress::device::orthogonalize(batch, true, 0.0f);
+}
+
+// ||P[:, :k] Q[:, :k]^T||^2 from the Gram matrices P^T P and Q^T Q (exact for any P):
+// trace((P^T P)(Q^T Q)) over the first k columns.
+torch::Tensor low_rank_squared_norm(const torch::Tensor& pp, const torch::Tensor& qq, std::int64_t k) {
+    return (pp.narrow(0, 0, k).narrow(1, 0, k) * qq.narrow(0, 0, k).narrow(1, 0, k)).sum();
+}
+
+torch::Tensor gram(const torch::Tensor& m) {
+    torch::Tensor d = m.to(torch::kFloat64);
+    return d.t().mm(d);
+}
+
+}  // namespace
+
+std::int64_t GravacExchange::powersgd_rank(const Slot& s, double factor) const {
+    const std::int64_t r = std::min({regime::powersgd_rank_for_factor(s.rows, s.cols, factor), s.rows, s.cols});
+    return compress::powersgd_compresses(s.shape, r) ? r : 0;
+}
+
+std::vector<std::int64_t> GravacExchange::powersgd_ranks(double factor) const {
+    std::vector<std::int64_t> out;
+    for (const auto& s : slots_) out.push_back(powersgd() ? powersgd_rank(s, factor) : 0);
+    return out;
+}
+
+// g_o = g + error, and the squared norms of g_o, C_min(g_o) and C_cand(g_o) (this rank's):
+// a level that sends a matrix whole keeps all of it. Keeps g_o Q in s.p for the exchange.
+std::vector<double> GravacExchange::encode_powersgd(std::vector<torch::Tensor>& gradients, double theta_min,
+                                                    double candidate) {
+    std::vector<torch::Tensor> go_sq, min_sq, cand_sq;
+    for (auto& s : slots_) {
+        const torch::Tensor g = gradients[s.index].detach().to(torch::kFloat32).reshape({s.rows, s.cols});
+        if (s.error.device() != g.device()) s.error = s.error.to(g.device());
+        s.error.add_(g);
+        const torch::Tensor whole = s.error.to(torch::kFloat64).square().sum();
+        const std::int64_t r_min = powersgd_rank(s, theta_min), r_cand = powersgd_rank(s, candidate);
+        const std::int64_t r = std::max(r_min, r_cand);
+        go_sq.push_back(whole);
+        if (r == 0) {
+            min_sq.push_back(whole);
+            cand_sq.push_back(whole);
+            continue;
+        }
+        // Warm start: Q holds the columns of the largest rank used; missing ones are drawn
+        // from a stream every rank shares (the same Q everywhere, as PowerSGD needs).
+        const std::int64_t have = s.q.defined() ? s.q.size(1) : 0;
+        if (have < r) {
+            auto generator = at::make_generator<at::CPUGeneratorImpl>(
+                compress::kernels::stream_key(options_.seed, static_cast<std::uint64_t>(have), s.index, kSharedStream));
+            torch::Tensor drawn = at::randn({s.cols, r}, generator, at::TensorOptions().dtype(at::kFloat));
+            gram_schmidt(drawn);
+            if (have > 0) drawn.narrow(1, 0, have).copy_(s.q.to(torch::kCPU));
+            s.q = drawn;
+        }
+        if (s.q.device() != g.device()) s.q = s.q.to(g.device());
+        s.p = s.error.mm(s.q.narrow(1, 0, r));
+        torch::Tensor p = s.p.clone();
+        gram_schmidt(p);
+        const torch::Tensor pp = gram(p), qq = gram(s.error.t().mm(p));
+        min_sq.push_back(r_min > 0 ? low_rank_squared_norm(pp, qq, r_min) : whole);
+        cand_sq.push_back(r_cand > 0 ? low_rank_squared_norm(pp, qq, r_cand) : whole);
+    }
+    if (slots_.empty()) return {0.0, 0.0, 0.0};
+    torch::Tensor sums = torch::stack({torch::stack(go_sq).sum(), torch::stack(min_sq).sum(), torch::stack(cand_sq).sum()})
+                             .to(torch::kCPU);
+    return {sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
+}
+
+// The concatenation of `parts`, summed over ranks and divided by the world size.
+torch::Tensor GravacExchange::allreduce_mean(std::vector<torch::Tensor> parts) {
+    torch::Tensor buffer = torch::cat(parts);
+    const double t0 = now_seconds();
+    comm_.allreduce(buffer, comm::ReduceOp::sum);
+    totals_.communication_seconds += now_seconds() - t0;
+    totals_.bytes += static_cast<std::int64_t>(buffer.nbytes());
+    return buffer.div_(static_cast<double>(comm_.world_size()));
+}
+
+// PowerSGD's exchange at the chosen level's rank of each matrix; matrices sent whole
+// (dense steps, or PowerSGD would not compress them) go with the vectors, residual 0.
+void GravacExchange::send_powersgd(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision) {
+    const bool send_dense = decision.choice == regime::GravacChoice::dense;
+    std::vector<std::int64_t> rank(slots_.size(), 0);
+    std::vector<torch::Tensor> ps;
+    for (size_t j = 0; j < slots_.size(); ++j) {
+        rank[j] = send_dense ? 0 : powersgd_rank(slots_[j], decision.factor);
+        if (rank[j] > 0) ps.push_back(slots_[j].p.narrow(1, 0, rank[j]).reshape({-1}));
+    }
+    if (!ps.empty()) {
+        // P summed (not averaged: it is orthogonalized next), then Q = g_o^T P averaged.
+        torch::Tensor p = torch::cat(ps);
+        double t0 = now_seconds();
+        comm_.allreduce(p, comm::ReduceOp::sum);
+        totals_.communication_seconds += now_seconds() - t0;
+        totals_.bytes += static_cast<std::int64_t>(p.nbytes());
+        t0 = now_seconds();
+        std::vector<torch::Tensor> pm, qs;
+        std::int64_t at = 0;
+        for (size_t j = 0; j < slots_.size(); ++j) {
+            if (rank[j] == 0) continue;
+            Slot& s = slots_[j];
+            torch::Tensor m = p.narrow(0, at, s.rows * rank[j]).view({s.rows, rank[j]});
+            at += s.rows * rank[j];
+            gram_schmidt(m);
+            pm.push_back(m);
+            qs.push_back(s.error.t().mm(m).reshape({-1}));
+        }
+        totals_.encode_seconds += now_seconds() - t0;
+        torch::Tensor q = allreduce_mean(qs);
+        t0 = now_seconds();
+        at = 0;
+        size_t k = 0;
+        for (size_t j = 0; j < slots_.size(); ++j) {
+            if (rank[j] == 0) continue;
+            Slot& s = slots_[j];
+            torch::Tensor qm = q.narrow(0, at, s.cols * rank[j]).view({s.cols, rank[j]});
+            at += s.cols * rank[j];
+            const torch::Tensor out = pm[k++].mm(qm.t());
+            s.error.sub_(out);
+            s.q.narrow(1, 0, rank[j]).copy_(qm);
+            gradients[s.index].copy_(out.view(gradients[s.index].sizes()));
+        }
+        totals_.decode_seconds += now_seconds() - t0;
+    }
+    std::vector<torch::Tensor> whole;
+    for (size_t j = 0; j < slots_.size(); ++j)
+        if (rank[j] == 0) whole.push_back(slots_[j].error.reshape({-1}));
+    for (size_t i : vectors_) whole.push_back(gradients[i].detach().to(torch::kFloat32).reshape({-1}));
+    if (whole.empty()) return;
+    const torch::Tensor mean = allreduce_mean(whole);
+    std::int64_t at = 0;
+    auto take = [&](torch::Tensor& out) {
+        out.copy_(mean.narrow(0, at, out.numel()).view(out.sizes()));
+        at += out.numel();
+    };
+    for (size_t j = 0; j < slots_.size(); ++j)
+        if (rank[j] == 0) {
+            take(gradients[slots_[j].index]);
+            slots_[j].error.zero_();
+        }
+    for (size_t i : vectors_) take(gradients[i]);
+}
+
+void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& info) {
+    torch::NoGradGuard no_grad;
+    const double start = now_seconds();
+    const std::int64_t step = static_cast<std::int64_t>(inputs_.size());
+    const double theta_min = controller_->theta_min(), candidate = controller_->candidate();
+
+    // The sparsifiers' device codecs where the gradients are not on the host.
+    const bool on_device = !powersgd() && !slots_.empty() &&
+                           (options_.device_path_on_cpu || !gradients[slots_.front().index].device().is_cpu());
+    const std::vector<double> norms = powersgd()   ? encode_powersgd(gradients, theta_min, candidate)
+                                      : on_device ? encode_sparse_device(gradients, step, theta_min, candidate)
+                                                  : encode_sparse(gradients, step, theta_min, candidate);
+    totals_.encode_seconds += now_seconds() - start;
+    regime::GravacDecision decision;
+    const regime::GravacNorms all = decide_from(norms, decision);
+    if (powersgd())
+        send_powersgd(gradients, decision);
+    else if (on_device)
+        send_sparse_device(gradients, decision, theta_min, candidate);
+    else
+        send_sparse(gradients, decision, step, theta_min, candidate);
 
     // The step's time, the slowest rank's, so that CheckGraVAC runs alike everywhere.
     const double end = now_seconds();
     double seconds = options_.step_seconds ? options_.step_seconds() : (last_end_ < 0 ? end - start : end - last_end_);
     torch::Tensor slowest = torch::tensor(std::vector<double>{seconds}, torch::kFloat64);
-    t0 = now_seconds();
+    const double t0 = now_seconds();
     comm_.allreduce(slowest, comm::ReduceOp::max);
     totals_.communication_seconds += now_seconds() - t0;
     totals_.bytes += static_cast<std::int64_t>(slowest.nbytes());
@@ -323,6 +662,16 @@ train::TensorMap GravacExchange::state() const {
     train::TensorMap out;
     for (const auto& s : slots_) {
         const std::string& name = description_[s.index].name;
+        if (powersgd()) {
+            out[name + "/error"] = s.error.to(torch::kCPU).reshape(s.shape).clone();
+            if (s.q.defined()) out[name + "/powersgd_q"] = s.q.to(torch::kCPU).clone();
+            continue;
+        }
+        if (s.d_memory.defined()) {
+            out[name + "/error"] = s.d_memory.to(torch::kCPU).view(s.shape).clone();
+            if (s.d_momentum.defined()) out[name + "/dgc_momentum"] = s.d_momentum.to(torch::kCPU).view(s.shape).clone();
+            continue;
+        }
         out[name + "/error"] = host_floats(s.memory, s.shape);
         if (!s.momentum.empty()) out[name + "/dgc_momentum"] = host_floats(s.momentum, s.shape);
     }
@@ -357,7 +706,18 @@ void GravacExchange::load_state(const train::TensorMap& state) {
         if (it == by_name.end()) throw Error("exchange state '" + name + "' names no matrix parameter of this model");
         Slot& s = *it->second;
         const std::string what = name.substr(slash + 1);
-        if (what == "error")
+        sync_to_host(s);  // the loaded values replace what the device path holds
+        if (what == "error" && powersgd()) {
+            std::vector<float> values;
+            load_floats(tensor, values, name, s.n);
+            s.error = host_floats(values, {s.rows, s.cols});
+        } else if (what == "powersgd_q" && powersgd()) {
+            if (tensor.dim() != 2 || tensor.size(0) != s.cols || tensor.size(1) < 1 ||
+                tensor.size(1) > std::min(s.rows, s.cols))
+                throw Error("exchange state '" + name + "' must be a " + std::to_string(s.cols) +
+                            " x rank matrix (rank 1 to " + std::to_string(std::min(s.rows, s.cols)) + ")");
+            s.q = tensor.to(torch::kCPU, torch::kFloat32).contiguous().clone();
+        } else if (what == "error")
             load_floats(tensor, s.memory, name, s.n);
         else if (what == "dgc_momentum" && !s.momentum.empty())
             load_floats(tensor, s.momentum, name, s.n);
@@ -387,6 +747,19 @@ std::vector<io::MetricsGravacThroughput> GravacExchange::throughput(std::int64_t
 GravacLevelBytes GravacExchange::level_bytes() const {
     GravacLevelBytes b;
     for (const auto& s : slots_) {
+        if (powersgd()) {
+            // As --compress powersgd:R at each matrix's rank (whole where it would not compress).
+            auto at = [&](double factor) {
+                return compress::wire_bytes(
+                    compress::Spec{"powersgd",
+                                   static_cast<double>(regime::powersgd_rank_for_factor(s.rows, s.cols, factor))},
+                    s.shape);
+            };
+            b.theta_min += at(controller_->theta_min());
+            b.candidate += at(controller_->candidate());
+            b.dense += 4 * s.n;
+            continue;
+        }
         compress::Spec min{options_.family, regime::keep_fraction_for_factor(controller_->theta_min())};
         compress::Spec cand{options_.family == "dgc" ? "topk" : options_.family,
                             regime::keep_fraction_for_factor(controller_->candidate())};

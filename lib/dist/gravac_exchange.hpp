@@ -17,15 +17,28 @@
 //   6. one allreduce (max) of the step time, so that the throughput fed to
 //      GravacController::end_step (and CheckGraVAC) is the same on every rank.
 //
-// The codecs are compress's host codecs (float arrays): gradients on a GPU are
-// copied to host memory for them (one copy in, one out per step). All use of
-// the codecs is in encode_level()/exchange_level(), so that device codecs can
-// replace them there.
+// The sparsifiers run compress's host codecs (float arrays) on CPU gradients and
+// its device codecs (compress/device_codec.hpp: ATen ops, the same payloads) on
+// gradients elsewhere, so GPU gradients stay on the GPU; encode_sparse_device()
+// and send_sparse_device() mirror encode_sparse() and send_sparse().
+//
+// powersgd (a rank per matrix and factor, regime::powersgd_rank_for_factor) runs
+// in ATen ops where the gradients are. Steps 2-3: with the warm-started Q of the
+// last exchange, P = g_o Q, P orthogonalized (Gram-Schmidt), Q' = g_o^T P, and
+// C(g_o) = P Q'^T at theta_min's rank; Gram-Schmidt treats columns in order, so
+// the candidate's (lower) rank takes the first columns of the same P and Q':
+// truncating C_min's factors equals compressing g_o directly at that rank. Step 5
+// at rank r is PowerSGD's exchange: allreduce (sum) of every matrix's g_o Q[:, :r],
+// orthogonalize, allreduce of g_o^T P, divided by the world size. Q keeps the
+// columns of the largest rank used (theta_min's first), an exchange at rank r
+// replaces the first r; a matrix PowerSGD would not compress at the level's rank
+// (compress::powersgd_compresses) is sent whole with the vectors, residual 0.
 #pragma once
 
 #include "comm/collectives.hpp"
 #include "comm/process_group.hpp"
 #include "compress/codecs.hpp"
+#include "compress/device_codec.hpp"
 #include "dist/config.hpp"
 #include "dist/exchange.hpp"
 #include "io/metrics.hpp"
@@ -43,16 +56,19 @@
 
 namespace acc::dist {
 
-/// The compressor families GraVAC scales: "topk, dgc, randomk".
+/// The compressor families GraVAC scales: "topk, dgc, randomk, powersgd".
 const std::vector<std::string>& gravac_families();
 
 struct GravacExchangeOptions {
-    std::string family = "topk";        ///< topk, dgc or randomk
+    std::string family = "topk";        ///< topk, dgc, randomk or powersgd
     regime::GravacSettings settings;    ///< the controller's (smoothing already set for the world size)
-    std::uint32_t seed = 0;             ///< random streams (randomk)
+    std::uint32_t seed = 0;             ///< random streams (randomk; powersgd's first Q)
     double dgc_momentum = 0.9;          ///< dgc's momentum correction factor
     /// Samples of one step over all ranks (N b), for the throughput.
     std::int64_t samples_per_step = 1;
+    /// topk, dgc, randomk: run the device codecs (ATen ops) on CPU gradients too. Gradients
+    /// on a GPU always take them; the tests compare both on CPU this way.
+    bool device_path_on_cpu = false;
     /// Seconds of the step so far; empty: wall time since the last exchange (tests fix it).
     std::function<double()> step_seconds;
 };
@@ -75,7 +91,8 @@ public:
     std::vector<bool> momentum_in_gradient() const;
     void set_samples_per_step(std::int64_t samples) { options_.samples_per_step = samples; }
 
-    /// Error memories ("<parameter>/error"), dgc's momentum ("<parameter>/dgc_momentum") and
+    /// Error memories ("<parameter>/error"), dgc's momentum ("<parameter>/dgc_momentum"),
+    /// powersgd's warm-start Q ("<parameter>/powersgd_q", cols x rank) and
     /// the controller's inputs so far ("gravac/inputs", steps x 4: the three all-reduced
     /// squared norms and the throughput), from which load_state() replays the controller.
     train::TensorMap state() const;
@@ -92,9 +109,30 @@ public:
     /// Bytes each level would send per step (this worker), vectors and scalars excluded.
     GravacLevelBytes level_bytes() const;
 
+    /// powersgd: the rank of each matrix parameter at `factor` (0: sent whole, as
+    /// PowerSGD would not compress it at that rank), in parameter order.
+    std::vector<std::int64_t> powersgd_ranks(double factor) const;
+
 private:
     struct Slot;
     struct Level;
+    bool powersgd() const { return options_.family == "powersgd"; }
+    std::int64_t powersgd_rank(const Slot& s, double factor) const;
+    regime::GravacNorms decide_from(const std::vector<double>& norms, regime::GravacDecision& decision);
+    std::vector<double> encode_sparse(std::vector<torch::Tensor>& gradients, std::int64_t step, double theta_min,
+                                      double candidate);
+    void send_sparse(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision, std::int64_t step,
+                     double theta_min, double candidate);
+    void sync_to_host(Slot& s);
+    compress::DeviceCodec& device_level(Slot& s, double factor, bool candidate);
+    std::uint64_t level_key(const Slot& s, bool shared, bool candidate, std::int64_t step) const;
+    std::vector<double> encode_sparse_device(std::vector<torch::Tensor>& gradients, std::int64_t step,
+                                             double theta_min, double candidate);
+    void send_sparse_device(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision,
+                            double theta_min, double candidate);
+    std::vector<double> encode_powersgd(std::vector<torch::Tensor>& gradients, double theta_min, double candidate);
+    void send_powersgd(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision);
+    torch::Tensor allreduce_mean(std::vector<torch::Tensor> parts);
     Level& level(Slot& s, double factor, bool candidate);
     void encode_level(Slot& s, double factor, bool candidate, std::int64_t step, std::vector<float>& residual,
                       std::vector<std::uint8_t>& payload);

@@ -20,8 +20,8 @@ void validate(const TrainDistConfig& c) {
                       (!c.gravac.empty() ? 1 : 0);
     if (modes > 1) throw UsageError("--compress, --schedule, --accordion and --gravac: choose one");
     if (!c.gravac.empty()) {
-        if (c.gravac != "topk" && c.gravac != "dgc" && c.gravac != "randomk")
-            throw UsageError("--gravac: must be topk, dgc or randomk, not '" + c.gravac + "'");
+        if (c.gravac != "topk" && c.gravac != "dgc" && c.gravac != "randomk" && c.gravac != "powersgd")
+            throw UsageError("--gravac: must be topk, dgc, randomk or powersgd, not '" + c.gravac + "'");
         regime::validate(gravac_settings(c, 1));
     }
     if (!c.schedule_extend.empty() && c.schedule_extend != "last")

@@ -85,7 +85,7 @@ struct MetricsGravacThroughput {
 /// GraVAC's settings and record (/gravac); absent (enabled = false) in other modes.
 struct MetricsGravac {
     bool enabled = false;
-    std::string family;  ///< topk, dgc or randomk
+    std::string family;  ///< topk, dgc, randomk or powersgd
     std::string policy;  ///< exponential or geometric
     double theta_min = 0, theta_max = 0, epsilon = 0, omega = 0, theta_s = 0, smoothing = 0;
     std::int64_t window = 0;

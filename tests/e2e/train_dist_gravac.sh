@@ -8,8 +8,8 @@ source "$(dirname "$0")/common.sh"
 cd "$WORK"
 small=(--model mlp --hidden-size 16 --dataset synthetic --train-samples 64 --test-samples 16 --batch-size 16 --threads 1)
 
-expect_exit 2 "^train-dist: error: --gravac: must be topk, dgc or randomk, not 'powersgd'" -- \
-    train-dist "${small[@]}" --epochs 1 --gravac powersgd
+expect_exit 2 "^train-dist: error: --gravac: must be topk, dgc, randomk or powersgd, not 'fp16'" -- \
+    train-dist "${small[@]}" --epochs 1 --gravac fp16
 expect_exit 2 "^train-dist: error: --compress excludes --gravac" -- \
     train-dist "${small[@]}" --epochs 1 --gravac topk --compress topk:0.1
 expect_exit 2 "^train-dist: error: --accordion excludes --gravac" -- \

@@ -1,16 +1,19 @@
 // GraVAC's per-step exchange (dist/gravac_exchange.hpp) on thread ranks: every rank
 // decides alike, error feedback conserves the gradient, the bytes sent are those of
 // the chosen level, a restored state continues the controller, and multi-level top-k
-// equals direct top-k.
+// equals direct top-k; powersgd maps factors to ranks per matrix, its candidate is
+// PowerSGD at the candidate's rank, and its bytes are those of --compress powersgd:R.
 #include "base/error.hpp"
 #include "compress/codecs.hpp"
 #include "compress/spec.hpp"
 #include "dist/gravac_exchange.hpp"
+#include "regime/gravac.hpp"
 #include "support/thread_collectives.hpp"
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <map>
 #include <set>
 
 namespace acc::dist {
@@ -86,7 +89,7 @@ TEST(GravacExchange, RanksTakeTheSameDecisionsFromDifferentGradients) {
 // On one rank the mean is this rank's own C(g_o): what was sent plus the new memory
 // equals the gradient plus the old memory, entry by entry.
 TEST(GravacExchange, ErrorFeedbackConservesTheGradient) {
-    for (const std::string family : {"topk", "randomk"}) {
+    for (const std::string family : {"topk", "randomk", "powersgd"}) {
         for (double epsilon : {0.3, 0.999, 1.0}) {
             test::ThreadGroup group(1);
             group.run([&](int, comm::Collectives& comm) {
@@ -183,8 +186,10 @@ TEST(GravacExchange, RefusesAnUnknownFamily) {
     test::ThreadGroup group(1);
     group.run([&](int, comm::Collectives& comm) {
         auto tensors = model();
-        EXPECT_THROW(GravacExchange(tensors, describe(tensors), comm, torch::kCPU, options("powersgd", 2, 0.7)),
-                     UsageError);
+        for (const std::string family : {"fp16", "qsgd", "none", ""})
+            EXPECT_THROW(GravacExchange(tensors, describe(tensors), comm, torch::kCPU, options(family, 2, 0.7)),
+                         UsageError)
+                << family;
     });
 }
 
@@ -213,6 +218,282 @@ TEST(GravacMultiLevel, TopkOfTopkEqualsTopk) {
         EXPECT_EQ(c2, c3) << "trial " << trial;
         EXPECT_EQ(p2, p3) << "trial " << trial;
     }
+}
+
+// The device codecs (ATen ops, run here on CPU tensors) against the host codecs: the
+// same decisions, bytes, gradients and error memories on two ranks. (dgc's device
+// codec selects an exact top-k instead of the host's sampled threshold, so its
+// results differ by design; DevicePathDgcRanksAgree covers it.)
+TEST(GravacExchange, DevicePathMatchesTheHostPath) {
+    // The inputs drawn before the threads start (torch's global generator is shared).
+    std::vector<std::vector<std::vector<torch::Tensor>>> inputs(2);
+    for (int rank = 0; rank < 2; ++rank)
+        for (std::int64_t s = 0; s < 14; ++s) inputs[static_cast<size_t>(rank)].push_back(gradients(rank, s, rank == 0 ? 1.0 : 3.0));
+    for (const std::string family : {"topk", "randomk"}) {
+        std::map<bool, std::vector<std::vector<io::MetricsGravacStep>>> steps;
+        std::map<bool, std::vector<std::vector<torch::Tensor>>> grads;
+        std::map<bool, std::vector<train::TensorMap>> states;
+        std::map<bool, std::vector<std::int64_t>> bytes;
+        for (bool device : {false, true}) {
+            test::ThreadGroup group(2);
+            steps[device].resize(2);
+            grads[device].resize(2);
+            states[device].resize(2);
+            bytes[device].resize(2);
+            group.run([&](int rank, comm::Collectives& comm) {
+                auto tensors = model();
+                // randomk keeps about a quarter of the norm at theta_min 4.
+                auto o = options(family, 3, family == "randomk" ? 0.2 : 0.6);
+                o.device_path_on_cpu = device;
+                GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, o);
+                const auto r = static_cast<size_t>(rank);
+                for (std::int64_t s = 0; s < 14; ++s) {
+                    std::vector<torch::Tensor> g;
+                    for (const auto& t : inputs[r][static_cast<size_t>(s)]) g.push_back(t.clone());
+                    x.exchange(g, train::StepInfo{0, s, s, 0.1});
+                    for (auto& t : g) grads[device][r].push_back(t);
+                }
+                steps[device][r] = x.take_steps();
+                states[device][r] = x.state();
+                bytes[device][r] = x.take_totals().bytes;
+            });
+        }
+        std::set<int> choices;
+        for (size_t r = 0; r < 2; ++r) {
+            ASSERT_EQ(steps[false][r].size(), steps[true][r].size());
+            for (size_t i = 0; i < steps[false][r].size(); ++i) {
+                EXPECT_EQ(steps[false][r][i].factor, steps[true][r][i].factor) << family << " step " << i;
+                EXPECT_EQ(steps[false][r][i].choice, steps[true][r][i].choice) << family << " step " << i;
+                EXPECT_NEAR(steps[false][r][i].gain_min, steps[true][r][i].gain_min, 1e-9) << family << " step " << i;
+                choices.insert(steps[false][r][i].choice);
+            }
+            EXPECT_EQ(bytes[false][r], bytes[true][r]) << family;
+            for (size_t k = 0; k < grads[false][r].size(); ++k)
+                EXPECT_TRUE(torch::allclose(grads[false][r][k], grads[true][r][k], 1e-5, 1e-5)) << family << " tensor " << k;
+            for (const auto& [name, t] : states[false][r]) {
+                ASSERT_TRUE(states[true][r].count(name)) << family << " " << name;
+                if (name == "gravac/inputs")
+                    EXPECT_TRUE(torch::allclose(t.narrow(1, 0, 3), states[true][r].at(name).narrow(1, 0, 3), 1e-9, 1e-12));
+                else
+                    EXPECT_TRUE(torch::allclose(t, states[true][r].at(name), 1e-5, 1e-5)) << family << " " << name;
+            }
+        }
+        EXPECT_GE(choices.size(), 2u) << family << ": the test should see more than one level";
+    }
+}
+
+TEST(GravacExchange, DevicePathDgcRanksAgree) {
+    test::ThreadGroup group(2);
+    std::vector<std::vector<io::MetricsGravacStep>> steps(2);
+    std::vector<std::vector<torch::Tensor>> last(2);
+    group.run([&](int rank, comm::Collectives& comm) {
+        auto tensors = model();
+        auto o = options("dgc", 3, 0.6);
+        o.device_path_on_cpu = true;
+        GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, o);
+        for (std::int64_t s = 0; s < 14; ++s) {
+            auto g = gradients(rank, s, rank == 0 ? 1.0 : 3.0);
+            x.exchange(g, train::StepInfo{0, s, s, 0.1});
+            last[static_cast<size_t>(rank)] = g;
+        }
+        steps[static_cast<size_t>(rank)] = x.take_steps();
+    });
+    std::set<int> choices;
+    for (size_t i = 0; i < steps[0].size(); ++i) {
+        EXPECT_EQ(steps[0][i].factor, steps[1][i].factor) << "step " << i;
+        EXPECT_EQ(steps[0][i].gain_min, steps[1][i].gain_min) << "step " << i;
+        choices.insert(steps[0][i].choice);
+    }
+    EXPECT_GE(choices.size(), 2u);
+    for (size_t p = 0; p < last[0].size(); ++p) EXPECT_TRUE(torch::equal(last[0][p], last[1][p])) << "parameter " << p;
+}
+
+// A state taken on the device path continues on the host path as if it had run there.
+TEST(GravacExchange, DevicePathStateContinuesOnTheHost) {
+    test::ThreadGroup group(1);
+    group.run([&](int, comm::Collectives& comm) {
+        auto tensors = model();
+        const auto names = describe(tensors);
+        auto od = options("topk", 3, 0.6);
+        od.device_path_on_cpu = true;
+        GravacExchange a(tensors, names, comm, torch::kCPU, od), b(tensors, names, comm, torch::kCPU, options("topk", 3, 0.6));
+        for (std::int64_t s = 0; s < 6; ++s) {
+            auto ga = gradients(0, s, 1.0), gb = gradients(0, s, 1.0);
+            a.exchange(ga, train::StepInfo{0, s, s, 0.1});
+            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
+        }
+        GravacExchange c(tensors, names, comm, torch::kCPU, options("topk", 3, 0.6));
+        c.load_state(a.state());
+        for (std::int64_t s = 6; s < 9; ++s) {
+            auto gb = gradients(0, s, 1.0), gc = gradients(0, s, 1.0);
+            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
+            c.exchange(gc, train::StepInfo{0, s, s, 0.1});
+            for (size_t p = 0; p < gb.size(); ++p) EXPECT_TRUE(torch::allclose(gb[p], gc[p], 1e-5, 1e-5)) << "step " << s;
+        }
+    });
+}
+
+// ---------------------------------------------------------------- powersgd
+
+// Matrices large enough for ranks above 1 at theta_min 4, and one PowerSGD sends whole.
+std::vector<torch::Tensor> powersgd_model() {
+    return {torch::zeros({32, 64}), torch::zeros({32}), torch::zeros({16, 24}), torch::zeros({3, 3})};
+}
+
+// Low-rank signal plus noise that differs by rank and step, so that gains move.
+std::vector<torch::Tensor> powersgd_gradients(int rank, std::int64_t step, double noise) {
+    torch::manual_seed(static_cast<std::uint64_t>(7000 + 100 * step + rank));
+    std::vector<torch::Tensor> out;
+    for (const auto& p : powersgd_model()) {
+        if (p.dim() < 2) {
+            out.push_back(torch::randn(p.sizes()));
+            continue;
+        }
+        torch::Tensor u = torch::randn({p.size(0), 2}), v = torch::randn({p.size(1), 2});
+        out.push_back(u.mm(v.t()) + noise * torch::randn(p.sizes()));
+    }
+    return out;
+}
+
+TEST(GravacPowersgd, RanksOfEachMatrixByHand) {
+    test::ThreadGroup group(1);
+    group.run([&](int, comm::Collectives& comm) {
+        std::vector<torch::Tensor> tensors = {torch::zeros({32, 64}), torch::zeros({32}), torch::zeros({16, 24}),
+                                              torch::zeros({3, 3}), torch::zeros({16, 3, 3, 3}),
+                                              torch::zeros({4, 4})};
+        GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options("powersgd", 2, 0.7));
+        // 32 x 64: 2048 / (f 96); 16 x 24: 384 / (f 40); a conv weight is 16 x 27: 432 / (f 43).
+        // 3 x 3 and 4 x 4 at rank 1 send 6 or 8 floats of 9 or 16: PowerSGD sends them whole (0).
+        EXPECT_EQ(x.powersgd_ranks(4), (std::vector<std::int64_t>{5, 2, 0, 2, 0}));    // 5.3, 2.4, 2.5
+        EXPECT_EQ(x.powersgd_ranks(10), (std::vector<std::int64_t>{2, 1, 0, 1, 0}));   // 2.1, 0.96 -> 1, 1.004
+        EXPECT_EQ(x.powersgd_ranks(64), (std::vector<std::int64_t>{1, 1, 0, 1, 0}));   // the floor at rank 1
+        // 1.5: ranks 14, 6, 6 would send 2/3 of the floats; PowerSGD wants at least 2x, so all go whole.
+        EXPECT_EQ(x.powersgd_ranks(1.5), (std::vector<std::int64_t>{0, 0, 0, 0, 0}));
+        // The bytes of each level: those of --compress powersgd:R at each matrix's rank.
+        const GravacLevelBytes b = x.level_bytes();
+        EXPECT_EQ(b.theta_min, 4 * (5 * 96 + 2 * 40 + 9 + 2 * 43 + 16));  // theta_min 4
+        EXPECT_EQ(b.candidate, 4 * (2 * 96 + 1 * 40 + 9 + 1 * 43 + 16));  // candidate 8: 2.67, 1.2, 1.26
+        EXPECT_EQ(b.dense, 4 * (2048 + 384 + 9 + 432 + 16));
+        EXPECT_EQ(b.theta_min, compress::wire_bytes({"powersgd", 5}, {32, 64}) +
+                                   compress::wire_bytes({"powersgd", 2}, {16, 24}) +
+                                   compress::wire_bytes({"powersgd", 1}, {3, 3}) +
+                                   compress::wire_bytes({"powersgd", 2}, {16, 3, 3, 3}) +
+                                   compress::wire_bytes({"powersgd", 1}, {4, 4}));
+    });
+}
+
+// Two ranks with different gradients take the same decisions, end every step with the
+// same gradients, and each step sends the norms, the time, the vector whole, and every
+// matrix at its rank of the chosen factor exactly as --compress powersgd:R would.
+TEST(GravacPowersgd, RanksAgreeAndSendTheBytesOfPowersgdAtTheRank) {
+    std::set<int> choices;
+    std::set<double> factors;
+    // The inputs drawn before the threads start (torch's global generator is shared).
+    std::vector<std::vector<std::vector<torch::Tensor>>> inputs(2);
+    for (int rank = 0; rank < 2; ++rank)
+        for (std::int64_t s = 0; s < 15; ++s)
+            inputs[static_cast<size_t>(rank)].push_back(powersgd_gradients(rank, s, rank == 0 ? 0.2 : 0.6));
+    for (double epsilon : {0.6, 0.9, 1.0}) {
+        test::ThreadGroup group(2);
+        std::vector<std::vector<io::MetricsGravacStep>> steps(2);
+        std::vector<std::int64_t> bytes(2);
+        std::vector<std::vector<torch::Tensor>> last(2);
+        std::vector<regime::GravacState> states(2);
+        group.run([&](int rank, comm::Collectives& comm) {
+            auto tensors = powersgd_model();
+            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options("powersgd", 3, epsilon));
+            for (std::int64_t s = 0; s < 15; ++s) {
+                std::vector<torch::Tensor> g;
+                for (const auto& t : inputs[static_cast<size_t>(rank)][static_cast<size_t>(s)]) g.push_back(t.clone());
+                x.exchange(g, train::StepInfo{0, s, s, 0.1});
+                last[static_cast<size_t>(rank)] = g;
+            }
+            steps[static_cast<size_t>(rank)] = x.take_steps();
+            bytes[static_cast<size_t>(rank)] = x.take_totals().bytes;
+            states[static_cast<size_t>(rank)] = x.controller().state();
+        });
+        ASSERT_EQ(steps[0].size(), 15u);
+        std::int64_t expected = 0;
+        for (size_t i = 0; i < steps[0].size(); ++i) {
+            const auto &a = steps[0][i], &b = steps[1][i];
+            EXPECT_EQ(a.factor, b.factor) << "step " << i;
+            EXPECT_EQ(a.choice, b.choice) << "step " << i;
+            EXPECT_EQ(a.gain_min, b.gain_min) << "step " << i;
+            EXPECT_EQ(a.gain_candidate, b.gain_candidate) << "step " << i;
+            choices.insert(a.choice);
+            factors.insert(a.factor);
+            expected += 3 * 8 + 8 + 4 * 32;
+            for (const auto& shape : {std::vector<std::int64_t>{32, 64}, std::vector<std::int64_t>{16, 24},
+                                      std::vector<std::int64_t>{3, 3}}) {
+                const std::int64_t r = regime::powersgd_rank_for_factor(shape[0], shape[1], a.factor);
+                expected += a.choice == 2 ? 4 * shape[0] * shape[1] : compress::wire_bytes({"powersgd", double(r)}, shape);
+            }
+        }
+        EXPECT_EQ(bytes[0], expected) << "epsilon " << epsilon;
+        EXPECT_EQ(bytes[1], expected) << "epsilon " << epsilon;
+        EXPECT_EQ(states[0].theta_min, states[1].theta_min);
+        EXPECT_EQ(states[0].candidate, states[1].candidate);
+        for (size_t p = 0; p < last[0].size(); ++p)
+            EXPECT_TRUE(torch::allclose(last[0][p], last[1][p], 1e-5, 1e-6)) << "parameter " << p;
+    }
+    EXPECT_TRUE(choices.count(0) && choices.count(2)) << "the test should see the candidate and dense";
+    EXPECT_GE(factors.size(), 3u) << "the candidate should have moved";
+}
+
+// On one rank the exchange at a level is that level's local approximation, so the
+// squared norm of what was sent equals the norm the controller was given for the
+// level sent (the candidate's: truncated theta_min factors = PowerSGD at its rank).
+TEST(GravacPowersgd, SentIsTheLocalApproximationWhoseNormWasMeasured) {
+    std::set<int> seen;
+    for (double epsilon : {0.3, 0.95}) {
+        test::ThreadGroup group(1);
+        group.run([&](int, comm::Collectives& comm) {
+            auto tensors = powersgd_model();
+            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options("powersgd", 3, epsilon));
+            for (std::int64_t s = 0; s < 9; ++s) {
+                auto g = powersgd_gradients(0, s, 0.5);
+                x.exchange(g, train::StepInfo{0, s, s, 0.1});
+                const auto record = x.take_steps().at(0);
+                const torch::Tensor inputs = x.state().at("gravac/inputs");
+                const double measured = inputs[s][record.choice == 0 ? 2 : record.choice == 1 ? 1 : 0].item<double>();
+                double sent = 0;
+                for (size_t p : {size_t{0}, size_t{2}, size_t{3}}) sent += g[p].to(torch::kFloat64).square().sum().item<double>();
+                EXPECT_NEAR(sent, measured, 1e-4 * measured) << "epsilon " << epsilon << " step " << s;
+                seen.insert(record.choice);
+            }
+        });
+    }
+    EXPECT_TRUE(seen.count(0) && seen.count(1)) << "both compressed levels should be sent";
+}
+
+// The warm-start Q and the error memory go into the state; a restored exchange
+// continues with the same gradients.
+TEST(GravacPowersgd, RestoredStateContinuesWithTheSameQ) {
+    test::ThreadGroup group(1);
+    group.run([&](int, comm::Collectives& comm) {
+        auto tensors = powersgd_model();
+        const auto names = describe(tensors);
+        GravacExchange a(tensors, names, comm, torch::kCPU, options("powersgd", 3, 0.6));
+        for (std::int64_t s = 0; s < 6; ++s) {
+            auto g = powersgd_gradients(0, s, 0.5);
+            a.exchange(g, train::StepInfo{0, s, s, 0.1});
+        }
+        const auto state = a.state();
+        ASSERT_TRUE(state.count("p0/powersgd_q"));
+        EXPECT_EQ(state.at("p0/powersgd_q").sizes().vec(), (std::vector<std::int64_t>{64, 5}));  // theta_min 4: rank 5
+        EXPECT_FALSE(state.count("p3/powersgd_q")) << "3 x 3 is sent whole";
+        GravacExchange b(tensors, names, comm, torch::kCPU, options("powersgd", 3, 0.6));
+        b.load_state(state);
+        for (std::int64_t s = 6; s < 10; ++s) {
+            auto ga = powersgd_gradients(0, s, 0.5), gb = powersgd_gradients(0, s, 0.5);
+            a.exchange(ga, train::StepInfo{0, s, s, 0.1});
+            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
+            for (size_t p = 0; p < ga.size(); ++p) EXPECT_TRUE(torch::equal(ga[p], gb[p])) << "step " << s;
+        }
+        EXPECT_THROW(b.load_state({{"p0/powersgd_q", torch::zeros({32, 2})}}), Error);
+        EXPECT_THROW(b.load_state({{"p0/powersgd_q", torch::zeros({64, 40})}}), Error);
+        EXPECT_THROW(b.load_state({{"p0/dgc_momentum", torch::zeros({32, 64})}}), Error);
+    });
 }
 
 }  // namespace
