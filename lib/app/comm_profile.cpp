@@ -1,10 +1,10 @@
 #include "app/comm_profile.hpp"
 
 #include "app/rank_options.hpp"
+#include "app/same_settings.hpp"
 #include "app/training_options.hpp"
 #include "base/clock.hpp"
 #include "base/error.hpp"
-#include "base/hash.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
 #include "base/version.hpp"
@@ -140,9 +140,6 @@ std::int64_t check_once(ProcessGroupCollectives& comm, const CollectiveRun& run,
     return total.cpu().item<std::int64_t>();
 }
 
-// The same text gives the same number on every machine.
-std::int64_t fingerprint(const std::string& text) { return static_cast<std::int64_t>(fnv1a(text) >> 1); }
-
 // Per iteration, the time of the slowest rank.
 std::vector<double> slowest_rank(ProcessGroupCollectives& comm, const std::vector<double>& times) {
     at::Tensor slowest = at::tensor(times, at::TensorOptions().dtype(at::kDouble)).to(comm.device());
@@ -155,16 +152,9 @@ std::vector<double> slowest_rank(ProcessGroupCollectives& comm, const std::vecto
 std::int64_t compute_batch(const ProfileConfig& config) { return config.batch_size > 0 ? config.batch_size : 128; }
 
 // Every rank must run the same measurements: `options` lists what they are started with.
-void agree_on(ProcessGroupCollectives& comm, const std::string& signature, const std::string& what,
+void agree_on(ProcessGroupCollectives& comm, const std::string& settings, const std::string& what,
               const std::string& options) {
-    at::Tensor mine =
-        at::full({1}, fingerprint(signature), at::TensorOptions().dtype(at::kLong).device(comm.device()));
-    std::vector<at::Tensor> all = comm.allgather(mine);
-    const std::int64_t reference = all[0].cpu().item<std::int64_t>();
-    for (int r = 1; r < comm.world_size(); ++r)
-        if (all[static_cast<size_t>(r)].cpu().item<std::int64_t>() != reference)
-            throw UsageError("rank " + std::to_string(r) + " was started with other " + what + " than rank 0 (" +
-                             options + " must be the same on every rank)");
+    check_same_settings(comm, settings, what, " (" + options + " must be the same on every rank)", comm.device());
 }
 
 bool human_output() { return spdlog::default_logger()->level() <= spdlog::level::info; }

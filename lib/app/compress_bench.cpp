@@ -134,14 +134,10 @@ void validate(BenchConfig& c) {
     if (c.threads < 1 || c.threads > cli::kMaxThreads)
         throw UsageError("--threads: must be a whole number in [1, " + std::to_string(cli::kMaxThreads) + "]");
     if (c.csv && c.json) throw UsageError("--csv and --json exclude each other (both write to standard output)");
-    if (c.device != "cpu" && c.device != "cuda")
-        throw UsageError("--device: must be 'cpu' or 'cuda', not '" + c.device + "'");
-    if (c.path.empty()) c.path = c.device == "cuda" ? "device" : "host";
-    if (c.path != "host" && c.path != "device")
-        throw UsageError("--path: must be 'host' or 'device', not '" + c.path + "'");
-    if (c.device == "cuda" && c.path == "host")
+    if (!c.path) c.path = c.device == Device::cuda ? CompressorPath::device : CompressorPath::host;
+    if (c.device == Device::cuda && *c.path == CompressorPath::host)
         throw UsageError("--path host: the host path runs on CPU tensors; use --device cpu, or --path device");
-    if (c.device == "cuda" && !torch::cuda::is_available())
+    if (c.device == Device::cuda && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device (this LibTorch was built without CUDA, or no GPU is "
                          "visible); use --device cpu");
     if (!c.output.empty()) {
@@ -258,220 +254,275 @@ std::string csv_field(const std::string& text) {
 
 }  // namespace
 
+const std::vector<std::string>& compressor_path_names() {
+    static const std::vector<std::string> names = {"host", "device"};
+    return names;
+}
+
+const char* compressor_path_name(CompressorPath path) { return path == CompressorPath::device ? "device" : "host"; }
+
+CompressorPath parse_compressor_path(const std::string& name) {
+    if (name == "host") return CompressorPath::host;
+    if (name == "device") return CompressorPath::device;
+    throw UsageError("--path: must be host or device, not '" + name + "'");
+}
+
 const std::vector<std::string>& default_bench_compressors() {
     static const std::vector<std::string> list = default_specs();
     return list;
 }
+namespace {
 
-int run_bench(BenchConfig c) {
-    validate(c);
-    at::set_num_threads(static_cast<int>(c.threads));
-    std::vector<TensorInfo> tensors;
-    std::string source, model;
-    std::vector<Input> inputs = load_inputs(c, tensors, source, model);
-    std::vector<std::string> warnings;
-    auto warn = [&](const std::string& text) {
-        spdlog::warn(text);
-        warnings.push_back(text);
-    };
+// One run of the benchmark, in the order of its output: the inputs, the network and
+// the compute the model predicts with, the header lines, one table per input (a row
+// per compressor and world size), then the results file, CSV and JSON.
+class Bench {
+public:
+    explicit Bench(BenchConfig config) : c_(std::move(config)) {}
 
-    std::int64_t values = 0;
-    std::vector<double> tensor_bytes;
-    for (const auto& t : tensors) {
-        values += t.numel();
-        tensor_bytes.push_back(4.0 * static_cast<double>(t.numel()));
+    int run() {
+        validate(c_);
+        at::set_num_threads(static_cast<int>(c_.threads));
+        inputs_ = load_inputs(c_, tensors_, source_, model_);
+        for (const auto& t : tensors_) {
+            values_ += t.numel();
+            tensor_bytes_.push_back(4.0 * static_cast<double>(t.numel()));
+        }
+        dense_bytes_ = 4.0 * static_cast<double>(values_);
+        set_network();
+        set_compute();
+        memcpy_bandwidth_ = measure_memcpy();
+        set_exchange_options();
+        describe_file();
+        for (auto w : c_.worlds)
+            baseline_[w] = perf::predict_ddp(net_, static_cast<int>(w), tensor_bytes_, compute_);
+        print_header();
+        measure_all();
+        if (!c_.output.empty()) {
+            io::write_bench(c_.output, file_);
+            spdlog::info("");
+            spdlog::info("wrote {}", c_.output);
+        }
+        if (c_.csv) print_csv();
+        if (c_.json) print_json();
+        return 0;
     }
-    const double dense_bytes = 4.0 * static_cast<double>(values);
+
+private:
+    void warn(const std::string& text) {
+        spdlog::warn(text);
+        warnings_.push_back(text);
+    }
+
     // The network: a comm-profile file's fits, or --alpha and --bandwidth (or their defaults).
-    std::string network_source = c.alpha_given ? "flags" : "default";
-    perf::Network net{c.alpha, c.bandwidth}, gather_net = net;
-    std::string network_line;
-    std::optional<io::ComputeProfile> profiled_compute;
-    if (!c.comm.empty()) {
-        io::CommProfile profile = io::read_comm_profile(c.comm);
-        profiled_compute = profile.compute;
+    void set_network() {
+        network_source_ = c_.alpha_given ? "flags" : "default";
+        net_ = gather_net_ = perf::Network{c_.alpha, c_.bandwidth};
+        if (c_.comm.empty()) {
+            network_line_ = "  network: bandwidth " + bytes_text(net_.bandwidth) + "/s, alpha " +
+                            short_number(net_.alpha * 1e6) + " us" +
+                            (c_.alpha_given ? "" : " (defaults: pass --comm, or --alpha and --bandwidth)");
+            return;
+        }
+        io::CommProfile profile = io::read_comm_profile(c_.comm);
+        profiled_compute_ = profile.compute;
         const io::CollectiveProfile* allreduce = profile.find("allreduce");
         if (!allreduce)
-            throw FileError(c.comm, "has no allreduce profile; run comm-profile with --collectives allreduce,allgather");
+            throw FileError(c_.comm, "has no allreduce profile; run comm-profile with --collectives allreduce,allgather");
         if (profile.world_size < 2)
-            throw FileError(c.comm, "was measured on " + std::to_string(profile.world_size) +
-                                        " rank, which says nothing about the network; profile at least 2 ranks");
+            throw FileError(c_.comm, "was measured on " + std::to_string(profile.world_size) +
+                                         " rank, which says nothing about the network; profile at least 2 ranks");
         const int n = static_cast<int>(profile.world_size);
-        net = perf::network_from_fit(perf::Collective::allreduce, n, allreduce->alpha, allreduce->bandwidth);
-        gather_net = net;
+        net_ = perf::network_from_fit(perf::Collective::allreduce, n, allreduce->alpha, allreduce->bandwidth);
+        gather_net_ = net_;
         std::string gathered = "allgather as allreduce";
         if (const io::CollectiveProfile* allgather = profile.find("allgather")) {
-            gather_net = perf::network_from_fit(perf::Collective::allgather, n, allgather->alpha, allgather->bandwidth);
-            gathered = "allgather: " + bytes_text(gather_net.bandwidth) + "/s, alpha " +
-                       short_number(gather_net.alpha * 1e6) + " us per step";
+            gather_net_ = perf::network_from_fit(perf::Collective::allgather, n, allgather->alpha, allgather->bandwidth);
+            gathered = "allgather: " + bytes_text(gather_net_.bandwidth) + "/s, alpha " +
+                       short_number(gather_net_.alpha * 1e6) + " us per step";
         }
-        network_source = "comm";
-        network_line = "  network from " + c.comm + " (" + profile.backend + ", " + std::to_string(n) +
-                       " ranks): allreduce: " + bytes_text(net.bandwidth) + "/s, alpha " +
-                       short_number(net.alpha * 1e6) + " us per step; " + gathered;
-    } else {
-        network_line = "  network: bandwidth " + bytes_text(net.bandwidth) + "/s, alpha " + short_number(net.alpha * 1e6) +
-                       " us" + (c.alpha_given ? "" : " (defaults: pass --comm, or --alpha and --bandwidth)");
+        network_source_ = "comm";
+        network_line_ = "  network from " + c_.comm + " (" + profile.backend + ", " + std::to_string(n) +
+                        " ranks): allreduce: " + bytes_text(net_.bandwidth) + "/s, alpha " +
+                        short_number(net_.alpha * 1e6) + " us per step; " + gathered;
     }
+
     // The compute: --compute-ms, else what comm-profile --model measured (its split into
     // forward and backward sets the backward pass's share), else none.
-    perf::Compute compute;
-    compute.seconds = c.compute_ms / 1000.0;
-    std::string compute_line = "  compute " + short_number(c.compute_ms) + " ms per iteration" +
-                               (c.compute_ms > 0 ? "" : " (pass --compute-ms, or --comm with a profile taken with --model)");
-    if (!c.compute_ms_given && profiled_compute) {
-        const io::ComputeProfile& p = *profiled_compute;
-        compute.seconds = p.forward_seconds + p.backward_seconds;
-        compute.backward_share = p.backward_seconds / compute.seconds;
-        compute_line = "  compute " + short_number(compute.seconds * 1e3) + " ms per iteration (forward " +
-                       short_number(p.forward_seconds * 1e3) + " ms, backward " +
-                       short_number(p.backward_seconds * 1e3) + " ms) of " + p.model + ", batch " +
-                       std::to_string(p.batch_size) + " per rank, from " + c.comm;
-        if (!model.empty() && model != p.model)
-            warn(c.comm + " holds the compute time of " + p.model + ", but the gradients are " + model +
+    void set_compute() {
+        compute_.seconds = c_.compute_ms / 1000.0;
+        compute_line_ = "  compute " + short_number(c_.compute_ms) + " ms per iteration" +
+                        (c_.compute_ms > 0 ? "" : " (pass --compute-ms, or --comm with a profile taken with --model)");
+        if (c_.compute_ms_given || !profiled_compute_) return;
+        const io::ComputeProfile& p = *profiled_compute_;
+        compute_.seconds = p.forward_seconds + p.backward_seconds;
+        compute_.backward_share = p.backward_seconds / compute_.seconds;
+        compute_line_ = "  compute " + short_number(compute_.seconds * 1e3) + " ms per iteration (forward " +
+                        short_number(p.forward_seconds * 1e3) + " ms, backward " +
+                        short_number(p.backward_seconds * 1e3) + " ms) of " + p.model + ", batch " +
+                        std::to_string(p.batch_size) + " per rank, from " + c_.comm;
+        if (!model_.empty() && model_ != p.model)
+            warn(c_.comm + " holds the compute time of " + p.model + ", but the gradients are " + model_ +
                  "'s; pass --compute-ms, or time that model with comm-profile --model");
     }
-    const double memcpy_bandwidth = measure_memcpy();
 
-    ExchangeOptions options;
-    options.topk_selection = c.topk_selection == "sampled" ? TopkSelection::sampled : TopkSelection::exact;
-    options.device_path_on_cpu = c.path == "device";
-    options.synchronize_timing = c.device == "cuda";
-    const at::Device device = c.device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+    void set_exchange_options() {
+        options_.topk_selection = c_.topk_selection == "sampled" ? TopkSelection::sampled : TopkSelection::exact;
+        options_.device_path_on_cpu = *c_.path == CompressorPath::device;
+        options_.time_device_work = c_.device == Device::cuda;
+        device_ = c_.device == Device::cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+    }
 
-    io::BenchFile file;
-    file.header.provenance = c.provenance;
-    file.source = source;
-    file.network_source = network_source;
-    file.comm_profile = c.comm;
-    file.alpha = net.alpha;
-    file.bandwidth = net.bandwidth;
-    file.allgather_alpha = gather_net.alpha;
-    file.allgather_bandwidth = gather_net.bandwidth;
-    file.compute_seconds = compute.seconds;
-    file.backward_share = compute.backward_share;
-    file.bucket_bytes = compute.bucket_bytes;
-    file.reps = c.reps;
-    file.threads = c.threads;
-    file.memcpy_bandwidth = memcpy_bandwidth;
-    file.vectors = c.vectors;
-    file.topk_selection = c.topk_selection;
-    for (const auto& t : tensors) file.parameters.push_back({t.name, t.shape});
+    // The results file's header: everything but the inputs and rows.
+    void describe_file() {
+        file_.header.provenance = c_.provenance;
+        file_.source = source_;
+        file_.network_source = network_source_;
+        file_.comm_profile = c_.comm;
+        file_.alpha = net_.alpha;
+        file_.bandwidth = net_.bandwidth;
+        file_.allgather_alpha = gather_net_.alpha;
+        file_.allgather_bandwidth = gather_net_.bandwidth;
+        file_.compute_seconds = compute_.seconds;
+        file_.backward_share = compute_.backward_share;
+        file_.bucket_bytes = compute_.bucket_bytes;
+        file_.reps = c_.reps;
+        file_.threads = c_.threads;
+        file_.memcpy_bandwidth = memcpy_bandwidth_;
+        file_.vectors = c_.vectors;
+        file_.topk_selection = c_.topk_selection;
+        for (const auto& t : tensors_) file_.parameters.push_back({t.name, t.shape});
+    }
 
-    std::map<std::int64_t, perf::Prediction> baseline;
-    for (auto w : c.worlds) baseline[w] = perf::predict_ddp(net, static_cast<int>(w), tensor_bytes, compute);
+    void print_header() const {
+        spdlog::info("{}: {} tensors, {} values ({} per worker and step uncompressed)", source_, tensors_.size(),
+                     with_commas(values_), bytes_text(dense_bytes_));
+        spdlog::info("{}", network_line_);
+        spdlog::info("{}", compute_line_);
+        spdlog::info("  memcpy {}/s on one thread; {} thread{}, {} timed step{} after one warm-up",
+                     bytes_text(memcpy_bandwidth_), c_.threads, c_.threads == 1 ? "" : "s", c_.reps,
+                     c_.reps == 1 ? "" : "s");
+        spdlog::info("  compressors: {} path on {}", compressor_path_name(*c_.path),
+                     c_.device == Device::cuda ? "the GPU (cuda:0)" : "the CPU");
+        for (auto w : c_.worlds) {
+            const perf::Prediction& b = baseline_.at(w);
+            spdlog::info("  uncompressed DDP, W={}: {} ms per iteration ({} ms of allreduce, {} ms not hidden by the "
+                         "backward pass)",
+                         w, number_text(b.iteration_seconds * 1e3, "%.3g"),
+                         number_text(b.communication_seconds * 1e3, "%.3g"),
+                         number_text(b.exposed_seconds * 1e3, "%.3g"));
+        }
+    }
 
-    spdlog::info("{}: {} tensors, {} values ({} per worker and step uncompressed)", source, tensors.size(),
-                 with_commas(values), bytes_text(dense_bytes));
-    spdlog::info("{}", network_line);
-    spdlog::info("{}", compute_line);
-    spdlog::info("  memcpy {}/s on one thread; {} thread{}, {} timed step{} after one warm-up", bytes_text(memcpy_bandwidth),
-                 c.threads, c.threads == 1 ? "" : "s", c.reps, c.reps == 1 ? "" : "s");
-    spdlog::info("  compressors: {} path on {}", c.path, c.device == "cuda" ? "the GPU (cuda:0)" : "the CPU");
-    for (auto w : c.worlds)
-        spdlog::info("  uncompressed DDP, W={}: {} ms per iteration ({} ms of allreduce, {} ms not hidden by the backward pass)",
-                     w, number_text(baseline[w].iteration_seconds * 1e3, "%.3g"),
-                     number_text(baseline[w].communication_seconds * 1e3, "%.3g"),
-                     number_text(baseline[w].exposed_seconds * 1e3, "%.3g"));
+    // Every input, compressor and world size: one row each.
+    void measure_all() {
+        // Widths that hold the longest text each column's format prints: %.3g gives at
+        // most 8 characters ("1.23e+03", "0.000123"), bytes_text at most 11.
+        size_t name_width = 10, world_width = 1;
+        for (const auto& text : c_.compressors) name_width = std::max(name_width, text.size());
+        for (auto w : c_.worlds) world_width = std::max(world_width, std::to_string(w).size());
+        table_ = TableLayout{{name_width, world_width, 11, 9, 11, 11, 8, 8, 6, 8, 11, 11, 9, 0}};
+        // A sweep of large models takes minutes: say which row is being measured.
+        const auto rows = static_cast<std::int64_t>(inputs_.size() * c_.compressors.size() * c_.worlds.size());
+        progress_.begin_items(rows, static_cast<double>(rows));
+        for (size_t input = 0; input < inputs_.size(); ++input) measure_input(input);
+    }
 
-    // Widths that hold the longest text each column's format prints: %.3g gives at
-    // most 8 characters ("1.23e+03", "0.000123"), bytes_text at most 11.
-    size_t name_width = 10, world_width = 1;
-    for (const auto& text : c.compressors) name_width = std::max(name_width, text.size());
-    for (auto w : c.worlds) world_width = std::max(world_width, std::to_string(w).size());
-    const TableLayout table{{name_width, world_width, 11, 9, 11, 11, 8, 8, 6, 8, 11, 11, 9, 0}};
-    // A sweep of large models takes minutes: say which row is being measured.
-    cli::Progress progress;
-    progress.begin_items(static_cast<std::int64_t>(inputs.size() * c.compressors.size() * c.worlds.size()),
-                         static_cast<double>(inputs.size() * c.compressors.size() * c.worlds.size()));
-    for (size_t input = 0; input < inputs.size(); ++input) {
-        const Input& in = inputs[input];
-        file.inputs.push_back({in.name, in.norm});
-        if (!(in.norm > 0))
-            warn("input '" + in.name + "' has zero norm: relative error, cosine and gain are undefined");
+    void measure_input(size_t input) {
+        const Input& in = inputs_[input];
+        file_.inputs.push_back({in.name, in.norm});
+        if (!(in.norm > 0)) warn("input '" + in.name + "' has zero norm: relative error, cosine and gain are undefined");
         spdlog::info("");
-        spdlog::info("{} ({}):", in.name, source);
-        spdlog::info("{}", table.line({"compressor", "W", "sent", "ratio", "encode", "decode", "GB/s", "rel.err",
-                                       "cosine", "gain", "comm", "iter", "speedup", "pays"}));
+        spdlog::info("{} ({}):", in.name, source_);
+        spdlog::info("{}", table_.line({"compressor", "W", "sent", "ratio", "encode", "decode", "GB/s", "rel.err",
+                                        "cosine", "gain", "comm", "iter", "speedup", "pays"}));
         std::vector<at::Tensor> work;
-        for (const auto& t : tensors) work.push_back(at::empty({t.numel()}, at::TensorOptions().device(device)));
-        for (const auto& text : c.compressors) {
+        for (const auto& t : tensors_) work.push_back(at::empty({t.numel()}, at::TensorOptions().device(device_)));
+        for (const auto& text : c_.compressors) {
             const Spec spec = parse_spec(text);
             std::vector<Spec> levels;
-            for (const auto& t : tensors)
-                levels.push_back(c.vectors == "compress" || t.shape.size() > 1 ? spec : parse_spec("none"));
-            for (auto w : c.worlds) {
-                progress.start_item((inputs.size() > 1 ? in.name + ": " : "") + text + " W=" + std::to_string(w));
-                LoopbackCollectives comm(static_cast<int>(w));
-                GradientExchange x(tensors, levels, comm, options);
-                copy_into(in, work);
-                x.step(work);  // warm-up, from empty state: C(g) for the quality measures
-                Quality q = quality_of(in, on_host(work));
-                std::vector<double> encode, decode;
-                for (std::int64_t rep = 0; rep < c.reps; ++rep) {
-                    copy_into(in, work);
-                    x.step(work);
-                    encode.push_back(x.last_step().encode_seconds);
-                    decode.push_back(x.last_step().decode_seconds);
-                }
-                std::vector<perf::Transfer> transfers;
-                for (const auto& planned : x.planned_collectives())
-                    transfers.push_back({planned.kind == Collective::allreduce ? perf::Collective::allreduce
-                                                                               : perf::Collective::allgather,
-                                         static_cast<double>(planned.bytes)});
-                io::BenchRow row;
-                row.input = static_cast<std::int64_t>(input);
-                row.compressor = text;
-                row.world_size = w;
-                row.bytes_per_worker = x.last_step().bytes;
-                row.compression_ratio = dense_bytes / static_cast<double>(std::max<std::int64_t>(1, row.bytes_per_worker));
-                const perf::TimingStats encode_stats = perf::summarize(encode), decode_stats = perf::summarize(decode);
-                row.encode_median = encode_stats.median;
-                row.encode_min = encode_stats.min;
-                row.encode_max = encode_stats.max;
-                row.decode_median = decode_stats.median;
-                row.decode_min = decode_stats.min;
-                row.decode_max = decode_stats.max;
-                row.throughput = dense_bytes / (row.encode_median + row.decode_median);
-                row.relative_error = q.relative_error;
-                row.cosine = q.cosine;
-                row.gain = q.gain;
-                perf::Prediction p = perf::predict_compressed(net, gather_net, static_cast<int>(w), transfers,
-                                                              row.encode_median, row.decode_median, compute);
-                row.comm_seconds = p.communication_seconds;
-                row.iteration_seconds = p.iteration_seconds;
-                row.baseline_iteration_seconds = baseline[w].iteration_seconds;
-                row.speedup = row.baseline_iteration_seconds / row.iteration_seconds;
-                progress.finish_item();
-                spdlog::info("{}", table.line({text, std::to_string(w),
-                                               bytes_text(static_cast<double>(row.bytes_per_worker)),
-                                               number_text(row.compression_ratio, "%.3gx"),
-                                               number_text(row.encode_median * 1e3, "%.3g ms"),
-                                               number_text(row.decode_median * 1e3, "%.3g ms"),
-                                               number_text(row.throughput / 1e9, "%.3g"),
-                                               bounded_text(row.relative_error, "%.3f"),
-                                               number_text(row.cosine, "%.3f"), bounded_text(row.gain, "%.3f"),
-                                               number_text(row.comm_seconds * 1e3, "%.3g ms"),
-                                               number_text(row.iteration_seconds * 1e3, "%.3g ms"),
-                                               bounded_text(row.speedup, "%.2fx", "%.3gx"), row.speedup > 1 ? "yes" : "no"}));
-                file.rows.push_back(row);
+            for (const auto& t : tensors_)
+                levels.push_back(c_.vectors == "compress" || t.shape.size() > 1 ? spec : parse_spec("none"));
+            for (auto w : c_.worlds) {
+                progress_.start_item((inputs_.size() > 1 ? in.name + ": " : "") + text + " W=" + std::to_string(w));
+                io::BenchRow row = measure_row(input, text, levels, w, work);
+                progress_.finish_item();
+                print_row(row);
+                file_.rows.push_back(row);
             }
         }
     }
-    if (!c.output.empty()) {
-        io::write_bench(c.output, file);
-        spdlog::info("");
-        spdlog::info("wrote {}", c.output);
+
+    // One compressor at one world size: a warm-up step from empty state, whose C(g)
+    // gives the quality measures, then the timed steps; the model's prediction.
+    io::BenchRow measure_row(size_t input, const std::string& text, const std::vector<Spec>& levels, std::int64_t w,
+                             std::vector<at::Tensor>& work) {
+        const Input& in = inputs_[input];
+        LoopbackCollectives comm(static_cast<int>(w));
+        GradientExchange x(tensors_, levels, comm, options_);
+        copy_into(in, work);
+        x.step(work);
+        const Quality q = quality_of(in, on_host(work));
+        std::vector<double> encode, decode;
+        for (std::int64_t rep = 0; rep < c_.reps; ++rep) {
+            copy_into(in, work);
+            x.step(work);
+            encode.push_back(x.last_step().encode_seconds);
+            decode.push_back(x.last_step().decode_seconds);
+        }
+        std::vector<perf::Transfer> transfers;
+        for (const auto& planned : x.planned_collectives())
+            transfers.push_back({planned.kind == Collective::allreduce ? perf::Collective::allreduce
+                                                                       : perf::Collective::allgather,
+                                 static_cast<double>(planned.bytes)});
+        io::BenchRow row;
+        row.input = static_cast<std::int64_t>(input);
+        row.compressor = text;
+        row.world_size = w;
+        row.bytes_per_worker = x.last_step().bytes;
+        row.compression_ratio = dense_bytes_ / static_cast<double>(std::max<std::int64_t>(1, row.bytes_per_worker));
+        const perf::TimingStats encode_stats = perf::summarize(encode), decode_stats = perf::summarize(decode);
+        row.encode_median = encode_stats.median;
+        row.encode_min = encode_stats.min;
+        row.encode_max = encode_stats.max;
+        row.decode_median = decode_stats.median;
+        row.decode_min = decode_stats.min;
+        row.decode_max = decode_stats.max;
+        row.throughput = dense_bytes_ / (row.encode_median + row.decode_median);
+        row.relative_error = q.relative_error;
+        row.cosine = q.cosine;
+        row.gain = q.gain;
+        const perf::Prediction p = perf::predict_compressed(net_, gather_net_, static_cast<int>(w), transfers,
+                                                            row.encode_median, row.decode_median, compute_);
+        row.comm_seconds = p.communication_seconds;
+        row.iteration_seconds = p.iteration_seconds;
+        row.baseline_iteration_seconds = baseline_.at(w).iteration_seconds;
+        row.speedup = row.baseline_iteration_seconds / row.iteration_seconds;
+        return row;
     }
 
-    if (c.csv) {
+    void print_row(const io::BenchRow& row) const {
+        spdlog::info("{}", table_.line({row.compressor, std::to_string(row.world_size),
+                                        bytes_text(static_cast<double>(row.bytes_per_worker)),
+                                        number_text(row.compression_ratio, "%.3gx"),
+                                        number_text(row.encode_median * 1e3, "%.3g ms"),
+                                        number_text(row.decode_median * 1e3, "%.3g ms"),
+                                        number_text(row.throughput / 1e9, "%.3g"),
+                                        bounded_text(row.relative_error, "%.3f"), number_text(row.cosine, "%.3f"),
+                                        bounded_text(row.gain, "%.3f"),
+                                        number_text(row.comm_seconds * 1e3, "%.3g ms"),
+                                        number_text(row.iteration_seconds * 1e3, "%.3g ms"),
+                                        bounded_text(row.speedup, "%.2fx", "%.3gx"), row.speedup > 1 ? "yes" : "no"}));
+    }
+
+    void print_csv() const {
         std::cout << "input,compressor,world_size,bytes_per_worker,compression_ratio,encode_seconds_median,"
                      "encode_seconds_min,encode_seconds_max,decode_seconds_median,decode_seconds_min,"
                      "decode_seconds_max,throughput,relative_error,cosine,gain,comm_seconds,iteration_seconds,"
                      "baseline_iteration_seconds,speedup\n";
         auto g = [](double v) { return std::isfinite(v) ? number_text(v, "%.6g") : std::string(); };
-        for (const auto& r : file.rows)
-            std::cout << csv_field(file.inputs[static_cast<size_t>(r.input)].name) << ',' << r.compressor << ','
+        for (const auto& r : file_.rows)
+            std::cout << csv_field(file_.inputs[static_cast<size_t>(r.input)].name) << ',' << r.compressor << ','
                       << r.world_size << ',' << r.bytes_per_worker << ',' << g(r.compression_ratio) << ','
                       << g(r.encode_median) << ',' << g(r.encode_min) << ',' << g(r.encode_max) << ','
                       << g(r.decode_median) << ',' << g(r.decode_min) << ',' << g(r.decode_max) << ','
@@ -480,38 +531,47 @@ int run_bench(BenchConfig c) {
                       << ',' << g(r.speedup) << '\n';
         std::cout.flush();
     }
-    if (c.json) {
+
+    // What the run used: the inputs, the network and compute, and the settings.
+    nlohmann::json json_settings() const {
         nlohmann::json report;
-        report["source"] = source;
-        report["parameters"] = tensors.size();
-        report["values"] = values;
+        report["source"] = source_;
+        report["parameters"] = tensors_.size();
+        report["values"] = values_;
         nlohmann::json list = nlohmann::json::array();
-        for (const auto& in : file.inputs) list.push_back({{"name", in.name}, {"norm", in.norm}});
+        for (const auto& in : file_.inputs) list.push_back({{"name", in.name}, {"norm", in.norm}});
         report["inputs"] = list;
-        report["network"] = {{"alpha", net.alpha},
-                             {"bandwidth", net.bandwidth},
-                             {"allgather_alpha", gather_net.alpha},
-                             {"allgather_bandwidth", gather_net.bandwidth},
-                             {"source", file.network_source},
-                             {"comm_profile", cli::json_text_or_null(c.comm)}};
-        report["compute_seconds"] = compute.seconds;
-        report["backward_share"] = compute.backward_share;
-        report["compute_source"] = c.compute_ms_given ? "flag" : profiled_compute ? "comm" : "none";
-        report["memcpy_bandwidth"] = memcpy_bandwidth;
-        report["threads"] = c.threads;
-        report["reps"] = c.reps;
-        report["vectors"] = c.vectors;
-        report["topk_selection"] = c.topk_selection;
+        report["network"] = {{"alpha", net_.alpha},
+                             {"bandwidth", net_.bandwidth},
+                             {"allgather_alpha", gather_net_.alpha},
+                             {"allgather_bandwidth", gather_net_.bandwidth},
+                             {"source", file_.network_source},
+                             {"comm_profile", cli::json_text_or_null(c_.comm)}};
+        report["compute_seconds"] = compute_.seconds;
+        report["backward_share"] = compute_.backward_share;
+        report["compute_source"] = c_.compute_ms_given ? "flag" : profiled_compute_ ? "comm" : "none";
+        report["memcpy_bandwidth"] = memcpy_bandwidth_;
+        report["threads"] = c_.threads;
+        report["reps"] = c_.reps;
+        report["vectors"] = c_.vectors;
+        report["topk_selection"] = c_.topk_selection;
+        return report;
+    }
+
+    void print_json() const {
+        nlohmann::json report = json_settings();
         nlohmann::json base = nlohmann::json::array();
-        for (auto w : c.worlds)
+        for (auto w : c_.worlds) {
+            const perf::Prediction& b = baseline_.at(w);
             base.push_back({{"world_size", w},
-                            {"iteration_seconds", baseline[w].iteration_seconds},
-                            {"communication_seconds", baseline[w].communication_seconds},
-                            {"exposed_seconds", baseline[w].exposed_seconds}});
+                            {"iteration_seconds", b.iteration_seconds},
+                            {"communication_seconds", b.communication_seconds},
+                            {"exposed_seconds", b.exposed_seconds}});
+        }
         report["baseline"] = base;
         nlohmann::json results = nlohmann::json::array();
-        for (const auto& r : file.rows)
-            results.push_back({{"input", file.inputs[static_cast<size_t>(r.input)].name},
+        for (const auto& r : file_.rows)
+            results.push_back({{"input", file_.inputs[static_cast<size_t>(r.input)].name},
                                {"compressor", r.compressor},
                                {"world_size", r.world_size},
                                {"bytes_per_worker", r.bytes_per_worker},
@@ -529,11 +589,34 @@ int run_bench(BenchConfig c) {
                                {"speedup", cli::json_number(r.speedup)},
                                {"pays", r.speedup > 1}});
         report["results"] = results;
-        report["output"] = cli::json_text_or_null(c.output);
-        report["warnings"] = warnings;
+        report["output"] = cli::json_text_or_null(c_.output);
+        report["warnings"] = warnings_;
         std::cout << report.dump(2) << std::endl;
     }
-    return 0;
-}
+
+    BenchConfig c_;
+    std::vector<TensorInfo> tensors_;
+    std::string source_, model_;  // what the inputs came from; the model's name, when known
+    std::vector<Input> inputs_;
+    std::int64_t values_ = 0;
+    std::vector<double> tensor_bytes_;
+    double dense_bytes_ = 0;
+    std::string network_source_, network_line_, compute_line_;
+    perf::Network net_{}, gather_net_{};
+    std::optional<io::ComputeProfile> profiled_compute_;
+    perf::Compute compute_;
+    double memcpy_bandwidth_ = 0;
+    ExchangeOptions options_;
+    at::Device device_ = at::kCPU;
+    io::BenchFile file_;
+    std::map<std::int64_t, perf::Prediction> baseline_;
+    TableLayout table_;
+    cli::Progress progress_;
+    std::vector<std::string> warnings_;
+};
+
+}  // namespace
+
+int run_bench(BenchConfig config) { return Bench(std::move(config)).run(); }
 
 }  // namespace acc::compress

@@ -3,13 +3,24 @@
 // with the performance model whether it pays. main() only fills a BenchConfig.
 #pragma once
 
+#include "base/device.hpp"
 #include "io/header.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace acc::compress {
+
+/// The compressor code compress-bench times (--path): the loops over raw float arrays
+/// (host), or the ATen operations that run on a GPU (device; on CPU tensors too).
+enum class CompressorPath { host, device };
+
+/// --path's choices in help order, its spelling of each, and back (UsageError naming --path).
+const std::vector<std::string>& compressor_path_names();
+const char* compressor_path_name(CompressorPath path);
+CompressorPath parse_compressor_path(const std::string& name);
 
 struct BenchConfig {
     std::string shapes;                    ///< a model preset or a shapes file; empty: resnet18
@@ -28,12 +39,10 @@ struct BenchConfig {
     std::string vectors = "none";          ///< "none": parameters with < 2 dimensions go uncompressed
     std::string topk_selection = "exact";  ///< "exact" or "sampled"
     std::int64_t threads = 1;
-    /// Where the gradients live: "cpu", or "cuda" (the device codecs on the GPU, timed
-    /// with a device synchronisation around each timed part).
-    std::string device = "cpu";
-    /// The exchange's path: "host" (raw float loops), "device" (ATen operations, the
-    /// GPU's code on CPU tensors with --device cpu); empty: host on cpu, device on cuda.
-    std::string path;
+    /// Where the gradients live: the CPU, or the first GPU (the device codecs there).
+    Device device = Device::cpu;
+    /// The compressor code that runs; unset: host on the CPU, device on a GPU.
+    std::optional<CompressorPath> path;
     std::string output;                    ///< bench.h5 to write; empty: none
     bool csv = false;                      ///< the results as CSV on stdout
     bool json = false;                     ///< the results as JSON on stdout

@@ -1,7 +1,8 @@
 #include "app/rank_session.hpp"
 
+#include "app/same_settings.hpp"
+
 #include "base/error.hpp"
-#include "base/hash.hpp"
 #include "base/text.hpp"
 #include "dist/staging.hpp"
 #include "dist/state.hpp"
@@ -37,12 +38,9 @@ RankSession::RankSession(comm::Collectives* comm, torch::Device device)
 RankSession::~RankSession() = default;
 
 void RankSession::check_same_options(const std::string& settings) {
-    const auto fingerprints = gather(static_cast<std::int64_t>(fnv1a(settings)));
-    for (int other = 1; other < world_; ++other)
-        if (fingerprints[static_cast<size_t>(other)] != fingerprints[0])
-            throw UsageError("rank " + std::to_string(other) +
-                             " was started with other options than rank 0; every rank needs the same model, data, "
-                             "training and communication options");
+    if (!comm_) return;
+    check_same_settings(*host(), settings, "options",
+                        "; every rank needs the same model, data, training and communication options");
 }
 
 void RankSession::broadcast_from_leader(const std::vector<torch::Tensor>& tensors) {

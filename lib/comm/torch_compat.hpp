@@ -1,6 +1,7 @@
-// Every difference between LibTorch 1.13 (Debian) and 2.x in the c10d C++ API
-// that lib/comm meets, in one place. Nothing else in the toolkit tests
-// TORCH_VERSION_*.
+// Every difference between LibTorch 1.13 (Debian) and 2.x in the C++ APIs the
+// toolkit meets (c10d's process groups and stores for lib/comm, c10's events for
+// the compressors' device timing), in one place. Nothing else in the toolkit
+// tests TORCH_VERSION_*.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -21,8 +22,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>  // needs USE_C10D_NCCL
 #endif
 
+#include <c10/core/Event.h>
+
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -121,6 +125,28 @@ inline void set_backend_logging(bool verbose) {
     FLAGS_minloglevel = verbose ? google::GLOG_INFO : google::GLOG_FATAL;
 #else
     (void)verbose;
+#endif
+}
+
+/// CUDA events that can say how much device time lay between them:
+/// c10::Event::elapsedTime exists from 2.4 on. Without it (1.13), a caller
+/// that times device work synchronises the device around each timed part.
+#define ACC_TORCH_TIMED_EVENTS ACC_TORCH_AT_LEAST(2, 4)
+inline constexpr bool kTimedEvents = ACC_TORCH_TIMED_EVENTS;
+
+/// An event on `type` that records time stamps: BACKEND_DEFAULT is
+/// cudaEventDefault (PyTorch's default flag disables timing), in both versions.
+inline c10::Event timed_event(c10::DeviceType type) { return c10::Event(type, c10::EventFlag::BACKEND_DEFAULT); }
+
+/// Milliseconds of device time from `start` to `end`, two completed events
+/// made by timed_event; NaN where LibTorch cannot tell (kTimedEvents false).
+inline double elapsed_ms(const c10::Event& start, const c10::Event& end) {
+#if ACC_TORCH_TIMED_EVENTS
+    return start.elapsedTime(end);
+#else
+    (void)start;
+    (void)end;
+    return std::numeric_limits<double>::quiet_NaN();
 #endif
 }
 

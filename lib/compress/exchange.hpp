@@ -69,10 +69,11 @@ struct ExchangeOptions {
     /// on CPU gradients too. Gradients on a GPU always take it; CPU gradients otherwise
     /// take the host path (raw float loops). The tests compare the two paths this way.
     bool device_path_on_cpu = false;
-    /// On a GPU, wait for the device before each clock reading, so that StepStats' seconds
-    /// hold the device's work rather than the time to queue it (compress-bench; each wait
-    /// is a synchronisation, so training leaves it off).
-    bool synchronize_timing = false;
+    /// On a GPU, make StepStats' encode and decode seconds hold the device's work rather
+    /// than the time to queue it (compress-bench): CUDA events around each part, read at
+    /// the step's end, or with LibTorch 1.13 a synchronisation before each clock reading
+    /// (DeviceTimer). Training leaves it off: it would wait for the device every step.
+    bool time_device_work = false;
 };
 
 /// What one worker did in one step (or, summed, in many).

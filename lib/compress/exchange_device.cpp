@@ -7,23 +7,7 @@
 #include "base/error.hpp"
 #include "compress/exchange_impl.hpp"
 
-#include <torch/cuda.h>
-
 namespace acc::compress {
-
-namespace {
-
-double elapsed(std::chrono::steady_clock::time_point from, std::chrono::steady_clock::time_point to) {
-    return std::chrono::duration<double>(to - from).count();
-}
-
-}  // namespace
-
-// The clock, after the device's queued work when timings must include it.
-GradientExchange::Impl::Clock::time_point GradientExchange::Impl::now() const {
-    if (options.synchronize_timing && device.is_cuda()) torch::cuda::synchronize(device.index());
-    return Clock::now();
-}
 
 void GradientExchange::Impl::bind_device(const std::vector<at::Tensor>& grads) {
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -89,11 +73,12 @@ void GradientExchange::Impl::start_device(const std::vector<at::Tensor>& grads) 
     bind_device(grads);
     if (layout_dirty) layout();
     current = StepStats();
-    auto t0 = now();
+    timer.begin_step(device, options.time_device_work);
+    auto t0 = timer.start();
     for (size_t i = 0; i < slots.size(); ++i) compensate_device(i, slots[i]);
     if (!groups.empty()) powersgd_first_round_device();
     check_flags_device();
-    current.encode_seconds += elapsed(t0, now());
+    timer.stop(t0, current.encode_seconds);
     for (Channel c : kSumChannels) sum_work[static_cast<size_t>(c)] = launch(channel_buffer(c));
     p_work = launch(p);
     in_flight = true;
@@ -126,24 +111,25 @@ void GradientExchange::Impl::finish_device() {
     if (channel_buffer(Channel::gather).defined()) decode_gather_device();
     if (p_work) {
         wait(p_work);
-        auto t0 = now();
+        auto t0 = timer.start();
         powersgd_second_round_device();
-        current.encode_seconds += elapsed(t0, now());
+        timer.stop(t0, current.encode_seconds);
         q_work = launch(q);
     }
     decode_dense_device(W);
     if (q_work) {
         wait(q_work);
-        auto t0 = now();
+        auto t0 = timer.start();
         powersgd_decode_device(W);
-        current.decode_seconds += elapsed(t0, now());
+        timer.stop(t0, current.decode_seconds);
     }
     for (auto& g : groups) g.m = at::Tensor();
+    timer.finish_step();
 }
 
 void GradientExchange::Impl::decode_gather_device() {
     std::vector<at::Tensor> received = gather_payloads();
-    auto t1 = now();
+    auto t1 = timer.start();
     std::vector<at::Tensor> payloads(received.size());
     std::vector<std::pair<Slot*, at::Tensor>> checks;
     for (auto& s : slots) {
@@ -157,19 +143,19 @@ void GradientExchange::Impl::decode_gather_device() {
     if (!flags.empty() && !at::cat(flags).all().item<bool>())
         for (auto& c : checks)
             if (!c.second.item<bool>()) malformed(*c.first);
-    current.decode_seconds += elapsed(t1, now());
+    timer.stop(t1, current.decode_seconds);
 }
 
 void GradientExchange::Impl::decode_dense_device(int W) {
     for (Channel c : kSumChannels) wait(sum_work[static_cast<size_t>(c)]);
-    auto t0 = now();
+    auto t0 = timer.start();
     for (auto& s : slots) {
         const Channel c = s.codec->channel();
         if (c == Channel::low_rank || c == Channel::gather) continue;
         s.device_codec->decode_sum(slice_of(s), W, s.device_grad, s.error_feedback ? &s.device_memory : nullptr);
         settle_memory_device(s);
     }
-    current.decode_seconds += elapsed(t0, now());
+    timer.stop(t0, current.decode_seconds);
 }
 
 // ------------------------------------------------------------ PowerSGD, batched

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "compress/device_codec.hpp"
+#include "compress/device_timer.hpp"
 #include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
 
@@ -101,6 +102,7 @@ struct GradientExchange::Impl {
     std::vector<float> qt;  // scratch: one Q transposed
 
     StepStats current, last, total;
+    DeviceTimer timer;  // the device path's encode and decode times
     std::vector<std::int64_t> tensor_bytes;
 
     Impl(comm::Collectives& c, ExchangeOptions o);
@@ -126,7 +128,6 @@ struct GradientExchange::Impl {
     std::unique_ptr<comm::Work> launch(at::Tensor& buffer);
     void wait(std::unique_ptr<comm::Work>& work);
     std::vector<at::Tensor> gather_payloads();
-    Clock::time_point now() const;
     void end_step();
 
     // exchange_host.cpp

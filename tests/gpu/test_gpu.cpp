@@ -1,6 +1,8 @@
 // The training library's CUDA paths against its CPU paths. Without a CUDA device
 // the program says so and exits 77, which CTest reports as skipped.
 #include "base/error.hpp"
+#include "comm/torch_compat.hpp"
+#include "compress/device_timer.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -8,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -145,6 +148,34 @@ TEST(SgdOnCuda, MatchesTheCpu) {
         on_gpu.step(gpu_grads, 0.1);
     }
     for (size_t i = 0; i < cpu.size(); ++i) EXPECT_TRUE(torch::allclose(gpu[i].cpu(), cpu[i], 1e-5, 1e-6));
+}
+
+// compress-bench's GPU clock: CUDA events where LibTorch can time them, read at the
+// step's end; each part's seconds lie within the host's wall time around the step.
+TEST(DeviceTimerOnCuda, PartsHoldTheDevicesWork) {
+    using acc::compress::DeviceTimer;
+    torch::Tensor a = torch::randn({2048, 2048}, torch::TensorOptions().device(kGpu));
+    DeviceTimer timer;
+    timer.begin_step(kGpu, true);
+    EXPECT_EQ(timer.method(),
+              acc::comm::compat::kTimedEvents ? DeviceTimer::Method::events : DeviceTimer::Method::synchronize);
+    double encode = 0, decode = 0;
+    torch::cuda::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto mark = timer.start();
+    for (int i = 0; i < 20; ++i) a = torch::mm(a, a).div_(2048.0);
+    timer.stop(mark, encode);
+    mark = timer.start();
+    a.add_(1.0);
+    timer.stop(mark, decode);
+    timer.finish_step();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_GT(encode, 0);
+    EXPECT_GT(decode, 0);
+    EXPECT_GT(encode, decode);  // twenty 2048^2 products against one addition
+    EXPECT_LE(encode + decode, wall);
+    timer.begin_step(kGpu, false);  // training: the host's clock, no waits
+    EXPECT_EQ(timer.method(), DeviceTimer::Method::host_clock);
 }
 
 int main(int argc, char** argv) {

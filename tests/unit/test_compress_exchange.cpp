@@ -7,6 +7,7 @@
 // process group over loopback (lib/comm), one thread per rank.
 #include "base/error.hpp"
 #include "compress/codecs.hpp"
+#include "compress/device_timer.hpp"
 #include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
 #include "compress/loopback.hpp"
@@ -17,6 +18,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -569,5 +571,23 @@ TEST(Exchange, LoopbackStandsInForIdenticalWorkers) {
             EXPECT_LE(max_abs(ga[i] - gb[i]), 1e-5 * (1 + max_abs(gb[i]))) << text << " " << tensors[i].name;
         EXPECT_EQ(a.last_step().bytes, b.last_step().bytes);
         EXPECT_EQ(four.traffic().bytes, one.traffic().bytes + 32);  // plus the check that workers agree
+    }
+}
+
+// The CPU (either path) is timed with the host's clock around each part, at once,
+// whether or not the device's work is asked for.
+TEST(DeviceTimer, CpuPartsUseTheHostClockAtOnce) {
+    DeviceTimer timer;
+    for (bool device_work : {false, true}) {
+        timer.begin_step(at::kCPU, device_work);
+        EXPECT_EQ(timer.method(), DeviceTimer::Method::host_clock);
+        double seconds = 0;
+        const auto mark = timer.start();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        timer.stop(mark, seconds);
+        EXPECT_GE(seconds, 0.019);  // added at stop, not at finish_step
+        const double before = seconds;
+        timer.finish_step();
+        EXPECT_EQ(seconds, before);
     }
 }

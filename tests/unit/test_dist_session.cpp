@@ -2,6 +2,7 @@
 // checks that keep ranks in step fail where the ranks differ, on every rank,
 // and resuming delivers rank 0's checkpoint bytes to all.
 #include "app/rank_session.hpp"
+#include "app/same_settings.hpp"
 
 #include "base/error.hpp"
 #include "support/thread_collectives.hpp"
@@ -41,6 +42,25 @@ TEST(DistSession, OtherOptionsOnAnyRankStopEveryRank) {
     });
     ASSERT_EQ(errors.size(), 3u);
     for (const auto& e : errors) EXPECT_EQ(e.rfind("rank 2 was started with other options than rank 0", 0), 0u) << e;
+}
+
+// comm-profile's form of the check: its own words for what differs and what must agree.
+TEST(DistSession, SameSettingsNamesTheFirstRankThatDiffers) {
+    std::mutex mutex;
+    std::vector<std::string> errors;
+    ranks(4, [&](int rank, Collectives& comm) {
+        acc::app::check_same_settings(comm, "resnet18:128", "model options", " (--model must agree)");
+        try {
+            acc::app::check_same_settings(comm, rank >= 2 ? "" : "resnet18:128", "model options",
+                                          " (--model must agree)");
+        } catch (const acc::UsageError& e) {
+            std::lock_guard<std::mutex> lock(mutex);
+            errors.push_back(e.what());
+        }
+    });
+    ASSERT_EQ(errors.size(), 4u);
+    for (const auto& e : errors)
+        EXPECT_EQ(e, "rank 2 was started with other model options than rank 0 (--model must agree)");
 }
 
 TEST(DistSession, RankZerosWeightsReachEveryRankAndDifferencesAreFound) {
