@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <utility>
 
 namespace acc::app {
 namespace {
@@ -37,15 +38,12 @@ CLI::Option* add_spec_option(CLI::App& app, const std::string& name, const std::
         ->type_name("SPEC");
 }
 
-}  // namespace
+const std::string kCommunication = "Communication";
 
-void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
-    add_train_options(app, c.train);
-    CLI::Option* batch = app.get_option("--batch-size");
-    batch->description("Samples per step and rank (text: parallel streams per rank); a batch schedule sets it");
-    batch->each([&c](const std::string&) { c.batch_size_given = true; });
-
-    const std::string group = "Communication";
+// How each matrix's gradient is sent: one of --compress, --schedule, --accordion, --gravac.
+// Returns the options that --accordion's and --gravac's settings need.
+std::pair<CLI::Option*, CLI::Option*> add_level_options(CLI::App& app, dist::TrainDistConfig& c) {
+    const std::string& group = kCommunication;
     auto* compress = add_spec_option(app, "--compress",
                                      "Compress every matrix parameter's gradient with this level: " +
                                          compress::spec_list() + " [none]",
@@ -74,6 +72,10 @@ void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
     compress->excludes(schedule)->excludes(accordion)->excludes(gravac);
     schedule->excludes(accordion)->excludes(gravac);
     accordion->excludes(gravac);
+    return {accordion, gravac};
+}
+
+void add_accordion_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option* accordion) {
     const std::string accordion_group = "Accordion (with --accordion)";
     add_spec_option(app, "--low", "Level of critical regimes (little compression)",
                     [&c](compress::Spec s) { c.accordion_config.low = std::move(s); })
@@ -95,6 +97,9 @@ void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
         ->needs(accordion)
         ->group(accordion_group);
 
+}
+
+void add_gravac_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option* gravac) {
     const std::string gravac_group = "GraVAC (with --gravac)";
     regime::GravacSettings& g = c.gravac_settings;
     g.smoothing = 0;
@@ -133,6 +138,10 @@ void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
         ->needs(gravac)
         ->group(gravac_group);
 
+}
+
+void add_network_options(CLI::App& app, dist::TrainDistConfig& c) {
+    const std::string& group = kCommunication;
     app.add_option_function<std::string>(
            "--backend",
            [&c](const std::string& name) { c.backend = name == "nccl" ? comm::Backend::nccl : comm::Backend::gloo; },
@@ -151,6 +160,9 @@ void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
         ->check(cli::whole_number(0, 1000000))
         ->group(group);
 
+}
+
+void add_output_options(CLI::App& app, dist::TrainDistConfig& c) {
     const std::string output = "Output";
     app.add_option("--metrics", c.metrics, "Metrics file written after every epoch by rank 0 (accordion.metrics)")
         ->type_name("FILE")
@@ -162,6 +174,20 @@ void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
         ->group(output);
     app.add_flag("--resume", c.resume, "Continue a stopped run from its checkpoint and metrics file")->group(output);
     app.add_flag("--json", c.json, "Also print the summary as JSON on stdout")->group(output);
+}
+
+}  // namespace
+
+void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
+    add_train_options(app, c.train);
+    CLI::Option* batch = app.get_option("--batch-size");
+    batch->description("Samples per step and rank (text: parallel streams per rank); a batch schedule sets it");
+    batch->each([&c](const std::string&) { c.batch_size_given = true; });
+    const auto [accordion, gravac] = add_level_options(app, c);
+    add_accordion_options(app, c, accordion);
+    add_gravac_options(app, c, gravac);
+    add_network_options(app, c);
+    add_output_options(app, c);
     add_rendezvous_options(app, c.rendezvous);
 }
 
