@@ -443,17 +443,14 @@ void GravacExchange::send_sparse_device(std::vector<torch::Tensor>& gradients, c
         totals_.decode_seconds += now_seconds() - t0;
     }
     // Vectors (and, when dense, the matrices too): one summed allreduce.
-    for (size_t i : vectors_) whole.push_back(gradients[i].detach().to(torch::kFloat32).reshape({-1}));
-    if (whole.empty()) return;
-    const torch::Tensor mean = allreduce_mean(whole);
-    std::int64_t at = 0;
-    auto take = [&](torch::Tensor& out) {
-        out.copy_(mean.narrow(0, at, out.numel()).view(out.sizes()));
-        at += out.numel();
-    };
+    std::vector<torch::Tensor> into;
     if (send_dense)
-        for (auto& s : slots_) take(gradients[s.index]);
-    for (size_t i : vectors_) take(gradients[i]);
+        for (auto& s : slots_) into.push_back(gradients[s.index]);
+    for (size_t i : vectors_) {
+        whole.push_back(gradients[i].detach().to(torch::kFloat32).reshape({-1}));
+        into.push_back(gradients[i]);
+    }
+    average_into(std::move(whole), into);
 }
 
 // ---------------------------------------------------------------- powersgd
@@ -534,6 +531,18 @@ std::vector<double> GravacExchange::encode_powersgd(std::vector<torch::Tensor>& 
     return {sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
 }
 
+// `sent` (flat float32 parts) averaged over the ranks, copied into `into` in the same
+// order, each taking as many values as its part.
+void GravacExchange::average_into(std::vector<torch::Tensor> sent, const std::vector<torch::Tensor>& into) {
+    if (sent.empty()) return;
+    const torch::Tensor mean = allreduce_mean(std::move(sent));
+    std::int64_t at = 0;
+    for (const auto& out : into) {
+        out.copy_(mean.narrow(0, at, out.numel()).view(out.sizes()));
+        at += out.numel();
+    }
+}
+
 // The concatenation of `parts`, summed over ranks and divided by the world size.
 torch::Tensor GravacExchange::allreduce_mean(std::vector<torch::Tensor> parts) {
     torch::Tensor buffer = torch::cat(parts);
@@ -590,23 +599,19 @@ void GravacExchange::send_powersgd(std::vector<torch::Tensor>& gradients, const 
         }
         totals_.decode_seconds += now_seconds() - t0;
     }
-    std::vector<torch::Tensor> whole;
-    for (size_t j = 0; j < slots_.size(); ++j)
-        if (rank[j] == 0) whole.push_back(slots_[j].error.reshape({-1}));
-    for (size_t i : vectors_) whole.push_back(gradients[i].detach().to(torch::kFloat32).reshape({-1}));
-    if (whole.empty()) return;
-    const torch::Tensor mean = allreduce_mean(whole);
-    std::int64_t at = 0;
-    auto take = [&](torch::Tensor& out) {
-        out.copy_(mean.narrow(0, at, out.numel()).view(out.sizes()));
-        at += out.numel();
-    };
+    std::vector<torch::Tensor> whole, into;
     for (size_t j = 0; j < slots_.size(); ++j)
         if (rank[j] == 0) {
-            take(gradients[slots_[j].index]);
-            slots_[j].error.zero_();
+            whole.push_back(slots_[j].error.reshape({-1}));
+            into.push_back(gradients[slots_[j].index]);
         }
-    for (size_t i : vectors_) take(gradients[i]);
+    for (size_t i : vectors_) {
+        whole.push_back(gradients[i].detach().to(torch::kFloat32).reshape({-1}));
+        into.push_back(gradients[i]);
+    }
+    average_into(std::move(whole), into);  // copies the errors first: they may be cleared
+    for (size_t j = 0; j < slots_.size(); ++j)
+        if (rank[j] == 0) slots_[j].error.zero_();
 }
 
 void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& info) {

@@ -133,6 +133,7 @@ private:
     std::vector<double> encode_powersgd(std::vector<torch::Tensor>& gradients, double theta_min, double candidate);
     void send_powersgd(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision);
     torch::Tensor allreduce_mean(std::vector<torch::Tensor> parts);
+    void average_into(std::vector<torch::Tensor> sent, const std::vector<torch::Tensor>& into);
     Level& level(Slot& s, double factor, bool candidate);
     void encode_level(Slot& s, double factor, bool candidate, std::int64_t step, std::vector<float>& residual,
                       std::vector<std::uint8_t>& payload);

@@ -6,6 +6,7 @@
 # and GraVAC's two scalar allreduces, and --resume continues from the warm-start
 # Q in the checkpoint exactly. Families GraVAC cannot scale are usage errors.
 source "$(dirname "$0")/common.sh"
+source "$(dirname "$0")/gravac_common.sh"
 cd "$WORK"
 small=(--model mlp --hidden-size 16 --dataset synthetic --train-samples 64 --test-samples 16 --batch-size 16 --threads 1)
 
@@ -19,15 +20,7 @@ base=(--model mlp --hidden-size 64 --train-samples 1200 --test-samples 300 --thr
 train-dist "${base[@]}" --epochs 2 --gravac powersgd --gravac-theta-min 4 --gravac-theta-max 64 --gravac-window 10 \
     --gravac-epsilon 0.5 --metrics g.h5 >g.out 2>g.log || fail "gravac powersgd run: exit $?: $(tail -3 g.log)"
 
-digests() {
-    sed -nE 's/^train-dist\[[01]\]: debug: rank ([01]): gravac epoch ([0-9]+): steps at each factor (.*); decisions digest ([0-9a-f]{16})$/\2 \1 \3 \4/p' "$1"
-}
-lines=$(digests g.log | sort)
-[ "$(echo "$lines" | wc -l)" = 4 ] || fail "expected 2 epochs x 2 ranks of GraVAC digests: $lines"
-for e in 0 1; do
-    n=$(echo "$lines" | awk -v e="$e" '$1 == e {$2 = ""; print}' | sort -u | wc -l)
-    [ "$n" = 1 ] || fail "ranks took different GraVAC decisions in epoch $e: $(echo "$lines" | grep "^$e ")"
-done
+same_gravac_decisions g.log 2
 
 $ACC_PYTHON - g.h5 <<'PY' || fail "GraVAC powersgd metrics"
 import sys, math, h5py, numpy as np
