@@ -2,7 +2,7 @@
 # grad-dump --nproc 2 with a rank killed during training: rank 0 names the lost
 # rank and stops with exit 1, the launcher exits with 128 + 9, and the files
 # hold every completed epoch. --resume on 2 ranks then ends with the files of a
-# run that was never stopped.
+# run that was never stopped. Ranks started with different options refuse to train.
 source "$(dirname "$0")/common.sh"
 cd "$WORK"
 # Ranks this script started do not outlive it.
@@ -36,4 +36,8 @@ grep -Eq '^grad-dump\[0\]: resuming part.h5 after epoch [0-3] from part.ckpt.h5'
 
 "$ACC_PYTHON" "$ACC_SOURCE/tests/e2e/same_run.py" full.h5 part.h5 --epochs 5 --parameters 6 --global-step 1000 \
     --checkpoint-groups model,optimizer,extra || fail "the resumed run differs from the uninterrupted one"
+# Ranks started by hand with different options refuse to train.
+port=$(free_port)
+expect_exit 2 "^grad-dump\[0\]: error: rank 1 was started with other options than rank 0; every rank needs the same" -- \
+    bash -c "grad-dump --model mlp --train-samples 100 --epochs 1 --rank 1 --world-size 2 --master-port $port --lr 0.2 -q -o o1.h5 2>/dev/null & grad-dump --model mlp --train-samples 100 --epochs 1 --rank 0 --world-size 2 --master-port $port -o o0.h5; status=\$?; wait; exit \$status"
 finish
