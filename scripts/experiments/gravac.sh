@@ -45,37 +45,28 @@ main() {
         [dgc10x]="--compress dgc:0.1"
         [dgc100x]="--compress dgc:0.01"
         [accordion-topk]="$accordion --low topk:0.1 --high topk:0.01"
-        [gravac-topk-exp-0.7]="--gravac topk --gravac-policy exponential --gravac-epsilon 0.7"
-        [gravac-topk-exp-0.9]="--gravac topk --gravac-policy exponential --gravac-epsilon 0.9"
-        [gravac-topk-geo-0.7]="--gravac topk --gravac-policy geometric --gravac-epsilon 0.7"
-        [gravac-topk-geo-0.9]="--gravac topk --gravac-policy geometric --gravac-epsilon 0.9"
-        [gravac-dgc-exp-0.7]="--gravac dgc --gravac-policy exponential --gravac-epsilon 0.7"
-        [gravac-dgc-exp-0.9]="--gravac dgc --gravac-policy exponential --gravac-epsilon 0.9"
-        [gravac-dgc-geo-0.7]="--gravac dgc --gravac-policy geometric --gravac-epsilon 0.7"
-        [gravac-dgc-geo-0.9]="--gravac dgc --gravac-policy geometric --gravac-epsilon 0.9"
         [powersgd-r9]="--compress powersgd:9"
         [powersgd-r2]="--compress powersgd:2"
         [powersgd-r1]="--compress powersgd:1"
         [accordion-powersgd-r2-r1]="$accordion --low powersgd:2 --high powersgd:1"
         [accordion-powersgd-r9-r1]="$accordion --low powersgd:9 --high powersgd:1"
-        [gravac-powersgd-exp-0.7]="--gravac powersgd --gravac-policy exponential --gravac-epsilon 0.7"
-        [gravac-powersgd-exp-0.9]="--gravac powersgd --gravac-policy exponential --gravac-epsilon 0.9"
-        [gravac-powersgd-geo-0.7]="--gravac powersgd --gravac-policy geometric --gravac-epsilon 0.7"
-        [gravac-powersgd-geo-0.9]="--gravac powersgd --gravac-policy geometric --gravac-epsilon 0.9"
-        # Below the paper's thresholds: on this model 10x keeps less than 70 % of the squared norm.
-        [gravac-topk-exp-0.5]="--gravac topk --gravac-policy exponential --gravac-epsilon 0.5"
-        [gravac-topk-geo-0.5]="--gravac topk --gravac-policy geometric --gravac-epsilon 0.5"
-        [gravac-topk-exp-0.3]="--gravac topk --gravac-policy exponential --gravac-epsilon 0.3"
-        [gravac-dgc-exp-0.5]="--gravac dgc --gravac-policy exponential --gravac-epsilon 0.5"
     )
     declare -A groups=(
         [sparse]="dense topk10x topk100x dgc10x dgc100x accordion-topk
                   gravac-topk-exp-0.7 gravac-topk-exp-0.9 gravac-topk-geo-0.7 gravac-topk-geo-0.9
                   gravac-dgc-exp-0.7 gravac-dgc-exp-0.9 gravac-dgc-geo-0.7 gravac-dgc-geo-0.9"
         [powersgd]="powersgd-r9 powersgd-r2 powersgd-r1 accordion-powersgd-r2-r1 accordion-powersgd-r9-r1"
-            [gravac-powersgd]="gravac-powersgd-exp-0.7 gravac-powersgd-exp-0.9 gravac-powersgd-geo-0.7 gravac-powersgd-geo-0.9"
+        [gravac-powersgd]="gravac-powersgd-exp-0.7 gravac-powersgd-exp-0.9 gravac-powersgd-geo-0.7 gravac-powersgd-geo-0.9"
+        # Below the paper's thresholds: on this model 10x keeps less than 70 % of the squared norm.
         [low-epsilon]="gravac-topk-exp-0.5 gravac-topk-geo-0.5 gravac-topk-exp-0.3 gravac-dgc-exp-0.5"
     )
+    # GraVAC variants are named gravac-FAMILY-POLICY-EPSILON; their options follow from the name.
+    declare -A policy=([exp]=exponential [geo]=geometric)
+    for v in ${groups[sparse]} ${groups[gravac-powersgd]} ${groups[low-epsilon]}; do
+        [[ $v == gravac-* ]] || continue
+        IFS=- read -r _ family p epsilon <<<"$v"
+        args[$v]="--gravac $family --gravac-policy ${policy[$p]} --gravac-epsilon $epsilon"
+    done
     default="@sparse @powersgd @gravac-powersgd @low-epsilon"
     variants=()
     for name in ${4:-$default}; do
@@ -118,7 +109,7 @@ main() {
     dense=$out/dense
     report=()
     declare -A titles=([sparse]="Top-k and DGC" [powersgd]="PowerSGD, static and Accordion"
-                       [gravac-powersgd]="GraVAC with PowerSGD" [low-epsilon]="GraVAC below the paper's thresholds")
+                   [gravac-powersgd]="GraVAC with PowerSGD" [low-epsilon]="GraVAC below the paper's thresholds")
     for group in sparse powersgd gravac-powersgd low-epsilon; do
         table=("${titles[$group]}")
         for v in ${groups[$group]}; do table+=("$v=$out/$v"); done
