@@ -251,12 +251,11 @@ void DumpRank::end_epoch(const EpochResult& own, const EpochSummary& all) {
 
 // One rank of a run of several joins the process group first, so that anything
 // that goes wrong afterwards reaches the other ranks as a reason, not as a lost peer.
-int dump_rank(const GradDumpConfig& c) {
+int dump_rank(const GradDumpConfig& c, comm::Backend backend) {
     const comm::Rendezvous rendezvous = comm::resolve_rendezvous(c.rendezvous);
     if (rendezvous.world_size == 1) return DumpRank(c, nullptr).run();
     cli::set_log_rank(rendezvous.rank);
-    // Gloo also with --device cuda: the exchange averages the gradients in host memory.
-    auto comm = comm::ProcessGroupCollectives::join(rendezvous, comm::Backend::gloo);
+    auto comm = comm::ProcessGroupCollectives::join(rendezvous, backend);
     return comm::run_in_group(*comm, [&] { return DumpRank(c, comm.get()).run(); });
 }
 
@@ -271,10 +270,11 @@ std::string default_checkpoint_path(const std::string& output) {
 
 int run_grad_dump(GradDumpConfig c, int argc, char** argv) {
     validate(c);
-    // Several ranks exchange over Gloo: a build without it refuses them before any starts.
+    // NCCL on GPUs, as train-dist; a build without the backend refuses several ranks before any starts.
+    const comm::Backend backend = comm::run_backend(c.backend, c.train.device);
     if (c.rendezvous.nproc > 1 || comm::resolve_rendezvous(c.rendezvous).world_size > 1)
-        comm::check_backend_available(comm::Backend::gloo);
-    return comm::run_ranks(c.rendezvous, argc, argv, "grad-dump", [&] { return dump_rank(c); });
+        comm::check_backend_available(backend);
+    return comm::run_ranks(c.rendezvous, argc, argv, "grad-dump", [&] { return dump_rank(c, backend); });
 }
 
 }  // namespace acc::app

@@ -4,11 +4,13 @@
 // options into a GradDumpConfig. No LibTorch in this header.
 #pragma once
 
+#include "comm/backend.hpp"
 #include "comm/rendezvous.hpp"
 #include "base/provenance.hpp"
 #include "train/config.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,7 @@ struct GradDumpConfig {
     bool step_norms = false;                    ///< also store per-step, per-parameter norms
     bool json = false;                          ///< also print the summary as JSON on stdout
     comm::RendezvousConfig rendezvous;          ///< several ranks: torchrun's environment, flags or --nproc
+    std::optional<comm::Backend> backend;       ///< several ranks' collectives; unset: by train.device
     Provenance provenance;
 };
 

@@ -24,6 +24,7 @@ void add_grad_dump_options(CLI::App& app, GradDumpConfig& config) {
     app.add_flag("--step-norms", config.step_norms, "Also store per-step, per-parameter gradient norms")->group(group);
     app.add_flag("--json", config.json, "Also print the summary as JSON on stdout")->group(group);
     add_rendezvous_options(app, config.rendezvous);
+    add_backend_option(app, config.backend, "Communication");
 }
 
 }  // namespace acc::app

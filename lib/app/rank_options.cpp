@@ -36,4 +36,13 @@ void add_rendezvous_options(CLI::App& app, comm::RendezvousConfig& config) {
         ->group(group);
 }
 
+void add_backend_option(CLI::App& app, std::optional<comm::Backend>& backend, const std::string& group) {
+    app.add_option_function<std::string>(
+           "--backend",
+           [&backend](const std::string& name) { backend = name == "nccl" ? comm::Backend::nccl : comm::Backend::gloo; },
+           "Collectives: gloo (cpu), or nccl (cuda, in CUDA builds) [by --device]")
+        ->check(CLI::IsMember({"gloo", "nccl"}))
+        ->group(group);
+}
+
 }  // namespace acc::app

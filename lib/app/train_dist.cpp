@@ -45,7 +45,7 @@ using dist::RunPlan;
 using dist::TrainDistConfig;
 
 comm::Backend backend_of(const TrainDistConfig& c) {
-    return c.backend.value_or(comm::default_backend(c.train.device));
+    return comm::run_backend(c.backend, c.train.device);
 }
 
 std::string mode_name(Mode mode) {

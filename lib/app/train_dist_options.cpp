@@ -142,12 +142,7 @@ void add_gravac_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option* gr
 
 void add_network_options(CLI::App& app, dist::TrainDistConfig& c) {
     const std::string& group = kCommunication;
-    app.add_option_function<std::string>(
-           "--backend",
-           [&c](const std::string& name) { c.backend = name == "nccl" ? comm::Backend::nccl : comm::Backend::gloo; },
-           "Collectives: gloo (cpu), or nccl (cuda, in CUDA builds) [by --device]")
-        ->check(CLI::IsMember({"gloo", "nccl"}))
-        ->group(group);
+    add_backend_option(app, c.backend, group);
     app.add_option("--bucket-mb", c.bucket_mb,
                    "MiB of uncompressed gradients per allreduce that overlaps the backward pass")
         ->check(cli::number(0, kMaxBucketMb, true))

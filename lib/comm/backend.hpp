@@ -3,6 +3,9 @@
 #pragma once
 
 #include "base/device.hpp"
+#include "base/error.hpp"
+
+#include <optional>
 
 namespace acc::comm {
 
@@ -13,5 +16,13 @@ inline const char* backend_name(Backend backend) { return backend == Backend::nc
 
 /// The backend of tensors on `device`: Gloo for host memory, NCCL for GPUs.
 inline Backend default_backend(Device device) { return device == Device::cuda ? Backend::nccl : Backend::gloo; }
+
+/// The backend of a run on `device`: `chosen` (a program's --backend) where
+/// given, else default_backend(device). Throws UsageError for NCCL without GPUs.
+inline Backend run_backend(std::optional<Backend> chosen, Device device) {
+    if (chosen == Backend::nccl && device != Device::cuda)
+        throw UsageError("--backend nccl: needs --device cuda (NCCL reduces tensors on GPUs)");
+    return chosen.value_or(default_backend(device));
+}
 
 }  // namespace acc::comm

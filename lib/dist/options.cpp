@@ -31,8 +31,7 @@ void validate(const TrainDistConfig& c) {
         const AccordionConfig& a = c.accordion_config;
         regime::validate(regime::Options{a.eta, a.interval});
     }
-    if (c.backend == comm::Backend::nccl && c.train.device != Device::cuda)
-        throw UsageError("--backend nccl: needs --device cuda (NCCL reduces tensors on GPUs)");
+    comm::run_backend(c.backend, c.train.device);
     if (!(c.bucket_mb > 0) || !std::isfinite(c.bucket_mb)) throw UsageError("--bucket-mb: must be a number > 0");
     if (!(c.first_bucket_mb > 0) || !std::isfinite(c.first_bucket_mb))
         throw UsageError("--first-bucket-mb: must be a number > 0");

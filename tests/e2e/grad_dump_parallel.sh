@@ -56,10 +56,11 @@ assert j["world_size"] == 2 and j["trained"][-1]["samples"] == 600, j
 PY
 
 # --lr 0: the weights stay put; rank 0's summed gradient is PyTorch's over rank 0's
-# shard (the check fails on rank 1's shard or on the whole slice).
+# shard (the check fails on rank 1's shard or on the whole slice). --backend gloo
+# names the default.
 fixed=(--model mlp --train-samples 600 --test-samples 100 --batch-size 50 --lr 0 --momentum 0 --weight-decay 0
        --epochs 1 --snapshot-epochs 0 --seed 42 -q)
-grad-dump "${fixed[@]}" --nproc 2 -o local.h5 || fail "grad-dump --nproc 2 --lr 0"
+grad-dump "${fixed[@]}" --nproc 2 --backend gloo -o local.h5 || fail "grad-dump --nproc 2 --backend gloo --lr 0"
 $check gradients local.h5 local.ckpt.h5 --model mlp --data-dir "$fashion" --train-samples 600 --batch 50 \
     --rank 0 --world-size 2 --seed 42 || fail "rank 0 did not record its local gradient"
 $check gradients local.h5 local.ckpt.h5 --model mlp --data-dir "$fashion" --train-samples 600 --batch 50 \

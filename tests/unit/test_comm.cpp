@@ -281,6 +281,19 @@ TEST(Report, EveryCollectiveOfTheTableHasItsReport) {
     }
 }
 
+TEST(ProcessGroup, TheBackendFollowsTheDeviceUnlessChosen) {
+    EXPECT_EQ(run_backend(std::nullopt, acc::Device::cpu), Backend::gloo);
+    EXPECT_EQ(run_backend(std::nullopt, acc::Device::cuda), Backend::nccl);
+    EXPECT_EQ(run_backend(Backend::gloo, acc::Device::cuda), Backend::gloo);  // ranks sharing a GPU
+    EXPECT_EQ(run_backend(Backend::nccl, acc::Device::cuda), Backend::nccl);
+    try {
+        run_backend(Backend::nccl, acc::Device::cpu);
+        FAIL() << "nccl with --device cpu was accepted";
+    } catch (const acc::UsageError& e) {
+        EXPECT_STREQ(e.what(), "--backend nccl: needs --device cuda (NCCL reduces tensors on GPUs)");
+    }
+}
+
 TEST(ProcessGroup, EachRankNeedsItsOwnGpu) {
     EXPECT_EQ(rank_gpu(0, 0, 1), at::Device(at::kCUDA, 0));
     EXPECT_EQ(rank_gpu(5, 1, 2), at::Device(at::kCUDA, 1));  // LOCAL_RANK picks the GPU, not the global rank
