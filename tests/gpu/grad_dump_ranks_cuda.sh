@@ -19,7 +19,7 @@ assert d["world_size"] == 2' || fail "$2 did not learn"
 got=0
 grad-dump "${args[@]}" -o "$WORK/nccl.h5" --checkpoint "$WORK/nccl.ckpt" >"$WORK/nccl.json" 2>"$WORK/nccl.err" || got=$?
 if [ "$got" = 0 ]; then
-    grep -q "nccl" "$WORK/nccl.err" || fail "the log of the NCCL run does not name the backend"
+    grep -q "data-parallel on 2 ranks (nccl)" "$WORK/nccl.err" || fail "the run did not average over NCCL"
     learned "$WORK/nccl.json" "grad-dump --nproc 2 over NCCL"
     no_teardown_warning "$WORK/nccl.err"
 elif [ "$got" = 1 ] && grep -q "rank 1 needs GPU 1 (LOCAL_RANK), but this machine has 1 GPU" "$WORK/nccl.err"; then

@@ -10,7 +10,7 @@ for spec in none powersgd:2; do
     rm -rf "$WORK/ckpt"
     if train-dist "${args[@]}" --compress "$spec" --metrics "$WORK/m.h5" --checkpoint-dir "$WORK/ckpt" \
         >"$WORK/out.json" 2>"$WORK/err"; then
-        grep -q "nccl" "$WORK/err" || fail "--compress $spec: the log does not name the NCCL backend"
+        grep -q "on 1 rank (nccl)" "$WORK/err" || fail "--compress $spec: the log does not name the NCCL backend"
         json_check "$WORK/out.json" '
 last = d["trained"][-1]
 accuracy = last["test_accuracy"]
