@@ -15,6 +15,7 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
   set(ACC_HAVE_CUDA ON)
   list(APPEND ACC_TORCH_DEFINITIONS USE_C10D_NCCL ACC_HAVE_CUDA=1)
   message(STATUS "CUDA LibTorch: NCCL backend and --device cuda enabled")
+  include(${CMAKE_CURRENT_LIST_DIR}/AccNccl.cmake)
 endif()
 
 # Gloo's own headers (gloo/algorithm.h, ...) come with Debian's LibTorch but not
@@ -51,6 +52,28 @@ add_library(acc_torch_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cpp)
 # built against. The order of the link items sets the order of -isystem.
 target_link_libraries(acc_torch_pch PUBLIC fmt::fmt spdlog::spdlog ${TORCH_LIBRARIES})
 target_compile_definitions(acc_torch_pch PUBLIC ${ACC_TORCH_DEFINITIONS})
+if(ACC_HAVE_CUDA)
+  target_include_directories(acc_torch_pch SYSTEM PUBLIC ${ACC_NCCL_INCLUDE_DIR})
+endif()
+# The link order above cannot help when fmt lives in a directory the compiler
+# searches by default (Debian's /usr/include): GCC drops -isystem /usr/include
+# and searches it after every -isystem, LibTorch's bundled fmt included. A
+# directory holding only a link to that fmt, put first, restores the order.
+get_target_property(acc_fmt_includes fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+foreach(acc_torch_include IN LISTS TORCH_INCLUDE_DIRS)
+  if(EXISTS "${acc_torch_include}/fmt/format.h")
+    foreach(acc_fmt_include IN LISTS acc_fmt_includes)
+      if(EXISTS "${acc_fmt_include}/fmt/format.h" AND NOT acc_fmt_include STREQUAL acc_torch_include
+         AND NOT ACC_FMT_FIRST)
+        set(ACC_FMT_FIRST "${CMAKE_BINARY_DIR}/fmt-before-torch")
+        file(MAKE_DIRECTORY "${ACC_FMT_FIRST}")
+        file(CREATE_LINK "${acc_fmt_include}/fmt" "${ACC_FMT_FIRST}/fmt" SYMBOLIC)
+        target_include_directories(acc_torch_pch SYSTEM BEFORE PUBLIC "${ACC_FMT_FIRST}")
+        message(STATUS "fmt ${fmt_VERSION} (${acc_fmt_include}) before LibTorch's bundled fmt")
+      endif()
+    endforeach()
+  endif()
+endforeach()
 target_precompile_headers(acc_torch_pch PRIVATE <torch/torch.h>)
 # libstdc++ first among every LibTorch program's DT_NEEDED entries. pip's
 # libtorch_cpu.so carries its own copy of std::filesystem (linked statically

@@ -1,24 +1,49 @@
 #!/usr/bin/env bash
 # Configures and builds into build/ (or $ACC_BUILD_DIR). Extra arguments go to cmake.
+#   scripts/build.sh               against Debian's LibTorch 1.13 (CPU), into build/
+#   scripts/build.sh --torch pip   against pip's torch 2.11 (CUDA 13, NCCL), into build-pip/;
+#                                  scripts/setup-pip-torch.sh installs it first
 # Says what it does before each step and never hides an error: cmake's output
 # is kept in $build/configure.log and shown in full when configuring fails;
 # ninja (or make) prints a line per compiled file and every compiler message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${ACC_BUILD_DIR:-build}
+torch=debian
+if [ "${1:-}" = "--torch" ]; then
+    torch=${2:-}
+    shift 2 || true
+fi
+torch_args=()
+case $torch in
+debian) build=${ACC_BUILD_DIR:-build} ;;
+pip)
+    build=${ACC_BUILD_DIR:-build-pip}
+    echo "build.sh: checking pip's torch (scripts/setup-pip-torch.sh)" >&2
+    pip_python=$(scripts/setup-pip-torch.sh)
+    # Its python runs the tests too (torchrun, the PyTorch references) unless ACC_PYTHON says otherwise.
+    torch_args=("-DCMAKE_PREFIX_PATH=$("$pip_python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+        "-DACC_PYTHON=${ACC_PYTHON:-$pip_python}")
+    ;;
+*)
+    echo "build.sh: error: --torch: '$torch' is not one of debian, pip" >&2
+    exit 2
+    ;;
+esac
 jobs=${ACC_JOBS:-$(nproc)}
 generator=()
 command -v ninja >/dev/null && [ ! -f "$build/Makefile" ] && generator=(-G Ninja)
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 mkdir -p "$build"
-echo "build.sh: configuring $build (cmake, Release)" >&2
-if ! cmake -S . -B "$build" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release "$@" \
+echo "build.sh: configuring $build (cmake, Release, $torch's LibTorch)" >&2
+if ! cmake -S . -B "$build" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release "${torch_args[@]}" "$@" \
     >"$build/configure.log" 2>&1; then
     cat "$build/configure.log" >&2
     echo "build.sh: error: configuring $build failed (above; also in $build/configure.log)" >&2
     exit 1
 fi
+# What configure found: LibTorch's version, CUDA and NCCL, Gloo.
+grep -E '^-- (LibTorch|CUDA LibTorch|NCCL|Gloo|fmt)' "$build/configure.log" | sed 's/^-- /build.sh: /' >&2 || true
 # A first build takes minutes (LibTorch's headers alone take ~14 s a file); a
 # rebuild with nothing to do takes a second.
 echo "build.sh: building $build with $jobs job(s); the programs go to $build/bin" >&2

@@ -2,9 +2,24 @@
 # Sets up, builds and runs the test suite.
 #   scripts/test.sh          the default suite (everything but tests labelled slow)
 #   scripts/test.sh --all    every test, slow ones included
+#   scripts/test.sh --torch pip [--all]
+#                            the same against pip's torch 2.11 (CUDA 13, NCCL) in build-pip/
 # Further arguments go to ctest, e.g. -L unit or -R regime.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+torch=debian
+if [ "${1:-}" = "--torch" ]; then
+    torch=${2:-}
+    shift 2 || true
+fi
+case $torch in
+debian) build=${ACC_BUILD_DIR:-build} ;;
+pip) build=${ACC_BUILD_DIR:-build-pip} ;;
+*)
+    echo "test.sh: error: --torch: '$torch' is not one of debian, pip" >&2
+    exit 2
+    ;;
+esac
 select=(-LE slow) suite="the default test suite (no tests labelled slow)"
 if [ "${1:-}" = "--all" ]; then
     select=() suite="every test"
@@ -12,6 +27,6 @@ if [ "${1:-}" = "--all" ]; then
 fi
 echo "test.sh: checking the Debian packages (scripts/setup.sh)" >&2
 scripts/setup.sh
-scripts/build.sh
-echo "test.sh: running $suite with ctest; a failing test's output is shown in full" >&2
-ctest --test-dir "${ACC_BUILD_DIR:-build}" --output-on-failure -j "${ACC_JOBS:-$(nproc)}" "${select[@]}" "$@"
+ACC_BUILD_DIR=$build scripts/build.sh --torch "$torch"
+echo "test.sh: running $suite against $torch's LibTorch with ctest; a failing test's output is shown in full" >&2
+ctest --test-dir "$build" --output-on-failure -j "${ACC_JOBS:-$(nproc)}" "${select[@]}" "$@"

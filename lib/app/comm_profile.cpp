@@ -3,7 +3,6 @@
 #include "app/rank_options.hpp"
 #include "app/same_settings.hpp"
 #include "app/training_options.hpp"
-#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
@@ -12,6 +11,7 @@
 #include "cli/tool.hpp"
 #include "comm/launch.hpp"
 #include "comm/torch_compat.hpp"
+#include "compress/device_timer.hpp"
 #include "io/atomic.hpp"
 #include "train/compute_time.hpp"
 #include "train/model_table.hpp"
@@ -27,7 +27,6 @@
 namespace acc::app {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using comm::ProcessGroupCollectives;
 using comm::ReduceOp;
 
@@ -178,11 +177,19 @@ SizeResult measure_size(ProcessGroupCollectives& comm, const CollectiveRun& run,
     }
     for (int i = 0; i < plan.warmup; ++i) run.run(comm, buffers);
     std::vector<double> times(static_cast<size_t>(plan.iterations));
+    // On a GPU the collective's time is the device's (CUDA events around it on the
+    // caller's stream, which NCCL's wait orders after the collective), not the
+    // host's time to queue it; on the CPU it is the host's clock.
+    compress::DeviceTimer clock;
     for (auto& t : times) {
         comm.barrier();
-        const auto start = Clock::now();
+        clock.begin_step(comm.device(), true);
+        const compress::DeviceTimer::Mark start = clock.start();
         run.run(comm, buffers);
-        t = std::max(1e-9, seconds_since(start));
+        double seconds = 0;
+        clock.stop(start, seconds);
+        clock.finish_step();
+        t = std::max(1e-9, seconds);
     }
     row.time = perf::summarize(slowest_rank(comm, times));
     set_bandwidths(row, run.kind, world);

@@ -22,7 +22,7 @@ enum class ReduceOp { sum, average, max };
 struct Traffic {
     std::int64_t calls = 0;
     std::int64_t bytes = 0;  ///< bytes this worker contributed (tensor bytes; allgather: its own part once)
-    double seconds = 0;      ///< host wall time inside collectives, waiting included
+    double seconds = 0;      ///< host wall time inside collectives, waiting included (NCCL: wait() does not block)
     double floats() const { return static_cast<double>(bytes) / 4.0; }
 };
 

@@ -18,7 +18,9 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <dirent.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -129,6 +131,32 @@ bool wait_for_listener(const std::string& host, int port, Clock::time_point dead
     }
     ::freeaddrinfo(found);
     return listening;
+}
+
+// Bounds every read and write on this process's connections to `port` (the
+// store's). LibTorch 2.x's store client reads without a timeout once it has
+// sent a request (compat::kWaitSetsSocketTimeout), so a store host that hangs
+// would hold the lost-peer diagnosis forever; with the bound its calls fail.
+void bound_store_connections(int port, milliseconds timeout) {
+    DIR* fds = ::opendir("/proc/self/fd");
+    if (!fds) return;
+    timeval bound{};
+    bound.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+    bound.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+    while (const dirent* entry = ::readdir(fds)) {
+        if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+        const int fd = std::atoi(entry->d_name);
+        sockaddr_storage peer{};
+        socklen_t length = sizeof peer;
+        if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) continue;
+        int peer_port = -1;
+        if (peer.ss_family == AF_INET) peer_port = ntohs(reinterpret_cast<const sockaddr_in*>(&peer)->sin_port);
+        if (peer.ss_family == AF_INET6) peer_port = ntohs(reinterpret_cast<const sockaddr_in6*>(&peer)->sin6_port);
+        if (peer_port != port) continue;
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof bound);
+    }
+    ::closedir(fds);
 }
 
 struct Member {
@@ -274,7 +302,10 @@ struct ProcessGroupCollectives::Impl {
     // second --timeout. A wait on a key that exists applies the short one.
     void shorten_store_timeout() {
         tcp_store->setTimeout(kDiagnosisTimeout);
-        store->wait({key("member/" + std::to_string(rank()))}, kDiagnosisTimeout);
+        if (compat::kWaitSetsSocketTimeout)
+            store->wait({key("member/" + std::to_string(rank()))}, kDiagnosisTimeout);
+        else
+            bound_store_connections(rendezvous.master_port, kDiagnosisTimeout);
     }
 
     // Closes this rank's connections so that peers blocked on it fail at once.
@@ -592,11 +623,14 @@ void create_process_group(ProcessGroupCollectives::Impl& impl) {
         if (impl.backend == Backend::nccl) {
             const at::Device gpu = rank_gpu(rv.rank, rv.local_rank);
             c10::cuda::set_device(gpu.index());
-            // Blocking waits make wait() return only when the collective is done
-            // (host timing, as for Gloo) and throw after the timeout, which the
-            // lost-peer diagnosis needs; they take precedence over torchrun's
-            // asynchronous error handling, which would abort the process.
-            ::setenv(compat::kNcclBlockingWait, "1", 1);
+            // wait() does not block the host: it orders the caller's stream after
+            // the collective, so steps queue on the GPU without a host round trip.
+            // A collective that fails or makes no progress within the timeout is
+            // found by NCCL's watchdog; CleanUpOnly makes it abort the
+            // communicators instead of the process (torchrun's and PyTorch's
+            // default), so the stuck step returns and the next collective throws,
+            // which runs the lost-peer diagnosis below.
+            ::setenv(compat::kNcclAsyncErrorHandling, compat::kNcclCleanUpOnly, 1);
             auto options = c10d::ProcessGroupNCCL::Options::create();
             options->timeout = timeout;
             impl.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rv.rank, rv.world_size, options);

@@ -108,13 +108,22 @@ inline void shutdown_nccl(c10d::ProcessGroupNCCL& pg) {
 }
 #endif
 
-/// NCCL's environment switch for blocking waits was renamed in 2.x (the old
-/// name is deprecated there), like NCCL_ASYNC_ERROR_HANDLING, which torchrun sets.
+/// NCCL's environment switch for what its watchdog does with a collective that
+/// failed or timed out; renamed in 2.x (the old name is deprecated there).
+/// "2" (CleanUpOnly) aborts the communicators and leaves the process running.
 #if ACC_TORCH_AT_LEAST(2, 2)
-inline constexpr const char* kNcclBlockingWait = "TORCH_NCCL_BLOCKING_WAIT";
+inline constexpr const char* kNcclAsyncErrorHandling = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 #else
-inline constexpr const char* kNcclBlockingWait = "NCCL_BLOCKING_WAIT";
+inline constexpr const char* kNcclAsyncErrorHandling = "NCCL_ASYNC_ERROR_HANDLING";
 #endif
+inline constexpr const char* kNcclCleanUpOnly = "2";
+
+/// How a client shortens its store's timeout once a peer is lost. In 1.13 the
+/// timeout of a wait becomes the socket's, so a short wait after setTimeout
+/// bounds every later call. In 2.x a wait that times out asks the server to
+/// stop waiting and blocks for its answer, which a hung server never gives;
+/// setTimeout alone bounds the later calls there.
+inline constexpr bool kWaitSetsSocketTimeout = !ACC_TORCH_AT_LEAST(2, 0);
 
 /// c10d logs through glog in Debian's build (C10_USE_GLOG) and through its
 /// own logger in pip builds. lib/comm reports failures itself, so the

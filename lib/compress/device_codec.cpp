@@ -5,6 +5,8 @@
 #include "base/error.hpp"
 #include "compress/kernels.hpp"
 
+#include <algorithm>
+
 namespace acc::compress {
 
 namespace device {
@@ -67,9 +69,47 @@ at::Tensor pack_bits(const at::Tensor& bits) {
 }
 
 at::Tensor unpack_bits(const at::Tensor& packed, std::int64_t n) {
+    // Each byte against the masks 1, 2, ..., 128: two passes (mask, compare) give the bools.
     at::Tensor shifts = at::arange(8, at::TensorOptions().dtype(at::kByte).device(packed.device()));
-    at::Tensor bits = packed.unsqueeze(-1).__rshift__(shifts).bitwise_and(1);
-    return bits.reshape({packed.size(0), -1}).narrow(1, 0, n).to(at::kBool);
+    at::Tensor masks = at::ones_like(shifts).__lshift__(shifts);
+    at::Tensor bits = packed.unsqueeze(-1).bitwise_and(masks).ne(0);
+    return bits.reshape({packed.size(0), -1}).narrow(1, 0, n);
+}
+
+void for_worker_blocks(const std::vector<at::Tensor>& payloads, std::int64_t n,
+                       const std::function<void(const at::Tensor& rows)>& f) {
+    const auto workers = static_cast<std::int64_t>(payloads.size());
+    const std::int64_t block = std::max<std::int64_t>(1, kDecodeBlockValues / std::max<std::int64_t>(1, n));
+    for (std::int64_t first = 0; first < workers; first += block) {
+        const std::int64_t count = std::min(block, workers - first);
+        // One payload needs no copy: the allgather's slice itself, as a row.
+        if (count == 1) {
+            f(payloads[static_cast<size_t>(first)].unsqueeze(0));
+            continue;
+        }
+        std::vector<at::Tensor> part(payloads.begin() + first, payloads.begin() + first + count);
+        f(at::stack(part));
+    }
+}
+
+void sum_over_workers(const std::vector<at::Tensor>& payloads, at::Tensor& out,
+                      const std::function<at::Tensor(const at::Tensor& rows)>& terms) {
+    if (payloads.empty()) {
+        out.zero_();
+        return;
+    }
+    bool first = true;
+    for_worker_blocks(payloads, out.numel(), [&](const at::Tensor& rows) {
+        at::Tensor v = terms(rows);
+        for (std::int64_t w = 0; w < v.size(0); ++w) {
+            // The host's first worker is copied, not added to 0 (which would turn -0 into +0).
+            if (first)
+                out.copy_(v[w]);
+            else
+                out.add_(v[w]);
+            first = false;
+        }
+    });
 }
 
 at::Tensor stochastic_codes(const at::Tensor& x, const at::Tensor& scale, int levels, std::uint64_t key,

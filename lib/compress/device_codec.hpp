@@ -19,6 +19,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -97,6 +98,23 @@ at::Tensor columns_as(const at::Tensor& rows, std::int64_t offset, std::int64_t 
 at::Tensor pack_bits(const at::Tensor& bits);
 /// The inverse for a batch: packed [W, bytes] -> bool [W, n].
 at::Tensor unpack_bits(const at::Tensor& packed, std::int64_t n);
+
+/// Values (n per worker) an allgather decoder expands at most at once: a block of
+/// max(1, kDecodeBlockValues / n) workers. Temporaries then stay a few times
+/// max(n, kDecodeBlockValues) floats whatever the number of workers, while small tensors
+/// still decode many workers per kernel.
+inline constexpr std::int64_t kDecodeBlockValues = std::int64_t{1} << 20;
+/// Calls f(rows) for consecutive blocks of the payloads in worker order, rows a
+/// [workers in the block, payload bytes] uint8 matrix, for a decoder of n values per worker.
+void for_worker_blocks(const std::vector<at::Tensor>& payloads, std::int64_t n,
+                       const std::function<void(const at::Tensor& rows)>& f);
+/// The host decoders' sum over workers: out = v_0, then out += v_w for w = 1, 2, ... in
+/// worker order, so that the result equals theirs bit for bit on any device (a sum over
+/// a [W, n] tensor would be both W times larger and in another order). `terms` maps a
+/// block of payloads (as for for_worker_blocks) to their float32 terms v, [rows, n].
+/// No payloads: out = 0.
+void sum_over_workers(const std::vector<at::Tensor>& payloads, at::Tensor& out,
+                      const std::function<at::Tensor(const at::Tensor& rows)>& terms);
 /// QSGD's stochastic rounding of |x| * scale (per element) to at most `levels`, signed,
 /// element i drawing uniform(key, begin + i): the host's qsgd_bucket_portable.
 at::Tensor stochastic_codes(const at::Tensor& x, const at::Tensor& scale, int levels, std::uint64_t key,

@@ -61,3 +61,22 @@ wait_for_line() {
 free_port() {
     "$ACC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+
+# memory_limit_kib EXTRA_KIB: a virtual memory limit (ulimit -v) that leaves a
+# program of this build EXTRA_KIB beyond what its libraries map. That part is
+# measured, not assumed: a CUDA LibTorch maps several GB of libraries before
+# main. The sample is comm-profile's rank 0 waiting for a peer that never comes.
+memory_limit_kib() {
+    local extra=$1 pid vm=0
+    comm-profile --world-size 2 --rank 0 --master-port "$(free_port)" --timeout 30 -q >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 200); do
+        grep -q libtorch "/proc/$pid/maps" 2>/dev/null && break
+        sleep 0.05
+    done
+    sleep 0.5  # the dynamic linker maps every library before main
+    vm=$(awk '/^VmSize:/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    echo $((vm + extra))
+}

@@ -78,8 +78,9 @@ expect_exit 2 "^grad-dump: error: --lr-decay-epochs: must be a whole number in \
     grad-dump "${tiny[@]}" --epochs 1 --lr-decay-epochs 5,99999999999
 
 # LibTorch's failures are one line naming what was being done, never a stack trace.
+limit=$(memory_limit_kib 500000)  # 0.5 GB beyond the libraries: too little for the request
 expect_exit 1 "^grad-dump: error: building the model \(--model mlp\): LibTorch failed: .*can't allocate memory" -- \
-    bash -c 'ulimit -v 1500000; exec grad-dump "$@"' - "${tiny[@]}" --epochs 1 --hidden-size 16384 -o oom.h5
+    bash -c 'ulimit -v "$0"; exec grad-dump "$@"' "$limit" "${tiny[@]}" --epochs 1 --hidden-size 16384 -o oom.h5
 grep -q "frame #" "$WORK/err" && fail "a stack trace reached the user: $(cat "$WORK/err")"
 [ "$(wc -l <"$WORK/err")" -le 2 ] || fail "more than the dataset line and the error: $(cat "$WORK/err")"
 

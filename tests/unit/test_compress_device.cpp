@@ -1,6 +1,8 @@
 // The device codecs (compress/device_codec.hpp) on CPU tensors against the host codecs:
 // the same payload bytes where the encoding is deterministic, the same decoded values
 // and error memories to the host tests' tolerances, NaN and infinity refused alike; the
+// allgather decoders equal to the host's bit for bit, whatever order a scatter adds in,
+// and in memory of a few times n at 64 workers; the
 // batched PowerSGD pieces against the per-matrix host ones; and the whole exchange's
 // device path (forced on CPU) against its host path on 1-3 thread ranks.
 #include "base/error.hpp"
@@ -12,11 +14,18 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <iostream>
 #include <limits>
 #include <mutex>
+#include <sstream>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 using namespace acc::compress;
 
@@ -205,6 +214,231 @@ TEST(DeviceCodec, MalformedSparsePayloadIsReported) {
     device::bytes_of(broken).narrow(0, 20, 4).copy_(device::bytes_of(at::tensor(std::vector<std::int32_t>{10})));
     EXPECT_FALSE(c.dev->decode({broken}, out).item<bool>());
 }
+
+namespace {
+
+// index_add_ on CPU tensors in the order a GPU's atomics may take: the last element
+// first (ATen's CPU kernel goes first to last, which is also the host decoders' order).
+at::Tensor& index_add_last_first(at::Tensor& self, std::int64_t dim, const at::Tensor& index,
+                                 const at::Tensor& source, const at::Scalar& alpha) {
+    TORCH_CHECK(self.dim() == 1 && dim == 0 && self.scalar_type() == at::kFloat && self.is_contiguous(),
+                "the test's index_add_ takes a contiguous 1-D float32 tensor");
+    at::Tensor i = index.to(at::kLong).contiguous(), s = source.contiguous();
+    const std::int64_t* at = i.data_ptr<std::int64_t>();
+    const float* v = s.data_ptr<float>();
+    float* out = self.data_ptr<float>();
+    const auto a = alpha.to<float>();
+    for (std::int64_t j = i.numel() - 1; j >= 0; --j) out[at[j]] += v[j] * a;
+    return self;
+}
+
+// While alive, CPU index_add_ runs index_add_last_first.
+class ScatterLastFirst {
+public:
+    ScatterLastFirst() { library_.impl("index_add_", TORCH_FN(index_add_last_first)); }
+
+private:
+    torch::Library library_{torch::Library::IMPL, "aten", c10::DispatchKey::CPU, __FILE__, __LINE__};
+};
+
+std::vector<std::uint32_t> float_bits(const float* p, std::int64_t n) {
+    std::vector<std::uint32_t> bits(static_cast<size_t>(n));
+    std::memcpy(bits.data(), p, bits.size() * 4);
+    return bits;
+}
+
+std::vector<std::uint32_t> float_bits(const at::Tensor& t) {
+    at::Tensor c = t.contiguous();
+    return float_bits(c.data_ptr<float>(), c.numel());
+}
+
+// W payloads of a sparse codec (k pairs each) that all pick the same k indices, with
+// values of such different magnitudes that the order of the sum shows in its rounding.
+std::vector<std::vector<std::uint8_t>> colliding_sparse_payloads(int workers, std::int64_t k,
+                                                                 const std::vector<std::int32_t>& indices) {
+    const float magnitudes[] = {1.0f, 1e8f, -1e8f, 0.75f, 3e7f, -2.5f, -3e7f, 1.25f};
+    std::vector<std::vector<std::uint8_t>> payloads;
+    for (int w = 0; w < workers; ++w) {
+        std::vector<std::uint8_t> p(static_cast<size_t>(8 * k));
+        for (std::int64_t j = 0; j < k; ++j) {
+            const float v = magnitudes[(w + 3 * j) % 8];
+            std::memcpy(p.data() + 4 * j, &v, 4);
+            std::memcpy(p.data() + 4 * (k + j), &indices[static_cast<size_t>(j)], 4);
+        }
+        payloads.push_back(p);
+    }
+    return payloads;
+}
+
+}  // namespace
+
+TEST(DeviceCodec, SparseDecodeAddsWorkersInOrderWhateverTheScatterOrder) {
+    // topk and dgc (the same decoder): every worker sends entries 2, 5, 9 and 14 of 16.
+    const std::int64_t n = 16;
+    const std::vector<std::int32_t> indices = {2, 5, 9, 14};
+    for (const std::string level : {"topk:0.25", "dgc:0.25"}) {
+        for (int workers : {3, 4, 8}) {
+            const std::string what = level + " on " + std::to_string(workers) + " workers";
+            Pair c = make_pair_of(level, {n}, workers);
+            const auto k = static_cast<std::int64_t>(indices.size());
+            ASSERT_EQ(c.host->payload_bytes(), 8 * k);
+            auto payloads = colliding_sparse_payloads(workers, k, indices);
+            // The sum as the host takes it: each term v / W, added worker after worker.
+            const float weight = 1.0f / static_cast<float>(workers);
+            std::vector<float> in_order(static_cast<size_t>(n), 0.0f), reversed(static_cast<size_t>(n), 0.0f);
+            for (int w = 0; w < workers; ++w)
+                for (std::int64_t j = 0; j < k; ++j) {
+                    float first, last;
+                    std::memcpy(&first, payloads[static_cast<size_t>(w)].data() + 4 * j, 4);
+                    std::memcpy(&last, payloads[static_cast<size_t>(workers - 1 - w)].data() + 4 * j, 4);
+                    in_order[static_cast<size_t>(indices[static_cast<size_t>(j)])] += weight * first;
+                    reversed[static_cast<size_t>(indices[static_cast<size_t>(j)])] += weight * last;
+                }
+            ASSERT_NE(float_bits(in_order.data(), n), float_bits(reversed.data(), n))
+                << what << ": the values must make the order of the sum matter";
+            std::vector<const std::uint8_t*> pointers;
+            std::vector<at::Tensor> tensors;
+            for (auto& p : payloads) {
+                pointers.push_back(p.data());
+                tensors.push_back(at::from_blob(p.data(), {8 * k}, at::kByte).clone());
+            }
+            std::vector<float> host_out(static_cast<size_t>(n));
+            ASSERT_TRUE(c.host->decode(pointers, host_out.data())) << what;
+            EXPECT_EQ(float_bits(in_order.data(), n), float_bits(host_out.data(), n)) << what << ": host decoder";
+            at::Tensor out = at::full({n}, 42.0f);
+            ASSERT_TRUE(c.dev->decode(tensors, out).item<bool>()) << what;
+            EXPECT_EQ(float_bits(in_order.data(), n), float_bits(out)) << what;
+            {
+                // As on a GPU, where a scatter adds colliding terms in no fixed order.
+                ScatterLastFirst last_first;
+                at::Tensor check = at::zeros({1});
+                check.index_add_(0, at::zeros({3}, at::kLong), at::tensor(std::vector<float>{1e8f, -1e8f, 1.0f}));
+                ASSERT_EQ(check.item<float>(), 0.0f) << "the test's index_add_ does not run";
+                out.fill_(42.0f);
+                ASSERT_TRUE(c.dev->decode(tensors, out).item<bool>()) << what;
+                EXPECT_EQ(float_bits(in_order.data(), n), float_bits(out)) << what << " (scatter last first)";
+            }
+        }
+    }
+}
+
+TEST(DeviceCodec, GatherDecodersEqualTheHostBitForBitAt64Workers) {
+    // Sums over 64 workers, decoded in one block (1000 values) and in several (40000);
+    // both sizes end in a partial QSGD bucket.
+    const int workers = 64;
+    for (const std::string level : {"qsgd:127", "qsgd:300", "terngrad", "signsgd", "efsignsgd", "topk:0.1", "dgc:0.1"})
+        for (std::int64_t n : {1000, 40000}) {
+            const std::string what = level + " on " + std::to_string(n) + " values";
+            Pair c = make_pair_of(level, {n}, workers);
+            std::vector<std::vector<std::uint8_t>> payloads;
+            for (int w = 0; w < workers; ++w) {
+                // Scales 2^(w % 7) apart, so that rounding differs between orders of the sum.
+                std::vector<float> x = normal(n, 200 + static_cast<std::uint64_t>(w), std::ldexp(1.0f, w % 7));
+                std::vector<std::uint8_t> p(static_cast<size_t>(c.host->payload_bytes()));
+                ASSERT_TRUE(c.host->encode(x.data(), false, kernels::stream_key(1, 2, 3, static_cast<std::uint64_t>(w)),
+                                           p.data()))
+                    << what;
+                payloads.push_back(p);
+            }
+            std::vector<const std::uint8_t*> pointers;
+            std::vector<at::Tensor> tensors;
+            for (auto& p : payloads) {
+                pointers.push_back(p.data());
+                tensors.push_back(at::from_blob(p.data(), {static_cast<std::int64_t>(p.size())}, at::kByte).clone());
+            }
+            std::vector<float> host_out(static_cast<size_t>(n));
+            ASSERT_TRUE(c.host->decode(pointers, host_out.data())) << what;
+            at::Tensor out = at::full({n}, 42.0f);
+            ASSERT_TRUE(c.dev->decode(tensors, out).item<bool>()) << what;
+            EXPECT_EQ(float_bits(host_out.data(), n), float_bits(out)) << what;
+        }
+}
+
+namespace {
+
+// A line "Key:   123 kB" of /proc/self/status, in bytes (-1 where there is none).
+std::int64_t status_bytes(const std::string& key) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+        if (line.rfind(key + ":", 0) == 0) {
+            std::istringstream fields(line.substr(key.size() + 1));
+            std::int64_t kb = -1;
+            fields >> kb;
+            return kb * 1024;
+        }
+    return -1;
+}
+
+// Starts a new peak: the peak resident set (VmHWM) becomes the current one, after
+// returning freed heap memory, so that the next peak counts what is allocated anew.
+// False where the kernel does not let the process reset it (the peak then includes
+// the setup's, which can only hide growth, never invent it).
+bool reset_peak_memory() {
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5";
+    clear.close();
+    return clear.good();
+}
+
+class GatherDecodeMemory : public testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(GatherDecodeMemory, StaysWithinEightTimesNFloatsAt64Workers) {
+    // Decoding 64 workers' payloads of n = 2.1 M values may take at most 8 n floats
+    // (67 MB) beyond the payloads and the output, where a [W, n] float tensor alone
+    // would take 64 n floats (538 MB). The old stacked decoders grew by 0.7-1.6 GB;
+    // the blocked ones by 8-17 MB with LibTorch 1.13 and up to 46 MB with 2.11,
+    // whose allocator keeps more. Each test runs in its own process under CTest,
+    // so the peak resident set is this decode's.
+    if (status_bytes("VmHWM") < 0) GTEST_SKIP() << "no VmHWM in /proc/self/status";
+    const std::string level = GetParam();
+    const int workers = 64;
+    const std::int64_t n = 2100000;
+    const std::int64_t bound = 8 * 4 * n;
+    Pair c = make_pair_of(level, {n}, workers);
+    // Four different payloads, each sent by 16 of the workers.
+    std::vector<at::Tensor> distinct;
+    for (int d = 0; d < 4; ++d) {
+        std::vector<float> x = normal(n, 300 + static_cast<std::uint64_t>(d), static_cast<float>(d + 1));
+        at::Tensor p = at::zeros({c.host->payload_bytes()}, at::kByte);
+        ASSERT_TRUE(c.host->encode(x.data(), false, static_cast<std::uint64_t>(d), p.data_ptr<std::uint8_t>()));
+        distinct.push_back(p);
+    }
+    std::vector<at::Tensor> payloads;
+    std::vector<const std::uint8_t*> pointers;
+    for (int w = 0; w < workers; ++w) {
+        payloads.push_back(distinct[static_cast<size_t>(w % 4)]);
+        pointers.push_back(payloads.back().data_ptr<std::uint8_t>());
+    }
+    std::vector<float> host_out(static_cast<size_t>(n));
+    ASSERT_TRUE(c.host->decode(pointers, host_out.data()));
+    at::Tensor out = at::full({n}, 42.0f);
+    // A first decode starts what stays (ATen's threads and their heaps); the second is measured.
+    ASSERT_TRUE(c.dev->decode(payloads, out).item<bool>());
+    const bool reset = reset_peak_memory();
+    const std::int64_t before = status_bytes("VmHWM");
+    ASSERT_TRUE(c.dev->decode(payloads, out).item<bool>());
+    const std::int64_t growth = status_bytes("VmHWM") - before;
+    std::cout << level << ": peak resident set grew by " << growth / 1000000.0 << " MB decoding " << workers
+              << " workers' payloads of " << n << " values (bound " << bound / 1000000.0 << " MB"
+              << (reset ? "" : ", peak not reset") << ")\n";
+    EXPECT_LT(growth, bound) << level;
+    EXPECT_EQ(float_bits(host_out.data(), n), float_bits(out)) << level;
+}
+
+INSTANTIATE_TEST_SUITE_P(DeviceCodec, GatherDecodeMemory,
+                         testing::Values("qsgd:127", "qsgd:300", "terngrad", "signsgd", "efsignsgd"),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                             std::string name = info.param;
+                             for (char& ch : name)
+                                 if (ch == ':') ch = '_';
+                             return name;
+                         });
 
 TEST(DeviceCodec, DgcSendsTheExactTopKOfItsMomentumCorrectedMemory) {
     CodecOptions o;

@@ -79,11 +79,13 @@ public:
         return at::isfinite(l1);
     }
     at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override {
-        at::Tensor all = at::stack(payloads);
+        // The host's terms: each worker's scale times 1 / W, signed by its bits.
         const float weight = codec_util::inverse_world(payloads.size());
-        at::Tensor factor = device::columns_as(all, 0, 1, at::kFloat) * weight;  // [W, 1]
-        at::Tensor negative = device::unpack_bits(all.narrow(1, 4, all.size(1) - 4).contiguous(), numel());
-        out.copy_(at::where(negative, -factor, factor).sum(0));
+        device::sum_over_workers(payloads, out, [&](const at::Tensor& rows) {
+            at::Tensor factor = device::columns_as(rows, 0, 1, at::kFloat) * weight;  // [rows, 1]
+            at::Tensor negative = device::unpack_bits(rows.narrow(1, 4, rows.size(1) - 4), numel());
+            return at::where(negative, -factor, factor);
+        });
         return device::flag(true, out.device());
     }
 };

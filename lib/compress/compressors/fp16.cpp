@@ -3,6 +3,7 @@
 #include "compress/compressors/common.hpp"
 #include "compress/kernel_support.hpp"
 
+#include <limits>
 #include <string>
 
 #ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
@@ -165,15 +166,20 @@ class Fp16DeviceCodec : public DeviceCodec {
 public:
     Fp16DeviceCodec(std::unique_ptr<TensorCodec> host, int world) : DeviceCodec(std::move(host)), world_(world) {}
     at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor& payload) override {
-        at::Tensor scaled = t / at::scalar_tensor(static_cast<float>(world_), t.options());
-        payload.copy_(scaled);  // ATen rounds to nearest even, as the host's float_to_half
-        // 65520 and above round to infinity in half precision; NaN fails the comparison.
-        return scaled.abs().lt(65520.0).all();
+        // The divisor on t's device: CUDA would multiply by the reciprocal of a host scalar.
+        if (!divisor_.defined() || divisor_.device() != t.device())
+            divisor_ = at::scalar_tensor(static_cast<float>(world_), t.options());
+        // The float32 quotient, rounded to nearest even as the host's float_to_half, written
+        // straight into the payload (on a GPU one pass, without a float32 copy of t).
+        at::div_out(payload, t, divisor_);
+        // Quotients of 65520 and above became infinity; NaN fails the comparison too.
+        return payload.abs().lt(std::numeric_limits<float>::infinity()).all();
     }
     void decode_sum(const at::Tensor& sum, int, at::Tensor& out, at::Tensor*) override { out.copy_(sum); }
 
 private:
     int world_;
+    at::Tensor divisor_;
 };
 
 }  // namespace

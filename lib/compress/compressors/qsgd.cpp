@@ -351,15 +351,23 @@ public:
     at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override {
         const std::int64_t n = numel(), buckets = codec_util::ceil_div(n, k::kQsgdBucket);
         if (n == 0) return device::flag(true, out.device());
-        at::Tensor all = at::stack(payloads);
         const float weight = codec_util::inverse_world(payloads.size());
-        // The host's factor: norm / levels * weight, in that order.
-        at::Tensor factor = device::columns_as(all, 0, buckets, at::kFloat) / static_cast<float>(levels_);
-        factor = factor * weight;
-        at::Tensor codes = device::columns_as(all, 4 * buckets, n, code_type_);
-        codes = at::constant_pad_nd(codes.to(at::kFloat), {0, buckets * k::kQsgdBucket - n}, 0);
-        at::Tensor values = codes.view({-1, buckets, k::kQsgdBucket}) * factor.unsqueeze(2);
-        out.copy_(values.view({values.size(0), -1}).narrow(1, 0, n).sum(0));
+        // A divisor on the device: CUDA turns division by a host scalar into multiplication
+        // by its reciprocal, which can differ from the host's quotient in the last bit.
+        at::Tensor levels = at::scalar_tensor(static_cast<float>(levels_), out.options());
+        const std::int64_t whole = n / k::kQsgdBucket, tail = n - whole * k::kQsgdBucket;
+        device::sum_over_workers(payloads, out, [&](const at::Tensor& rows) {
+            // The host's factor: norm / levels * weight, in that order; then code * factor.
+            at::Tensor factor = (device::columns_as(rows, 0, buckets, at::kFloat) / levels).mul_(weight);
+            at::Tensor terms = device::columns_as(rows, 4 * buckets, n, code_type_).to(at::kFloat);
+            const std::int64_t r = rows.size(0);
+            if (whole > 0)
+                terms.narrow(1, 0, whole * k::kQsgdBucket)
+                    .view({r, whole, k::kQsgdBucket})
+                    .mul_(factor.narrow(1, 0, whole).unsqueeze(2));
+            if (tail > 0) terms.narrow(1, whole * k::kQsgdBucket, tail).mul_(factor.narrow(1, whole, 1));
+            return terms;
+        });
         return device::flag(true, out.device());
     }
 

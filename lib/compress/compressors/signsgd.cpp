@@ -180,10 +180,16 @@ public:
         return device::all_finite(t);
     }
     at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override {
-        // Majority vote: more positive than negative signs gives +1, a tie 0.
-        at::Tensor negative = device::unpack_bits(at::stack(payloads), numel()).sum(0);
-        const auto workers = static_cast<std::int64_t>(payloads.size());
-        out.copy_(at::sign(workers - 2 * negative));
+        // Majority vote: more positive than negative signs gives +1, a tie 0. out counts
+        // the negative signs (whole numbers, exact in float32 in any order) a block of
+        // workers at a time, so that no [W, n] tensor is made.
+        out.zero_();
+        device::for_worker_blocks(payloads, numel(), [&](const at::Tensor& rows) {
+            at::Tensor negative = device::unpack_bits(rows, numel());
+            out.add_(negative.size(0) == 1 ? negative[0] : negative.sum(0, false, at::kFloat));
+        });
+        const auto workers = static_cast<double>(payloads.size());
+        out.mul_(-2.0).add_(workers).sign_();
         return device::flag(true, out.device());
     }
 };

@@ -178,13 +178,15 @@ public:
     }
 
     at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override {
-        at::Tensor all = at::stack(payloads);
+        // The host's terms: each worker's scale times 1 / W, times its code - 1.
         const float weight = codec_util::inverse_world(payloads.size());
-        at::Tensor factor = device::columns_as(all, 0, 1, at::kFloat) * weight;  // [W, 1]
         at::Tensor shifts = at::arange(0, 8, 2, at::TensorOptions().dtype(at::kByte).device(out.device()));
-        at::Tensor codes = all.narrow(1, 4, all.size(1) - 4).unsqueeze(-1).__rshift__(shifts).bitwise_and(3);
-        codes = codes.reshape({all.size(0), -1}).narrow(1, 0, numel()).to(at::kFloat) - 1;
-        out.copy_((codes * factor).sum(0));
+        device::sum_over_workers(payloads, out, [&](const at::Tensor& rows) {
+            at::Tensor factor = device::columns_as(rows, 0, 1, at::kFloat) * weight;  // [rows, 1]
+            at::Tensor codes = rows.narrow(1, 4, rows.size(1) - 4).unsqueeze(-1).__rshift__(shifts).bitwise_and(3);
+            at::Tensor terms = codes.reshape({rows.size(0), -1}).narrow(1, 0, numel()).to(at::kFloat);
+            return terms.sub_(1.0).mul_(factor);
+        });
         return device::flag(true, out.device());
     }
 };

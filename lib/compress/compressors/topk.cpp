@@ -279,15 +279,21 @@ at::Tensor SparseDeviceCodec::encode(at::Tensor& t, bool update_error, std::uint
 
 at::Tensor SparseDeviceCodec::decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) {
     out.zero_();
-    if (k_ == 0) return device::flag(true, out.device());
+    if (k_ == 0 || payloads.empty()) return device::flag(true, out.device());
+    // The pairs of all workers at once ([W, k], no larger than what the allgather received).
     at::Tensor all = at::stack(payloads);
     const float weight = codec_util::inverse_world(payloads.size());
-    at::Tensor values = device::columns_as(all, 0, k_, at::kFloat).reshape({-1});
-    at::Tensor indices = device::columns_as(all, 4 * k_, k_, at::kInt).reshape({-1}).to(at::kLong);
+    at::Tensor values = device::columns_as(all, 0, k_, at::kFloat) * weight;
+    at::Tensor indices = device::columns_as(all, 4 * k_, k_, at::kInt).to(at::kLong);
     // An index outside the tensor is a malformed payload: reported, and kept out of bounds.
     at::Tensor inside = indices.ge(0).logical_and(indices.lt(numel()));
     at::Tensor safe = at::where(inside, indices, at::zeros_like(indices));
-    out.index_add_(0, safe, at::where(inside, values * weight, at::zeros_like(values)));
+    values = at::where(inside, values, at::zeros_like(values));
+    // One worker at a time, in worker order as the host adds them: a worker's indices are
+    // distinct (padding adds 0 to entry 0), while several workers often pick the same
+    // entry, whose terms a single scatter over all W would add in any order (CUDA's
+    // atomics), so that ranks would round the sum differently and their weights drift apart.
+    for (std::int64_t w = 0; w < all.size(0); ++w) out.index_add_(0, safe[w], values[w]);
     return inside.all();
 }
 

@@ -1,0 +1,171 @@
+# The one-call GPU flow, checked on the CPU so that it cannot rot between GPU
+# sessions: scripts/gpu/run-all.sh cpu-check runs every step (the test runs, both
+# benchmarks with the programs of this build, figures.md) and packs them into one
+# archive beside a few files, since the GPU machine returns at most 8; a failing
+# step is recorded while the rest still runs; without the kit, LibTorch's prefix
+# still comes from the Python that has torch; scripts/gpu/make-kit.sh copies a kit
+# into the checkout and refuses a bad one.
+source "$ACC_SOURCE/tests/e2e/common.sh"
+cd "$ACC_SOURCE"
+export ACC_PYTHON
+mkdir -p "$WORK/tmp"
+export TMPDIR=$WORK/tmp # run-all.sh's staging folder must be gone afterwards
+
+# A stand-in build directory: this build's programs, and a few tests of each kind,
+# so that the ctest steps run quickly (and not this test again) and show which
+# tests each of them selects.
+b=$WORK/b
+mkdir -p "$b"
+ln -s "$ACC_BIN" "$b/bin"
+cat >"$b/CTestTestfile.cmake" <<'EOF'
+add_test(tiny.pass "/bin/sh" "-c" "echo tiny-pass-ran")
+set_tests_properties(tiny.pass PROPERTIES LABELS "unit")
+add_test(tiny.slow "/bin/sh" "-c" "exit 1")
+set_tests_properties(tiny.slow PROPERTIES LABELS "slow")
+add_test(tiny.gpu "/bin/sh" "-c" "echo 'SKIPPED: no CUDA device'; exit 77")
+set_tests_properties(tiny.gpu PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
+add_test(other.fails "/bin/sh" "-c" "exit 1")
+EOF
+
+# check_out DIR: what the GPU machine would return: at most 8 files, with names it
+# accepts; the archive with the steps, the logs, the measurements and figures.md.
+check_out() {
+    local dir=$1 n
+    n=$(find "$dir" -type f | wc -l)
+    [ "$n" -le 8 ] || fail "$dir: $n files, the GPU machine returns at most 8: $(find "$dir" -type f)"
+    [ "$(cd "$dir" && find . -type f | sort | tr '\n' ' ')" = \
+        "./figures.md ./gpu-results.tar.gz ./steps.tsv ./summary.txt " ] ||
+        fail "$dir: expected gpu-results.tar.gz, summary.txt, steps.tsv and figures.md: $(ls -A "$dir")"
+    tar -tzf "$dir/gpu-results.tar.gz" >"$dir.list" || fail "$dir/gpu-results.tar.gz: not a readable archive"
+    for f in steps.tsv logs/ figures.md summary.txt compress.jsonl logs/bench-compress.log logs/ctest-gpu.log; do
+        grep -qx "gpu-results/$f" "$dir.list" || fail "$dir/gpu-results.tar.gz lacks $f: $(tr '\n' ' ' <"$dir.list")"
+    done
+    mkdir -p "$dir.x"
+    tar -xzf "$dir/gpu-results.tar.gz" -C "$dir.x"
+    cmp -s "$dir/steps.tsv" "$dir.x/gpu-results/steps.tsv" || fail "$dir/steps.tsv differs from the archive's"
+    # Every step: a name, a status, whole seconds and its log.
+    awk -F'\t' 'NF != 4 || $2 == "" || $3 !~ /^[0-9]+$/ || $4 !~ /^logs\// { bad = 1; print "bad line: " $0 }
+        END { exit bad }' "$dir/steps.tsv" >&2 || fail "$dir/steps.tsv has a malformed line"
+}
+
+want_steps=$(printf '%s\n' "build (existing)" "ctest -LE 'slow|gpu'" "ctest -L gpu" bench-train bench-compress)
+
+# The whole flow, as it runs on a GPU, on the CPU in seconds.
+out=$WORK/ok-run
+got=0
+B=$b CHECK_TESTS='^tiny\.' scripts/gpu/run-all.sh cpu-check "$out" >"$WORK/ok.out" 2>"$WORK/ok.err" || got=$?
+[ "$got" = 0 ] || fail "run-all.sh cpu-check: exit $got, expected 0: $(tail -20 "$WORK/ok.err")"
+check_out "$out"
+[ "$(cut -f1 "$out/steps.tsv")" = "$want_steps" ] || fail "cpu-check ran other steps: $(cat "$out/steps.tsv")"
+[ "$(cut -f2 "$out/steps.tsv" | sort -u)" = ok ] || fail "a step failed: $(cat "$out/steps.tsv")"
+x=$out.x/gpu-results
+grep -q "tiny.pass .*Passed" "$x/logs/ctest-default.log" || fail "the default suite did not run tiny.pass"
+grep -q "tiny.slow\|tiny.gpu\|other.fails" "$x/logs/ctest-default.log" &&
+    fail "the default suite ran a slow or gpu test, or one outside CHECK_TESTS: $(cat "$x/logs/ctest-default.log")"
+grep -q "tiny.gpu (Skipped)" "$x/logs/ctest-gpu.log" || fail "ctest -L gpu did not run tiny.gpu"
+grep -q "tiny.pass\|other.fails" "$x/logs/ctest-gpu.log" && fail "ctest -L gpu ran a test without the label"
+for row in "| 2 | grad-dump |" "| 2 | train-dist --compress powersgd:2 |" "| topk:0.01 encode, 20,000 floats"; do
+    grep -qF -- "$row" "$out/figures.md" || fail "figures.md lacks the row '$row'"
+done
+grep -q "not measured\|Failed" "$out/figures.md" && fail "cpu-check left a measurement out: $(cat "$out/figures.md")"
+grep -q "^scripts/gpu/run-all.sh cpu-check: finished, exit status 0" "$out/summary.txt" ||
+    fail "summary.txt does not say how the call ended: $(head -3 "$out/summary.txt")"
+grep -q "^bench-compress  *ok" "$out/summary.txt" || fail "summary.txt lacks the steps: $(cat "$out/summary.txt")"
+[ -z "$(ls -A "$WORK/tmp")" ] || fail "run-all.sh left $(ls "$WORK/tmp") in TMPDIR"
+
+# A benchmark that fails (a bad size stops bench-train; a bad preset fails two of
+# bench-compress's measurements) is recorded, the rest still runs, the archive is
+# still written, and the exit status is 1.
+out=$WORK/bad-run
+got=0
+B=$b CHECK_TESTS='^tiny\.' BATCHES=x SHAPES=no-such-preset scripts/gpu/run-all.sh cpu-check "$out" \
+    >/dev/null 2>"$WORK/bad.err" || got=$?
+[ "$got" = 1 ] || fail "run-all.sh cpu-check with failing benchmarks: exit $got, expected 1"
+check_out "$out"
+[ "$(cut -f1 "$out/steps.tsv")" = "$want_steps" ] || fail "a failure stopped the flow: $(cat "$out/steps.tsv")"
+printf '%s\n' ok ok ok "FAILED (exit 1)" "FAILED (2 measurement(s) failed)" >"$WORK/want"
+cut -f2 "$out/steps.tsv" | diff "$WORK/want" - >&2 || fail "the failures were recorded wrongly"
+grep '"side": "flat"' "$out.x/gpu-results/compress.jsonl" | grep -q '"results"' ||
+    fail "bench-compress did not measure what it could: $(cat "$out.x/gpu-results/compress.jsonl")"
+grep -q "x: unbound variable" "$out.x/gpu-results/logs/bench-train.log" || fail "bench-train's log is not in the archive"
+grep -q "^== bench-train: FAILED (exit 1)" "$out/summary.txt" || fail "summary.txt does not show the failed step"
+grep -q "exit status 1" "$out/summary.txt" || fail "summary.txt does not give the exit status"
+
+# Without the kit the build still gets LibTorch's prefix and the tests' Python from
+# the Python that has torch (stand-ins for cmake, ctest and that Python).
+mkdir -p "$WORK/fake"
+cat >"$WORK/fake/cmake" <<SH
+#!/usr/bin/env bash
+printf '%s\n' "\$@" >>"$WORK/cmake.args"
+echo "-- CUDA LibTorch: NCCL backend and --device cuda enabled"
+SH
+printf '#!/bin/sh\necho "100%% tests passed"\n' >"$WORK/fake/ctest"
+printf '#!/bin/sh\necho /opt/fake-torch/share/cmake\n' >"$WORK/fake/torch-python"
+printf '#!/bin/sh\necho "ModuleNotFoundError: No module named torch" >&2\nexit 1\n' >"$WORK/fake/no-torch"
+chmod +x "$WORK/fake/"*
+got=0
+PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none PYTHON="$WORK/fake/torch-python" B="$WORK/gb" \
+    scripts/gpu/run-all.sh build-test "$WORK/none" >/dev/null 2>"$WORK/none.err" || got=$?
+[ "$got" = 0 ] || fail "run-all.sh build-test with ACC_GPU_KIT=none: exit $got: $(tail "$WORK/none.err")"
+grep -qx -- "-DCMAKE_PREFIX_PATH=/opt/fake-torch/share/cmake" "$WORK/cmake.args" ||
+    fail "ACC_GPU_KIT=none: no LibTorch prefix passed to cmake: $(cat "$WORK/cmake.args")"
+grep -qx -- "-DACC_PYTHON=$WORK/fake/torch-python" "$WORK/cmake.args" ||
+    fail "ACC_GPU_KIT=none: no -DACC_PYTHON passed to cmake: $(cat "$WORK/cmake.args")"
+expect_exit 1 "run-all: error: PYTHON=$WORK/fake/no-torch: cannot import torch" -- \
+    env ACC_GPU_KIT=none PYTHON="$WORK/fake/no-torch" scripts/gpu/run-all.sh build-test "$WORK/none2"
+
+# make-kit.sh, in a checkout of its own, with a kit made here: read-only, as a kit
+# directory may be, so that a second run must still replace the first copy.
+if ! command -v git >/dev/null; then
+    echo "no git here: make-kit.sh, which needs a git checkout, is not checked"
+    finish
+    exit 0
+fi
+repo=$WORK/repo
+mkdir -p "$repo/scripts/gpu" "$WORK/kit/debs" "$WORK/kit/gloo/include/gloo" "$WORK/fm"
+cp scripts/gpu/make-kit.sh "$repo/scripts/gpu/"
+git -C "$repo" init -q
+git -C "$repo" add scripts
+echo 'echo kit' >"$WORK/kit/env.sh"
+echo deb >"$WORK/kit/debs/libfmt-dev_9.1.0_amd64.deb"
+echo '#pragma once' >"$WORK/kit/gloo/include/gloo/algorithm.h"
+echo images >"$WORK/fm/train-images-idx3-ubyte.gz"
+chmod -R a-w "$WORK/kit"
+trap 'chmod -R u+w "$WORK"; rm -rf "$WORK"' EXIT # a user other than root cannot remove read-only folders
+for run in first second; do
+    got=0
+    FASHION_MNIST=$WORK/fm "$repo/scripts/gpu/make-kit.sh" "$WORK/kit" >"$WORK/kit.out" 2>"$WORK/kit.err" || got=$?
+    [ "$got" = 0 ] || fail "make-kit.sh ($run run): exit $got: $(cat "$WORK/kit.err")"
+done
+for f in env.sh debs/libfmt-dev_9.1.0_amd64.deb gloo/include/gloo/algorithm.h data/fashion-mnist/train-images-idx3-ubyte.gz; do
+    [ -f "$repo/.gpu-kit/$f" ] || fail "make-kit.sh did not copy $f into .gpu-kit"
+done
+[ "$(grep -cx '/.gpu-kit/' "$repo/.git/info/exclude")" = 1 ] ||
+    fail "make-kit.sh must add /.gpu-kit/ to .git/info/exclude once: $(cat "$repo/.git/info/exclude")"
+git -C "$repo" status --porcelain --untracked-files=all | grep -q gpu-kit && fail "git still sees .gpu-kit"
+printf '%s\n' 'carry: [".gpu-kit"]' 'command: scripts/gpu/run-all.sh' | diff - "$WORK/kit.out" >&2 ||
+    fail "make-kit.sh printed the wrong carry or command"
+grep -Eq "make-kit: \.gpu-kit: [0-9.]+ MiB travel .*64 MiB" "$WORK/kit.err" || fail "make-kit.sh did not say the size"
+compgen -G "$repo/.gpu-kit.tmp*" >/dev/null && fail "make-kit.sh left a temporary copy: $(ls -A "$repo")"
+FASHION_MNIST=$WORK/no-such-dir "$repo/scripts/gpu/make-kit.sh" "$WORK/kit" kits/gpu >"$WORK/kit.out" 2>"$WORK/kit.err" ||
+    fail "make-kit.sh into kits/gpu failed: $(cat "$WORK/kit.err")"
+grep -qx "command: ACC_GPU_KIT=kits/gpu scripts/gpu/run-all.sh" "$WORK/kit.out" ||
+    fail "another DEST must be named in the command: $(cat "$WORK/kit.out")"
+[ -d "$repo/kits/gpu/data" ] && fail "make-kit.sh made data/ without Fashion-MNIST"
+grep -qx '/kits/gpu/' "$repo/.git/info/exclude" || fail "make-kit.sh did not exclude kits/gpu"
+
+mkdir -p "$WORK/no-env/debs" "$WORK/big/debs" "$WORK/big/gloo/include"
+echo deb >"$WORK/big/debs/x.deb"
+echo 'echo kit' >"$WORK/big/env.sh"
+truncate -s 65M "$WORK/big/debs/huge.deb"
+mkdir -p "$repo/notes" && echo mine >"$repo/notes/todo"
+expect_exit 1 "make-kit: error: $WORK/nowhere: no such directory" -- "$repo/scripts/gpu/make-kit.sh" "$WORK/nowhere"
+expect_exit 1 "make-kit: error: $WORK/no-env/env.sh: missing" -- "$repo/scripts/gpu/make-kit.sh" "$WORK/no-env"
+expect_exit 1 "make-kit: error: .* over the 64 MiB limit" -- "$repo/scripts/gpu/make-kit.sh" "$WORK/big" big-kit
+[ -e "$repo/big-kit" ] && fail "make-kit.sh copied a kit that is too big to travel"
+expect_exit 1 "make-kit: error: \.\./outside: DEST must be a new folder inside the checkout" -- \
+    "$repo/scripts/gpu/make-kit.sh" "$WORK/kit" ../outside
+expect_exit 1 "make-kit: error: notes: exists and is not a GPU kit" -- "$repo/scripts/gpu/make-kit.sh" "$WORK/kit" notes
+[ -f "$repo/notes/todo" ] || fail "make-kit.sh removed a folder that was not a kit"
+expect_exit 2 "usage: scripts/gpu/make-kit.sh KIT_SOURCE" -- "$repo/scripts/gpu/make-kit.sh"
+finish
