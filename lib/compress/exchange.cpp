@@ -258,12 +258,18 @@ void GradientExchange::Impl::check_gradients(const std::vector<at::Tensor>& grad
 // ------------------------------------------------------------ shared by both paths
 
 void GradientExchange::Impl::not_finite(const Slot& s, const std::string& detail) const {
-    throw Error(s.info.name + ": gradient holds NaN or infinity at step " + std::to_string(step) + detail);
+    not_finite_at(s, step, detail);
 }
 
-void GradientExchange::Impl::malformed(const Slot& s) const {
+void GradientExchange::Impl::malformed(const Slot& s) const { malformed_at(s, step); }
+
+void GradientExchange::Impl::not_finite_at(const Slot& s, std::int64_t at_step, const std::string& detail) const {
+    throw Error(s.info.name + ": gradient holds NaN or infinity at step " + std::to_string(at_step) + detail);
+}
+
+void GradientExchange::Impl::malformed_at(const Slot& s, std::int64_t at_step) const {
     throw Error(s.info.name + ": a worker's " + s.effective.name + " payload is malformed at step " +
-                std::to_string(step));
+                std::to_string(at_step));
 }
 
 std::unique_ptr<comm::Work> GradientExchange::Impl::launch(at::Tensor& buffer) {
@@ -475,6 +481,7 @@ Spec GradientExchange::effective_level(size_t tensor) const { return impl_->slot
 
 void GradientExchange::set_levels(const std::vector<Spec>& levels) {
     if (impl_->in_flight) throw UsageError("gradient exchange: set_levels() during a step");
+    impl_->settle_checks();  // before the codecs whose failures they may name change
     if (levels.size() != impl_->slots.size())
         throw UsageError("gradient exchange: " + std::to_string(levels.size()) + " levels for " +
                          std::to_string(impl_->slots.size()) + " tensors");
@@ -514,6 +521,11 @@ void GradientExchange::step(const std::vector<at::Tensor>& grads) {
 }
 bool GradientExchange::in_flight() const { return impl_->in_flight; }
 
+void GradientExchange::settle() {
+    if (impl_->in_flight) throw UsageError("gradient exchange: settle() during a step");
+    impl_->settle_checks();
+}
+
 const std::vector<std::int64_t>& GradientExchange::last_tensor_bytes() const {
     if (impl_->layout_dirty) impl_->layout();
     return impl_->tensor_bytes;
@@ -539,6 +551,7 @@ std::vector<std::pair<std::string, at::Tensor>> GradientExchange::state() const 
 
 void GradientExchange::load_state(const std::vector<std::pair<std::string, at::Tensor>>& state) {
     if (impl_->in_flight) throw UsageError("gradient exchange: load_state() during a step");
+    impl_->settle_checks();
     impl_->load_state(state);
 }
 

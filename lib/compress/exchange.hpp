@@ -74,6 +74,14 @@ struct ExchangeOptions {
     /// the step's end, or with LibTorch 1.13 a synchronisation before each clock reading
     /// (DeviceTimer). Training leaves it off: it would wait for the device every step.
     bool time_device_work = false;
+    /// When the device path reads its flags (NaN or infinity in a gradient, a failed
+    /// encode, a malformed payload). Reading one waits for the device, so on a GPU
+    /// the flags are copied without waiting and read when the next step starts (or at
+    /// settle()): no step waits for the GPU, and such a failure is reported one step
+    /// late, after the step was sent, naming the step it happened in. `immediate`
+    /// reads them before the collectives start, as the host path does.
+    enum class CheckTiming { immediate, deferred_on_gpu, deferred };
+    CheckTiming check_timing = CheckTiming::deferred_on_gpu;
 };
 
 /// What one worker did in one step (or, summed, in many).
@@ -124,6 +132,10 @@ public:
     void finish();
     void step(const std::vector<at::Tensor>& grads);
     bool in_flight() const;
+    /// Reads the flags of steps whose check was deferred (ExchangeOptions::check_timing),
+    /// waiting for the device if they are not there yet; throws acc::Error as the step
+    /// would have. set_levels(), load_state() and the next start() call it too.
+    void settle();
 
     /// The collectives a step runs with the current levels, in the order it starts them.
     std::vector<PlannedCollective> planned_collectives() const;

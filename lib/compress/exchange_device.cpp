@@ -1,11 +1,16 @@
 // A step of the gradient exchange on the gradients' device: the device codecs (ATen
 // operations), error memories, Q, DGC's momentum and the flat buffers all on that
 // device, handed to the collectives there. NaN and infinity come back as flags on the
-// device, looked at once per step. PowerSGD multiplies all matrices of one shape and rank
+// device, read once per step, or on a GPU a step later (ExchangeOptions::check_timing),
+// so that no step waits for the GPU. PowerSGD multiplies all matrices of one shape and rank
 // in one batched product per round.
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "compress/exchange_impl.hpp"
+
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <thread>
 
 namespace acc::compress {
 
@@ -70,6 +75,8 @@ void GradientExchange::Impl::settle_memory_device(Slot& s) {
 
 void GradientExchange::Impl::start_device(const std::vector<at::Tensor>& grads) {
     at::NoGradGuard no_grad;
+    settle_checks();  // the last step's flags: copied long ago, read without waiting
+    step_checks.clear();
     bind_device(grads);
     if (layout_dirty) layout();
     current = StepStats();
@@ -84,25 +91,78 @@ void GradientExchange::Impl::start_device(const std::vector<at::Tensor>& grads) 
     in_flight = true;
 }
 
-// The step's one synchronisation before the collectives: every flag at once, and only
-// when one is false the slot to name, in the host path's order.
+// The step's flags, in the host path's order: read now (one read of all at once, and
+// only when one is false the slot to name), or kept for defer_checks().
 void GradientExchange::Impl::check_flags_device() {
+    std::vector<DeviceCheck> checks;
+    for (size_t i = 0; i < slots.size(); ++i) {
+        if (slots[i].input_finite.defined()) checks.push_back({i, DeviceCheck::Kind::input_finite, slots[i].input_finite});
+        if (slots[i].encode_finite.defined())
+            checks.push_back({i, DeviceCheck::Kind::encode_finite, slots[i].encode_finite});
+    }
+    for (auto& g : groups)
+        if (g.finite.defined())
+            for (size_t b = 0; b < g.slots.size(); ++b)
+                checks.push_back({g.slots[b], DeviceCheck::Kind::input_finite, g.finite[static_cast<std::int64_t>(b)]});
+    if (deferring_checks())
+        step_checks.insert(step_checks.end(), checks.begin(), checks.end());
+    else
+        check_now(checks, step);
+}
+
+bool GradientExchange::Impl::deferring_checks() const {
+    switch (options.check_timing) {
+    case ExchangeOptions::CheckTiming::immediate: return false;
+    case ExchangeOptions::CheckTiming::deferred: return true;
+    case ExchangeOptions::CheckTiming::deferred_on_gpu: return device.is_cuda();
+    }
+    return false;
+}
+
+void GradientExchange::Impl::check_now(const std::vector<DeviceCheck>& checks, std::int64_t at_step) {
+    if (checks.empty()) return;
     std::vector<at::Tensor> flags;
-    for (auto& s : slots) {
-        if (s.input_finite.defined()) flags.push_back(s.input_finite.view({1}));
-        if (s.encode_finite.defined()) flags.push_back(s.encode_finite.view({1}));
+    for (const DeviceCheck& c : checks) flags.push_back(c.flag.view({1}));
+    if (at::cat(flags).all().item<bool>()) return;
+    for (const DeviceCheck& c : checks) {
+        if (c.flag.item<bool>()) continue;
+        const Slot& s = slots[c.slot];
+        switch (c.kind) {
+        case DeviceCheck::Kind::input_finite: not_finite_at(s, at_step, "");
+        case DeviceCheck::Kind::encode_finite: not_finite_at(s, at_step, s.codec->encode_failure_detail());
+        case DeviceCheck::Kind::well_formed: malformed_at(s, at_step);
+        }
     }
-    for (auto& g : groups)
-        if (g.finite.defined()) flags.push_back(g.finite.view({-1}));
-    if (flags.empty() || at::cat(flags).all().item<bool>()) return;
-    for (auto& s : slots) {
-        if (s.input_finite.defined() && !s.input_finite.item<bool>()) not_finite(s);
-        if (s.encode_finite.defined() && !s.encode_finite.item<bool>())
-            not_finite(s, s.codec->encode_failure_detail());
+}
+
+// The step's flags on their way to the host: their AND copied without waiting (into
+// pinned memory), and on a GPU an event after the copy to tell when it has arrived.
+void GradientExchange::Impl::defer_checks() {
+    if (step_checks.empty()) return;
+    PendingChecks p;
+    p.step = step;
+    p.checks = std::move(step_checks);
+    step_checks.clear();
+    std::vector<at::Tensor> flags;
+    for (const DeviceCheck& c : p.checks) flags.push_back(c.flag.view({1}));
+    p.all_ok = at::cat(flags).all().to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/true);
+    if (device.is_cuda()) {
+        p.copied = std::make_unique<c10::Event>(device.type());
+        p.copied->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
     }
-    for (auto& g : groups)
-        for (size_t b = 0; b < g.slots.size(); ++b)
-            if (g.finite.defined() && !g.finite[static_cast<std::int64_t>(b)].item<bool>()) not_finite(slots[g.slots[b]]);
+    pending.push_back(std::move(p));
+}
+
+// Reads the deferred flags, oldest step first; the first false one is reported as its
+// step would have reported it.
+void GradientExchange::Impl::settle_checks() {
+    std::vector<PendingChecks> steps = std::move(pending);
+    pending.clear();
+    for (PendingChecks& p : steps) {
+        if (p.copied)
+            while (!p.copied->query()) std::this_thread::yield();
+        if (!p.all_ok.item<bool>()) check_now(p.checks, p.step);
+    }
 }
 
 void GradientExchange::Impl::finish_device() {
@@ -124,6 +184,7 @@ void GradientExchange::Impl::finish_device() {
         timer.stop(t0, current.decode_seconds);
     }
     for (auto& g : groups) g.m = at::Tensor();
+    if (deferring_checks()) defer_checks();
     timer.finish_step();
 }
 
@@ -131,18 +192,18 @@ void GradientExchange::Impl::decode_gather_device() {
     std::vector<at::Tensor> received = gather_payloads();
     auto t1 = timer.start();
     std::vector<at::Tensor> payloads(received.size());
-    std::vector<std::pair<Slot*, at::Tensor>> checks;
-    for (auto& s : slots) {
+    std::vector<DeviceCheck> checks;
+    for (size_t i = 0; i < slots.size(); ++i) {
+        Slot& s = slots[i];
         if (s.codec->channel() != Channel::gather) continue;
         for (size_t w = 0; w < received.size(); ++w) payloads[w] = received[w].narrow(0, s.offset, s.bytes);
-        checks.emplace_back(&s, s.device_codec->decode(payloads, s.device_grad));
+        checks.push_back({i, DeviceCheck::Kind::well_formed, s.device_codec->decode(payloads, s.device_grad)});
         settle_memory_device(s);
     }
-    std::vector<at::Tensor> flags;
-    for (auto& c : checks) flags.push_back(c.second.view({1}));
-    if (!flags.empty() && !at::cat(flags).all().item<bool>())
-        for (auto& c : checks)
-            if (!c.second.item<bool>()) malformed(*c.first);
+    if (deferring_checks())
+        step_checks.insert(step_checks.end(), checks.begin(), checks.end());
+    else
+        check_now(checks, step);
     timer.stop(t1, current.decode_seconds);
 }
 

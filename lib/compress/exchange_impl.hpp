@@ -10,6 +10,8 @@
 #include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
 
+#include <c10/core/Event.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -73,6 +75,23 @@ struct PowerGroup {
     at::Tensor finite;  // [B] bool: whether each input is finite
 };
 
+// Device path: a flag of a step, kept to be read later (ExchangeOptions::check_timing).
+struct DeviceCheck {
+    enum class Kind { input_finite, encode_finite, well_formed };
+    size_t slot = 0;
+    Kind kind = Kind::input_finite;
+    at::Tensor flag;  // 0-dim bool on the device
+};
+
+// A step's flags on their way to the host: their AND, copied without waiting, and on a
+// GPU an event recorded after the copy (no event on the CPU, where the copy is done).
+struct PendingChecks {
+    std::int64_t step = 0;
+    std::vector<DeviceCheck> checks;
+    at::Tensor all_ok;
+    std::unique_ptr<c10::Event> copied;
+};
+
 struct GradientExchange::Impl {
     using Clock = std::chrono::steady_clock;
 
@@ -104,6 +123,8 @@ struct GradientExchange::Impl {
     StepStats current, last, total;
     DeviceTimer timer;  // the device path's encode and decode times
     std::vector<std::int64_t> tensor_bytes;
+    std::vector<DeviceCheck> step_checks;  // the device path's flags of the current step
+    std::vector<PendingChecks> pending;    // earlier steps' flags not read yet
 
     Impl(comm::Collectives& c, ExchangeOptions o);
 
@@ -124,6 +145,8 @@ struct GradientExchange::Impl {
     void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state);
     [[noreturn]] void not_finite(const Slot& s, const std::string& detail = "") const;
     [[noreturn]] void malformed(const Slot& s) const;
+    [[noreturn]] void not_finite_at(const Slot& s, std::int64_t at_step, const std::string& detail) const;
+    [[noreturn]] void malformed_at(const Slot& s, std::int64_t at_step) const;
     void check_gradients(const std::vector<at::Tensor>& grads) const;
     std::unique_ptr<comm::Work> launch(at::Tensor& buffer);
     void wait(std::unique_ptr<comm::Work>& work);
@@ -157,6 +180,10 @@ struct GradientExchange::Impl {
     void settle_memory_device(Slot& s);
     void start_device(const std::vector<at::Tensor>& grads);
     void check_flags_device();
+    bool deferring_checks() const;
+    void check_now(const std::vector<DeviceCheck>& checks, std::int64_t at_step);
+    void defer_checks();
+    void settle_checks();
     void finish_device();
     void decode_gather_device();
     void decode_dense_device(int W);

@@ -148,6 +148,10 @@ std::vector<bool> DistExchange::momentum_in_gradient() const {
 
 void DistExchange::before_backward(const train::StepInfo&, bool accumulated) { reducer_->arm(accumulated); }
 
+void DistExchange::settle() {
+    if (compress_) compress_->settle();
+}
+
 void DistExchange::exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo&) {
     reducer_->launch_rest(gradients);
     std::vector<at::Tensor> compressed;

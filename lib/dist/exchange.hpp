@@ -61,6 +61,7 @@ public:
 
     void before_backward(const train::StepInfo& step, bool accumulated) override;
     void exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& step) override;
+    void settle() override;
 
     /// This rank's state for a checkpoint: error memories and compressor state,
     /// named "<parameter>/error", "<parameter>/powersgd_q", ..., "exchange/...".

@@ -400,6 +400,7 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
             on_step(info, step_loss_value, batch.samples);
         }
     }
+    if (exchange_) exchange_->settle();  // before the losses, which a NaN gradient made NaN
     deliver();
     if (!unread_losses.empty()) {
         const torch::Tensor finite = torch::isfinite(torch::stack(unread_losses)).cpu();

@@ -57,6 +57,9 @@ public:
     virtual void before_backward(const StepInfo& /*step*/, bool /*accumulated*/) {}
     /// `gradients[i]` is parameter i's local gradient; replace or modify each in place.
     virtual void exchange(std::vector<torch::Tensor>& gradients, const StepInfo& step) = 0;
+    /// Called after an epoch's last step: throws what checks the exchange deferred
+    /// found (a GPU's NaN flags are read a step late, so that no step waits for it).
+    virtual void settle() {}
     /// State to keep in checkpoints (e.g. error-feedback memories), and to restore from them.
     virtual void save_state(TensorMap&) const {}
     virtual void load_state(const TensorMap&) {}

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <sstream>
@@ -607,6 +608,89 @@ TEST(DeviceExchange, RefusesNaNAndNamesTheTensor) {
         });
         EXPECT_NE(message.find("w: gradient holds NaN or infinity"), std::string::npos) << level << ": " << message;
     }
+}
+
+TEST(DeviceExchange, DeferredChecksNameTheStepWhenTheNextStepStartsOrAtSettle) {
+    // As on a GPU: a step's flags are read when the next step starts, or at settle().
+    acc::test::ThreadGroup group(1, 30);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (const std::string level : {"signsgd", "topk:0.1", "powersgd:2", "fp16", "qsgd:15"}) {
+        std::string at_next_start, at_settle, clean;
+        bool first_step_threw = false;
+        group.run([&](int, acc::comm::Collectives& comm) {
+            ExchangeOptions o;
+            o.device_path_on_cpu = true;
+            o.check_timing = ExchangeOptions::CheckTiming::deferred;
+            auto expect_error = [&](const std::function<void()>& run, std::string& message) {
+                try {
+                    run();
+                } catch (const acc::Error& e) {
+                    message = e.what();
+                }
+            };
+            for (int end = 0; end < 2; ++end) {
+                GradientExchange ex({{"w", {6, 5}}}, {parse_spec(level)}, comm, o);
+                at::Tensor clean_step = at::ones({6, 5});
+                ex.step({clean_step});
+                at::Tensor bad = at::ones({6, 5});
+                bad[2][3] = nan;
+                try {
+                    ex.step({bad});  // step 1: sent, its flag not read yet
+                } catch (const acc::Error&) {
+                    first_step_threw = true;
+                }
+                at::Tensor next = at::ones({6, 5});
+                if (end == 0)
+                    expect_error([&] { ex.step({next}); }, at_next_start);
+                else
+                    expect_error([&] { ex.settle(); }, at_settle);
+            }
+            GradientExchange ex({{"w", {6, 5}}}, {parse_spec(level)}, comm, o);
+            for (int step = 0; step < 3; ++step) {
+                at::Tensor g = at::ones({6, 5});
+                expect_error([&] { ex.step({g}); }, clean);
+            }
+            expect_error([&] { ex.settle(); }, clean);
+        });
+        EXPECT_FALSE(first_step_threw) << level << ": the NaN was read in its own step";
+        EXPECT_NE(at_next_start.find("w: gradient holds NaN or infinity at step 1"), std::string::npos)
+            << level << ": " << at_next_start;
+        EXPECT_NE(at_settle.find("w: gradient holds NaN or infinity at step 1"), std::string::npos)
+            << level << ": " << at_settle;
+        EXPECT_EQ(clean, "") << level;
+    }
+}
+
+TEST(DeviceExchange, DeferredChecksGiveTheSameGradients) {
+    acc::test::ThreadGroup group(2, 30);
+    const std::vector<std::string> levels = {"topk:0.2", "signsgd", "powersgd:2", "qsgd:15", "fp16"};
+    std::vector<std::vector<at::Tensor>> results(2);
+    for (int timing = 0; timing < 2; ++timing) {
+        group.run([&](int rank, acc::comm::Collectives& comm) {
+            ExchangeOptions o;
+            o.device_path_on_cpu = true;
+            o.check_timing = timing ? ExchangeOptions::CheckTiming::deferred : ExchangeOptions::CheckTiming::immediate;
+            std::vector<TensorInfo> tensors;
+            std::vector<Spec> specs;
+            for (size_t i = 0; i < levels.size(); ++i) {
+                tensors.push_back({"t" + std::to_string(i), {8, 7}});
+                specs.push_back(parse_spec(levels[i]));
+            }
+            GradientExchange ex(tensors, specs, comm, o);
+            std::vector<at::Tensor> out;
+            for (int step = 0; step < 3; ++step) {
+                std::vector<at::Tensor> g;
+                for (size_t i = 0; i < levels.size(); ++i)
+                    g.push_back(at::randn({8, 7}, at::make_generator<at::CPUGeneratorImpl>(100 * rank + 10 * step + i)));
+                ex.step(g);
+                for (auto& t : g) out.push_back(t.clone());
+            }
+            ex.settle();
+            if (rank == 0) results[static_cast<size_t>(timing)] = out;
+        });
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i) EXPECT_TRUE(at::equal(results[0][i], results[1][i])) << i;
 }
 
 TEST(DeviceExchange, StateMovesBetweenThePaths) {
