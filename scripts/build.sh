@@ -34,6 +34,9 @@ generator=()
 command -v ninja >/dev/null && [ ! -f "$build/Makefile" ] && generator=(-G Ninja)
 launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# Paths below the checkout hashed as relative ones: a fresh clone elsewhere (CI's)
+# reuses what an earlier build compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 mkdir -p "$build"
 echo "build.sh: configuring $build (cmake, Release, $torch's LibTorch)" >&2
 if ! cmake -S . -B "$build" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYPE=Release "${torch_args[@]}" "$@" \

@@ -39,7 +39,15 @@ void GradientExchange::Impl::prepare_qs() {
             at::Tensor drawn = at::randn({s.cols, s.rank}, generator, at::TensorOptions().dtype(at::kFloat));
             s.fresh_q = false;
             if (device_path) {
-                s.device_q = drawn.to(device);
+                if (device.is_cuda()) {
+                    // Through pinned memory the copy is queued instead of making the host
+                    // wait for the GPU (a new Q every step without warm start).
+                    at::Tensor pinned = at::empty_like(drawn, at::TensorOptions().pinned_memory(true));
+                    pinned.copy_(drawn);
+                    s.device_q = pinned.to(at::TensorOptions().device(device), /*non_blocking=*/true);
+                } else {
+                    s.device_q = drawn.to(device);
+                }
                 continue;  // orthogonalized with its group
             }
             s.q.assign(drawn.data_ptr<float>(), drawn.data_ptr<float>() + drawn.numel());

@@ -379,12 +379,14 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
         for (size_t p = 0; p < parameters_.size(); ++p)
             gradients[p] = parameters_[p].grad().defined() ? parameters_[p].grad() : torch::zeros_like(parameters_[p]);
         if (options_.clip_norm > 0) {
-            // As torch.nn.utils.clip_grad_norm_: scale all gradients by max_norm / (total_norm + 1e-6) if that is < 1.
-            double total = 0;
-            for (const auto& g : gradients) total += std::pow(l2_norm(g), 2);
-            const double coefficient = options_.clip_norm / (std::sqrt(total) + 1e-6);
-            if (coefficient < 1)
-                for (auto& g : gradients) g.mul_(coefficient);
+            // As torch.nn.utils.clip_grad_norm_: scale all gradients by max_norm / (total_norm + 1e-6) if that is < 1,
+            // computed where the gradients are (squares summed in double): no step waits for a GPU to read a norm.
+            std::vector<torch::Tensor> norms;
+            norms.reserve(gradients.size());
+            for (const auto& g : gradients) norms.push_back(g.norm());
+            const torch::Tensor total = torch::stack(norms).to(torch::kDouble).square().sum().sqrt();
+            const torch::Tensor coefficient = (options_.clip_norm / (total + 1e-6)).clamp_max(1.0).to(torch::kFloat);
+            for (auto& g : gradients) g.mul_(coefficient);
         }
         if (recorder_) recorder_->add(gradients);
         if (exchange_) exchange_->exchange(gradients, info);

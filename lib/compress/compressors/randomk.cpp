@@ -123,8 +123,17 @@ public:
 
     at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) override {
         const auto kept = static_cast<std::int64_t>(host_indices_.size());
-        kernels::random_indices(key, numel(), kept, host_indices_.data(), bitmap_);
-        indices_ = at::from_blob(host_indices_.data(), {kept}, at::kInt).to(t.device(), at::kLong);
+        if (t.is_cuda()) {
+            // Drawn into pinned memory, the copy is queued behind the step's work instead
+            // of making the host wait for the GPU; LibTorch's pinned-memory cache keeps the
+            // block until the copy has run. Widened to int64 on the device.
+            at::Tensor drawn = at::empty({kept}, at::TensorOptions().dtype(at::kInt).pinned_memory(true));
+            kernels::random_indices(key, numel(), kept, drawn.data_ptr<std::int32_t>(), bitmap_);
+            indices_ = drawn.to(at::TensorOptions().device(t.device()), /*non_blocking=*/true).to(at::kLong);
+        } else {
+            kernels::random_indices(key, numel(), kept, host_indices_.data(), bitmap_);
+            indices_ = at::from_blob(host_indices_.data(), {kept}, at::kInt).to(t.device(), at::kLong);
+        }
         payload.copy_(t.index_select(0, indices_));
         if (update_error) t.index_fill_(0, indices_, 0.0);
         return device::flag(true, t.device());
