@@ -174,11 +174,15 @@ std::vector<std::vector<float>> read_snapshot(const std::string& path, std::int6
     if (!f.exists(group)) f.fail("has no gradient snapshot of epoch " + std::to_string(epoch));
     std::vector<std::vector<float>> out;
     for (const auto& p : parameters) {
-        Dims dims;
         std::string ds = group + "/" + p.name;
-        out.push_back(f.read<float>(ds, &dims));
-        if (element_count(dims) != static_cast<hsize_t>(p.numel()))
-            f.fail(ds + " has shape " + dims_text(dims) + ", expected " + shape_text(p.shape));
+        // The exact shape, not only the number of values: a transposed snapshot
+        // (784x256 for a 256x784 weight) would be compressed as the wrong matrix.
+        const Dims expected(p.shape.begin(), p.shape.end());
+        const Dims dims = f.shape(ds);
+        if (dims != expected)
+            f.fail(ds + " has shape " + dims_text(dims) + ", expected " + dims_text(expected) +
+                   " (the shape of parameter '" + p.name + "')");
+        out.push_back(f.read<float>(ds));
     }
     return out;
 }

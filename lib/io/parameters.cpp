@@ -37,6 +37,19 @@ void write_parameters(H5File& file, const std::vector<Parameter>& parameters) {
     file.write(std::string("/parameters/numel"), numel, Dims{parameters.size()});
 }
 
+std::string shape_problem(const std::vector<std::int64_t>& shape) {
+    std::uint64_t values = 1;
+    for (size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] < 1) return "has dimension " + std::to_string(d) + " of size " + std::to_string(shape[d]);
+        const auto extent = static_cast<std::uint64_t>(shape[d]);
+        // Divided, not multiplied, so that no product can wrap around.
+        if (extent > kMaxShapeValues / values)
+            return "has shape " + shape_text(shape) + ", more than 2^48 values (the file is corrupt)";
+        values *= extent;
+    }
+    return "";
+}
+
 std::vector<Parameter> read_parameters(const H5File& file) {
     std::vector<std::string> names = file.read_strings("/parameters/name");
     if (names.empty()) file.fail("/parameters/name lists no parameters");
@@ -65,13 +78,9 @@ std::vector<Parameter> read_parameters(const H5File& file) {
         if (ndim[i] < 0 || static_cast<size_t>(ndim[i]) > width)
             file.fail("parameter '" + p.name + "' has ndim " + std::to_string(ndim[i]) + ", outside 0.." +
                       std::to_string(width));
-        for (std::int64_t d = 0; d < ndim[i]; ++d) {
-            std::int64_t extent = shape[i * width + static_cast<size_t>(d)];
-            if (extent < 1)
-                file.fail("parameter '" + p.name + "' has dimension " + std::to_string(d) + " of size " +
-                          std::to_string(extent));
-            p.shape.push_back(extent);
-        }
+        for (std::int64_t d = 0; d < ndim[i]; ++d) p.shape.push_back(shape[i * width + static_cast<size_t>(d)]);
+        std::string problem = shape_problem(p.shape);
+        if (!problem.empty()) file.fail("parameter '" + p.name + "' " + problem);
         if (p.numel() != numel[i])
             file.fail("parameter '" + p.name + "' has shape " + shape_text(p.shape) + " (" +
                       std::to_string(p.numel()) + " elements) but numel " + std::to_string(numel[i]));

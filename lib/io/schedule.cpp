@@ -1,9 +1,14 @@
 #include "io/schedule.hpp"
 
+#include "base/text.hpp"
+
 #include <cmath>
 
 namespace acc::io {
 namespace {
+
+// The code of Reason::first_interval (lib/regime), the only reason that comes without a ratio.
+constexpr int kFirstIntervalReason = 2;
 
 const char* kReasonLegend =
     "0: rate of change below eta (not critical); 1: rate of change at or above eta; 2: first interval; "
@@ -77,6 +82,10 @@ Schedule read_schedule(const std::string& path) {
             f.fail("/epochs/reason is " + std::to_string(s.reason[i]) + " at " + where + "; valid codes are 0.." +
                    std::to_string(kReasonCodes - 1));
         if (s.ratio[i] < 0) f.fail("/epochs/ratio is negative at " + where);
+        // NaN means "no earlier norm to compare with", which only the first interval lacks.
+        if (std::isnan(s.ratio[i]) && s.reason[i] != kFirstIntervalReason)
+            f.fail("/epochs/ratio is NaN at " + where + "; NaN is valid only in the first interval (reason " +
+                   std::to_string(kFirstIntervalReason) + "), here the reason is " + std::to_string(s.reason[i]));
     }
     if (s.mode == "compression") {
         s.levels = f.read_strings("/levels");
@@ -95,8 +104,10 @@ Schedule read_schedule(const std::string& path) {
                 f.fail("/epochs/batch_size is " + std::to_string(s.batch_size[static_cast<size_t>(e)]) + " at epoch " +
                        std::to_string(e) + "; it must be at least 1");
             double scale = s.lr_scale[static_cast<size_t>(e)];
-            if (!std::isfinite(scale) || scale <= 0)
-                f.fail("/epochs/lr_scale at epoch " + std::to_string(e) + " must be a finite number > 0");
+            // Bounded so that the scaled learning rate still fits the float train-dist computes in.
+            if (!(scale > 0 && scale <= kMaxLrScale))
+                f.fail("/epochs/lr_scale is " + printf_text("%.10g", scale) + " at epoch " + std::to_string(e) +
+                       "; it must be a number in (0, " + printf_text("%.10g", kMaxLrScale) + "]");
         }
     }
     return s;

@@ -16,6 +16,9 @@ inline constexpr int kScheduleMajor = 1;
 inline constexpr int kScheduleMinor = 0;
 /// Valid /epochs/reason codes are 0 .. kReasonCodes-1 (their meaning: docs/formats.md).
 inline constexpr int kReasonCodes = 5;
+/// Largest /epochs/lr_scale read: batch_size / low with batch sizes of at most 2^20,
+/// the largest regime-detect accepts.
+inline constexpr double kMaxLrScale = 1048576;
 
 struct Schedule {
     FileHeader header;

@@ -97,7 +97,11 @@ bad = np.ones((4, 3), dtype=np.float32)
 bad[1, 2] = np.nan
 grads("nan.h5", bad)
 grads("good.h5", np.ones((4, 3), dtype=np.float32))
+grads("transposed.h5", np.ones((3, 4), dtype=np.float32))
 PY
+# A snapshot with its parameter's number of values in another shape is not that matrix.
+expect_exit 1 "^compress-bench: error: transposed.h5: /snapshots/epoch_0/fc.weight has shape 3x4, expected 4x3 \\(the shape of parameter 'fc.weight'\\)$" -- \
+    compress-bench --from transposed.h5 "${quick[@]}"
 expect_exit 1 "plain.h5: holds no gradient snapshots; run grad-dump with --snapshot-epochs" -- \
     compress-bench --from plain.h5 "${quick[@]}"
 expect_exit 1 "nan.h5: snapshot of epoch 0, parameter 'fc.weight' holds NaN or infinity" -- \

@@ -80,6 +80,36 @@ $synth -o partial.h5 --model tiny --epochs 30 --incomplete
 expect_exit 0 "warning: partial.h5 is marked incomplete" -- regime-detect partial.h5 -o partial-sched.h5
 expect_exit 0 "sends less than --high" -- regime-detect good.h5 --low powersgd:1 --high powersgd:4 -o swapped.h5
 
+# Shapes whose element count overflows (read as numel 0) or passes 2^48 are refused,
+# naming the file, the parameter and the shape; no schedule is written.
+$ACC_PYTHON - <<'PY'
+import h5py, numpy as np
+def grads(path, shape, numel):
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = "accordion.grads"
+        f.attrs["format_version"] = "1.0"
+        f["parameters/name"] = np.array(["fc.weight", "fc.bias"], dtype=h5py.string_dtype())
+        f["parameters/ndim"] = np.array([2, 1], dtype=np.int32)
+        f["parameters/shape"] = np.array([shape, [3, 0]], dtype=np.int64)
+        f["parameters/numel"] = np.array([numel, 3], dtype=np.int64)
+        f["epochs/norm"] = np.ones((30, 2))
+        f["epochs/lr"] = np.full(30, 0.1)
+        f["epochs/steps"] = np.ones(30, dtype=np.int64)
+grads("wrap.h5", [2**62, 4], 0)
+grads("square.h5", [2**32, 2**32], 0)
+grads("over48.h5", [2**40, 2**9], 2**49)
+PY
+while read -r file shape; do
+    rm -f huge-sched.h5
+    expect_exit 1 "^regime-detect: error: $file: parameter 'fc.weight' has shape $shape, more than 2\\^48 values" -- \
+        regime-detect "$file" -o huge-sched.h5
+    [ ! -e huge-sched.h5 ] || fail "regime-detect wrote a schedule for $file"
+done <<'TABLE'
+wrap.h5 4611686018427387904x4
+square.h5 4294967296x4294967296
+over48.h5 1099511627776x512
+TABLE
+
 # A failed run leaves no output file and no temporary file behind.
 rm -f sched.h5
 regime-detect nan.h5 -o sched.h5 2>/dev/null && fail "NaN input accepted"

@@ -1,5 +1,6 @@
 // The file formats: round trips, crash safety, and one clear error per kind of bad file.
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "io/atomic.hpp"
 #include "io/grads.hpp"
 #include "io/h5.hpp"
@@ -249,6 +250,45 @@ TEST(Grads, MissingAndMismatchedDatasets) {
                        {"/epochs/steps holds strings, expected integers"});
 }
 
+// Shapes whose element count overflows 64 bits (and would be read as numel 0) or
+// exceeds 2^48 are refused, naming the parameter and the shape.
+TEST(Grads, ShapesOverTwoToThe48ValuesAreRefused) {
+    const std::int64_t big = std::int64_t{1} << 62, half = std::int64_t{1} << 32;
+    struct Case {
+        std::vector<std::int64_t> fc_weight;
+        std::int64_t numel;
+        std::string shape;
+    };
+    for (const Case& c : {Case{{big, 4}, 0, "4611686018427387904x4"}, Case{{half, half}, 0, "4294967296x4294967296"},
+                          Case{{std::int64_t{1} << 49, 1}, std::int64_t{1} << 49, "562949953421312x1"}}) {
+        expect_grads_error(
+            [&](H5File& f) {
+                std::vector<std::int64_t> shape{4, 3, 3, 3, 4, 0, 0, 0, c.fc_weight[0], c.fc_weight[1], 0, 0, 10, 0, 0, 0};
+                f.write("/parameters/shape", shape, {4, 4});
+                f.write("/parameters/numel", std::vector<std::int64_t>{108, 4, c.numel, 10}, {4});
+            },
+            {"parameter 'fc.weight' has shape " + c.shape + ", more than 2^48 values"});
+    }
+    EXPECT_EQ(shape_problem({std::int64_t{1} << 24, std::int64_t{1} << 24}), "");
+    EXPECT_NE(shape_problem({(std::int64_t{1} << 24) + 1, std::int64_t{1} << 24}), "");
+    EXPECT_EQ(shape_problem({3, 0}), "has dimension 1 of size 0");
+}
+
+// A snapshot must have its parameter's shape exactly; the same number of values
+// in another shape (transposed) is not the same matrix.
+TEST(Grads, TransposedSnapshotIsRefused) {
+    TempDir dir;
+    std::string path = write_grads(dir, 3);
+    {
+        H5File f = H5File::open(path, true);
+        f.write("/snapshots/epoch_1/fc.weight", std::vector<float>(360, 0.5f), {36, 10});
+        f.close();
+    }
+    std::string message = error_of([&] { read_snapshot(path, 1); });
+    EXPECT_EQ(message, path + ": /snapshots/epoch_1/fc.weight has shape 36x10, expected 10x36 (the shape of parameter "
+                              "'fc.weight')");
+}
+
 TEST(Grads, NanAndInfAreNamedByEpochAndParameter) {
     expect_grads_error(
         [](H5File& f) {
@@ -336,6 +376,33 @@ TEST(Schedule, ValidatesWhatTrainDistWillUse) {
     EXPECT_NE(error_of([&] { read_schedule(path); }).find("/epochs/reason is 9"), std::string::npos);
     std::string grads = write_grads(dir, 1);
     EXPECT_NE(error_of([&] { read_schedule(grads); }).find("expected an accordion.schedule file"), std::string::npos);
+}
+
+// Values train-dist would turn into an overflow or a NaN learning rate are refused on
+// reading, in one sentence naming the file, the dataset, the epoch and the value.
+TEST(Schedule, RefusesHugeLrScaleAndMisplacedNanRatio) {
+    TempDir dir;
+    std::string path = dir.file("sched.h5");
+    for (double scale : {1e300, 1048577.0, -2.0, double(NAN), double(INFINITY)}) {
+        Schedule batch = sample_schedule("batch");
+        batch.lr_scale[1] = scale;
+        write_schedule(path, batch);
+        std::string message = error_of([&] { read_schedule(path); });
+        EXPECT_EQ(message, path + ": /epochs/lr_scale is " + acc::printf_text("%.10g", scale) +
+                               " at epoch 1; it must be a number in (0, 1048576]")
+            << scale;
+    }
+    Schedule top = sample_schedule("batch");
+    top.lr_scale[1] = 1048576;
+    write_schedule(path, top);
+    EXPECT_EQ(read_schedule(path).lr_scale[1], 1048576);
+
+    Schedule ratio = sample_schedule("compression");
+    ratio.ratio[5] = NAN;  // epoch 1, reason 1 (at or above eta)
+    write_schedule(path, ratio);
+    EXPECT_EQ(error_of([&] { read_schedule(path); }),
+              path + ": /epochs/ratio is NaN at epoch 1, parameter 'conv1.bias'; NaN is valid only in the first "
+                     "interval (reason 2), here the reason is 1");
 }
 
 TEST(Atomic, UncommittedFilesVanishAndCommitReplaces) {
