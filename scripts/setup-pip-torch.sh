@@ -52,9 +52,14 @@ echo "setup-pip-torch: installing $pin (CUDA 13.0 wheel with its nvidia-* wheels
 start=$(date +%s)
 # A half-made environment (an interrupted install) is made anew.
 rm -rf "$venv"
-mkdir -p "$(dirname "$venv")"
-"$base" -m venv "$venv" >&2
-"$py" -m pip install -q --disable-pip-version-check "$pin" h5py numpy matplotlib >&2
+if ! mkdir -p "$(dirname "$venv")" 2>/dev/null || ! "$base" -m venv "$venv" >&2; then
+    echo "setup-pip-torch: error: $venv: cannot make a virtual environment there (ACC_TORCH_VENV chooses another place)" >&2
+    exit 1
+fi
+if ! "$py" -m pip install -q --disable-pip-version-check "$pin" h5py numpy matplotlib >&2; then
+    echo "setup-pip-torch: error: pip could not install $pin (above); is PyPI reachable?" >&2
+    exit 1
+fi
 if ! installed; then
     echo "setup-pip-torch: error: $venv has no CUDA build of torch $want after installing it" >&2
     exit 1
