@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
@@ -30,8 +32,23 @@ void sync_path(const std::string& path, int flags) {
     }
 }
 
+// FNV-1a: the same digits in every run and build, so that a later run finds a
+// killed run's temporaries of the same destination.
+std::string name_hash(const std::string& name) {
+    std::uint64_t h = 14695981039346656037ull;
+    for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(h));
+    return text;
+}
+
+// The temporary directory's name must fit in NAME_MAX (255 bytes) with its pid and
+// random suffix (up to 29 bytes), and an output's name may take all 255 itself: a
+// name over 200 bytes is shortened to its first 160 and a hash of the whole.
 std::string temp_prefix(const std::string& destination) {
-    return "." + fs::path(destination).filename().string() + ".tmp-";
+    std::string name = fs::path(destination).filename().string();
+    if (name.size() > 200) name = name.substr(0, 160) + "~" + name_hash(name);
+    return "." + name + ".tmp-";
 }
 
 // A process that no longer runs cannot be writing its temporary file.

@@ -9,7 +9,8 @@ namespace acc::io {
 class AtomicPath {
 public:
     /// Creates, beside `destination` (same directory, so rename is atomic), a new
-    /// private directory `.<name>.tmp-<pid>-<random>` (mode 0700, created
+    /// private directory `.<name>.tmp-<pid>-<random>` (a name over 200 bytes: its
+    /// first 160, `~` and a hash of the whole, to stay within 255; mode 0700, created
     /// exclusively) and names the temporary file inside it, so nothing planted in
     /// the directory can redirect the write. Temporary entries of the same
     /// destination left by a process that no longer runs are removed first.

@@ -156,6 +156,22 @@ TEST(Faults, TemporaryNamesAreUnpredictableAndPrivate) {
               std::string::npos);
 }
 
+// Any name the file system takes (up to 255 bytes) is a valid output: the temporary
+// directory beside it must not need a longer one.
+TEST(Faults, OutputNamesUpTo255BytesAreWritten) {
+    TempDir dir;
+    for (size_t length : {200, 201, 233, 255}) {
+        const std::string name = std::string(length - 3, 'n') + ".h5";
+        const std::string path = write_small(dir, name, [](H5File& f) { f.write_attr("/", "x", std::int64_t{2}); });
+        EXPECT_EQ(H5File::open(path, false).read_attr_int("/", "x"), 2) << length;
+        AtomicPath a(path), b(path);
+        EXPECT_NE(a.temp(), b.temp()) << length;
+        EXPECT_LE(fs::path(a.temp()).parent_path().filename().string().size(), 255u) << length;
+    }
+    for (const std::string& entry : dir.entries())
+        EXPECT_EQ(entry.find(".tmp-"), std::string::npos) << "left behind: " << entry;
+}
+
 // What a killed run left behind goes at the next start; nothing else does.
 TEST(Faults, StaleTemporariesOfDeadProcessesAreRemoved) {
     TempDir dir;
