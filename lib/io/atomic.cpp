@@ -56,6 +56,15 @@ bool process_gone(pid_t pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno ==
 
 }  // namespace
 
+void refuse_special_file(const std::string& path) {
+    // The finished file is renamed over the name: a device node or FIFO there would be
+    // replaced (as root, /dev/full itself). Links are followed to what they name.
+    std::error_code ec;
+    const fs::file_status status = fs::status(path, ec);
+    if (!ec && fs::exists(status) && !fs::is_regular_file(status) && !fs::is_directory(status))
+        throw FileError(path, "is not a regular file (a device, FIFO or socket); an output is a regular file or a new name");
+}
+
 int remove_stale_temporaries(const std::string& destination) {
     const std::string prefix = temp_prefix(destination);
     int removed = 0;
@@ -83,6 +92,7 @@ int remove_stale_temporaries(const std::string& destination) {
 }
 
 AtomicPath::AtomicPath(std::string destination) : destination_(std::move(destination)) {
+    refuse_special_file(destination_);
     remove_stale_temporaries(destination_);
     fs::path dest(destination_);
     const fs::path parent = dest.parent_path();
@@ -126,6 +136,7 @@ void check_writable_destination(const std::string& path) {
     if (!fs::is_directory(dir, ec)) throw FileError(path, "directory " + dir + " does not exist");
     if (::access(dir.c_str(), W_OK) != 0) throw FileError(path, "directory " + dir + " is not writable");
     if (fs::is_directory(path, ec)) throw FileError(path, "is a directory");
+    refuse_special_file(path);
     // Programs call this when they start: what a killed run left goes now.
     remove_stale_temporaries(path);
 }

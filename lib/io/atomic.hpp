@@ -31,9 +31,14 @@ private:
     bool committed_ = false;
 };
 
-/// Fails with a FileError if `path`'s directory does not exist or is not writable;
-/// otherwise removes the stale temporary entries of `path` (see below).
+/// Fails with a FileError if `path`'s directory does not exist or is not writable, or
+/// `path` is a directory or a special file (refuse_special_file); otherwise removes
+/// the stale temporary entries of `path` (see below).
 void check_writable_destination(const std::string& path);
+
+/// Fails with a FileError if `path` (links followed) is a device node, FIFO or socket:
+/// outputs are regular files or new names. AtomicPath checks it too.
+void refuse_special_file(const std::string& path);
 
 /// Removes temporary entries (`.<name>.tmp-<pid>-...`) of `destination` whose
 /// process no longer runs; returns how many were removed.

@@ -37,6 +37,18 @@ bash -c 'for n in 0 1 2 3; do ln -s victim "links/.s.h5.tmp-$$-$n"; done; exec r
 [ -f links/s.h5 ] && [ ! -L links/s.h5 ] || fail "links/s.h5 is not a plain file: $(ls -l links)"
 [ ! -L "links/.s.h5.tmp-$dead-0" ] || fail "a dead run's temporary link was left"
 
+# Only regular files or new names are outputs: a FIFO, or a link to a device,
+# stays what it was (the finished file is renamed over the name).
+mkfifo special.fifo
+expect_exit 1 "^regime-detect: error: special.fifo: is not a regular file \(a device, FIFO or socket\)" -- \
+    regime-detect good.h5 -o special.fifo -q
+[ -p special.fifo ] || fail "the FIFO was replaced: $(ls -l special.fifo)"
+ln -s /dev/null null.link
+expect_exit 1 "^regime-detect: error: null.link: is not a regular file" -- regime-detect good.h5 -o null.link -q
+[ -L null.link ] && [ -c /dev/null ] || fail "the link to /dev/null was replaced: $(ls -l null.link)"
+expect_exit 1 "^comm-profile: error: special.fifo: is not a regular file" -- comm-profile -e 64 -n 1 -w 0 -q -o special.fifo
+[ -p special.fifo ] || fail "comm-profile replaced the FIFO"
+
 # Fixed-length strings (h5py's "S" type, np.bytes_ attributes) keep their last character.
 $ACC_PYTHON - <<'PY' || fail "writing fixed.h5 with h5py"
 import h5py, numpy as np
