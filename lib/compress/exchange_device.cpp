@@ -119,11 +119,19 @@ bool GradientExchange::Impl::deferring_checks() const {
     return false;
 }
 
-void GradientExchange::Impl::check_now(const std::vector<DeviceCheck>& checks, std::int64_t at_step) {
-    if (checks.empty()) return;
+namespace {
+
+// Whether every flag is true, as a 0-dim bool on their device (no read).
+at::Tensor all_true(const std::vector<DeviceCheck>& checks) {
     std::vector<at::Tensor> flags;
     for (const DeviceCheck& c : checks) flags.push_back(c.flag.view({1}));
-    if (at::cat(flags).all().item<bool>()) return;
+    return at::cat(flags).all();
+}
+
+}  // namespace
+
+void GradientExchange::Impl::check_now(const std::vector<DeviceCheck>& checks, std::int64_t at_step) {
+    if (checks.empty() || all_true(checks).item<bool>()) return;
     for (const DeviceCheck& c : checks) {
         if (c.flag.item<bool>()) continue;
         const Slot& s = slots[c.slot];
@@ -143,9 +151,7 @@ void GradientExchange::Impl::defer_checks() {
     p.step = step;
     p.checks = std::move(step_checks);
     step_checks.clear();
-    std::vector<at::Tensor> flags;
-    for (const DeviceCheck& c : p.checks) flags.push_back(c.flag.view({1}));
-    p.all_ok = at::cat(flags).all().to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/true);
+    p.all_ok = all_true(p.checks).to(at::TensorOptions().device(at::kCPU), /*non_blocking=*/true);
     if (device.is_cuda()) {
         p.copied = std::make_unique<c10::Event>(device.type());
         p.copied->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
