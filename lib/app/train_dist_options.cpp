@@ -129,12 +129,23 @@ void add_gravac_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option* gr
         ->needs(gravac)
         ->group(gravac_group);
     app.add_option("--gravac-smoothing", g.smoothing,
-                   "EWMA weight of a step's gain, in (0, 1] [min(1, N/100) for N ranks]")
+                   "EWMA weight of a step's gain, in (0, 1]; by default the paper's rule min(1, N/100) for N ranks "
+                   "(its 32 workers: 0.32)")
+        ->default_str("N/100")
         ->check(cli::number(0, 1, true))
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_flag("--gravac-reset-gains", g.reset_gains,
+                 "Restart the candidate's gain average when its factor changes (theta_min takes over the "
+                 "candidate's when raised to it), so that no average mixes factors (off: the averages run on across factor changes)")
         ->needs(gravac)
         ->group(gravac_group);
     app.add_option("--gravac-policy", c.gravac_policy,
                    "How the candidate grows: exponential (10x, 20x, 40x, 160x, ...) or geometric (10x, 20x, 40x, 80x, ...)")
+        ->needs(gravac)
+        ->group(gravac_group);
+    app.add_option("--gravac-throughput", c.gravac_throughput,
+                   "A factor's compression throughput from a window's steps: median or mean")
         ->needs(gravac)
         ->group(gravac_group);
 

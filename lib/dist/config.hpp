@@ -41,6 +41,7 @@ struct TrainDistConfig {
     std::string gravac;                    ///< --gravac FAMILY (topk, dgc, randomk, powersgd); empty: not GraVAC
     regime::GravacSettings gravac_settings;  ///< --gravac-*; smoothing 0: the paper's min(1, N / 100)
     std::string gravac_policy = "exponential";
+    std::string gravac_throughput = "median";  ///< --gravac-throughput: a window's statistic, median or mean
     bool batch_size_given = false;    ///< --batch-size was on the command line (a batch schedule sets it)
     std::optional<comm::Backend> backend;  ///< --backend; unset: comm::default_backend(train.device)
     double bucket_mb = 25;            ///< MiB per bucket of uncompressed gradients (DDP's bucket_cap_mb)

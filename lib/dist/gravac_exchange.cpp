@@ -273,14 +273,18 @@ std::vector<double> GravacExchange::encode_sparse(std::vector<torch::Tensor>& gr
     return norms;
 }
 
-// One allreduce: every rank decides from the same sums.
-regime::GravacNorms GravacExchange::decide_from(const std::vector<double>& norms, regime::GravacDecision& decision) {
+// One allreduce sums `norms` (this rank's three squared norms) and `samples` over
+// the ranks: every rank decides from the same sums.
+regime::GravacNorms GravacExchange::decide_from(std::vector<double> norms, double& samples,
+                                                regime::GravacDecision& decision) {
+    norms.push_back(samples);
     torch::Tensor sums = torch::tensor(norms, torch::kFloat64);
     const double t0 = now_seconds();
     comm_.allreduce(sums, comm::ReduceOp::sum);
     totals_.communication_seconds += now_seconds() - t0;
     totals_.bytes += static_cast<std::int64_t>(sums.nbytes());
     const regime::GravacNorms all{sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
+    samples = sums[3].item<double>();
     decision = controller_->decide(all);
     return all;
 }
@@ -614,9 +618,17 @@ void GravacExchange::send_powersgd(std::vector<torch::Tensor>& gradients, const 
         if (rank[j] == 0) slots_[j].error.zero_();
 }
 
+SteadyClock::time_point GravacExchange::clock_now() const {
+    return options_.clock ? options_.clock() : SteadyClock::now();
+}
+
 void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& info) {
     torch::NoGradGuard no_grad;
     const double start = now_seconds();
+    // The step is timed from its own start, so that whatever ran between steps
+    // (the evaluation and checkpoint after an epoch) is not counted.
+    const SteadyClock::time_point step_started =
+        info.started != SteadyClock::time_point{} ? info.started : clock_now();
     const std::int64_t step = static_cast<std::int64_t>(inputs_.size());
     const double theta_min = controller_->theta_min(), candidate = controller_->candidate();
 
@@ -628,7 +640,11 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train
                                                   : encode_sparse(gradients, step, theta_min, candidate);
     totals_.encode_seconds += now_seconds() - start;
     regime::GravacDecision decision;
-    const regime::GravacNorms all = decide_from(norms, decision);
+    // The samples the step processed, a short last batch's included; a caller that
+    // does not say counts its share of N b.
+    double samples = info.samples > 0 ? static_cast<double>(info.samples)
+                                      : static_cast<double>(options_.samples_per_step) / comm_.world_size();
+    const regime::GravacNorms all = decide_from(norms, samples, decision);
     if (powersgd())
         send_powersgd(gradients, decision);
     else if (on_device)
@@ -637,15 +653,15 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train
         send_sparse(gradients, decision, step, theta_min, candidate);
 
     // The step's time, the slowest rank's, so that CheckGraVAC runs alike everywhere.
-    const double end = now_seconds();
-    double seconds = options_.step_seconds ? options_.step_seconds() : (last_end_ < 0 ? end - start : end - last_end_);
+    // It includes the compression that measured the gains, dense steps too.
+    double seconds = std::chrono::duration<double>(clock_now() - step_started).count();
     torch::Tensor slowest = torch::tensor(std::vector<double>{seconds}, torch::kFloat64);
     const double t0 = now_seconds();
     comm_.allreduce(slowest, comm::ReduceOp::max);
     totals_.communication_seconds += now_seconds() - t0;
     totals_.bytes += static_cast<std::int64_t>(slowest.nbytes());
     seconds = std::max(slowest.item<double>(), 1e-9);
-    const double samples_per_second = static_cast<double>(options_.samples_per_step) / seconds;
+    const double samples_per_second = samples / seconds;
 
     const regime::GravacState before = controller_->state();
     io::MetricsGravacStep record;
@@ -660,7 +676,6 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const train
     controller_->end_step(samples_per_second);
     inputs_.push_back({all.grad_sq, all.min_sq, all.candidate_sq, samples_per_second});
     ++totals_.steps;
-    last_end_ = now_seconds();
 }
 
 train::TensorMap GravacExchange::state() const {

@@ -9,13 +9,21 @@
 //      g_o at that fraction); randomk draws its shared random subset from g_o
 //      directly (a uniform random subset of a uniform random subset is one of
 //      g_o, so the distribution is the same);
-//   4. one allreduce (sum) of three doubles: ||g_o||^2, ||C_min||^2, ||C_cand||^2
-//      over all matrix parameters and ranks. Every rank passes the same sums to
-//      regime::GravacController::decide, so every rank takes the same decision;
+//   4. one allreduce (sum) of four doubles: ||g_o||^2, ||C_min||^2, ||C_cand||^2
+//      over all matrix parameters and ranks, and the samples of the step (an
+//      epoch's short last batch counts what it holds). Every rank passes the
+//      same sums to regime::GravacController::decide, so every rank takes the
+//      same decision;
 //   5. the chosen level (candidate, theta_min or dense) is exchanged and the
 //      error memory keeps what was not sent (dense: memory = 0);
-//   6. one allreduce (max) of the step time, so that the throughput fed to
+//   6. one allreduce (max) of the step's time, from the step's start
+//      (train::StepInfo::started: before its batch is read) to the end of the
+//      exchange, so that the throughput samples / time fed to
 //      GravacController::end_step (and CheckGraVAC) is the same on every rank.
+//      Whatever runs between steps (the optimizer step, the test-set evaluation
+//      and checkpoint after an epoch) is not counted. Dense steps count the
+//      compression that measured their gains: it runs on every step, since the
+//      choice depends on it (Algorithm 1's line 23 leaves it out).
 //
 // The sparsifiers run compress's host codecs (float arrays) on CPU gradients and
 // its device codecs (compress/device_codec.hpp: ATen ops, the same payloads) on
@@ -35,6 +43,7 @@
 // (compress::powersgd_compresses) is sent whole with the vectors, residual 0.
 #pragma once
 
+#include "base/clock.hpp"
 #include "comm/collectives.hpp"
 #include "comm/process_group.hpp"
 #include "compress/codecs.hpp"
@@ -64,13 +73,15 @@ struct GravacExchangeOptions {
     regime::GravacSettings settings;    ///< the controller's (smoothing already set for the world size)
     std::uint32_t seed = 0;             ///< random streams (randomk; powersgd's first Q)
     double dgc_momentum = 0.9;          ///< dgc's momentum correction factor
-    /// Samples of one step over all ranks (N b), for the throughput.
+    /// Samples of one step over all ranks (N b), for a step whose StepInfo gives no
+    /// samples (0): such a rank counts samples_per_step / N.
     std::int64_t samples_per_step = 1;
     /// topk, dgc, randomk: run the device codecs (ATen ops) on CPU gradients too. Gradients
     /// on a GPU always take them; the tests compare both on CPU this way.
     bool device_path_on_cpu = false;
-    /// Seconds of the step so far; empty: wall time since the last exchange (tests fix it).
-    std::function<double()> step_seconds;
+    /// The clock that ends a step's time (and starts it where StepInfo::started is
+    /// not set); empty: the steady clock. Tests fix it.
+    std::function<SteadyClock::time_point()> clock;
 };
 
 /// Bytes of the chosen level for the whole model (this worker, one step).
@@ -118,7 +129,8 @@ private:
     struct Level;
     bool powersgd() const { return options_.family == "powersgd"; }
     std::int64_t powersgd_rank(const Slot& s, double factor) const;
-    regime::GravacNorms decide_from(const std::vector<double>& norms, regime::GravacDecision& decision);
+    SteadyClock::time_point clock_now() const;
+    regime::GravacNorms decide_from(std::vector<double> norms, double& samples, regime::GravacDecision& decision);
     std::vector<double> encode_sparse(std::vector<torch::Tensor>& gradients, std::int64_t step, double theta_min,
                                       double candidate);
     void send_sparse(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision, std::int64_t step,
@@ -150,7 +162,6 @@ private:
     std::vector<std::array<double, 4>> inputs_;  // the controller's inputs, every step
     std::vector<io::MetricsGravacStep> records_;
     ExchangeTotals totals_;
-    double last_end_ = -1;  // wall clock of the last exchange's end (seconds)
 };
 
 /// train-dist's GraVAC exchange over `parameters`, or nullptr without --gravac. Collective.

@@ -53,12 +53,14 @@ std::string resume_gravac_settings(const TrainDistConfig& c) {
            n(g.theta_max) + "\n--gravac-epsilon " + n(g.epsilon) + "\n--gravac-window " + std::to_string(g.window) +
            "\n--gravac-omega " + n(g.omega) + "\n--gravac-theta-s " + n(g.theta_s) + "\n--gravac-smoothing " +
            (g.smoothing == 0 ? std::string("default") : n(g.smoothing)) + "\n--gravac-policy " + c.gravac_policy +
-           "\n";
+           "\n--gravac-throughput " + c.gravac_throughput + "\n--gravac-reset-gains " +
+           (g.reset_gains ? "on" : "off") + "\n";
 }
 
 regime::GravacSettings gravac_settings(const TrainDistConfig& c, std::int64_t world_size) {
     regime::GravacSettings s = c.gravac_settings;
     s.policy = regime::parse_gravac_policy(c.gravac_policy);
+    s.statistic = regime::parse_gravac_statistic(c.gravac_throughput);
     if (s.smoothing == 0) s.smoothing = regime::gravac_smoothing(world_size);
     return s;
 }

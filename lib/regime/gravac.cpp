@@ -42,6 +42,20 @@ GravacPolicy parse_gravac_policy(const std::string& text) {
     throw UsageError("--gravac-policy: must be 'exponential' or 'geometric', not '" + text + "'");
 }
 
+const char* gravac_statistic_name(GravacStatistic statistic) {
+    switch (statistic) {
+    case GravacStatistic::median: return "median";
+    case GravacStatistic::mean: return "mean";
+    }
+    return "?";
+}
+
+GravacStatistic parse_gravac_statistic(const std::string& text) {
+    if (text == "median") return GravacStatistic::median;
+    if (text == "mean") return GravacStatistic::mean;
+    throw UsageError("--gravac-throughput: must be 'median' or 'mean', not '" + text + "'");
+}
+
 const char* gravac_choice_name(GravacChoice choice) {
     switch (choice) {
     case GravacChoice::candidate: return "candidate";
@@ -82,6 +96,8 @@ void validate(const GravacSettings& s) {
         throw UsageError("--gravac-smoothing: must be an EWMA weight in (0, 1], not " + number(s.smoothing));
     if (s.policy != GravacPolicy::exponential && s.policy != GravacPolicy::geometric)
         throw UsageError("--gravac-policy: must be 'exponential' or 'geometric'");
+    if (s.statistic != GravacStatistic::median && s.statistic != GravacStatistic::mean)
+        throw UsageError("--gravac-throughput: must be 'median' or 'mean'");
 }
 
 void GravacEwma::add(double x) {
@@ -96,6 +112,19 @@ namespace {
 const GravacSettings& validated(const GravacSettings& s) {
     validate(s);
     return s;
+}
+
+// The median (of an even count, the mean of the middle two) or the mean of a
+// window's values, which are in step order and so alike on every rank.
+double window_statistic(std::vector<double> values, GravacStatistic statistic) {
+    if (statistic == GravacStatistic::mean) {
+        double sum = 0;
+        for (double v : values) sum += v;
+        return sum / static_cast<double>(values.size());
+    }
+    const size_t half = values.size() / 2;
+    std::sort(values.begin(), values.end());
+    return values.size() % 2 ? values[half] : (values[half - 1] + values[half]) / 2;
 }
 
 }  // namespace
@@ -144,16 +173,23 @@ void GravacController::end_step(double samples_per_second) {
                     number(samples_per_second));
     pending_ = false;
 
-    double value = samples_per_second * last_.gain;
-    auto at = std::lower_bound(table_.begin(), table_.end(), last_.factor,
-                               [](const GravacThroughput& e, double f) { return e.factor < f; });
-    if (at != table_.end() && at->factor == last_.factor)
-        at->throughput = value;
-    else
-        table_.insert(at, {last_.factor, value});
-
+    window_[last_.factor].push_back(samples_per_second * last_.gain);
     ++steps_;
     if (steps_ % settings_.window == 0) check();
+}
+
+std::vector<GravacThroughput> GravacController::table_now() const {
+    std::vector<GravacThroughput> table = table_;
+    for (const auto& [factor, values] : window_) {
+        const double value = window_statistic(values, settings_.statistic);
+        auto at = std::lower_bound(table.begin(), table.end(), factor,
+                                   [](const GravacThroughput& e, double f) { return e.factor < f; });
+        if (at != table.end() && at->factor == factor)
+            at->throughput = value;
+        else
+            table.insert(at, {factor, value});
+    }
+    return table;
 }
 
 void GravacController::check() {
@@ -161,6 +197,8 @@ void GravacController::check() {
     raised_ = false;
     saturated_ = false;
     const double evaluated = candidate_;
+    table_ = table_now();
+    window_.clear();
 
     // ScalingPolicy on the scale relative to the initial theta_min, which is how
     // the paper lists its candidates (10x, 20x, 40x, 160x, 1000x).
@@ -199,6 +237,12 @@ void GravacController::check() {
         }
     }
     candidate_ = std::clamp(next, theta_min_, settings_.theta_max);
+
+    if (settings_.reset_gains) {
+        // The candidate's average measured the factor theta_min now is.
+        if (raised_) gain_min_ = gain_candidate_;
+        if (candidate_ != evaluated) gain_candidate_ = GravacEwma(settings_.smoothing);
+    }
 }
 
 GravacState GravacController::state() const {
@@ -218,7 +262,7 @@ GravacState GravacController::state() const {
     s.checks = checks_;
     s.raised_theta_min = raised_;
     s.saturated = saturated_;
-    s.throughput = table_;
+    s.throughput = table_now();
     return s;
 }
 

@@ -13,9 +13,11 @@
 //      ||C_cand(g_o)||^2 and pass them to decide(): it updates both gains and
 //      says what to send (candidate, theta_min or dense; lines 10-24);
 //   3. send that, update the residual, and pass the step's system throughput
-//      (samples per second, the same on every rank) to end_step(): it records
-//      the compression throughput of the factor used and, every `window` steps,
-//      runs CheckGraVAC (scale-up, theta_min raise, saturation stop).
+//      (samples per second, the same on every rank) to end_step(): it keeps
+//      the step's compression throughput for the factor used and, every
+//      `window` steps, fills the throughput table from the window's steps
+//      (median or mean per factor) and runs CheckGraVAC (scale-up, theta_min
+//      raise, saturation stop).
 //
 // Determinism: the controller holds no clock, no random state and no unordered
 // container; the same sequence of inputs gives bit-identical decisions. Ranks
@@ -27,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -39,7 +42,19 @@ inline constexpr double kGravacEpsilon = 0.7;      ///< minimum gain for a CF to
 inline constexpr std::int64_t kGravacWindow = 500; ///< steps between CheckGraVAC (2000 in the geometric runs)
 inline constexpr double kGravacOmega = 0.01;       ///< 1 %: saturation and theta_min-raise tolerance
 inline constexpr double kGravacThetaS = 2;         ///< first candidate = theta_s * theta_min (20x)
-inline constexpr double kGravacSmoothingPerWorker = 0.01;  ///< EWMA weight of a new sample: N / 100
+/// EWMA weight of a new sample: N / 100, the paper's rule (2 ranks: 0.02; its 32 workers: 0.32).
+inline constexpr double kGravacSmoothingPerWorker = 0.01;
+
+/// How a window's per-step compression throughputs of one factor become its
+/// entry in the table that CheckGraVAC compares (Algorithm 1 stores every step's
+/// value, so the last one wins; one step's time is too noisy for a 1 % test).
+enum class GravacStatistic : std::int8_t {
+    median = 0,  ///< the window's median: a few outlying steps (a short batch, a pause) cannot move it
+    mean = 1,    ///< the window's mean: every step counts, outliers included
+};
+const char* gravac_statistic_name(GravacStatistic statistic);
+/// "median" or "mean"; anything else throws acc::UsageError naming --gravac-throughput.
+GravacStatistic parse_gravac_statistic(const std::string& text);
 
 enum class GravacPolicy : std::int8_t {
     exponential = 0,  ///< scale s relative to the initial theta_min squares: 2, 4, 16, 256 (10x, 20x, 40x, 160x, 1000x)
@@ -62,6 +77,12 @@ struct GravacSettings {
     double theta_s = kGravacThetaS;       ///< > 1
     double smoothing = kGravacSmoothingPerWorker;  ///< in (0, 1]; set gravac_smoothing(N) for N workers
     GravacPolicy policy = GravacPolicy::exponential;
+    GravacStatistic statistic = GravacStatistic::median;  ///< a factor's table entry from a window's steps
+    /// Restart the candidate's gain EWMA when CheckGraVAC changes the candidate, and
+    /// hand it to theta_min when theta_min is raised to it, so that each average
+    /// holds only samples of the factor it stands for. Off: the paper says nothing
+    /// of a reset, and the averages run on across factor changes.
+    bool reset_gains = false;
 };
 
 /// The defaults with the smoothing for `world_size` workers.
@@ -113,7 +134,7 @@ struct GravacDecision {
 /// One entry of the compression-throughput table.
 struct GravacThroughput {
     double factor = 1;      ///< CF; 1 is dense
-    double throughput = 0;  ///< system throughput (samples/s) x gain, the last one measured at this CF
+    double throughput = 0;  ///< system throughput (samples/s) x gain: the statistic of a window's steps at this CF
 };
 
 /// Everything a metrics file may want to record, after any call.
@@ -133,7 +154,9 @@ struct GravacState {
     std::int64_t checks = 0;         ///< CheckGraVAC runs so far
     bool raised_theta_min = false;   ///< the last check raised theta_min (omega rule)
     bool saturated = false;          ///< the last check stopped at theta_ideal (throughput saturation)
-    std::vector<GravacThroughput> throughput;  ///< ascending factor
+    /// Ascending factor: the table as the next CheckGraVAC would see it now (the
+    /// current window's steps so far over the entries of earlier windows).
+    std::vector<GravacThroughput> throughput;
 };
 
 class GravacController {
@@ -156,15 +179,18 @@ public:
     /// std::logic_error when the previous decision has not been ended.
     GravacDecision decide(const GravacNorms& norms);
 
-    /// UpdateStep and CheckGraVAC: records throughput x gain for the CF
-    /// decided this step, counts the step and, every `window` steps, scales the
-    /// candidate up, raises theta_min when the two gains are within omega, and
-    /// stops at theta_ideal when the two best compression throughputs are within
-    /// omega. `samples_per_second` is the step's system throughput N b / t_iter,
-    /// t_iter counting compression time only on compressed steps (line 23);
-    /// reduce it over ranks (e.g. the slowest rank's time) so that all ranks
-    /// pass the same value. Throws acc::Error unless it is finite and
-    /// > 0, std::logic_error without a pending decision.
+    /// UpdateStep and CheckGraVAC: keeps throughput x gain of this step for the
+    /// CF decided, counts the step and, every `window` steps, sets each CF used
+    /// in the window to the statistic (settings().statistic) of its steps there
+    /// (CFs not used keep their earlier entry), scales the candidate up, raises
+    /// theta_min when the two gains are within omega, and stops at theta_ideal
+    /// when the two best compression throughputs are within omega.
+    /// `samples_per_second` is the step's system throughput: the samples the
+    /// step processed on all ranks over the step's time, its evaluation and
+    /// anything else between steps left out. Reduce it over ranks (e.g. the
+    /// slowest rank's time) so that all ranks pass the same value. Throws
+    /// acc::Error unless it is finite and > 0, std::logic_error without a
+    /// pending decision.
     void end_step(double samples_per_second);
 
     GravacState state() const;
@@ -172,6 +198,7 @@ public:
 
 private:
     void check();
+    std::vector<GravacThroughput> table_now() const;
 
     GravacSettings settings_;
     double theta_min_;
@@ -187,7 +214,8 @@ private:
     std::int64_t checks_ = 0;
     bool raised_ = false;
     bool saturated_ = false;
-    std::vector<GravacThroughput> table_;  // ascending factor, unique factors
+    std::vector<GravacThroughput> table_;  // ascending factor, unique factors; as of the last check
+    std::map<double, std::vector<double>> window_;  // this window's throughput x gain per CF, in step order
 };
 
 /// PowerSGD rank for compression factor `factor` on a rows x cols matrix (a

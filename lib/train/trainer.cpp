@@ -338,6 +338,7 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
     };
     std::vector<torch::Tensor> defined_grads;
     for (std::int64_t i = 0; i < batches->size(); ++i) {
+        const auto step_started = std::chrono::steady_clock::now();
         Batch batch = batches->get(i);
         torch::Tensor input = to_device(batch.input);
         torch::Tensor target = to_device(batch.target);
@@ -353,7 +354,7 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
         if (micro < rows && rows != batch.samples)
             throw Error("micro-batches apply only to data with one sample per row (not text)");
         torch::Tensor step_loss;  // the host's 0 + x is x exactly: start from the first part
-        const StepInfo info{epoch, i, global_step_, lr};
+        const StepInfo info{epoch, i, global_step_, lr, batch.samples, step_started};
         for (std::int64_t first = 0; first < rows; first += micro) {
             const std::int64_t count = std::min(micro, rows - first);
             torch::Tensor part_input = count == rows ? input : input.slice(0, first, first + count);

@@ -19,6 +19,7 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -40,6 +41,9 @@ struct StepInfo {
     std::int64_t step = 0;         ///< step within the epoch, from 0
     std::int64_t global_step = 0;  ///< steps since the start of training, from 0
     double lr = 0;
+    std::int64_t samples = 0;  ///< this rank's samples in the step (an epoch's last batch may be short); 0: not known
+    /// When the step began, before its batch was read; the clock's epoch: not known.
+    std::chrono::steady_clock::time_point started{};
 };
 
 /// The hook between backward and the optimizer step that makes the ranks'

@@ -3,7 +3,8 @@
 # every epoch and hold the same weights, the metrics file records every step's
 # factor and gains, and floats_sent is exactly the chosen levels' payloads plus
 # the dense vectors and GraVAC's two scalar allreduces. Bad --gravac options
-# are usage errors naming the option.
+# are usage errors naming the option; --gravac-throughput mean and
+# --gravac-reset-gains run.
 source "$(dirname "$0")/common.sh"
 source "$(dirname "$0")/gravac_common.sh"
 cd "$WORK"
@@ -27,6 +28,16 @@ expect_exit 2 "^train-dist: error: --gravac-policy: must be 'exponential' or 'ge
     train-dist "${small[@]}" --epochs 1 --gravac topk --gravac-policy linear
 expect_exit 2 "^train-dist: error: --gravac-omega: must be a fraction in \[0, 1\)" -- \
     train-dist "${small[@]}" --epochs 1 --gravac topk --gravac-omega 1
+expect_exit 2 "^train-dist: error: --gravac-smoothing: must be a number in \(0, 1\], not '0'" -- \
+    train-dist "${small[@]}" --epochs 1 --gravac topk --gravac-smoothing 0
+expect_exit 2 "^train-dist: error: --gravac-smoothing: must be a number in \(0, 1\], not '1.5'" -- \
+    train-dist "${small[@]}" --epochs 1 --gravac topk --gravac-smoothing 1.5
+expect_exit 2 "^train-dist: error: --gravac-throughput: must be 'median' or 'mean', not 'last'" -- \
+    train-dist "${small[@]}" --epochs 1 --gravac topk --gravac-throughput last
+expect_exit 2 "^train-dist: error: --gravac-throughput requires --gravac" -- \
+    train-dist "${small[@]}" --epochs 1 --gravac-throughput mean
+expect_exit 2 "^train-dist: error: --gravac-reset-gains requires --gravac" -- \
+    train-dist "${small[@]}" --epochs 1 --gravac-reset-gains
 
 base=(--model mlp --hidden-size 64 --train-samples 1200 --test-samples 300 --threads 1 --batch-size 24
       --momentum 0.9 --lr 0.05 --seed 3 --nproc 2 -v)
@@ -34,6 +45,12 @@ train-dist "${base[@]}" --epochs 2 --gravac topk --gravac-theta-min 4 --gravac-t
     --gravac-epsilon 0.6 --metrics g.h5 >g.out 2>g.log || fail "gravac run: exit $?: $(tail -3 g.log)"
 
 same_gravac_decisions g.log 2
+
+# The choices the paper leaves open, set the other way: both ranks still agree.
+train-dist "${base[@]}" --epochs 1 --gravac topk --gravac-theta-min 4 --gravac-theta-max 64 --gravac-window 10 \
+    --gravac-epsilon 0.6 --gravac-throughput mean --gravac-reset-gains --gravac-smoothing 0.32 --metrics r.h5 \
+    >r.out 2>r.log || fail "gravac run with --gravac-throughput mean --gravac-reset-gains: exit $?: $(tail -3 r.log)"
+same_gravac_decisions r.log 1
 
 $ACC_PYTHON - g.h5 <<'PY' || fail "GraVAC metrics"
 import sys, math, h5py, numpy as np
@@ -53,14 +70,14 @@ with h5py.File(sys.argv[1], "r") as f:
         assert (g["epochs"][name][()] == [np.sum((epoch == e) & (choice == c)) for e in range(len(steps))]).all()
     assert np.isfinite(s["gain_min"][()]).all() and ((s["gain_min"][()] > 0) & (s["gain_min"][()] <= 1 + 1e-9)).all()
     assert len(g["throughput/factor"][()]) > 0
-    # Bytes per worker: for each step 3 + 1 float64 scalars, the vectors whole, and
+    # Bytes per worker: for each step 4 + 1 float64 scalars, the vectors whole, and
     # the matrices at the chosen level (topk: 8 bytes per kept entry; dense: 4 per entry).
     shapes = [list(r[:n]) for r, n in zip(f["parameters/shape"][()], f["parameters/ndim"][()])]
     matrices = [int(np.prod(sh)) for sh in shapes if len(sh) >= 2]
     vectors = sum(int(np.prod(sh)) for sh in shapes if len(sh) < 2)
     expected = np.zeros(len(steps), dtype=np.int64)
     for e, fct, c in zip(epoch, factor, choice):
-        b = 32 + 4 * vectors
+        b = 40 + 4 * vectors
         for n in matrices:
             b += 4 * n if c == 2 else 8 * min(n, max(1, math.floor(n / fct)))
         expected[e] += b

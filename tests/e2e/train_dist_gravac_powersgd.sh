@@ -41,7 +41,7 @@ with h5py.File(sys.argv[1], "r") as f:
         return 4 * r * (rows + cols) if 2 * r * (rows + cols) < rows * cols else 4 * rows * cols
     expected = np.zeros(len(steps), dtype=np.int64)
     for e, fct, c in zip(epoch, factor, choice):
-        expected[e] += 32 + 4 * vectors + sum(4 * r * k if c == 2 else level_bytes(r, k, fct) for r, k in matrices)
+        expected[e] += 40 + 4 * vectors + sum(4 * r * k if c == 2 else level_bytes(r, k, fct) for r, k in matrices)
     sent = f["epochs/bytes_sent"][()]
     assert (sent == expected).all(), (sent, expected)
 PY

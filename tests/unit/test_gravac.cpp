@@ -1,6 +1,7 @@
 // GraVAC's decision core: hand-computed cases for every branch of Algorithm 1's
-// per-step choice and of CheckGraVAC, the EWMA, the factor-to-rank mapping and
-// bad inputs.
+// per-step choice and of CheckGraVAC, the throughput table a window's steps fill
+// (median or mean), the gains' reset, the EWMA, the factor-to-rank mapping and bad
+// inputs.
 #include "base/error.hpp"
 #include "regime/gravac.hpp"
 
@@ -53,6 +54,8 @@ TEST(GravacSettings, DefaultsAreThePapers) {
     EXPECT_EQ(s.omega, 0.01);
     EXPECT_EQ(s.theta_s, 2);
     EXPECT_EQ(s.policy, GravacPolicy::exponential);
+    EXPECT_EQ(s.statistic, GravacStatistic::median);
+    EXPECT_FALSE(s.reset_gains);
     EXPECT_DOUBLE_EQ(gravac_defaults(4).smoothing, 0.04);
     EXPECT_DOUBLE_EQ(gravac_smoothing(32), 0.32);
     EXPECT_EQ(gravac_smoothing(500), 1.0);
@@ -92,6 +95,7 @@ TEST(GravacSettings, InvalidSettingsNameTheirOption) {
         {[](GravacSettings& s) { s.smoothing = 1.01; }, "--gravac-smoothing: "},
         {[](GravacSettings& s) { s.smoothing = kNaN; }, "--gravac-smoothing: "},
         {[](GravacSettings& s) { s.policy = static_cast<GravacPolicy>(7); }, "--gravac-policy: "},
+        {[](GravacSettings& s) { s.statistic = static_cast<GravacStatistic>(7); }, "--gravac-throughput: "},
     };
     for (const auto& k : cases) {
         GravacSettings s;
@@ -127,6 +131,18 @@ TEST(GravacSettings, PolicyNames) {
         EXPECT_EQ(std::string(e.what()), "--gravac-policy: must be 'exponential' or 'geometric', not 'linear'");
     }
     EXPECT_STREQ(gravac_choice_name(GravacChoice::theta_min), "theta_min");
+}
+
+TEST(GravacSettings, StatisticNames) {
+    EXPECT_EQ(parse_gravac_statistic("median"), GravacStatistic::median);
+    EXPECT_EQ(parse_gravac_statistic("mean"), GravacStatistic::mean);
+    EXPECT_STREQ(gravac_statistic_name(GravacStatistic::mean), "mean");
+    try {
+        parse_gravac_statistic("last");
+        FAIL() << "accepted 'last'";
+    } catch (const acc::UsageError& e) {
+        EXPECT_EQ(std::string(e.what()), "--gravac-throughput: must be 'median' or 'mean', not 'last'");
+    }
 }
 
 TEST(GravacEwma, MatchesTheDirectSum) {
@@ -275,12 +291,12 @@ TEST(GravacDecide, BadThroughputAndCallOrder) {
     EXPECT_DOUBLE_EQ(st.throughput[0].throughput, 800);  // 1000 samples/s x gain 0.8
 }
 
-TEST(GravacDecide, ThroughputTableKeepsTheLastValuePerFactor) {
-    GravacController c(unsmoothed());
+TEST(GravacDecide, ThroughputTableHoldsTheWindowsMedianPerFactor) {
+    GravacController c(unsmoothed(6));
     step(c, 100, 90, 80, 1000);   // candidate 20: 800
     step(c, 100, 50, 40, 2000);   // dense: 2000 x 1
     step(c, 100, 90, 60, 1000);   // theta_min 10: 900
-    step(c, 100, 90, 75, 2000);   // candidate 20 again: 1500 replaces 800
+    step(c, 100, 90, 75, 2000);   // candidate 20 again: 1500
     GravacState st = c.state();
     ASSERT_EQ(st.throughput.size(), 3u);
     EXPECT_EQ(st.throughput[0].factor, 1);
@@ -288,8 +304,27 @@ TEST(GravacDecide, ThroughputTableKeepsTheLastValuePerFactor) {
     EXPECT_EQ(st.throughput[2].factor, 20);
     EXPECT_DOUBLE_EQ(st.throughput[0].throughput, 2000);
     EXPECT_DOUBLE_EQ(st.throughput[1].throughput, 900);
-    EXPECT_DOUBLE_EQ(st.throughput[2].throughput, 1500);
+    EXPECT_DOUBLE_EQ(st.throughput[2].throughput, 1150);  // median of 800 and 1500
     EXPECT_EQ(st.checks, 0);
+    step(c, 100, 90, 80, 200);    // candidate 20: 160, an outlier
+    step(c, 100, 90, 80, 1250);   // candidate 20: 1000; the check runs
+    st = c.state();
+    EXPECT_EQ(st.checks, 1);
+    EXPECT_DOUBLE_EQ(table_at(st, 20), 900);  // median of 800, 1500, 160 and 1000
+    // The next window replaces the entries of the factors it uses; the others stay.
+    step(c, 100, 90, 10, 2000);   // theta_min 10: 1800
+    st = c.state();
+    EXPECT_DOUBLE_EQ(table_at(st, 10), 1800);
+    EXPECT_DOUBLE_EQ(table_at(st, 1), 2000);
+    EXPECT_DOUBLE_EQ(table_at(st, 20), 900);
+}
+
+TEST(GravacDecide, ThroughputTableCanHoldTheWindowsMean) {
+    GravacSettings s = unsmoothed(4);
+    s.statistic = GravacStatistic::mean;
+    GravacController c(s);
+    for (double t : {1000.0, 1000.0, 1000.0, 125.0}) step(c, 100, 90, 80, t);  // candidate 20: 800, ..., 100
+    EXPECT_DOUBLE_EQ(table_at(c.state(), 20), 625);  // (3 x 800 + 100) / 4; the median would be 800
 }
 
 // CheckGraVAC.
@@ -451,6 +486,55 @@ TEST(GravacCheck, SaturationOnDenseClampsToThetaMinAndTheSearchResumes) {
     st = c.state();
     EXPECT_FALSE(st.saturated);
     EXPECT_EQ(st.candidate, 20);
+}
+
+// One outlying step (an epoch's short batch, the evaluation) in a window does not
+// move the median, so it does not decide saturation; it would move the last value.
+TEST(GravacCheck, OneOutlyingStepDoesNotDecideSaturation) {
+    GravacSettings s = unsmoothed(5);
+    GravacController c(s);
+    for (int i = 0; i < 5; ++i) step(c, 100, 100, 80, 1250);  // 20x: 1000
+    EXPECT_EQ(c.candidate(), 40);
+    for (int i = 0; i < 4; ++i) step(c, 100, 100, 80, 1253);  // 40x: 1002.4, within 1 % of 20x
+    step(c, 100, 100, 80, 125);                                // an outlier, last in the window
+    GravacState st = c.state();
+    EXPECT_TRUE(st.saturated);
+    EXPECT_EQ(st.candidate, 20);
+    EXPECT_DOUBLE_EQ(table_at(st, 40), 1002.4);
+}
+
+TEST(GravacCheck, ResetGainsRestartsTheCandidatesAverage) {
+    for (bool reset : {false, true}) {
+        GravacSettings s = unsmoothed(2);
+        s.smoothing = 0.5;
+        s.reset_gains = reset;
+        GravacController c(s);
+        step(c, 100, 90, 50);  // gains 0.9 and 0.5
+        step(c, 100, 90, 50);  // the check moves the candidate from 20x to 40x
+        ASSERT_EQ(c.candidate(), 40);
+        GravacState st = c.state();
+        if (reset) {
+            EXPECT_TRUE(std::isnan(st.gain_candidate)) << "the new candidate has no gain yet";
+        } else {
+            EXPECT_DOUBLE_EQ(st.gain_candidate, 0.5);
+        }
+        EXPECT_DOUBLE_EQ(st.gain_min, 0.9);  // theta_min did not change
+        c.decide({100, 90, 10});            // 40x keeps 0.1
+        // Reset: the first sample starts the average; else 0.5 x 0.1 + 0.5 x 0.5.
+        EXPECT_DOUBLE_EQ(c.state().gain_candidate, reset ? 0.1 : 0.3);
+        c.end_step(1000);
+    }
+    // A raised theta_min takes over the candidate's average, which measured that factor.
+    GravacSettings s = unsmoothed(1);
+    s.smoothing = 0.5;
+    s.reset_gains = true;
+    GravacController c(s);
+    step(c, 100, 90, 89.5);  // within omega: theta_min 10x -> 20x
+    GravacState st = c.state();
+    ASSERT_TRUE(st.raised_theta_min);
+    EXPECT_DOUBLE_EQ(st.gain_min, 0.895);
+    EXPECT_TRUE(std::isnan(st.gain_candidate));
+    EXPECT_EQ(st.candidate, 40);
 }
 
 TEST(GravacCheck, SameInputsSameDecisions) {

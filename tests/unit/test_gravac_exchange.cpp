@@ -1,6 +1,8 @@
 // GraVAC's per-step exchange (dist/gravac_exchange.hpp) on thread ranks: every rank
 // decides alike, error feedback conserves the gradient, the bytes sent are those of
-// the chosen level, a restored state continues the controller, and multi-level top-k
+// the chosen level, a restored state continues the controller, a step's throughput
+// is its own samples over its own time (a short batch and the evaluation between
+// epochs do not move the decision), and multi-level top-k
 // equals direct top-k; powersgd maps factors to ranks per matrix, its candidate is
 // PowerSGD at the candidate's rank, and its bytes are those of --compress powersgd:R.
 #include "base/error.hpp"
@@ -13,6 +15,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -50,7 +53,8 @@ GravacExchangeOptions options(const std::string& family, std::int64_t window, do
     o.settings.theta_min = 4;
     o.settings.theta_max = 64;
     o.samples_per_step = 32;
-    o.step_seconds = [] { return 0.5; };
+    // Read twice a step where StepInfo has no start: every step takes 0.25 s.
+    o.clock = [t = SteadyClock::time_point{}]() mutable { return t += std::chrono::milliseconds(250); };
     return o;
 }
 
@@ -134,7 +138,7 @@ TEST(GravacExchange, BytesAreThoseOfTheChosenLevel) {
         });
         std::int64_t expected = 0;
         for (const auto& s : steps[0]) {
-            expected += 3 * 8 + 8;  // the norms' and the step time's allreduces
+            expected += 4 * 8 + 8;  // the norms' and samples' allreduce, the step time's
             expected += 8 * 4;      // the bias, whole
             for (const auto& shape : {std::vector<std::int64_t>{8, 16}, std::vector<std::int64_t>{4, 10}}) {
                 if (s.choice == 2)
@@ -193,6 +197,90 @@ TEST(GravacExchange, RefusesAnUnknownFamily) {
     });
 }
 
+
+// Throughput is the samples a step processed over the step's own time, and the table
+// holds a window's median: an epoch's short last batch and the test-set evaluation
+// between epochs must not change what GraVAC decides. Epochs of 3 steps (the third
+// holds 4 samples a rank instead of 32), a window of 5 steps, 2 ranks. Each matrix's
+// gradient has one nonzero entry, which every top-k keeps, so both gains are exactly
+// 1 and only the throughputs can move a decision. A clean run (every step full,
+// nothing between epochs) saturates at its second check; counting N b for the short
+// step, timing from the last exchange's end (evaluation included) or keeping the last
+// step's value would not (nor does a window's mean, which two short steps pull down).
+TEST(GravacExchange, ShortLastBatchAndEvaluationDoNotMoveTheDecision) {
+    using std::chrono::milliseconds;
+    constexpr std::int64_t kSteps = 15, kPerEpoch = 3;
+    struct Run {
+        std::vector<io::MetricsGravacStep> steps;
+        regime::GravacState state;
+        torch::Tensor inputs;
+    };
+    auto run = [&](bool noisy, regime::GravacStatistic statistic) {
+        test::ThreadGroup group(2);
+        std::vector<Run> out(2);
+        group.run([&](int rank, comm::Collectives& comm) {
+            auto tensors = model();
+            SteadyClock::time_point t = SteadyClock::time_point{} + milliseconds(1000), end;
+            GravacExchangeOptions o = options("topk", 5, 0.6);
+            o.settings.theta_max = 32;
+            o.settings.statistic = statistic;
+            o.clock = [&end] { return end; };
+            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, o);
+            for (std::int64_t s = 0; s < kSteps; ++s) {
+                const std::int64_t epoch = s / kPerEpoch, i = s % kPerEpoch;
+                const bool last = i == kPerEpoch - 1;
+                if (noisy && i == 0 && epoch > 0) t += milliseconds(5000);  // the evaluation
+                const SteadyClock::time_point started = t;
+                end = t += milliseconds(noisy && last ? 100 : 500);
+                std::vector<torch::Tensor> g;
+                for (const auto& p : model()) g.push_back(torch::zeros(p.sizes()));
+                g[0][1][2].fill_(1.0 + 0.1 * static_cast<double>(s + rank));
+                g[1].fill_(0.3);
+                g[2][3][4].fill_(-2.0);
+                x.exchange(g, train::StepInfo{epoch, i, s, 0.1, noisy && last ? 4 : 32, started});
+            }
+            out[static_cast<size_t>(rank)] = {x.take_steps(), x.controller().state(), x.state().at("gravac/inputs")};
+        });
+        return out[0];
+    };
+    const Run clean = run(false, regime::GravacStatistic::median);
+    const Run noisy = run(true, regime::GravacStatistic::median);
+
+    // What the steps measured: 2 x 32 samples in 0.5 s; the short step 2 x 4 in 0.1 s;
+    // the first step of an epoch its own 0.5 s, not the 5 s evaluation before it.
+    ASSERT_EQ(noisy.inputs.size(0), kSteps);
+    for (std::int64_t s = 0; s < kSteps; ++s) {
+        EXPECT_DOUBLE_EQ(clean.inputs[s][3].item<double>(), 128) << "step " << s;
+        EXPECT_DOUBLE_EQ(noisy.inputs[s][3].item<double>(), s % kPerEpoch == kPerEpoch - 1 ? 80 : 128) << "step " << s;
+    }
+    // The clean run: candidate 8x, then 16x with theta_min raised (gains equal);
+    // at the second check 8x and 16x both hold 128, so it saturates and stays at 16x.
+    EXPECT_EQ(clean.state.checks, 3);
+    EXPECT_TRUE(clean.state.saturated);
+    EXPECT_EQ(clean.state.candidate, 16);
+    ASSERT_EQ(clean.state.throughput.size(), 2u);
+    EXPECT_DOUBLE_EQ(clean.state.throughput[0].throughput, 128);
+    EXPECT_DOUBLE_EQ(clean.state.throughput[1].throughput, 128);
+
+    // The noisy run decides exactly as the clean one, step for step.
+    ASSERT_EQ(noisy.steps.size(), clean.steps.size());
+    for (size_t i = 0; i < clean.steps.size(); ++i) {
+        EXPECT_EQ(noisy.steps[i].factor, clean.steps[i].factor) << "step " << i;
+        EXPECT_EQ(noisy.steps[i].choice, clean.steps[i].choice) << "step " << i;
+        EXPECT_EQ(noisy.steps[i].theta_min, clean.steps[i].theta_min) << "step " << i;
+    }
+    EXPECT_EQ(noisy.state.candidate, clean.state.candidate);
+    EXPECT_EQ(noisy.state.theta_min, clean.state.theta_min);
+    EXPECT_EQ(noisy.state.saturated, clean.state.saturated);
+    ASSERT_EQ(noisy.state.throughput.size(), 2u);
+    EXPECT_DOUBLE_EQ(noisy.state.throughput[1].throughput, 128);
+
+    // The same noise through a window's mean: the second window's two short steps
+    // pull 16x 8 % below 8x, so it does not saturate and moves on to 32x.
+    const Run mean = run(true, regime::GravacStatistic::mean);
+    EXPECT_FALSE(mean.state.saturated);
+    EXPECT_EQ(mean.state.candidate, 32);
+}
 // Paper, section IV-C: compressing the theta_min result again gives what compressing
 // g directly at the larger factor gives, for top-k.
 TEST(GravacMultiLevel, TopkOfTopkEqualsTopk) {
@@ -422,7 +510,7 @@ TEST(GravacPowersgd, RanksAgreeAndSendTheBytesOfPowersgdAtTheRank) {
             EXPECT_EQ(a.gain_candidate, b.gain_candidate) << "step " << i;
             choices.insert(a.choice);
             factors.insert(a.factor);
-            expected += 3 * 8 + 8 + 4 * 32;
+            expected += 4 * 8 + 8 + 4 * 32;
             for (const auto& shape : {std::vector<std::int64_t>{32, 64}, std::vector<std::int64_t>{16, 24},
                                       std::vector<std::int64_t>{3, 3}}) {
                 const std::int64_t r = regime::powersgd_rank_for_factor(shape[0], shape[1], a.factor);
