@@ -4,6 +4,7 @@
 #include "app/same_settings.hpp"
 #include "app/training_options.hpp"
 #include "base/error.hpp"
+#include "base/memory.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
 #include "base/version.hpp"
@@ -12,7 +13,7 @@
 #include "comm/launch.hpp"
 #include "comm/torch_compat.hpp"
 #include "compress/device_timer.hpp"
-#include "io/atomic.hpp"
+#include "io/output.hpp"
 #include "train/compute_time.hpp"
 #include "train/model_table.hpp"
 
@@ -196,6 +197,66 @@ SizeResult measure_size(ProcessGroupCollectives& comm, const CollectiveRun& run,
     return row;
 }
 
+// Bytes one rank holds while measuring `count` floats per rank of `c`: the call's
+// tensors and, with --check, the second set made after it and the pattern's
+// temporaries (an int64 range, its remainder and sum, then floats: 28 bytes a value).
+double rank_bytes(perf::Collective c, std::int64_t count, int world, bool check) {
+    const bool per_rank = c == perf::Collective::allgather || c == perf::Collective::reduce_scatter;
+    const double buffers = 4.0 * static_cast<double>(count) * (per_rank ? world + 1 : 1);
+    if (!check) return buffers;
+    const double pattern = 28.0 * static_cast<double>(count) * (c == perf::Collective::reduce_scatter ? world : 1);
+    return buffers + std::max(buffers, pattern);
+}
+
+// The most one rank holds over the sweep `plan`, and the collective that needs it.
+std::pair<double, perf::Collective> sweep_bytes(const SweepPlan& plan, int world) {
+    std::pair<double, perf::Collective> most{0, plan.collectives.front()};
+    for (perf::Collective c : plan.collectives)
+        for (std::int64_t count : plan_counts(c, plan, world))
+            if (const double bytes = rank_bytes(c, count, world, plan.check); bytes > most.first) most = {bytes, c};
+    return most;
+}
+
+std::string gib_text(double bytes) { return printf_text("%.1f GiB", bytes / (1024.0 * 1024 * 1024)); }
+
+// Before the sweep, on the CPU: the largest size must fit in the memory of every
+// host, shared by the ranks it runs. Every rank gathers every rank's figures and so
+// refuses with the same words (one message under --nproc). A GPU's memory is the
+// device's, which CUDA reports when it runs out.
+void check_memory(ProcessGroupCollectives& comm, const SweepPlan& plan) {
+    if (comm.device().is_cuda()) return;
+    const int world = comm.world_size();
+    const std::vector<std::string>& hosts = comm.hosts();
+    const auto [need, worst] = sweep_bytes(plan, world);
+    const auto local = std::count(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(comm.rank())]);
+    const double available = static_cast<double>(available_memory_bytes().value_or(-1));
+    at::Tensor mine = at::tensor(std::vector<double>{need * static_cast<double>(local), available},
+                                 at::TensorOptions().dtype(at::kDouble));
+    std::vector<at::Tensor> all;
+    for (int r = 0; r < world; ++r) all.push_back(at::zeros({2}, mine.options()));
+    comm.allgather_into(mine, all);
+    for (int r = 0; r < world; ++r) {
+        const double host_need = all[static_cast<size_t>(r)][0].item<double>();
+        const double host_room = all[static_cast<size_t>(r)][1].item<double>();
+        if (host_room < 0 || host_need <= host_room) continue;
+        const double ranks_there = host_need / need;
+        // The largest size of the sweep that would fit there.
+        SweepPlan smaller = plan;
+        std::string fits = "lower -e/--max-bytes";
+        for (std::int64_t size = plan.min_bytes; size <= plan.max_bytes && size <= INT64_MAX / plan.factor;
+             size *= plan.factor) {
+            smaller.max_bytes = size;
+            if (sweep_bytes(smaller, world).first * ranks_there > host_room) break;
+            fits = "lower -e/--max-bytes to " + size_text(size) + " or less";
+        }
+        throw UsageError("-e/--max-bytes: the sweep's largest " + std::string(perf::collective_name(worst)) +
+                         " holds about " + gib_text(need) + " per rank" + (plan.check ? " (with --check)" : "") +
+                         ", " + gib_text(host_need) + " for the " + std::to_string(std::llround(ranks_there)) +
+                         (ranks_there > 1.5 ? " ranks" : " rank") + " on " + hosts[static_cast<size_t>(r)] +
+                         ", which has " + gib_text(host_room) + " available; " + fits);
+    }
+}
+
 }  // namespace
 
 std::string comm_profile_description() {
@@ -230,6 +291,7 @@ void add_comm_profile_options(CLI::App& app, ProfileConfig& config) {
         ->check(cli::whole_number(1, 1 << 20))
         ->default_str("");
     app.add_option("-o,--output", config.output, "Write the profile to this HDF5 file (accordion.comm-profile)");
+    app.add_flag("--force", config.force, "Replace an output file that is read-only or not an HDF5 file");
     auto* csv = app.add_flag("--csv", config.csv, "Print the results as CSV on stdout");
     app.add_flag("--json", config.json, "Print the results and fits as JSON on stdout")->excludes(csv);
     add_rendezvous_options(app, config.rendezvous);
@@ -259,6 +321,7 @@ std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const Sweep
                                       const SweepObserver& observer) {
     const int world = comm.world_size();
     agree_on(comm, plan.signature(), "sweep options", "--collectives, -b, -e, -f, -n, -w and --check");
+    check_memory(comm, plan);
     for (perf::Collective c : plan.collectives) {
         const CollectiveRun& run = run_of(c);
         if (!run.probe) continue;
@@ -359,10 +422,8 @@ std::vector<CollectiveResult> profile_in_group(ProcessGroupCollectives& comm, co
                                                const SweepPlan& plan, ProfileMeta& meta) {
     const bool leader = comm.rank() == 0;
     const bool human = leader && human_output();
-    if (leader && !config.output.empty()) {
-        create_parent_directories(config.output);
-        io::check_writable_destination(config.output);
-    }
+    std::vector<io::OutputClaim> claims;
+    if (leader) claims = io::claim_outputs({config.output}, "comm-profile", config.force);
     if (human) print_banner(meta, plan);
     cli::Progress::Options progress_options;
     if (!leader) progress_options.style = cli::Progress::Style::quiet;

@@ -30,6 +30,7 @@ struct ProfileConfig {
     bool check = false;
     Device device = Device::cpu;  ///< cpu (Gloo) or cuda (NCCL)
     std::string output;           ///< -o: comm-profile file to write; empty: none
+    bool force = false;           ///< replace an output that is read-only or not HDF5
     std::string model;            ///< --model: also time this model's training step; empty: no
     std::int64_t batch_size = 0;  ///< --batch-size: samples per rank in the timed steps; 0: 128
     bool csv = false;             ///< CSV on stdout

@@ -10,10 +10,10 @@
 #include "compress/exchange.hpp"
 #include "compress/loopback.hpp"
 #include "compress/shapes.hpp"
-#include "io/atomic.hpp"
 #include "io/bench.hpp"
 #include "io/comm_profile.hpp"
 #include "io/grads.hpp"
+#include "io/output.hpp"
 #include "perf/model.hpp"
 #include "perf/stats.hpp"
 
@@ -145,8 +145,6 @@ void validate(BenchConfig& c) {
         const bool preset = std::find(presets.begin(), presets.end(), c.shapes) != presets.end();
         check_distinct_files({{"--from", c.from}, {"--shapes", preset ? "" : c.shapes}, {"--comm", c.comm}},
                              {{"--output", c.output}});
-        create_parent_directories(c.output);
-        io::check_writable_destination(c.output);
     }
 }
 
@@ -282,6 +280,7 @@ public:
 
     int run() {
         validate(c_);
+        claims_ = io::claim_outputs({c_.output}, "compress-bench", c_.force);
         at::set_num_threads(static_cast<int>(c_.threads));
         inputs_ = load_inputs(c_, tensors_, source_, model_);
         for (const auto& t : tensors_) {
@@ -595,6 +594,7 @@ private:
     }
 
     BenchConfig c_;
+    std::vector<io::OutputClaim> claims_;  // --output, for the whole run
     std::vector<TensorInfo> tensors_;
     std::string source_, model_;  // what the inputs came from; the model's name, when known
     std::vector<Input> inputs_;

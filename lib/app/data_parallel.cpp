@@ -5,6 +5,8 @@
 #include "cli/json.hpp"
 #include "comm/process_group.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 #include <optional>
 
@@ -86,15 +88,26 @@ train::CheckpointInfo DataParallelRank::load_checkpoint(
     const train::CheckpointInfo saved = trainer_->load_checkpoint_image(image, path, &extra);
     check_same_run(path, extra.count("run/options") ? tensor_text(extra.at("run/options")) : "", settings,
                    same(saved));
+    const std::string done = std::to_string(saved.epoch);
+    if (saved.epoch > t_.epochs)
+        throw UsageError("--epochs " + std::to_string(t_.epochs) + ": " + path + " is from a run that has completed " +
+                         done + " epochs; give --epochs " + done + " or more to continue it");
+    if (saved.epoch == t_.epochs && session_.leader())
+        spdlog::warn("nothing to train: {} is from a run that has completed all {} epochs; give --epochs above {} "
+                     "to train further",
+                     path, done, done);
     return saved;
 }
 
-void DataParallelRank::save_checkpoint(const std::string& path, std::int64_t epoch, const std::string& settings,
-                                       train::TensorMap extra, const Provenance& provenance) {
+std::unique_ptr<io::AtomicPath> DataParallelRank::write_checkpoint(const std::string& path, std::int64_t epoch,
+                                                                   const std::string& settings, train::TensorMap extra,
+                                                                   const Provenance& provenance) {
     extra["run/options"] = text_tensor(settings);
     const train::CheckpointInfo saved{epoch + 1, trainer_->global_step(), t_.model,  t_.data.name,
                                       trainer_->batch_size(), session_.world(), t_.seed, provenance};
-    trainer_->save_checkpoint(path, saved, extra);
+    auto target = std::make_unique<io::AtomicPath>(path);
+    trainer_->write_checkpoint(*target, saved, extra);
+    return target;
 }
 
 void DataParallelRank::train_epochs(std::int64_t start) {

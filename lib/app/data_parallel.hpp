@@ -93,9 +93,13 @@ protected:
         const std::string& path, const std::string& settings,
         const std::function<std::vector<SameRunSetting>(const train::CheckpointInfo&)>& same,
         train::TensorMap& extra);
-    /// Rank 0: the checkpoint after `epoch`, recording `settings` as "run/options" besides `extra`.
-    void save_checkpoint(const std::string& path, std::int64_t epoch, const std::string& settings,
-                         train::TensorMap extra, const Provenance& provenance);
+    /// Rank 0: the checkpoint after `epoch`, recording `settings` as "run/options" besides
+    /// `extra`, written whole under a temporary name. The caller appends the epoch to its
+    /// output, then commits the checkpoint: a disk that fills up while either is written
+    /// leaves the output and the checkpoint at the same epoch, so --resume continues.
+    std::unique_ptr<io::AtomicPath> write_checkpoint(const std::string& path, std::int64_t epoch,
+                                                     const std::string& settings, train::TensorMap extra,
+                                                     const Provenance& provenance);
 
     /// Parameters and buffers: what every rank must share.
     std::vector<torch::Tensor> weights() const;

@@ -10,9 +10,9 @@
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
 #include "dist/exchange.hpp"
-#include "io/atomic.hpp"
 #include "io/grads.hpp"
 #include "io/h5.hpp"
+#include "io/output.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -52,13 +52,6 @@ void validate(GradDumpConfig& c) {
     check_distinct_files({}, {{"--output", c.output}, {"--checkpoint", c.checkpoint}});
     if (c.train.device == acc::Device::cuda && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
-}
-
-void check_destinations(const GradDumpConfig& c) {
-    create_parent_directories(c.output);
-    create_parent_directories(c.checkpoint);
-    io::check_writable_destination(c.output);
-    io::check_writable_destination(c.checkpoint);
 }
 
 std::int64_t total_values(const std::vector<io::Parameter>& parameters) {
@@ -131,6 +124,7 @@ private:
     void end_epoch(const EpochResult& own, const EpochSummary& all) override;
 
     const GradDumpConfig& c_;
+    std::vector<io::OutputClaim> claims_;  // rank 0: the output and checkpoint, for the whole run
     spdlog::level::level_enum level_;  // rank 0's lines are info, the others' debug
     std::optional<GradientRecorder> recorder_;    // rank 0
     std::unique_ptr<dist::DistExchange> exchange_;  // several ranks
@@ -141,7 +135,8 @@ private:
 DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* pg)
     : DataParallelRank(c.train, pg), c_(c), level_(session_.leader() ? spdlog::level::info : spdlog::level::debug) {
     session_.check_same_options(resume_settings(t_));
-    if (session_.leader()) check_destinations(c);
+    // Resumed, they are inputs first: reading them says what is wrong with them.
+    if (session_.leader()) claims_ = io::claim_outputs({c.output, c.checkpoint}, "grad-dump", c.force || c.resume);
     if (t_.threads > 0) torch::set_num_threads(t_.threads);
     build([&](const Dataset& data) {
         const DataInfo& info = data.info();
@@ -235,10 +230,12 @@ void DumpRank::end_epoch(const EpochResult& own, const EpochSummary& all) {
     s.test_accuracy = all.test_accuracy;
     s.norm = recorder_->finite_norms(trainer_->parameters(), all.epoch);
     if (snapshot_[static_cast<size_t>(all.epoch)]) add_snapshot(*writer_, *recorder_);
-    // The epoch goes into the statistics file before the checkpoint: a run killed
-    // between the two resumes from the older checkpoint and rewrites the epoch.
+    // The checkpoint is written first and put in place after the epoch's row: a full
+    // disk stops the epoch whole, and a run killed between the two resumes from the
+    // older checkpoint and rewrites the epoch.
+    const auto checkpoint = write_checkpoint(c_.checkpoint, all.epoch, resume_settings(t_), {}, c_.provenance);
     writer_->append_epoch(s);
-    save_checkpoint(c_.checkpoint, all.epoch, resume_settings(t_), {}, c_.provenance);
+    checkpoint->commit();
     EpochSummary mine = all;
     mine.loss = own.loss;
     mine.accuracy = own.accuracy;

@@ -21,6 +21,7 @@ struct GradDumpConfig {
     std::string output = "grads.h5";            ///< gradient-statistics file (accordion.grads)
     std::string checkpoint;                     ///< empty: default_checkpoint_path(output)
     bool resume = false;                        ///< continue from the checkpoint
+    bool force = false;                         ///< replace an output that is read-only or not HDF5
     std::vector<std::int64_t> snapshot_epochs;  ///< epochs whose summed gradients are stored whole
     bool step_norms = false;                    ///< also store per-step, per-parameter norms
     bool json = false;                          ///< also print the summary as JSON on stdout

@@ -15,6 +15,7 @@ void add_grad_dump_options(CLI::App& app, GradDumpConfig& config) {
     app.add_option("--checkpoint", config.checkpoint, "Checkpoint written after every epoch [OUTPUT with .ckpt.h5 for .h5]")
         ->group(group);
     app.add_flag("--resume", config.resume, "Continue a stopped run from its checkpoint")->group(group);
+    app.add_flag("--force", config.force, "Replace an output file that is read-only or not an HDF5 file")->group(group);
     app.add_option("--snapshot-epochs", config.snapshot_epochs,
                    "Also store the summed gradient tensors of these epochs (e.g. 0,10,150)")
         ->delimiter(',')

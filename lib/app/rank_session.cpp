@@ -130,15 +130,17 @@ std::string recorded_options(const std::vector<std::uint8_t>& image, const std::
 
 void check_same_run(const std::string& path, const std::string& recorded, const std::string& now,
                     const std::vector<SameRunSetting>& settings) {
-    const std::string advice = "; resume with the options of the original run";
-    if (!recorded.empty()) {
-        const auto changed = train::changed_settings(recorded, now);
-        if (!changed.empty()) throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") + advice);
-    }
+    // Every difference at once: a user who fixes one should not meet the next on the next try.
+    std::vector<std::string> changed;
+    if (!recorded.empty()) changed = train::changed_settings(recorded, now);
     for (const auto& s : settings)
-        if (s.then != s.now)
-            throw UsageError("--resume: " + path + " is from a run with " + s.what + " " + s.then + ", not " + s.now +
-                             advice);
+        if (s.then != s.now) {
+            const std::string line = s.what + " " + s.then + ", not " + s.now;
+            if (std::find(changed.begin(), changed.end(), line) == changed.end()) changed.push_back(line);
+        }
+    if (!changed.empty())
+        throw UsageError("--resume: " + path + " is from a run with " + join(changed, "; ") +
+                         "; resume with the options of the original run");
 }
 
 }  // namespace acc::app

@@ -6,8 +6,8 @@
 #include "cli/json.hpp"
 #include "cli/tool.hpp"
 #include "compress/spec.hpp"
-#include "io/atomic.hpp"
 #include "io/grads.hpp"
+#include "io/output.hpp"
 #include "io/schedule.hpp"
 #include "regime/levels.hpp"
 #include "regime/summary.hpp"
@@ -70,8 +70,6 @@ void validate(DetectConfig& c) {
         }
     }
     check_distinct_files({{"GRADS.h5", c.input}}, {{"--output", c.output}});
-    create_parent_directories(c.output);
-    io::check_writable_destination(c.output);
 }
 
 std::string ratio_text(double a, double b) {
@@ -318,12 +316,14 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
         ->check(CLI::IsMember({"layer", "model"}));
     app.add_flag("--monotone", config.monotone, "Batch mode: never return to the small batch once grown");
     app.add_option("-o,--output", config.output, "Schedule file to write");
+    app.add_flag("--force", config.force, "Replace an output file that is read-only or not an HDF5 file");
     app.add_flag("--json", config.json, "Also print the summary as JSON on stdout");
     app.footer("Compressor specs:\n" + compress::spec_help());
 }
 
 int run_detect(DetectConfig c) {
     validate(c);
+    const std::vector<io::OutputClaim> claims = io::claim_outputs({c.output}, "regime-detect", c.force);
     const io::GradStats grads = io::read_grads(c.input);
     const Inputs in = read_inputs(grads);
     const std::int64_t E = in.norms.epochs;

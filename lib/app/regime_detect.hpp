@@ -34,6 +34,7 @@ struct DetectConfig {
     std::string high;                                  ///< empty: powersgd:1, or batch 4096
     std::optional<Granularity> granularity;            ///< unset: layer (compression) or model (batch)
     bool monotone = false;
+    bool force = false;  ///< replace an output that is read-only or not HDF5
     bool json = false;  ///< also print the summary as JSON on stdout
     io::Provenance provenance;
 };

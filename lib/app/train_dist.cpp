@@ -12,8 +12,8 @@
 #include "dist/gravac_exchange.hpp"
 #include "dist/run_plan.hpp"
 #include "dist/state.hpp"
-#include "io/atomic.hpp"
 #include "io/metrics.hpp"
+#include "io/output.hpp"
 #include "io/schedule.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
@@ -161,6 +161,13 @@ struct LevelTable {
         for (const auto& level : levels) out += "\n" + level.text();
         return out;
     }
+    // One line of the checkpoint's "run/options", so that a resumed run with other
+    // levels is told so together with every other changed option.
+    std::string settings_line() const {
+        std::vector<std::string> names;
+        for (const auto& level : levels) names.push_back(level.text());
+        return std::string(batch_mode ? "batch-levels" : "levels") + " [" + join(names, ", ") + "]\n";
+    }
     std::vector<compress::Spec> specs(const std::vector<std::int32_t>& index) const {
         std::vector<compress::Spec> out;
         for (auto i : index) {
@@ -206,7 +213,8 @@ public:
     int run();
 
 private:
-    void check_destinations() const;
+    void check_destinations();
+    std::string run_settings() const { return resume_settings(c_, table_.batch_mode) + table_.settings_line(); }
     void log_model() const;
     Start resume();
     void make_exchange(const Start& start);
@@ -220,6 +228,7 @@ private:
     const TrainDistConfig& c_;
     comm::Backend backend_;
     std::string checkpoint_;
+    std::vector<io::OutputClaim> claims_;  // rank 0: the metrics file and checkpoint, for the whole run
     std::optional<RunPlan> plan_;  // rank 0
     LevelTable table_;
     EpochOrders orders_;  // this epoch's
@@ -242,11 +251,9 @@ DistRank::DistRank(const TrainDistConfig& c, const std::optional<io::Schedule>& 
     table_ = agree_on_levels(session_, plan_ ? &*plan_ : nullptr);
 }
 
-void DistRank::check_destinations() const {
-    create_parent_directories(c_.metrics);
-    create_parent_directories(checkpoint_);
-    io::check_writable_destination(c_.metrics);
-    io::check_writable_destination(checkpoint_);
+void DistRank::check_destinations() {
+    // Resumed, they are inputs first: reading them says what is wrong with them.
+    claims_ = io::claim_outputs({c_.metrics, checkpoint_}, "train-dist", c_.force || c_.resume);
     if (c_.resume && !std::filesystem::exists(checkpoint_))
         throw FileError(checkpoint_, "no checkpoint to resume from (one is written after every completed epoch)");
     if (c_.resume && !std::filesystem::exists(c_.metrics))
@@ -268,7 +275,7 @@ void DistRank::log_model() const {
 Start DistRank::resume() {
     train::TensorMap extra;
     const train::CheckpointInfo saved =
-        load_checkpoint(checkpoint_, resume_settings(c_, table_.batch_mode), [&](const train::CheckpointInfo& info) {
+        load_checkpoint(checkpoint_, run_settings(), [&](const train::CheckpointInfo& info) {
             return same_run_settings(info, t_, session_.world(), !table_.batch_mode);
         }, extra);
     auto entry = [&](const std::string& name) -> const torch::Tensor& {
@@ -304,8 +311,6 @@ Start DistRank::resume() {
             plan_->record_norms(e, std::vector<double>(row, row + count));
         }
     }
-    if (start.epoch >= t_.epochs && session_.leader())
-        spdlog::info("nothing to train: the checkpoint is already at epoch {}", start.epoch);
     return start;
 }
 
@@ -421,10 +426,6 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
         m.ratio = o.decided.ratio;
         m.reason = o.decided.reason;
     }
-    // The metrics go out before the checkpoint: a run killed between the two
-    // resumes from the older checkpoint and writes the epoch again.
-    if (gravac_) metrics_->append_gravac(gravac_steps_, gravac_->throughput(epoch));
-    metrics_->append_epoch(m);
     train::TensorMap extra;
     for (size_t r = 0; r < states.size(); ++r)
         for (auto& [name, tensor] : states[r]) extra["ranks/" + std::to_string(r) + "/" + name] = tensor;
@@ -434,7 +435,14 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
     if (plan_->online())
         extra["accordion/norm"] =
             torch::tensor(plan_->norms(), torch::kFloat64).view({epoch + 1, static_cast<std::int64_t>(count)});
-    save_checkpoint(checkpoint_, epoch, resume_settings(c_, table_.batch_mode), std::move(extra), c_.provenance);
+    // The checkpoint is written first and put in place after the metrics: a full disk
+    // stops the epoch whole, and a run killed between the two resumes from the older
+    // checkpoint and writes the epoch again.
+    const auto checkpoint =
+        write_checkpoint(checkpoint_, epoch, run_settings(), std::move(extra), c_.provenance);
+    if (gravac_) metrics_->append_gravac(gravac_steps_, gravac_->throughput(epoch));
+    metrics_->append_epoch(m);
+    checkpoint->commit();
     spdlog::info("{}{}", epoch_line(all, false),
                  epoch_tail(m, gravac_ ? "gravac " + c_.gravac + ": " + dist::gravac_summary(gravac_steps_)
                                        : dist::levels_summary(table_.levels, o.level)));

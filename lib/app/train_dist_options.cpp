@@ -179,6 +179,7 @@ void add_output_options(CLI::App& app, dist::TrainDistConfig& c) {
         ->type_name("DIR")
         ->group(output);
     app.add_flag("--resume", c.resume, "Continue a stopped run from its checkpoint and metrics file")->group(output);
+    app.add_flag("--force", c.force, "Replace an output file that is read-only or not an HDF5 file")->group(output);
     app.add_flag("--json", c.json, "Also print the summary as JSON on stdout")->group(output);
 }
 

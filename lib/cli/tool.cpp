@@ -12,6 +12,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <new>
@@ -246,6 +247,10 @@ int run_tool(const std::string& name, const std::string& description, int argc, 
         return kExitUsage;
     }
     setup_logging(name, quiet ? -1 : verbose ? 1 : 0);
+    // A write to a socket whose peer has gone (a rank that gave up while this one was
+    // stopped) must fail as an error the collectives report, not kill the process
+    // without a word; a closed standard output then fails its writes quietly.
+    ::signal(SIGPIPE, SIG_IGN);
     try {
         // Forgets what an earlier run in this process failed at; names nothing itself.
         Doing nothing_yet("");

@@ -50,6 +50,7 @@ struct TrainDistConfig {
     std::string metrics = "metrics.h5";  ///< metrics file (accordion.metrics), written by rank 0
     std::string checkpoint_dir;          ///< empty: the metrics file's directory
     bool resume = false;
+    bool force = false;  ///< replace an output that is read-only or not HDF5
     bool json = false;
     io::Provenance provenance;
 

@@ -42,19 +42,20 @@ std::string name_hash(const std::string& name) {
     return text;
 }
 
-// The temporary directory's name must fit in NAME_MAX (255 bytes) with its pid and
-// random suffix (up to 29 bytes), and an output's name may take all 255 itself: a
-// name over 200 bytes is shortened to its first 160 and a hash of the whole.
-std::string temp_prefix(const std::string& destination) {
-    std::string name = fs::path(destination).filename().string();
-    if (name.size() > 200) name = name.substr(0, 160) + "~" + name_hash(name);
-    return "." + name + ".tmp-";
-}
+// The temporary directory: the companion ".<name>.tmp-", then a pid and a random suffix (up to 29 bytes).
+std::string temp_prefix(const std::string& destination) { return companion_name(destination, ".tmp-"); }
 
 // A process that no longer runs cannot be writing its temporary file.
 bool process_gone(pid_t pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH; }
 
 }  // namespace
+
+std::string companion_name(const std::string& destination, const std::string& suffix) {
+    // An output's own name may take all of NAME_MAX.
+    std::string name = fs::path(destination).filename().string();
+    if (name.size() > 200) name = name.substr(0, 160) + "~" + name_hash(name);
+    return "." + name + suffix;
+}
 
 void refuse_special_file(const std::string& path) {
     // The finished file is renamed over the name: a device node or FIFO there would be

@@ -44,4 +44,10 @@ void refuse_special_file(const std::string& path);
 /// process no longer runs; returns how many were removed.
 int remove_stale_temporaries(const std::string& destination);
 
+/// The file name of a hidden companion of `destination` in its directory: "." and
+/// its file name, then `suffix`; a file name over 200 bytes is shortened to its
+/// first 160, "~" and a hash of the whole, so that the result fits in NAME_MAX
+/// (255 bytes) with up to 40 bytes of suffix.
+std::string companion_name(const std::string& destination, const std::string& suffix);
+
 }  // namespace acc::io

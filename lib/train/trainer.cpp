@@ -265,11 +265,20 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Dataset& data, TrainerOptio
 }
 
 void Trainer::check_batches(std::int64_t batch_size) const {
-    if (batch_size < 1 || data_.train(0, shard_, batch_size, options_.seed)->size() == 0)
-        throw UsageError("--batch-size: the training split (" + std::to_string(data_.info().train_size) + " " +
-                         data_.info().unit + ") gives rank " + std::to_string(shard_.rank) + " of " +
-                         std::to_string(shard_.world_size) + " no batch of at least 2 samples at batch size " +
-                         std::to_string(batch_size));
+    // Every rank checks every rank's shard, so that all stop together with the same
+    // words, which the --nproc launcher then prints once.
+    const int world = shard_.world_size;
+    int without = 0;
+    for (int r = 0; r < world; ++r)
+        if (batch_size < 1 || data_.train(0, Shard{r, world}, batch_size, options_.seed)->size() == 0) ++without;
+    if (without == 0) return;
+    const std::string ranks = world == 1         ? ""
+                              : without == world ? " each of the " + std::to_string(world) + " ranks"
+                                                 : " " + std::to_string(without) + " of the " + std::to_string(world) +
+                                                       " ranks";
+    throw UsageError("--batch-size: the training split (" + std::to_string(data_.info().train_size) + " " +
+                     data_.info().unit + ") gives" + ranks + " no batch of at least 2 samples at batch size " +
+                     std::to_string(batch_size));
 }
 
 void Trainer::set_batch_size(std::int64_t batch_size) {
@@ -451,9 +460,8 @@ EvalResult Trainer::evaluate(Shard shard) {
     return result;
 }
 
-void Trainer::save_checkpoint(const std::string& path, const CheckpointInfo& info, const TensorMap& extra) const {
-    io::AtomicPath atomic(path);
-    io::H5File f = io::H5File::create(atomic.temp(), path);
+void Trainer::write_checkpoint(io::AtomicPath& target, const CheckpointInfo& info, const TensorMap& extra) const {
+    io::H5File f = io::H5File::create(target.temp(), target.destination());
     io::write_header(f, {kCheckpointFormat, 1, 0, info.provenance, ""});
     f.write_attr("/", "epoch", info.epoch);
     f.write_attr("/", "global_step", info.global_step);
@@ -475,7 +483,6 @@ void Trainer::save_checkpoint(const std::string& path, const CheckpointInfo& inf
         for (const auto& [name, tensor] : state) write_tensor(f, "/extra/exchange/" + name, tensor);
     }
     f.close();
-    atomic.commit();
 }
 
 CheckpointInfo Trainer::load_checkpoint(const std::string& path, TensorMap* extra) {

@@ -10,6 +10,7 @@
 //   SGD: weight decay, momentum (Nesterov), step with the epoch's learning rate
 #pragma once
 
+#include "io/atomic.hpp"
 #include "io/header.hpp"
 #include "io/parameters.hpp"
 #include "train/config.hpp"
@@ -196,8 +197,10 @@ public:
     EvalResult evaluate(Shard shard = {});
 
     /// Writes model, buffers, optimizer state and `extra` tensors (plus the
-    /// exchange's state under "exchange/") to `path`, atomically.
-    void save_checkpoint(const std::string& path, const CheckpointInfo& info, const TensorMap& extra = {}) const;
+    /// exchange's state under "exchange/") to `target`'s temporary file, whole and
+    /// closed; the caller commits it, so that it can put it in place together with
+    /// what else the epoch writes.
+    void write_checkpoint(io::AtomicPath& target, const CheckpointInfo& info, const TensorMap& extra = {}) const;
     /// Restores what save_checkpoint wrote; checks that the parameters match.
     /// Returns the info and fills `extra` with the other tensors.
     CheckpointInfo load_checkpoint(const std::string& path, TensorMap* extra = nullptr);

@@ -23,6 +23,12 @@ expect_exit 2 "--timeout: must be a number in \[0.1, 86400\], not '0'" -- comm-p
 expect_exit 2 "^comm-profile: error: --frobnicate: unknown option \(see 'comm-profile --help'\)$" -- comm-profile --frobnicate
 expect_exit 2 "^comm-profile: error: --iter: unknown option; did you mean --iters\?" -- comm-profile --iter 3
 expect_exit 2 "^comm-profile: error: -e/--max-bytes: 2048G is too large; sizes go from 1 byte to 64G$" -- comm-profile -e 2048G
+# A sweep whose largest size cannot fit in memory is refused before it starts,
+# once under --nproc, with the largest size that fits: a 64 GiB allgather on 2
+# ranks holds 3 x 32 GiB on each.
+expect_exit 2 "^comm-profile(\[[01]\])?: error: -e/--max-bytes: the sweep's largest allgather holds about 96\.0 GiB per rank, 192\.0 GiB for the 2 ranks on [^ ]+, which has [0-9.]+ GiB available; lower -e/--max-bytes to [0-9.]+ [KMG]iB or less$" -- \
+    comm-profile --nproc 2 -e 64G -n 1 -w 0 --collectives allreduce,allgather
+[ "$(grep -c "error:" "$WORK/err")" = 1 ] || fail "the memory check was not reported once: $(cat "$WORK/err")"
 
 # Every numeric option refuses what cannot be meant, giving the valid range.
 while read -r option value range; do
@@ -69,9 +75,12 @@ expect_exit 1 "^comm-profile: error: plain-file/comm.h5: cannot create the direc
 [ -e comm.h5 ] && fail "a failed run left a file"
 # LibTorch's failures are one line naming what was being done, never a stack trace.
 limit=$(memory_limit_kib 500000)  # 0.5 GB beyond the libraries: too little for the request
-expect_exit 1 "^comm-profile: error: allocating the buffers of a 1 GiB broadcast: LibTorch failed: .*can't allocate memory" -- \
-    bash -c 'ulimit -v "$0"; exec comm-profile -b 1G -e 1G -n 1 -w 0 --collectives broadcast' "$limit"
+expect_exit 1 "^comm-profile: error: computing with LibTorch: LibTorch failed: .*can't allocate memory" -- \
+    bash -c 'ulimit -v "$0"; exec comm-profile -e 64 -n 1 -w 0 --collectives broadcast --model mlp --batch-size 1048576' "$limit"
 grep -q "frame #" "$WORK/err" && fail "a stack trace reached the user: $(cat "$WORK/err")"
+# A sweep too large for that limit is refused before it allocates anything.
+expect_exit 2 "^comm-profile: error: -e/--max-bytes: the sweep's largest broadcast holds about 1\.0 GiB per rank, 1\.0 GiB for the 1 rank on [^ ]+, which has 0\.[0-9] GiB available; lower -e/--max-bytes$" -- \
+    bash -c 'ulimit -v "$0"; exec comm-profile -b 1G -e 1G -n 1 -w 0 --collectives broadcast' "$limit"
 # A missing output directory is created.
 comm-profile -e 64 -n 1 -w 0 -q -o new/dir/comm.h5 >/dev/null || fail "comm-profile did not create new/dir"
 [ -s new/dir/comm.h5 ] || fail "no new/dir/comm.h5"

@@ -59,17 +59,22 @@ grep -qE "^comm-profile\[1\]: error: rank 0 \(host [^,]+, pid $rank0\) lost duri
 # A rank that hangs: the other gives up after --timeout. The timeout also bounds
 # the rendezvous, so it leaves room for a slow start on a loaded machine.
 start_pair 8
-disown "$rank1"
 start=$(date +%s%N)
 kill -STOP "$rank1"
 got=0
 wait "$rank0" || got=$?
 took=$(seconds_since "$start")
-kill -KILL "$rank1"
 [ "$got" = 1 ] || fail "rank 0 exited with $got after its peer hung"
 [ "$took" -ge 8 ] && [ "$took" -lt 20 ] || fail "rank 0 gave up on a hung peer after $took s (timeout 8 s)"
 grep -qE "^comm-profile\[0\]: error: rank 1 \(host [^,]+, pid $rank1\) lost during (allreduce|barrier) after [0-9.]+ s \(no progress within --timeout 8.0 s\)$" rank0.err ||
     fail "hung peer: $(tail -2 rank0.err)"
+# The hung rank, continued once its peer has gone, writes to closed sockets: an
+# error with a message (exit 1), never a silent death by SIGPIPE (exit 141).
+kill -CONT "$rank1"
+got=0
+wait "$rank1" || got=$?
+[ "$got" = 1 ] || fail "the continued rank exited with $got, expected 1: $(tail -2 rank1.err)"
+grep -qE "^comm-profile\[1\]: error: " rank1.err || fail "the continued rank gave no error line: $(tail -2 rank1.err)"
 
 # Rank 0, which hosts the store, hangs: rank 1 gives up after --timeout plus the
 # few seconds the diagnosis may take (the store no longer answers), not after

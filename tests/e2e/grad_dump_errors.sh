@@ -22,7 +22,7 @@ fi
 expect_exit 2 "^grad-dump: error: --backend nccl: needs --device cuda" -- grad-dump "${tiny[@]}" --epochs 1 --backend nccl
 expect_exit 2 "^grad-dump: error: --backend: mpi not in \{gloo,nccl\}" -- grad-dump "${tiny[@]}" --epochs 1 --backend mpi
 expect_exit 2 "--tied: applies only to --model lstm" -- grad-dump "${tiny[@]}" --epochs 1 --tied
-expect_exit 2 "--batch-size: the training split \(1 images\) gives rank 0 of 1 no batch of at least 2 samples" -- \
+expect_exit 2 "--batch-size: the training split \(1 images\) gives no batch of at least 2 samples" -- \
     grad-dump --model mlp --train-samples 1 --test-samples 20 --epochs 1
 expect_exit 2 "--lr-decay-epochs: must be a whole number in \[1, 1000000\], not .0." -- \
     grad-dump "${tiny[@]}" --epochs 1 --lr-decay-epochs 0
@@ -157,4 +157,14 @@ expect_exit 2 "^grad-dump: error: --checkpoint alias.h5: is the same file as --o
 # --epochs may change on resume: a finished run is extended.
 grad-dump "${tiny[@]}" --epochs 2 -o run-kept.h5 --resume --eval-every 2 -q ||
     fail "extending a run with --resume --epochs 2"
+# ... but never shortened: fewer epochs than it completed is a usage error, and the file stays whole.
+expect_exit 2 "^grad-dump: error: --epochs 1: run-kept.ckpt.h5 is from a run that has completed 2 epochs; give --epochs 2 or more to continue it$" -- \
+    grad-dump "${tiny[@]}" --epochs 1 -o run-kept.h5 --resume
+expect_exit 0 "^grad-dump: warning: nothing to train: run-kept.ckpt.h5 is from a run that has completed all 2 epochs" -- \
+    grad-dump "${tiny[@]}" --epochs 2 -o run-kept.h5 --resume -q
+$ACC_PYTHON - <<'PY' || fail "a refused resume changed the file"
+import h5py
+with h5py.File("run-kept.h5", "r") as f:
+    assert f.attrs["complete"] == 1 and f["epochs/norm"].shape[0] == 2, (dict(f.attrs), f["epochs/norm"].shape)
+PY
 finish

@@ -71,6 +71,65 @@ with h5py.File("fixed-sched.h5", "r") as f:
     assert names == ["fc1.weight", "fc1.bias"], names
 PY
 
+# Two runs given one output: the second stops at once and names the first, which
+# finishes its file whole (epoch rows 0 1 2, complete).
+wait_for_lock() {  # wait_for_lock LOCKFILE: until a run has written its line there
+    for _ in $(seq 600); do
+        [ -s "$1" ] && return 0
+        sleep 0.05
+    done
+    fail "no lock file $1 appeared"
+    return 1
+}
+# The first run is stopped (SIGSTOP) while the others try, so that it is sure to hold its outputs.
+run=(--model mlp --epochs 3 --train-samples 512 --test-samples 64 --threads 1 -q)
+grad-dump "${run[@]}" --seed 1 -o c.h5 &
+first=$!
+wait_for_lock .c.h5.lock
+kill -STOP "$first"
+expect_exit 1 "^grad-dump: error: c.h5: is being written by grad-dump \(process $first on [^,]+, started [0-9-]+ [0-9:]+ UTC\); wait until that run ends, or write to another name$" -- \
+    grad-dump "${run[@]}" --seed 2 -o c.h5
+kill -CONT "$first"
+wait "$first" || fail "the first grad-dump run failed"
+$ACC_PYTHON - <<'PY' || fail "the first run's file was damaged by the second"
+import h5py
+with h5py.File("c.h5", "r") as f:
+    assert list(f["epochs/epoch"][:]) == [0, 1, 2] and f.attrs["complete"] == 1, (list(f["epochs/epoch"][:]), dict(f.attrs))
+PY
+[ ! -e .c.h5.lock ] || fail "the lock file was left: $(ls -A)"
+train=(--model mlp --hidden-size 16 --dataset synthetic --train-samples 64 --test-samples 16 --batch-size 16
+       --threads 1 --epochs 2 --compress topk:0.5 -q)
+train-dist "${train[@]}" --metrics m.h5 &
+first=$!
+wait_for_lock .m.h5.lock
+kill -STOP "$first"
+expect_exit 1 "^train-dist: error: m.h5: is being written by train-dist \(process $first on" -- \
+    train-dist "${train[@]}" --metrics m.h5 --seed 9
+# Its checkpoint is held too, whichever program asks.
+expect_exit 1 "^grad-dump: error: m.ckpt.h5: is being written by train-dist \(process $first on" -- \
+    grad-dump "${run[@]}" -o other.h5 --checkpoint m.ckpt.h5
+kill -CONT "$first"
+wait "$first" || fail "the first train-dist run failed"
+
+# A file that is not HDF5, or is read-only, is kept unless --force says otherwise.
+echo "my notes" >notes.h5
+expect_exit 1 "^regime-detect: error: notes.h5: exists and is not an HDF5 file; choose another name or give --force to replace it$" -- \
+    regime-detect good.h5 -o notes.h5
+[ "$(cat notes.h5)" = "my notes" ] || fail "notes.h5 was replaced"
+expect_exit 1 "^compress-bench: error: notes.h5: exists and is not an HDF5 file" -- \
+    compress-bench --shapes resnet18 --compressors none --world 2 --reps 1 -o notes.h5
+expect_exit 1 "^comm-profile: error: notes.h5: exists and is not an HDF5 file" -- comm-profile -e 64 -n 1 -w 0 -o notes.h5
+expect_exit 1 "^train-dist: error: notes.h5: exists and is not an HDF5 file" -- train-dist "${train[@]}" --metrics notes.h5
+expect_exit 1 "^grad-dump: error: notes.h5: exists and is not an HDF5 file" -- grad-dump "${run[@]}" -o notes.h5
+[ "$(cat notes.h5)" = "my notes" ] || fail "notes.h5 was replaced"
+regime-detect good.h5 -o notes.h5 --force -q || fail "regime-detect --force over a file that is not HDF5"
+regime-detect good.h5 -o kept.h5 -q && chmod 0444 kept.h5
+expect_exit 1 "^regime-detect: error: kept.h5: exists and is read-only; make it writable or give --force to replace it$" -- \
+    regime-detect good.h5 -o kept.h5
+regime-detect good.h5 -o kept.h5 --force -q || fail "regime-detect --force over a read-only file"
+: >empty.h5
+regime-detect good.h5 -o empty.h5 -q || fail "an empty file is an output like a new name"
+
 if [ "$(id -u)" != 0 ]; then
     echo "SKIP: the full-disk cases mount a tmpfs and need root"
     finish
@@ -113,6 +172,31 @@ with h5py.File("full/g.h5", "r") as f:
     assert f.attrs["complete"] == 1 and f["epochs/norm"].shape[0] == 4
     assert sorted(f["snapshots"]) == [f"epoch_{e}" for e in range(4)], list(f["snapshots"])
 PY
+
+# Whichever write the full disk stops, the statistics file and the checkpoint stay
+# at the same epoch (the checkpoint is written first, put in place last), so
+# --resume always continues; with small disks the first checkpoint is what fails.
+for size in 1m 2m 3m 5m; do
+    umount full
+    mount -t tmpfs -o "size=$size" tmpfs full
+    grad-dump "${args[@]}" -o full/g.h5 -q 2>/dev/null || true
+    $ACC_PYTHON - <<'PY' || fail "$size: the statistics file and the checkpoint disagree"
+import os, h5py
+rows = 0
+if os.path.exists("full/g.h5"):
+    with h5py.File("full/g.h5", "r") as f:
+        rows = f["epochs/norm"].shape[0]
+if os.path.exists("full/g.ckpt.h5"):
+    with h5py.File("full/g.ckpt.h5", "r") as f:
+        assert f.attrs["epoch"] == rows, (int(f.attrs["epoch"]), rows)
+else:
+    assert rows == 0, f"{rows} epochs in the file and no checkpoint"
+PY
+    if [ -e full/g.ckpt.h5 ]; then
+        mount -o remount,size=64m tmpfs full
+        grad-dump "${args[@]}" -o full/g.h5 --resume -q 2>resume.err || fail "$size: --resume: $(cat resume.err)"
+    fi
+done
 
 # train-dist: the first checkpoint (6.9 MB) fits, the second cannot be written
 # beside it; the first stays, with the metrics, and --resume finishes the run.

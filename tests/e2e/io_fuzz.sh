@@ -3,11 +3,17 @@
 # file the toolkit reads, each with one or two bytes changed at random (fixed
 # seeds), go through the readers (tests/helpers/read_files, one child process per
 # file under a time limit). Each must be read or refused with an error; a signal
-# or a timeout fails the test. FUZZ_COUNT sets the number of copies per kind,
-# FUZZ_READER another reader program (e.g. one built from an older tree).
+# or a timeout fails the test. Then schedules and comm profiles whose values (not
+# bytes) are changed, as h5py writes them: NaN, infinities, huge and negative
+# numbers, odd strings, shortened or missing datasets and attributes; a schedule
+# that reads must also plan as train-dist plans it, and a comm profile give
+# compress-bench a usable network model. FUZZ_COUNT sets the number of damaged
+# copies per kind (300), FUZZ_VALUE_COUNT that of changed ones (400), FUZZ_READER
+# another reader program (e.g. one built from an older tree).
 source "$(dirname "$0")/common.sh"
 cd "$WORK"
 count=${FUZZ_COUNT:-300}
+value_count=${FUZZ_VALUE_COUNT:-400}
 reader="${FUZZ_READER:-$ACC_BUILD_DIR/bin/read_files}"
 
 # One valid file of each kind, written by the programs themselves.
@@ -16,7 +22,7 @@ regime-detect grads.h5 --interval 1 -o schedule.h5 -q || fail "regime-detect"
 train-dist --model mlp --hidden-size 8 --dataset synthetic --train-samples 32 --test-samples 8 --batch-size 16 \
     --threads 1 --epochs 2 --accordion --interval 1 --low topk:0.5 --high powersgd:1 --metrics metrics.h5 \
     --checkpoint-dir . -q 2>train.log || fail "train-dist: $(tail -3 train.log)"
-comm-profile -b 1K -e 4K -n 2 -w 0 --collectives allreduce,allgather -o comm-profile.h5 -q 2>comm.log ||
+comm-profile --nproc 2 -b 1K -e 4K -n 2 -w 0 --collectives allreduce,allgather -o comm-profile.h5 -q 2>comm.log ||
     fail "comm-profile: $(tail -3 comm.log)"
 printf 'fc.weight 4x6\nfc.bias 4\n' >model.txt
 compress-bench --shapes model.txt --compressors none,topk:0.5 --world 1,2 --reps 1 --alpha 1e-5 --bandwidth 1e9 \
@@ -24,7 +30,7 @@ compress-bench --shapes model.txt --compressors none,topk:0.5 --world 1,2 --reps
 
 for kind in grads schedule metrics comm-profile compress-bench; do
     [ -s "$kind.h5" ] || { fail "no $kind.h5 to damage"; continue; }
-    "$reader" "$kind" 10 "$kind.h5" >/dev/null || fail "the undamaged $kind.h5 does not read"
+    "$reader" "$kind" 10 "$kind.h5" | grep -q " 1 read," || fail "the undamaged $kind.h5 does not read"
     mkdir "bad-$kind"
     "$ACC_PYTHON" - "$kind.h5" "bad-$kind" "$count" <<'PY'
 import random, sys, zlib
@@ -38,7 +44,86 @@ for i in range(count):
         bad[at] = (bad[at] + rng.randrange(1, 256)) % 256
     open(f"{out}/{i:04d}.h5", "wb").write(bad)
 PY
-    "$reader" "$kind" 10 "bad-$kind"/*.h5 >"$kind.result" || fail "$kind: $(grep -E 'crash|hang|exit' "$kind.result" | head -5)"
+    "$reader" "$kind" 10 "bad-$kind"/*.h5 >"$kind.result" ||
+        fail "$kind: $(grep -E 'crash|hang|exit|garbage' "$kind.result" | head -5)"
     tail -1 "$kind.result"
+done
+
+# A batch-mode schedule too: its batch sizes and lr_scale are values to change.
+regime-detect grads.h5 --interval 1 --mode batch --low 32 --high 128 -o batch-schedule.h5 -q ||
+    fail "regime-detect --mode batch"
+for kind in schedule batch-schedule comm-profile; do
+    reader_kind=${kind#batch-}
+    "$reader" "$reader_kind" 10 "$kind.h5" | grep -q " 1 read," || fail "the unchanged $kind.h5 does not read"
+    mkdir "values-$kind"
+    "$ACC_PYTHON" - "$kind.h5" "values-$kind" "$value_count" <<'PY' || fail "changing the values of $kind.h5"
+import random, shutil, sys, zlib
+import h5py, numpy as np
+source, out, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = random.Random(zlib.crc32(source.encode()) + 1)
+numbers = [np.nan, np.inf, -np.inf, -1, 0, 1, 1e-300, 1e300, -1e300, 2**31, 2**53 + 1, 2**62, 2**63 - 1, -2**63]
+texts = ["", "x" * 300, "none", "powersgd:0", "powersgd:-1", "topk:nan", "topk:2", "batch", "compression",
+         "allreduce", "nccl", "\u00ff\u00fe", "1e999", "-5"]
+
+def items(f):
+    found = []
+    f.visititems(lambda name, obj: found.append(name))
+    return [""] + found
+
+def change(f):
+    name = rng.choice(items(f))
+    obj = f[name] if name else f
+    attrs = list(obj.attrs)
+    is_data = isinstance(obj, h5py.Dataset)
+    what = rng.choice(["attr", "attr", "value", "value", "shrink", "delete"])
+    if what == "attr" and attrs:
+        key = rng.choice(attrs)
+        old = obj.attrs[key]
+        if isinstance(old, (bytes, str)) or getattr(old, "dtype", None) is not None and old.dtype.kind in "SUO":
+            obj.attrs[key] = rng.choice(texts)
+        else:
+            value = rng.choice(numbers)
+            try:
+                obj.attrs[key] = np.array(value).astype(np.asarray(old).dtype)
+            except (OverflowError, ValueError):
+                obj.attrs[key] = value
+    elif what == "value" and is_data and obj.size > 0:
+        data = obj[()]
+        flat = data.reshape(-1)
+        at = rng.randrange(flat.size)
+        if data.dtype.kind in "SUO":
+            flat[at] = rng.choice(texts).encode() if data.dtype.kind != "U" else rng.choice(texts)
+        else:
+            with np.errstate(all="ignore"):
+                value = np.array(rng.choice(numbers)).astype(data.dtype)
+            flat[at] = value
+        try:
+            obj[()] = data
+        except (TypeError, ValueError):
+            pass
+    elif what == "shrink" and is_data and obj.ndim >= 1 and obj.shape[0] > 0:
+        data = obj[()][: rng.randrange(obj.shape[0])]
+        parent, leaf = name.rsplit("/", 1) if "/" in name else ("", name)
+        saved = dict(obj.attrs)
+        del f[name]
+        f.create_dataset(name, data=data)
+        for key, value in saved.items():
+            f[name].attrs[key] = value
+    elif what == "delete":
+        if attrs and (not is_data or rng.random() < 0.5):
+            del obj.attrs[rng.choice(attrs)]
+        elif name:
+            del f[name]
+
+for i in range(count):
+    path = f"{out}/{i:04d}.h5"
+    shutil.copyfile(source, path)
+    with h5py.File(path, "r+") as f:
+        for _ in range(rng.choice((1, 1, 2))):
+            change(f)
+PY
+    "$reader" "$reader_kind" 10 "values-$kind"/*.h5 >"values-$kind.result" ||
+        fail "$kind with changed values: $(grep -E 'crash|hang|exit|garbage' "values-$kind.result" | head -5)"
+    echo "values changed in $kind.h5: $(tail -1 "values-$kind.result")"
 done
 finish

@@ -73,6 +73,12 @@ $check batch-schedule odd.h5 --model-from m.h5 --batch 33,64 --scale 1,2
 expect_exit 2 "^train-dist\[0\]: error: odd.h5 does not fit this run: \(1\) its global batch size does not split evenly over 2 ranks in 1 epoch \(epoch 0: 33\)$" -- \
     train-dist --model mlp --hidden-size 16 --dataset synthetic --train-samples 64 --epochs 2 --schedule odd.h5 --nproc 2
 
+# A training split too small for the ranks: every rank checks every rank's shard, and
+# the launcher prints the one message once.
+expect_exit 2 "^train-dist\[[0-3]\]: error: --batch-size: the training split \(5 [a-z]+\) gives each of the 4 ranks no batch of at least 2 samples at batch size [0-9]+$" -- \
+    train-dist --model mlp --hidden-size 8 --dataset synthetic --train-samples 5 --test-samples 8 --threads 1 --epochs 1 --nproc 4
+[ "$(grep -c "error:" "$WORK/err")" = 1 ] || fail "--nproc 4: a usage error is not printed once: $(cat "$WORK/err")"
+
 # Resuming with other options than the stopped run's.
 expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --seed 42, not 7; resume with the options of the original run$" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume --seed 7
@@ -83,8 +89,11 @@ expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --hidd
     --threads 1 --epochs 2 --compress topk:0.5 --metrics m.h5 --resume
 expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --dgc-warmup-epochs 0, not 3;" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume --dgc-warmup-epochs 3
-expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with other compression levels" -- \
+expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with levels \[none, topk:0.5\], not \[none, topk:0.25\]; resume with" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.25 --metrics m.h5 --resume
+# Every changed option at once, the levels among them.
+expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --lr 0.1, not 0.5; levels \[none, topk:0.5\], not \[none, powersgd:2\]; resume with" -- \
+    train-dist "${small[@]}" --epochs 2 --compress powersgd:2 --metrics m.h5 --resume --lr 0.5
 cp m.ckpt.h5 gone.ckpt.h5
 expect_exit 1 "^train-dist: error: gone.h5: no such file; --resume continues the metrics file of the stopped run$" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics gone.h5 --resume
@@ -93,6 +102,11 @@ echo garbage >bad.ckpt/m.ckpt.h5
 expect_exit 1 "^train-dist: error: bad.ckpt/m.ckpt.h5: cannot open the HDF5 file" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --checkpoint-dir bad.ckpt --resume
 train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume -q || fail "a proper resume"
+# A finished run: fewer epochs than it completed is an error; as many, a warning that nothing is left.
+expect_exit 2 "^train-dist: error: --epochs 1: m.ckpt.h5 is from a run that has completed 2 epochs; give --epochs 2 or more to continue it$" -- \
+    train-dist "${small[@]}" --epochs 1 --compress topk:0.5 --metrics m.h5 --resume
+expect_exit 0 "^train-dist: warning: nothing to train: m.ckpt.h5 is from a run that has completed all 2 epochs; give --epochs above 2" -- \
+    train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics m.h5 --resume -q
 
 # Outputs never replace an input or each other; runs in one directory keep their own checkpoints.
 cp short.h5 keep.h5

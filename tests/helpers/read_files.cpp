@@ -1,16 +1,22 @@
 // Reads files of one kind through lib/io, each in its own child process under a
 // time limit, and counts how each ended; the fuzz test uses it to prove that no
-// damaged file crashes or hangs a reader.
+// damaged file crashes or hangs a reader. A schedule that reads is also planned as
+// train-dist plans it, and a comm profile turned into compress-bench's network
+// model: what they give must be usable numbers, or the file must be refused.
 //   read_files grads|schedule|metrics|comm-profile|compress-bench SECONDS FILE...
-// Prints "<file>: ok|error|crash (signal N)|hang" per file and a summary line;
-// exits 1 when any file crashed or hung.
+// Prints "<file>: ok|error|crash (signal N)|hang|garbage" per file and a summary
+// line; exits 1 when any file crashed, hung or gave garbage.
 #include "base/error.hpp"
+#include "dist/run_plan.hpp"
 #include "io/bench.hpp"
 #include "io/comm_profile.hpp"
 #include "io/grads.hpp"
 #include "io/metrics.hpp"
 #include "io/schedule.hpp"
+#include "perf/fit.hpp"
+#include "perf/model.hpp"
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -22,17 +28,51 @@
 
 namespace {
 
+constexpr int kGarbage = 4;  // the child's exit code when a file was accepted but its numbers are unusable
+
+void garbage(const std::string& path, const std::string& what) {
+    std::fprintf(stderr, "%s: accepted, but %s\n", path.c_str(), what.c_str());
+    std::_Exit(kGarbage);
+}
+
+// What train-dist does with a schedule before and while training.
+void plan_schedule(const acc::io::Schedule& s, const std::string& path) {
+    acc::dist::check_schedule(s, path, s.parameters, s.epochs, false, 1, false);
+    const acc::dist::RunPlan plan = acc::dist::RunPlan::from_schedule(s, s.parameters, s.epochs);
+    for (std::int64_t e = 0; e < plan.epochs(); ++e) {
+        for (std::int32_t level : plan.levels_of(e).level)
+            if (level < 0 || static_cast<size_t>(level) >= plan.levels().size()) garbage(path, "a level out of range");
+        if (!plan.batch_mode()) continue;
+        const double scale = plan.lr_scale(e);
+        if (plan.global_batch(e) < 1) garbage(path, "a batch size below 1");
+        if (!(scale > 0) || !std::isfinite(static_cast<float>(scale))) garbage(path, "an lr_scale train-dist cannot use");
+    }
+}
+
+// What compress-bench does with a comm profile: a network model per collective.
+void model_network(const acc::io::CommProfile& profile, const std::string& path) {
+    for (const auto& c : profile.collectives) {
+        if (!(c.alpha >= 0) || !std::isfinite(c.alpha) || !(c.bandwidth > 0))
+            garbage(path, c.name + "'s fit is not a latency and a bandwidth");
+        const acc::perf::Collective kind = acc::perf::parse_collective(c.name);
+        const acc::perf::Network net =
+            acc::perf::network_from_fit(kind, static_cast<int>(profile.world_size), c.alpha, c.bandwidth);
+        if (!std::isfinite(net.alpha) || net.alpha < 0 || !(net.bandwidth > 0))
+            garbage(path, c.name + " gives a network model without a finite latency and a positive bandwidth");
+    }
+}
+
 void read_one(const std::string& kind, const std::string& path) {
     using namespace acc::io;
     if (kind == "grads") {
         GradStats g = read_grads(path);
         for (std::int64_t e : g.snapshot_epochs) read_snapshot(path, e);
     } else if (kind == "schedule") {
-        read_schedule(path);
+        plan_schedule(read_schedule(path), path);
     } else if (kind == "metrics") {
         read_metrics(path);
     } else if (kind == "comm-profile") {
-        read_comm_profile(path);
+        model_network(read_comm_profile(path), path);
     } else if (kind == "compress-bench") {
         read_bench(path);
     } else {
@@ -50,7 +90,7 @@ int main(int argc, char** argv) {
     }
     const std::string kind = argv[1];
     const unsigned seconds = static_cast<unsigned>(std::atoi(argv[2]));
-    int ok = 0, errors = 0, crashes = 0, hangs = 0;
+    int ok = 0, errors = 0, crashes = 0, hangs = 0, garbled = 0;
     for (int i = 3; i < argc; ++i) {
         std::fflush(stdout);
         pid_t child = fork();
@@ -86,12 +126,15 @@ int main(int argc, char** argv) {
             ++ok;
         } else if (WEXITSTATUS(status) == 1) {
             ++errors;
+        } else if (WEXITSTATUS(status) == kGarbage) {
+            ++garbled;
+            std::printf("%s: garbage\n", argv[i]);
         } else {
             ++crashes;
             std::printf("%s: exit %d\n", argv[i], WEXITSTATUS(status));
         }
     }
-    std::printf("%s: %d files, %d read, %d refused, %d crashed, %d hung\n", kind.c_str(), argc - 3, ok, errors, crashes,
-                hangs);
-    return crashes + hangs > 0 ? 1 : 0;
+    std::printf("%s: %d files, %d read, %d refused, %d crashed, %d hung, %d garbage\n", kind.c_str(), argc - 3, ok,
+                errors, crashes, hangs, garbled);
+    return crashes + hangs + garbled > 0 ? 1 : 0;
 }

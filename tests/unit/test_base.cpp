@@ -1,7 +1,13 @@
 // Text helpers used in messages and summaries.
+#include "base/memory.hpp"
 #include "base/text.hpp"
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace acc;
 
@@ -89,4 +95,34 @@ TEST(Paths, CreatesMissingParentDirectories) {
     create_parent_directories("plain-name.h5");  // the working directory: nothing to do
     std::ofstream(t / "file") << "x";
     EXPECT_THROW(create_parent_directories(t / "file/c.h5"), FileError);
+}
+
+// What comm-profile checks a sweep against: the machine's available memory, and
+// no more than an address-space limit leaves this process.
+TEST(Memory, AvailableMemoryFollowsTheAddressSpaceLimit) {
+    const auto room = available_memory_bytes();
+    ASSERT_TRUE(room.has_value());
+    EXPECT_GT(*room, 0);
+    const pid_t child = fork();
+    if (child == 0) {
+        // 256 MiB above what the process maps now: at most that much is available.
+        const auto before = available_memory_bytes();
+        rlimit as{};
+        getrlimit(RLIMIT_AS, &as);
+        long long mapped = 0;
+        if (FILE* status = std::fopen("/proc/self/status", "r")) {
+            char line[256];
+            while (std::fgets(line, sizeof line, status))
+                if (std::sscanf(line, "VmSize: %lld kB", &mapped) == 1) break;
+            std::fclose(status);
+        }
+        as.rlim_cur = static_cast<rlim_t>(mapped * 1024 + (256ll << 20));
+        if (setrlimit(RLIMIT_AS, &as) != 0) _exit(3);
+        const auto after = available_memory_bytes();
+        const bool ok = before && after && *after <= (256ll << 20) + (16ll << 20) && *after < *before;
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }

@@ -5,11 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include <sys/socket.h>
+#include <unistd.h>
 
 using namespace acc;
 
@@ -155,4 +158,23 @@ TEST(CliJson, NumbersThatJsonCannotHoldBecomeNull) {
     EXPECT_EQ(report.dump(), "{\"gain\":2.0,\"ratio\":null}");
     EXPECT_TRUE(cli::json_text_or_null("").is_null());
     EXPECT_EQ(cli::json_text_or_null("a.h5").get<std::string>(), "a.h5");
+}
+
+// A peer that went away while this process was stopped: the next write to its socket
+// must fail with EPIPE, which the collectives turn into an error with a message, and
+// not kill the program with SIGPIPE (exit 141, no word).
+TEST(Cli, WritesToAClosedSocketFailInsteadOfKilling) {
+    int written = 0, error = 0;
+    const Outcome r = invoke({"--epochs", "1"}, [&] {
+        int pair[2];
+        if (::socketpair(AF_UNIX, SOCK_STREAM, 0, pair) != 0) return 3;
+        ::close(pair[1]);
+        written = static_cast<int>(::write(pair[0], "x", 1));
+        error = errno;
+        ::close(pair[0]);
+        return 0;
+    });
+    EXPECT_EQ(r.code, 0);
+    EXPECT_EQ(written, -1);
+    EXPECT_EQ(error, EPIPE);
 }

@@ -6,6 +6,7 @@
 #include "io/grads.hpp"
 #include "io/h5.hpp"
 #include "io/header.hpp"
+#include "io/output.hpp"
 
 #include "test_support.hpp"
 
@@ -170,6 +171,79 @@ TEST(Faults, OutputNamesUpTo255BytesAreWritten) {
     }
     for (const std::string& entry : dir.entries())
         EXPECT_EQ(entry.find(".tmp-"), std::string::npos) << "left behind: " << entry;
+}
+
+// Two runs writing one name: the second is refused while the first holds it, and is
+// told which run that is; once the first ends (or dies) the name is free again.
+TEST(Faults, AnOutputInUseByAnotherRunIsRefused) {
+    TempDir dir;
+    const std::string out = dir.file("c.h5");
+    {
+        OutputClaim first = claim_output(out, "grad-dump", false);
+        EXPECT_EQ(first.lock_path(), dir.file(".c.h5.lock"));
+        const std::string refused = error_of([&] { claim_output(out, "train-dist", false); });
+        EXPECT_CONTAINS(refused, out + ": is being written by grad-dump (process " + std::to_string(getpid()) + " on ");
+        EXPECT_CONTAINS(refused, "wait until that run ends, or write to another name");
+        // --force replaces files, never another run's claim.
+        EXPECT_CONTAINS(error_of([&] { claim_output(out, "train-dist", true); }), "is being written by grad-dump");
+        // Another name in the same directory is free.
+        OutputClaim other = claim_output(dir.file("d.h5"), "grad-dump", false);
+        OutputClaim moved = std::move(first);
+        EXPECT_CONTAINS(error_of([&] { claim_output(out, "train-dist", false); }), "is being written by");
+    }
+    EXPECT_FALSE(fs::exists(dir.file(".c.h5.lock")));
+    EXPECT_NO_THROW(claim_output(out, "train-dist", false));
+    // A holder killed with SIGKILL holds nothing: its lock file stays, its lock does not.
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    pid_t holder = fork();
+    if (holder == 0) {
+        OutputClaim claim = claim_output(out, "grad-dump", false);
+        (void)!write(ready[1], "x", 1);
+        pause();
+        _exit(0);
+    }
+    char byte = 0;
+    ASSERT_EQ(read(ready[0], &byte, 1), 1);
+    EXPECT_CONTAINS(error_of([&] { claim_output(out, "regime-detect", false); }),
+                    "is being written by grad-dump (process " + std::to_string(holder) + " on ");
+    kill(holder, SIGKILL);
+    waitpid(holder, nullptr, 0);
+    close(ready[0]);
+    close(ready[1]);
+    EXPECT_TRUE(fs::exists(dir.file(".c.h5.lock")));
+    EXPECT_NO_THROW(claim_output(out, "regime-detect", false));
+    // A link planted at the lock's name is not followed.
+    std::ofstream(dir.file("victim.txt")) << "precious";
+    fs::remove(dir.file(".c.h5.lock"));
+    fs::create_symlink(dir.file("victim.txt"), dir.file(".c.h5.lock"));
+    EXPECT_CONTAINS(error_of([&] { claim_output(out, "grad-dump", false); }), "symbolic link");
+    EXPECT_EQ(fs::file_size(dir.file("victim.txt")), 8u);
+}
+
+// What stands at an output name is replaced only when losing it costs nothing: a new
+// name, an empty file, or an HDF5 file this user may write. Otherwise --force says so.
+TEST(Faults, ReadOnlyOrForeignFilesAreReplacedOnlyWithForce) {
+    TempDir dir;
+    const std::string notes = dir.file("notes.h5");
+    std::ofstream(notes) << "my notes, not HDF5";
+    EXPECT_EQ(error_of([&] { claim_output(notes, "regime-detect", false); }),
+              notes + ": exists and is not an HDF5 file; choose another name or give --force to replace it");
+    EXPECT_NO_THROW(claim_output(notes, "regime-detect", true));
+    const std::string empty = dir.file("empty.h5");
+    std::ofstream(empty).flush();
+    EXPECT_NO_THROW(claim_output(empty, "regime-detect", false));
+    const std::string h5 = write_small(dir, "old.h5", [](H5File&) {});
+    EXPECT_NO_THROW(claim_output(h5, "regime-detect", false));
+    // HDF5 after a user block of 512 bytes is HDF5 too.
+    std::string blocked(512, ' ');
+    blocked += std::string("\x89HDF\r\n\x1a\n", 8) + std::string(100, '\0');
+    std::ofstream(dir.file("block.h5"), std::ios::binary) << blocked;
+    EXPECT_NO_THROW(claim_output(dir.file("block.h5"), "regime-detect", false));
+    ASSERT_EQ(chmod(h5.c_str(), 0444), 0);  // refused for root too
+    EXPECT_EQ(error_of([&] { claim_output(h5, "regime-detect", false); }),
+              h5 + ": exists and is read-only; make it writable or give --force to replace it");
+    EXPECT_NO_THROW(claim_output(h5, "regime-detect", true));
 }
 
 // What a killed run left behind goes at the next start; nothing else does.

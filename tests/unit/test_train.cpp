@@ -573,7 +573,13 @@ TEST(Checkpoint, ResumedTrainingEqualsStraightTraining) {
     CheckpointInfo info{2, b.global_step(), "resnet18", "synthetic", 8, 1, 42, {"test", "test_train"}};
     TensorMap extra = {{"memory/layer1.0.conv1.weight", torch::full({2, 2}, 1.5)},
                        {"counter", torch::tensor({std::int64_t(7)})}};
-    b.save_checkpoint(dir.file("ckpt.h5"), info, extra);
+    {
+        acc::io::AtomicPath target(dir.file("ckpt.h5"));
+        b.write_checkpoint(target, info, extra);
+        // Whole, but not in place until the caller commits it.
+        EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt.h5")));
+        target.commit();
+    }
 
     torch::manual_seed(99);  // different initial weights, all overwritten by the checkpoint
     auto resumed = make_model("resnet18", data->info().shape, {});
@@ -603,7 +609,9 @@ TEST(Checkpoint, RefusesAnotherModel) {
     auto data = tiny_synthetic();
     TempDir dir;
     Trainer a(make_model("mlp", data->info().shape, {}), *data, plain_sgd());
-    a.save_checkpoint(dir.file("mlp.h5"), {1, 8, "mlp", "synthetic", 32, 1, 1, {}});
+    acc::io::AtomicPath target(dir.file("mlp.h5"));
+    a.write_checkpoint(target, {1, 8, "mlp", "synthetic", 32, 1, 1, {}});
+    target.commit();
     Trainer b(make_model("cnn", data->info().shape, {}), *data, plain_sgd());
     EXPECT_CONTAINS(error_of([&] { b.load_checkpoint(dir.file("mlp.h5")); }),
                     dir.file("mlp.h5: does not belong to this model"));

@@ -81,6 +81,7 @@ void add_run_options(CLI::App& app, acc::compress::BenchConfig& config) {
         ->check(CLI::IsMember(acc::compress::compressor_path_names()));
     app.add_option("-o,--output", config.output, "Results file to write (format accordion.compress-bench)")
         ->type_name("BENCH.h5");
+    app.add_flag("--force", config.force, "Replace an output file that is read-only or not an HDF5 file");
     app.add_flag("--csv", config.csv, "Print the results as CSV on stdout");
     app.add_flag("--json", config.json, "Print the results as JSON on stdout");
 }

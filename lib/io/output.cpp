@@ -1,0 +1,155 @@
+#include "io/output.hpp"
+
+#include "base/error.hpp"
+#include "base/paths.hpp"
+#include "io/atomic.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <fcntl.h>
+#include <filesystem>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace acc::io {
+namespace {
+
+// HDF5's signature, at byte 0 or, after a user block, at 512, 1024, 2048, ...
+constexpr char kHdf5Signature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+
+bool has_hdf5_signature(int fd, off_t size) {
+    for (off_t at = 0; at + 8 <= size; at = at == 0 ? 512 : at * 2) {
+        char head[8];
+        if (::pread(fd, head, sizeof head, at) != static_cast<ssize_t>(sizeof head)) return false;
+        if (std::memcmp(head, kHdf5Signature, sizeof head) == 0) return true;
+    }
+    return false;
+}
+
+// What stands at an output name may be replaced when it is new, empty, or an HDF5
+// file this user may write; anything else was likely put there on purpose.
+void check_replaceable(const std::string& path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return;
+    // Mode bits too: root may write anything, yet a file made 0444 was meant to stay.
+    if (::access(path.c_str(), W_OK) != 0 || (st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) == 0)
+        throw FileError(path, "exists and is read-only; make it writable or give --force to replace it");
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw FileError(path, std::string("exists and cannot be read (") + std::strerror(errno) +
+                                          "); give --force to replace it");
+    const bool hdf5 = has_hdf5_signature(fd, st.st_size);
+    ::close(fd);
+    if (!hdf5)
+        throw FileError(path, "exists and is not an HDF5 file; choose another name or give --force to replace it");
+}
+
+std::string utc_now() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    ::gmtime_r(&now, &tm);
+    char text[32];
+    std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return text;
+}
+
+std::string host_name() {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) != 0) return "this host";
+    return name;
+}
+
+// The holder's line, as it wrote it; a holder that has not written it yet is "another run".
+std::string read_holder(int fd) {
+    char text[512];
+    const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+    std::string holder = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
+    for (char& c : holder)
+        if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+    return holder.empty() ? "another run" : holder;
+}
+
+}  // namespace
+
+OutputClaim::~OutputClaim() { release(); }
+
+OutputClaim::OutputClaim(OutputClaim&& other) noexcept : lock_path_(std::move(other.lock_path_)), fd_(other.fd_) {
+    other.lock_path_.clear();
+    other.fd_ = -1;
+}
+
+OutputClaim& OutputClaim::operator=(OutputClaim&& other) noexcept {
+    if (this != &other) {
+        release();
+        lock_path_ = std::move(other.lock_path_);
+        fd_ = other.fd_;
+        other.lock_path_.clear();
+        other.fd_ = -1;
+    }
+    return *this;
+}
+
+void OutputClaim::release() {
+    if (fd_ < 0) return;
+    // Unlinked while still locked: a run that opened the old file finds, once it
+    // holds the lock, that the name no longer leads to it, and starts again.
+    ::unlink(lock_path_.c_str());
+    ::close(fd_);
+    fd_ = -1;
+    lock_path_.clear();
+}
+
+OutputClaim claim_output(const std::string& path, const std::string& program, bool force) {
+    check_writable_destination(path);
+    if (!force) check_replaceable(path);
+    const fs::path parent = fs::path(path).parent_path();
+    const std::string lock = (parent / companion_name(path, ".lock")).string();
+    OutputClaim claim;
+    for (int attempt = 0; attempt < 16; ++attempt) {
+        const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0)
+            throw FileError(path, "cannot open its lock file " + lock + ": " + std::strerror(errno) +
+                                      (errno == ELOOP ? " (it is a symbolic link; remove it)" : ""));
+        if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EWOULDBLOCK) {
+                const std::string holder = read_holder(fd);
+                ::close(fd);
+                throw FileError(path, "is being written by " + holder +
+                                          "; wait until that run ends, or write to another name");
+            }
+            ::close(fd);
+            ::unlink(lock.c_str());
+            return claim;
+        }
+        struct stat held, named;
+        if (::fstat(fd, &held) != 0 || ::lstat(lock.c_str(), &named) != 0 || held.st_dev != named.st_dev ||
+            held.st_ino != named.st_ino) {
+            ::close(fd);  // its holder removed it while this run waited: take the new one
+            continue;
+        }
+        const std::string holder = program + " (process " + std::to_string(::getpid()) + " on " + host_name() +
+                                   ", started " + utc_now() + ")\n";
+        // Without the line (a full disk) a refused run still learns that another holds the name.
+        if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, holder.data(), holder.size(), 0);
+        claim.lock_path_ = lock;
+        claim.fd_ = fd;
+        return claim;
+    }
+    throw FileError(path, "cannot take its lock file " + lock + ": it keeps being replaced");
+}
+
+std::vector<OutputClaim> claim_outputs(const std::vector<std::string>& paths, const std::string& program, bool force) {
+    std::vector<OutputClaim> claims;
+    for (const std::string& path : paths) {
+        if (path.empty()) continue;
+        create_parent_directories(path);
+        claims.push_back(claim_output(path, program, force));
+    }
+    return claims;
+}
+
+}  // namespace acc::io
