@@ -651,6 +651,18 @@ void create_process_group(ProcessGroupCollectives::Impl& impl) {
     } catch (const acc::Error&) {
         throw;
     } catch (const std::exception& e) {
+        // A rank that stopped for its own reason right after the rendezvous (a bad
+        // output, say) closes its connections while this one still makes them: its
+        // published reason is the one to report.
+        if (rv.world_size > 1 && impl.tcp_store) {
+            std::string reason;
+            try {
+                impl.shorten_store_timeout();
+                if (impl.store->check({impl.key("failure")})) reason = impl.publish("", rv.world_size);
+            } catch (const std::exception&) {
+            }
+            if (!reason.empty()) throw Error(reason);
+        }
         throw Error("rendezvous: rank " + std::to_string(rv.rank) + " could not connect to the other ranks within " +
                     seconds_text(rv.timeout) + ": " + backend_message(e));
     }
