@@ -9,10 +9,12 @@
 #include "cli/tool.hpp"
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
+#include "compress/spec.hpp"
 #include "dist/exchange.hpp"
 #include "io/grads.hpp"
 #include "io/h5.hpp"
 #include "io/output.hpp"
+#include "regime/plan.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -21,6 +23,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -65,6 +68,29 @@ void add_snapshot(io::GradsWriter& writer, const GradientRecorder& recorder) {
         torch::Tensor sum = recorder.sums()[p].to(torch::kCPU, torch::kFloat32).contiguous();
         writer.add_snapshot(p, std::vector<float>(sum.data_ptr<float>(), sum.data_ptr<float>() + sum.numel()));
     }
+}
+
+// The epoch's compressibility profile, from the same summed gradients a snapshot
+// stores (as float32, so that a snapshot reproduces it): the spectrum of each
+// matrix in PowerSGD's view, in double precision, and every parameter's Top-k tails.
+void add_profile(io::GradsWriter& writer, const GradientRecorder& recorder,
+                 const std::vector<io::Parameter>& parameters) {
+    for (size_t p = 0; p < recorder.sums().size(); ++p) {
+        torch::Tensor sum = recorder.sums()[p].detach().to(torch::kCPU, torch::kFloat32).contiguous();
+        std::vector<double> tail = regime::topk_tail_fractions(sum.data_ptr<float>(), sum.numel());
+        std::vector<double> spectrum;
+        if (parameters[p].is_matrix()) {
+            const compress::MatrixView view = compress::matrix_view(parameters[p].shape);
+            torch::Tensor s = torch::linalg_svdvals(sum.to(torch::kFloat64).reshape({view.rows, view.cols})).contiguous();
+            spectrum.assign(s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
+        }
+        writer.add_profile(p, std::move(spectrum), std::move(tail));
+    }
+}
+
+std::vector<double> profile_fractions(bool profile) {
+    if (!profile) return {};
+    return {regime::kTopkFractions.begin(), regime::kTopkFractions.end()};
 }
 
 // ---------------------------------------------------------------- reporting
@@ -162,7 +188,8 @@ std::int64_t DumpRank::open_outputs() {
     const std::vector<io::Parameter>& parameters = trainer_->parameters();
     if (!c_.resume) {
         io::RunInfo run{t_.model, t_.data.name, t_.batch_size, session_.world(), static_cast<std::int64_t>(t_.seed)};
-        if (session_.leader()) writer_.emplace(c_.output, c_.provenance, run, parameters, c_.step_norms);
+        if (session_.leader())
+            writer_.emplace(c_.output, c_.provenance, run, parameters, c_.step_norms, profile_fractions(c_.profile));
         return 0;
     }
     if (session_.leader() && !file_exists(c_.checkpoint))
@@ -174,7 +201,8 @@ std::int64_t DumpRank::open_outputs() {
     if (session_.leader()) {
         if (!file_exists(c_.output))
             throw FileError(c_.output, "no such file; --resume continues the gradient-statistics file of the stopped run");
-        writer_.emplace(io::GradsWriter::resume(c_.output, parameters, saved.epoch, c_.step_norms));
+        writer_.emplace(io::GradsWriter::resume(c_.output, parameters, saved.epoch, c_.step_norms,
+                                                profile_fractions(c_.profile)));
     }
     spdlog::log(level_, "resuming {} after epoch {} from {}", c_.output, saved.epoch - 1, c_.checkpoint);
     return saved.epoch;
@@ -230,6 +258,12 @@ void DumpRank::end_epoch(const EpochResult& own, const EpochSummary& all) {
     s.test_accuracy = all.test_accuracy;
     s.norm = recorder_->finite_norms(trainer_->parameters(), all.epoch);
     if (snapshot_[static_cast<size_t>(all.epoch)]) add_snapshot(*writer_, *recorder_);
+    if (writer_->records_profile()) {
+        const auto start = std::chrono::steady_clock::now();
+        add_profile(*writer_, *recorder_, trainer_->parameters());
+        spdlog::debug("compressibility profile of epoch {}: {} s", all.epoch,
+                      printf_text("%.3f", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    }
     // The checkpoint is written first and put in place after the epoch's row: a full
     // disk stops the epoch whole, and a run killed between the two resumes from the
     // older checkpoint and rewrites the epoch.

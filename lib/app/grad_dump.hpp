@@ -24,6 +24,7 @@ struct GradDumpConfig {
     bool force = false;                         ///< replace an output that is read-only or not HDF5
     std::vector<std::int64_t> snapshot_epochs;  ///< epochs whose summed gradients are stored whole
     bool step_norms = false;                    ///< also store per-step, per-parameter norms
+    bool profile = false;                       ///< also store each epoch's compressibility profile (/profile)
     bool json = false;                          ///< also print the summary as JSON on stdout
     comm::RendezvousConfig rendezvous;          ///< several ranks: torchrun's environment, flags or --nproc
     std::optional<comm::Backend> backend;       ///< several ranks' collectives; unset: by train.device

@@ -22,6 +22,10 @@ void add_grad_dump_options(CLI::App& app, GradDumpConfig& config) {
         ->check(cli::whole_number(0, 1000000))
         ->default_str("")
         ->group(group);
+    app.add_flag("--profile", config.profile,
+                 "Also store each epoch's compressibility profile (singular values, Top-k tails) for "
+                 "regime-detect --plan")
+        ->group(group);
     app.add_flag("--step-norms", config.step_norms, "Also store per-step, per-parameter gradient norms")->group(group);
     app.add_flag("--json", config.json, "Also print the summary as JSON on stdout")->group(group);
     add_rendezvous_options(app, config.rendezvous);

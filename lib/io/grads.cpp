@@ -3,6 +3,7 @@
 #include "base/error.hpp"
 #include "io/atomic.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -18,6 +19,81 @@ namespace {
 const char* kDoubleColumns[] = {"lr", "loss", "accuracy", "test_loss", "test_accuracy", "seconds"};
 
 std::string snapshot_group(std::int64_t epoch) { return "/snapshots/epoch_" + std::to_string(epoch); }
+
+const char* const kProfileFractions = "/profile/topk_fraction";
+const char* const kProfileTail = "/profile/topk_tail";
+std::string singular_values_dataset(const std::string& parameter) { return "/profile/singular_values/" + parameter; }
+
+// Length of a matrix parameter's spectrum: the smaller side of PowerSGD's view,
+// shape[0] rows by numel / shape[0] columns (docs/formats.md).
+hsize_t spectrum_length(const Parameter& p) {
+    const std::int64_t rows = p.shape[0];
+    return static_cast<hsize_t>(std::min(rows, p.numel() / rows));
+}
+
+std::string at_epoch(size_t e, const Parameter& p) {
+    return " at epoch " + std::to_string(e) + ", parameter '" + p.name + "'";
+}
+
+// /profile, checked whole: every epoch and parameter, finite values in range,
+// tails that never grow with the fraction kept, spectra largest first.
+GradProfile read_profile(const H5File& f, const std::vector<Parameter>& parameters, size_t epochs) {
+    GradProfile out;
+    if (!f.exists(kProfileFractions)) f.fail(std::string("dataset ") + kProfileFractions + " is missing");
+    Dims fd = f.shape(kProfileFractions);
+    if (fd.size() != 1 || fd[0] == 0)
+        f.fail(std::string(kProfileFractions) + " has shape " + dims_text(fd) + ", expected one or more fractions");
+    out.topk_fractions = f.read<double>(kProfileFractions);
+    for (size_t k = 0; k < out.topk_fractions.size(); ++k) {
+        const double x = out.topk_fractions[k];
+        if (!(x > 0 && x <= 1) || (k > 0 && !(x > out.topk_fractions[k - 1])))
+            f.fail(std::string(kProfileFractions) + " must increase within (0, 1]; entry " + std::to_string(k) +
+                   " is " + std::to_string(x));
+    }
+    const size_t count = parameters.size(), fractions = out.topk_fractions.size();
+    if (!f.exists(kProfileTail)) f.fail(std::string("dataset ") + kProfileTail + " is missing");
+    std::vector<double> tail = f.read_shaped<double>(kProfileTail, {epochs, count, fractions},
+                                                     "epochs x parameters x fractions of /profile/topk_fraction");
+    out.topk_tail.assign(epochs, std::vector<std::vector<double>>(count));
+    out.singular_values.assign(epochs, std::vector<std::vector<double>>(count));
+    for (size_t e = 0; e < epochs; ++e)
+        for (size_t p = 0; p < count; ++p) {
+            auto first = tail.begin() + static_cast<std::ptrdiff_t>((e * count + p) * fractions);
+            std::vector<double>& row = out.topk_tail[e][p];
+            row.assign(first, first + static_cast<std::ptrdiff_t>(fractions));
+            for (size_t k = 0; k < fractions; ++k) {
+                if (!(row[k] >= 0 && row[k] <= 1))
+                    f.fail(std::string(kProfileTail) + " is " + std::to_string(row[k]) + at_epoch(e, parameters[p]) +
+                           "; tail fractions lie in [0, 1]");
+                if (k > 0 && row[k] > row[k - 1])
+                    f.fail(std::string(kProfileTail) + " grows with the fraction kept" + at_epoch(e, parameters[p]));
+            }
+        }
+    for (size_t p = 0; p < count; ++p) {
+        const std::string ds = singular_values_dataset(parameters[p].name);
+        if (!parameters[p].is_matrix()) {
+            if (f.exists(ds)) f.fail(ds + " is present, but parameter '" + parameters[p].name + "' is not a matrix");
+            continue;
+        }
+        if (!f.exists(ds)) f.fail("dataset " + ds + " is missing (parameter '" + parameters[p].name + "' is a matrix)");
+        const hsize_t length = spectrum_length(parameters[p]);
+        std::vector<double> values = f.read_shaped<double>(ds, {epochs, length}, "epochs x min(rows, columns)");
+        for (size_t e = 0; e < epochs; ++e) {
+            auto first = values.begin() + static_cast<std::ptrdiff_t>(e * length);
+            std::vector<double>& s = out.singular_values[e][p];
+            s.assign(first, first + static_cast<std::ptrdiff_t>(length));
+            for (size_t i = 0; i < s.size(); ++i) {
+                if (!std::isfinite(s[i]) || s[i] < 0)
+                    f.fail(ds + " holds " + std::to_string(s[i]) + " at epoch " + std::to_string(e) +
+                           "; singular values are finite and >= 0");
+                if (i > 0 && s[i] > s[i - 1])
+                    f.fail(ds + " is not sorted largest first at epoch " + std::to_string(e) + " (value " +
+                           std::to_string(i) + ")");
+            }
+        }
+    }
+    return out;
+}
 
 // Copies `from` to the new file `to`, reporting the system's reason on failure.
 void copy_file(const std::string& from, const std::string& to) {
@@ -163,6 +239,8 @@ GradStats read_grads(const std::string& path) {
             g.snapshot_epochs.push_back(f.read_attr_int(group, "epoch"));
         }
     }
+    g.has_profile = f.exists("/profile");
+    if (g.has_profile) g.profile = read_profile(f, g.parameters, epochs);
     return g;
 }
 
@@ -193,12 +271,14 @@ struct GradsWriter::State {
     RunInfo run;
     std::vector<Parameter> parameters;
     bool step_norms = false;
+    std::vector<double> profile_fractions;  // empty: no /profile
     std::int64_t epochs = 0;
     bool finished = false;
     // Buffered for the current epoch.
     std::vector<std::int64_t> step_index;
     std::vector<double> step_values;
     std::vector<std::pair<size_t, std::vector<float>>> snapshot;
+    std::vector<std::optional<std::pair<std::vector<double>, std::vector<double>>>> profile;  // per parameter
 
     void write_layout(H5File& f) const {
         FileHeader h{kGradsFormat, kGradsMajor, kGradsMinor, provenance, ""};
@@ -221,6 +301,12 @@ struct GradsWriter::State {
             f.create_growing<std::int64_t>("/steps/epoch", {}, 256);
             f.create_growing<std::int64_t>("/steps/step", {}, 256);
         }
+        if (!profile_fractions.empty()) {
+            f.write(kProfileFractions, profile_fractions, {profile_fractions.size()});
+            f.create_growing<double>(kProfileTail, {count, profile_fractions.size()}, 16);
+            for (const auto& p : parameters)
+                if (p.is_matrix()) f.create_growing<double>(singular_values_dataset(p.name), {spectrum_length(p)}, 16);
+        }
     }
 
     void write_epoch(H5File& f, const EpochStats& s) {
@@ -242,6 +328,15 @@ struct GradsWriter::State {
             f.append_rows("/steps/step", step_index, rows);
             f.append_rows("/steps/epoch", std::vector<std::int64_t>(rows, epochs), rows);
         }
+        if (!profile_fractions.empty()) {
+            std::vector<double> tails;
+            for (size_t p = 0; p < parameters.size(); ++p) {
+                const auto& [values, tail] = *profile[p];
+                tails.insert(tails.end(), tail.begin(), tail.end());
+                if (parameters[p].is_matrix()) f.append_rows(singular_values_dataset(parameters[p].name), values, 1);
+            }
+            f.append_rows(kProfileTail, tails, 1);
+        }
         f.append_rows("/epochs/norm", s.norm, 1);
         f.append_rows("/epochs/epoch", std::vector<std::int64_t>{epochs}, 1);
         f.append_rows("/epochs/steps", std::vector<std::int64_t>{s.steps}, 1);
@@ -252,13 +347,14 @@ struct GradsWriter::State {
         step_index.clear();
         step_values.clear();
         snapshot.clear();
+        profile.assign(parameters.size(), std::nullopt);
     }
 };
 
 GradsWriter::GradsWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
 GradsWriter::GradsWriter(std::string path, Provenance provenance, RunInfo run, std::vector<Parameter> parameters,
-                         bool step_norms)
+                         bool step_norms, std::vector<double> profile_fractions)
     : state_(std::make_unique<State>()) {
     if (parameters.empty()) throw Error(path + ": cannot record gradients of a model without parameters");
     check_writable_destination(path);
@@ -267,10 +363,12 @@ GradsWriter::GradsWriter(std::string path, Provenance provenance, RunInfo run, s
     state_->run = std::move(run);
     state_->parameters = std::move(parameters);
     state_->step_norms = step_norms;
+    state_->profile_fractions = std::move(profile_fractions);
+    state_->profile.assign(state_->parameters.size(), std::nullopt);
 }
 
 GradsWriter GradsWriter::resume(std::string path, std::vector<Parameter> parameters, std::int64_t keep_epochs,
-                                bool step_norms) {
+                                bool step_norms, std::vector<double> profile_fractions) {
     auto state = std::make_unique<State>();
     update_file(path, [&](H5File& f) {
         read_header(f, kGradsFormat, kGradsMajor);
@@ -292,6 +390,17 @@ GradsWriter GradsWriter::resume(std::string path, std::vector<Parameter> paramet
             while (keep < epoch_of_step.size() && epoch_of_step[keep] < keep_epochs) ++keep;
             for (const char* column : {"/steps/norm", "/steps/epoch", "/steps/step"}) f.set_rows(column, keep);
         }
+        // /profile covers every epoch or none: a run resumed with another choice would break that.
+        if (f.exists("/profile") != !profile_fractions.empty())
+            f.fail(f.exists("/profile") ? "records a compressibility profile (/profile); resume with --profile"
+                                        : "records no compressibility profile; resume without --profile");
+        if (!profile_fractions.empty()) {
+            if (f.read<double>(kProfileFractions) != profile_fractions)
+                f.fail(std::string(kProfileFractions) + " differs from the fractions this program records");
+            f.set_rows(kProfileTail, static_cast<hsize_t>(keep_epochs));
+            for (const auto& p : parameters)
+                if (p.is_matrix()) f.set_rows(singular_values_dataset(p.name), static_cast<hsize_t>(keep_epochs));
+        }
         if (f.exists("/snapshots")) {
             for (const auto& name : f.list("/snapshots")) {
                 std::string group = "/snapshots/" + name;
@@ -303,6 +412,8 @@ GradsWriter GradsWriter::resume(std::string path, std::vector<Parameter> paramet
     state->path = std::move(path);
     state->parameters = std::move(parameters);
     state->epochs = keep_epochs;
+    state->profile_fractions = std::move(profile_fractions);
+    state->profile.assign(state->parameters.size(), std::nullopt);
     return GradsWriter(std::move(state));
 }
 
@@ -326,11 +437,25 @@ void GradsWriter::add_snapshot(size_t parameter, std::vector<float> values) {
     state_->snapshot.emplace_back(parameter, std::move(values));
 }
 
+void GradsWriter::add_profile(size_t parameter, std::vector<double> singular_values, std::vector<double> topk_tail) {
+    State& s = *state_;
+    if (s.profile_fractions.empty()) throw Error(s.path + ": a profile was added, but the file records none");
+    if (parameter >= s.parameters.size() || topk_tail.size() != s.profile_fractions.size() ||
+        singular_values.size() != (s.parameters[parameter].is_matrix() ? spectrum_length(s.parameters[parameter]) : 0))
+        throw Error(s.path + ": profile does not match parameter " + std::to_string(parameter));
+    s.profile[parameter].emplace(std::move(singular_values), std::move(topk_tail));
+}
+
+bool GradsWriter::records_profile() const { return !state_->profile_fractions.empty(); }
+
 void GradsWriter::append_epoch(const EpochStats& stats) {
     State& s = *state_;
     if (stats.norm.size() != s.parameters.size())
         throw Error(s.path + ": epoch statistics for " + std::to_string(stats.norm.size()) + " parameters, expected " +
                     std::to_string(s.parameters.size()));
+    if (!s.profile_fractions.empty())
+        for (size_t p = 0; p < s.parameters.size(); ++p)
+            if (!s.profile[p]) throw Error(s.path + ": no profile of parameter '" + s.parameters[p].name + "' this epoch");
     if (s.epochs == 0) {
         AtomicPath atomic(s.path);
         H5File f = H5File::create(atomic.temp(), s.path);

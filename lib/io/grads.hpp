@@ -15,7 +15,7 @@ namespace acc::io {
 
 inline constexpr const char* kGradsFormat = "accordion.grads";
 inline constexpr int kGradsMajor = 1;
-inline constexpr int kGradsMinor = 0;
+inline constexpr int kGradsMinor = 1;  ///< 1.1 added /profile
 
 /// One row of /epochs: statistics of one training epoch.
 struct EpochStats {
@@ -41,6 +41,20 @@ struct RunInfo {
     std::int64_t seed = 0;
 };
 
+/// /profile (since 1.1): how compressible each epoch's summed gradient is, the
+/// input of regime-detect's per-layer planner. Indexed [epoch][parameter].
+struct GradProfile {
+    /// The fractions of entries kept at which the Top-k tails were taken, increasing, in (0, 1].
+    std::vector<double> topk_fractions;
+    /// Per epoch and parameter, one value per fraction: the share of the summed gradient's
+    /// squared L2 norm outside its k largest magnitudes. In [0, 1], non-increasing.
+    std::vector<std::vector<std::vector<double>>> topk_tail;
+    /// Per epoch and parameter, the singular values of the summed gradient viewed as
+    /// PowerSGD views it (shape[0] rows, numel / shape[0] columns), largest first;
+    /// empty for parameters that are not matrices.
+    std::vector<std::vector<std::vector<double>>> singular_values;
+};
+
 struct GradStats {
     FileHeader header;
     bool complete = true;  ///< false when the producing run stopped early
@@ -49,6 +63,8 @@ struct GradStats {
     std::vector<EpochStats> epochs;
     bool has_step_norms = false;
     std::vector<std::int64_t> snapshot_epochs;  ///< epochs with stored gradient tensors
+    bool has_profile = false;                   ///< the file holds /profile (grad-dump --profile)
+    GradProfile profile;                        ///< empty unless has_profile; then every epoch and parameter
 };
 
 /// Reads and validates a whole gradient-statistics file (snapshots stay on disk).
@@ -65,12 +81,17 @@ std::vector<std::vector<float>> read_snapshot(const std::string& path, std::int6
 /// leaves a valid file holding every completed epoch, with complete = 0.
 class GradsWriter {
 public:
+    /// A non-empty `profile_fractions` records /profile at these Top-k fractions:
+    /// every epoch then needs add_profile() for every parameter.
     GradsWriter(std::string path, Provenance provenance, RunInfo run, std::vector<Parameter> parameters,
-                bool step_norms);
+                bool step_norms, std::vector<double> profile_fractions = {});
     /// Continues an existing file for a resumed run: keeps its first `keep_epochs`
     /// epochs (dropping any later ones) after checking that it lists `parameters`.
+    /// A profile is continued only where the file has one at the same fractions;
+    /// one asked for on a file without (or the reverse) throws FileError, since
+    /// /profile must cover every epoch.
     static GradsWriter resume(std::string path, std::vector<Parameter> parameters, std::int64_t keep_epochs,
-                              bool step_norms);
+                              bool step_norms, std::vector<double> profile_fractions = {});
     ~GradsWriter();
     GradsWriter(GradsWriter&&) noexcept;
     GradsWriter& operator=(GradsWriter&&) noexcept;
@@ -79,6 +100,11 @@ public:
     void add_step_norms(std::int64_t step, const std::vector<double>& norms);
     /// Buffers the summed gradient of one parameter for this epoch's snapshot.
     void add_snapshot(size_t parameter, std::vector<float> values);
+    /// Buffers one parameter's profile for this epoch: its singular values (empty
+    /// for a parameter that is not a matrix) and its Top-k tail fractions.
+    void add_profile(size_t parameter, std::vector<double> singular_values, std::vector<double> topk_tail);
+    /// Whether every epoch needs add_profile().
+    bool records_profile() const;
     /// Writes the epoch with everything buffered since the last call.
     void append_epoch(const EpochStats& stats);
     /// Marks the file complete (complete = 1).

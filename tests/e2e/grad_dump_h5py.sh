@@ -23,7 +23,7 @@ import numpy as np
 
 g = h5py.File("grads.h5", "r")
 a = g.attrs
-assert a["format"] == "accordion.grads" and a["format_version"] == "1.0", dict(a)
+assert a["format"] == "accordion.grads" and a["format_version"] == "1.1", dict(a)
 assert a["complete"] == 1 and a["model"] == "mlp" and a["dataset"] == "fashion-mnist", dict(a)
 assert a["batch_size"] == 100 and a["world_size"] == 1 and a["seed"] == 42, dict(a)
 assert a["producer"].startswith("grad-dump ") and "--step-norms" in a["command_line"], dict(a)

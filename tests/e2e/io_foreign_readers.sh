@@ -9,7 +9,7 @@ $ACC_PYTHON - <<'PY' || fail "h5py reading a file written by lib/io"
 import h5py, numpy as np
 with h5py.File("grads.h5", "r") as f:
     a = f.attrs
-    assert a["format"] == "accordion.grads" and a["format_version"] == "1.0", dict(a)
+    assert a["format"] == "accordion.grads" and a["format_version"] == "1.1", dict(a)
     assert a["producer"] == "write_sample_grads 1" and a["complete"] == 1 and a["model"] == "tiny"
     assert list(f["parameters/name"].asstr()[()]) == ["fc1.weight", "fc1.bias"]
     np.testing.assert_array_equal(f["parameters/shape"][()], [[3, 2], [3, 0]])
