@@ -69,7 +69,17 @@ void validate(DetectConfig& c) {
             throw UsageError(std::string("--high: ") + e.what());
         }
     }
-    check_distinct_files({{"GRADS.h5", c.input}}, {{"--output", c.output}});
+    if (!c.plan && !c.plan_only.empty()) throw UsageError(c.plan_only.front() + ": applies only with --plan");
+    if (c.plan) {
+        if (batch) throw UsageError("--plan: plans compression levels; it does not apply to --mode batch");
+        c.planner.candidates = parse_plan_candidates(*c.plan);
+        // The budget is the error of Accordion's own levels, so they need an error model too.
+        check_plannable("--low", c.low);
+        check_plannable("--high", c.high);
+    }
+    std::vector<NamedPath> inputs = {{"GRADS.h5", c.input}};
+    if (!c.planner.comm.empty()) inputs.push_back({"--comm", c.planner.comm});
+    check_distinct_files(inputs, {{"--output", c.output}});
 }
 
 std::string ratio_text(double a, double b) {
@@ -127,6 +137,7 @@ struct Outcome {
     Communication comm;
     std::string levels_line;
     nlohmann::json report;        // the mode's own JSON fields
+    std::optional<PlannedSchedule> planned;  // --plan
 };
 
 Outcome plan_batch_mode(const DetectConfig& c, const Decisions& decisions, const io::GradStats& grads,
@@ -151,14 +162,20 @@ Outcome plan_batch_mode(const DetectConfig& c, const Decisions& decisions, const
     return o;
 }
 
-Outcome plan_compression_mode(const DetectConfig& c, const Decisions& per_parameter, const Inputs& in,
-                              std::int64_t block, io::Schedule& s, const std::function<void(std::string)>& warn) {
+Outcome plan_compression_mode(const DetectConfig& c, const Decisions& per_parameter, const io::GradStats& grads,
+                              const Inputs& in, std::int64_t block, io::Schedule& s,
+                              const std::function<void(std::string)>& warn) {
     Outcome o;
     o.decisions = per_parameter;
     o.counted = in.is_matrix;
     if (std::none_of(o.counted.begin(), o.counted.end(), [](bool b) { return b; }))
         warn("no parameter of " + c.input + " is a matrix: every parameter is scheduled 'none'");
     CompressionPlan plan = plan_compression(per_parameter, in.is_matrix, c.low, c.high);
+    if (c.plan) {
+        o.planned = plan_schedule(c.planner, c.low, c.high, c.input, grads, per_parameter);
+        plan.levels = o.planned->levels;
+        plan.level = o.planned->level;
+    }
     s.levels = plan.levels;
     s.level = plan.level;
     o.regimes = find_regimes(per_parameter, o.counted);
@@ -200,6 +217,100 @@ io::Schedule schedule_header(const DetectConfig& c, const io::GradStats& grads, 
     return s;
 }
 
+// --plan's totals over the run: floats sent per worker, and the cost (floats or
+// modelled seconds), for the planned levels and for Accordion's, weighted by each
+// epoch's steps (as the data-sent line; per step when the input has none).
+struct PlanTotals {
+    double floats = 0, uniform_floats = 0, cost = 0, uniform_cost = 0;
+    std::int64_t kept_uniform = 0;
+};
+
+PlanTotals plan_totals(const PlannedSchedule& plan, const Inputs& in) {
+    PlanTotals t;
+    std::int64_t steps = 0;
+    for (auto n : in.steps) steps += n;
+    for (const auto& r : plan.epochs) {
+        const double w = steps == 0 ? 1.0 / static_cast<double>(plan.epochs.size())
+                                    : static_cast<double>(in.steps[static_cast<size_t>(r.epoch)]);
+        t.floats += w * r.floats;
+        t.uniform_floats += w * r.uniform_floats;
+        t.cost += w * r.cost;
+        t.uniform_cost += w * r.uniform_cost;
+        t.kept_uniform += r.kept_uniform ? 1 : 0;
+    }
+    return t;
+}
+
+std::string seconds_text(double seconds) { return short_number(seconds * 1e3) + " ms"; }
+
+// One epoch's comparison with Accordion's levels, per step.
+std::string planned_epoch_text(const PlannedSchedule& plan, const PlannedEpoch& r) {
+    std::string text = si_count(r.floats) + " floats/step vs " + si_count(r.uniform_floats) + " (" +
+                       ratio_text(r.uniform_floats, r.floats) + " less)";
+    if (plan.seconds)
+        text = "exchange " + seconds_text(r.cost) + " vs " + seconds_text(r.uniform_cost) + " (" +
+               ratio_text(r.uniform_cost, r.cost) + " faster), " + text;
+    if (r.kept_uniform) text += ", Accordion's levels kept (" + std::string(plan_status_name(r.status)) + ")";
+    return text;
+}
+
+void print_plan(const DetectConfig& c, const Inputs& in, const PlannedSchedule& plan) {
+    spdlog::info("  planned per layer: {} within {} x the {} of Accordion's levels; cost {}; epoch e predicted by "
+                 "the profile of epoch e-1",
+                 join(c.planner.candidates, ", "), short_number(c.planner.budget_factor),
+                 error_measure_name(c.planner.error), plan.seconds ? "modelled exchange time" : "floats sent");
+    if (plan.seconds) spdlog::info("    network: {}", plan.network);
+    // Runs of epochs with the same line, so that long runs stay readable.
+    for (size_t i = 0; i < plan.epochs.size();) {
+        const std::string text = planned_epoch_text(plan, plan.epochs[i]);
+        size_t j = i + 1;
+        while (j < plan.epochs.size() && planned_epoch_text(plan, plan.epochs[j]) == text) ++j;
+        const std::string span = j == i + 1 ? "epoch " + std::to_string(i)
+                                            : "epochs " + std::to_string(i) + "-" + std::to_string(j - 1);
+        spdlog::info("    {}: {}", span, text);
+        i = j;
+    }
+    const PlanTotals t = plan_totals(plan, in);
+    std::string total = si_count(t.floats) + " floats per worker vs Accordion's " + si_count(t.uniform_floats) +
+                        " (" + ratio_text(t.uniform_floats, t.floats) + " less)";
+    if (plan.seconds)
+        total = "modelled exchange " + short_number(t.cost) + " s vs " + short_number(t.uniform_cost) + " s (" +
+                ratio_text(t.uniform_cost, t.cost) + " faster), " + total;
+    spdlog::info("  planned in total: {}; {} of {} epochs kept Accordion's levels", total, t.kept_uniform,
+                 plan.epochs.size());
+}
+
+nlohmann::json plan_json(const DetectConfig& c, const Inputs& in, const PlannedSchedule& plan) {
+    nlohmann::json epochs = nlohmann::json::array();
+    for (const auto& r : plan.epochs)
+        epochs.push_back({{"epoch", r.epoch},
+                          {"profile_epoch", r.profile_epoch},
+                          {"budget", cli::json_number(r.budget)},
+                          {"uniform_error", cli::json_number(r.uniform_error)},
+                          {"error", cli::json_number(r.error)},
+                          {"floats_per_step", cli::json_number(r.floats)},
+                          {"uniform_floats_per_step", cli::json_number(r.uniform_floats)},
+                          {"cost_per_step", cli::json_number(r.cost)},
+                          {"uniform_cost_per_step", cli::json_number(r.uniform_cost)},
+                          {"status", plan_status_name(r.status)},
+                          {"kept_uniform", r.kept_uniform}});
+    const PlanTotals t = plan_totals(plan, in);
+    nlohmann::json out = {{"candidates", c.planner.candidates},
+                          {"error", error_measure_name(c.planner.error)},
+                          {"budget_factor", cli::json_number(c.planner.budget_factor)},
+                          {"bins", c.planner.bins},
+                          {"cost", plan.seconds ? "seconds" : "floats"},
+                          {"epochs", epochs},
+                          {"total",
+                           {{"floats", cli::json_number(t.floats)},
+                            {"uniform_floats", cli::json_number(t.uniform_floats)},
+                            {"cost", cli::json_number(t.cost)},
+                            {"uniform_cost", cli::json_number(t.uniform_cost)},
+                            {"kept_uniform_epochs", t.kept_uniform}}}};
+    if (plan.seconds) out["comm"] = c.planner.comm;
+    return out;
+}
+
 // How many columns a reason's count is out of: 1 for whole-model decisions.
 std::int64_t reason_columns(const DetectConfig& c, const Outcome& o) {
     if (c.mode == ScheduleMode::batch || *c.granularity == Granularity::model) return 1;
@@ -229,6 +340,7 @@ void print_summary(const DetectConfig& c, const Inputs& in, const Outcome& o, st
         spdlog::info("    {}", reasons_text(why[i], in.lr, c.eta, c.interval, reason_columns(c, o)));
     if (why.size() > kWhyLines) spdlog::info("    ... and {} more (--json lists them all)", why.size() - kWhyLines);
     spdlog::info("  levels: {}", o.levels_line);
+    if (o.planned) print_plan(c, in, *o.planned);
     spdlog::info("  data sent per worker{}: {} floats ({} throughout: {}, {} more; {} throughout: {})", unit,
                  si_count(o.comm.schedule), batch ? "batch " + c.low : c.low, si_count(o.comm.low),
                  ratio_text(o.comm.low, o.comm.schedule), batch ? "batch " + c.high : c.high, si_count(o.comm.high));
@@ -280,6 +392,7 @@ void print_json(const DetectConfig& c, const io::GradStats& grads, const Inputs&
         {"low", cli::json_number(o.comm.low)},
         {"high", cli::json_number(o.comm.high)},
         {"low_over_schedule", cli::json_number(o.comm.schedule > 0 ? o.comm.low / o.comm.schedule : 0.0)}};
+    if (o.planned) report["plan"] = plan_json(c, in, *o.planned);
     report["warnings"] = warnings;
     std::cout << report.dump(2) << std::endl;
 }
@@ -315,6 +428,48 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
                    "batch mode]")
         ->check(CLI::IsMember({"layer", "model"}));
     app.add_flag("--monotone", config.monotone, "Batch mode: never return to the small batch once grown");
+    const std::string plan = "Per-layer planning (docs/planner.md)";
+    app.add_option_function<std::string>(
+           "--plan", [&config](const std::string& v) { config.plan = v; },
+           "Plan each parameter's level per epoch among these levels (e.g. powersgd:1,powersgd:2,powersgd:4: "
+           "none, powersgd:RANK, topk:F) within the error of Accordion's levels; needs grad-dump --profile")
+        ->group(plan);
+    app.add_option_function<std::string>(
+           "--plan-error",
+           [&config](const std::string& v) {
+               config.planner.error = regime::parse_error_measure(v);
+               config.plan_only.push_back("--plan-error");
+           },
+           "How residual norms add up to the error the budget limits [summed_norms]")
+        ->check(CLI::IsMember({"summed_norms", "summed_squares"}))
+        ->group(plan);
+    app.add_option_function<double>(
+           "--plan-budget-factor",
+           [&config](double v) {
+               config.planner.budget_factor = v;
+               config.plan_only.push_back("--plan-budget-factor");
+           },
+           "Budget: this times the error of Accordion's levels in each epoch [1]")
+        ->check(cli::number(0, 1e6))
+        ->group(plan);
+    app.add_option_function<std::int64_t>(
+           "--plan-bins",
+           [&config](std::int64_t v) {
+               config.planner.bins = v;
+               config.plan_only.push_back("--plan-bins");
+           },
+           "Error bins of the dynamic program; it loses at most layers/bins of the budget [10000]")
+        ->check(cli::whole_number(1, regime::kMaxErrorBins))
+        ->group(plan);
+    app.add_option_function<std::string>(
+           "--comm",
+           [&config](const std::string& v) {
+               config.planner.comm = v;
+               config.plan_only.push_back("--comm");
+           },
+           "Cost the levels by the modelled time of their collectives on this comm-profile file, not by "
+           "floats sent")
+        ->group(plan);
     app.add_option("-o,--output", config.output, "Schedule file to write");
     app.add_flag("--force", config.force, "Replace an output file that is read-only or not an HDF5 file");
     app.add_flag("--json", config.json, "Also print the summary as JSON on stdout");
@@ -346,7 +501,7 @@ int run_detect(DetectConfig c) {
     io::Schedule s = schedule_header(c, grads, per_parameter);
     const std::int64_t block = timeline_block(E, c.interval);
     const Outcome o = c.mode == ScheduleMode::batch ? plan_batch_mode(c, decisions, grads, in, block, s)
-                                        : plan_compression_mode(c, per_parameter, in, block, s, warn);
+                                        : plan_compression_mode(c, per_parameter, grads, in, block, s, warn);
     io::write_schedule(c.output, s);
 
     const std::vector<CriticalReasons> why = critical_reasons(o.decisions, o.counted, in.lr);

@@ -2,6 +2,7 @@
 // summary, and the program's options. Its main() parses them and calls run_detect.
 #pragma once
 
+#include "app/regime_plan.hpp"
 #include "io/header.hpp"
 #include "regime/detect.hpp"
 
@@ -34,6 +35,11 @@ struct DetectConfig {
     std::string high;                                  ///< empty: powersgd:1, or batch 4096
     std::optional<Granularity> granularity;            ///< unset: layer (compression) or model (batch)
     bool monotone = false;
+    /// --plan's text, when given: the candidate levels of the per-layer planner
+    /// (docs/planner.md); unset keeps Accordion's two levels.
+    std::optional<std::string> plan;
+    PlanConfig planner;                  ///< the candidates (parsed from `plan`), --plan-error, ... and --comm
+    std::vector<std::string> plan_only;  ///< the --plan-* and --comm options given, which need --plan
     bool force = false;  ///< replace an output that is read-only or not HDF5
     bool json = false;  ///< also print the summary as JSON on stdout
     io::Provenance provenance;
