@@ -5,7 +5,7 @@
 #   source scripts/shaped-link.sh
 #   shaped_link_up 100mbit || echo "no shaped link here: $SHAPED_WHY"
 #   shaped_ranks PROGRAM OPTIONS...   # rank 1 in the second namespace, rank 0 in the first
-#   shaped_link_down                  # also done on exit
+#   shaped_link_down                  # put it in the caller's EXIT trap too
 #
 # shaped_ranks adds --rank, --world-size 2, --master-addr and --master-port, and
 # returns rank 0's exit code (rank 1's if rank 0 succeeded); rank 1's stdout and
@@ -23,7 +23,6 @@ shaped_link_up() {
     if [ "$(id -u)" != 0 ]; then SHAPED_WHY="needs root"; return 1; fi
     if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then SHAPED_WHY="needs ip and tc (iproute2)"; return 1; fi
     if ! ip netns add "${SHAPED_NS[0]}" 2>/dev/null; then SHAPED_WHY="cannot create network namespaces here"; return 1; fi
-    trap shaped_link_down EXIT
     ip netns add "${SHAPED_NS[1]}"
     ip link add "${SHAPED_TAG}0" netns "${SHAPED_NS[0]}" type veth peer name "${SHAPED_TAG}1" netns "${SHAPED_NS[1]}"
     for side in 0 1; do

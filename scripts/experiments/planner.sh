@@ -26,6 +26,7 @@ main() {
     here=$(cd "$(dirname "$0")/../.." && pwd)
     source "$here/scripts/python.sh"
     source "$here/scripts/shaped-link.sh"
+    trap shaped_link_down EXIT
     python=$(acc_python)
     out=${1:-$here/build/planner}
     seeds=${2:-1 2 3}

@@ -27,6 +27,7 @@ main() {
     here=$(cd "$(dirname "$0")/../.." && pwd)
     source "$here/scripts/python.sh"
     source "$here/scripts/shaped-link.sh"
+    trap shaped_link_down EXIT
     python=$(acc_python)
     out=${1:-$here/build/time-to-accuracy}
     seeds=${2:-1 2 3}
