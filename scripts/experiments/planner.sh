@@ -23,11 +23,7 @@
 set -euo pipefail
 # One function, read whole before it runs: an edit during a study does not reach it.
 main() {
-    here=$(cd "$(dirname "$0")/../.." && pwd)
-    source "$here/scripts/python.sh"
-    source "$here/scripts/shaped-link.sh"
-    trap shaped_link_down EXIT
-    python=$(acc_python)
+    source "$(dirname "$0")/common.sh"
     out=${1:-$here/build/planner}
     seeds=${2:-1 2 3}
     models=${3:-mlp cnn}
@@ -115,9 +111,4 @@ fail() {
 
 first() { echo "$1"; }
 
-# complete FILE: a metrics or gradient file its program finished.
-complete() {
-    [ -f "$1" ] && "$python" -c "import h5py, sys; sys.exit(0 if h5py.File(sys.argv[1], 'r').attrs.get('complete', 0) else 1)" \
-        "$1" 2>/dev/null
-}
 main "$@"

@@ -24,11 +24,7 @@
 set -euo pipefail
 # One function, read whole before it runs: an edit during a study does not reach it.
 main() {
-    here=$(cd "$(dirname "$0")/../.." && pwd)
-    source "$here/scripts/python.sh"
-    source "$here/scripts/shaped-link.sh"
-    trap shaped_link_down EXIT
-    python=$(acc_python)
+    source "$(dirname "$0")/common.sh"
     out=${1:-$here/build/time-to-accuracy}
     seeds=${2:-1 2 3}
     models=${3:-mlp cnn}
@@ -90,9 +86,4 @@ main() {
         --links "$links" --variants "$variants" --target-gap "${TARGET_GAP:-0.5}" | tee "$out/time-to-accuracy.md"
 }
 
-# complete FILE: a metrics file whose run finished.
-complete() {
-    [ -f "$1" ] && "$python" -c "import h5py, sys; sys.exit(0 if h5py.File(sys.argv[1], 'r').attrs.get('complete', 0) else 1)" \
-        "$1" 2>/dev/null
-}
 main "$@"
