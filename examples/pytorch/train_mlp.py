@@ -85,6 +85,8 @@ def main():
     args = parser.parse_args()
 
     torch.set_num_threads(1)
+    if "RANK" not in os.environ:  # started without torchrun: one process
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
