@@ -13,6 +13,8 @@ packages=(
     dataset-fashion-mnist
     # tests and examples: readers nobody here wrote, PyTorch references, man pages
     python3 python3-torch python3-h5py python3-numpy python3-matplotlib hdf5-tools iproute2 man-db groff-base
+    # the Python package (python/): installed into a venv, tested with pytest
+    python3-venv python3-pip python3-pytest
 )
 
 missing=()

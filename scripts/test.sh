@@ -4,7 +4,8 @@
 #   scripts/test.sh --all    every test, slow ones included
 #   scripts/test.sh --torch pip [--all]
 #                            the same against pip's torch 2.11 (CUDA 13, NCCL) in build-pip/
-# Further arguments go to ctest, e.g. -L unit or -R regime.
+# Further arguments go to ctest, e.g. -L unit or -R regime; without them the Python
+# package's tests follow (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 torch=debian
@@ -30,3 +31,8 @@ scripts/setup.sh
 ACC_BUILD_DIR=$build scripts/build.sh --torch "$torch"
 echo "test.sh: running $suite against $torch's LibTorch with ctest; a failing test's output is shown in full" >&2
 ctest --test-dir "$build" --output-on-failure -j "${ACC_JOBS:-$(nproc)}" "${select[@]}" "$@"
+# The Python package against the same torch; not when ctest was given a selection.
+if [ $# -eq 0 ]; then
+    echo "test.sh: testing the Python package (scripts/test-python.sh --torch $torch)" >&2
+    ACC_BUILD_DIR=$build scripts/test-python.sh --torch "$torch"
+fi

@@ -48,8 +48,11 @@ ACC_BUILD_DIR="$WORK/b3" bash tree/examples/quickstart.sh >out 2>&1 && fail "qui
 grep -q "grads.cpp:7:1: error: expected ';'" out || { fail "quickstart.sh hides the compiler's error"; cat out >&2; }
 grep -q "\[1/3\] Building CXX object" out || fail "quickstart.sh hides the build's progress"
 
-# test.sh: each step said, the build's progress shown, then ctest on the default suite.
+# test.sh: each step said, the build's progress shown, then ctest on the default suite,
+# then the Python package's tests (a stub here).
 cp "$ACC_SOURCE/scripts/test.sh" tree/scripts/
+printf '#!/usr/bin/env bash\necho "test-python.sh $*"\n' >tree/scripts/test-python.sh
+chmod +x tree/scripts/test-python.sh
 printf '#!/usr/bin/env bash\necho "ctest $*"\n' >fake/ctest
 chmod +x fake/ctest
 FAKE_BUILD_WORKS=1 ACC_BUILD_DIR="$WORK/b5" bash tree/scripts/test.sh >out 2>&1 || { fail "test.sh"; cat out >&2; }
@@ -57,6 +60,7 @@ grep -q "test.sh: checking the Debian packages" out || { fail "test.sh does not 
 grep -q "\[1/3\] Building CXX object" out || fail "test.sh hides the build's progress"
 grep -q "test.sh: running the default test suite" out || fail "test.sh does not say what it runs"
 grep -q "^ctest .*-LE slow" out || fail "test.sh does not run the default suite"
+grep -q "^test-python.sh --torch debian" out || fail "test.sh does not test the Python package"
 
 # pipeline.sh: -q in a pipe, progress on a terminal. Stub programs record their
 # arguments; the comparison then fails on their empty files, which is fine here.

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Accordion's pipeline on your own PyTorch script: train_mlp.py records its
+# gradients under torchrun (2 ranks, Gloo), regime-detect finds the critical
+# regimes in them, and a second run follows the batch-size schedule made from
+# the same file: two trainings of 8 epochs, about 2 CPU-minutes with Debian's torch.
+#
+#   examples/pytorch/record-and-detect.sh [OUT]      (files go to OUT, default build/pytorch-example)
+#
+# Needs the package in the Python that runs it (pip install ./python) and the
+# toolkit's regime-detect (from ${ACC_BUILD_DIR:-build}/bin when built there,
+# else PATH). PYTHON names the Python (default python3).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-build/pytorch-example}
+python=${PYTHON:-python3}
+bin="$here/${ACC_BUILD_DIR:-build}/bin"
+[ -x "$bin/regime-detect" ] && export PATH="$bin:$PATH"
+command -v regime-detect >/dev/null ||
+    { echo "record-and-detect.sh: error: regime-detect: not built (scripts/build.sh) and not on PATH" >&2; exit 1; }
+"$python" -c 'import accordion' ||
+    { echo "record-and-detect.sh: error: $python: cannot import accordion; pip install ./python into it" >&2; exit 1; }
+mkdir -p "$out"
+cd "$out"
+script="$here/examples/pytorch/train_mlp.py"
+# torchrun of this very Python: the ranks import the torch the package was built for.
+# --redirects 2 --tee 2 (each rank's standard error to the terminal and to logs/)
+# because torchrun 1.13's defaults fail on Python 3.11; 2.x accepts them too.
+torchrun=("$python" -m torch.distributed.run --nproc_per_node 2 --master_port "${ACC_PORT:-29517}"
+    --redirects 2 --tee 2 --log_dir logs)
+
+echo "== 1. record: 8 epochs of train_mlp.py on 2 ranks -> grads.h5" >&2
+"${torchrun[@]}" "$script" --epochs 8 -o grads.h5
+
+echo "== 2. regime-detect: critical regimes -> sched.h5 (compression), batch.h5 (batch size)" >&2
+regime-detect grads.h5 --interval 2 --low powersgd:2 --high powersgd:1 -o sched.h5
+regime-detect grads.h5 --interval 2 --mode batch --low 128 --high 512 -o batch.h5 -q
+
+echo "== 3. the schedules, read with the package" >&2
+"$python" - <<'EOF'
+import accordion
+s = accordion.load_schedule("sched.h5")
+print(f"critical epochs: {s.critical_epochs()} of {s.epochs}")
+for epoch in range(s.epochs):
+    print(f"  epoch {epoch}: " + ", ".join(f"{name} {level}" for name, level in s.levels(epoch).items()
+                                          if level != "none"))
+b = accordion.load_schedule("batch.h5")
+print("batch schedule on 2 ranks with lr 0.1: " +
+      ", ".join(f"{e}: {b.batch(e, 0.1, world_size=2).batch_size}" for e in range(b.epochs)))
+EOF
+
+echo "== 4. train again, following the batch schedule -> follow.h5" >&2
+"${torchrun[@]}" "$script" --epochs 8 --batch-schedule batch.h5 -o follow.h5
+echo "record-and-detect.sh: done; files in $out" >&2

@@ -1,0 +1,25 @@
+"""Accordion toolkit for PyTorch.
+
+Record the gradient statistics of your own DistributedDataParallel training in
+the file regime-detect reads, and read the schedules it writes:
+
+    recorder = accordion.GradientRecorder(ddp_model, "grads.h5")
+    ...                                      # train an epoch
+    recorder.end_epoch(lr=lr, loss=loss, accuracy=accuracy)
+    recorder.finish()
+
+    schedule = accordion.load_schedule("sched.h5", model)
+    plan = schedule.batch(epoch, lr)          # batch schedules: batch size and lr
+
+Errors are accordion.Error (FileError, UsageError), whose message is one line
+that starts with the file or setting at fault. Documentation: docs/python.md.
+"""
+
+from ._errors import Error, FileError, UsageError
+from ._library import BUILT_FOR as TORCH_VERSION
+from ._library import VERSION as __version__
+from .recorder import GradientRecorder
+from .schedule import BatchEpoch, Schedule, load_schedule, parameter_mismatches, trainable_parameters
+
+__all__ = ["Error", "FileError", "UsageError", "GradientRecorder", "Schedule", "BatchEpoch", "load_schedule",
+           "parameter_mismatches", "trainable_parameters", "TORCH_VERSION", "__version__"]

@@ -1,0 +1,43 @@
+"""Loads the compiled part (the toolkit's C++ library as torch custom classes) and
+turns its errors into this package's exceptions."""
+
+import os
+import re
+
+import torch
+
+from ._errors import Error, FileError, UsageError
+
+try:
+    from ._build_info import TORCH_VERSION as BUILT_FOR
+    from ._build_info import VERSION
+except ImportError:  # the source tree, not an installed package
+    raise ImportError("accordion: error: the package is not built; install it with "
+                      "`pip install ./python` from the toolkit's tree") from None
+
+# The library links against one torch's C++ ABI: another torch would crash or
+# fail to load with an unreadable symbol error, so say what to do instead.
+if torch.__version__ != BUILT_FOR:
+    raise ImportError(f"accordion: error: this package was built against torch {BUILT_FOR} but this Python "
+                      f"imports torch {torch.__version__}; reinstall it here: "
+                      "pip install --force-reinstall ./python")
+
+torch.ops.load_library(os.path.join(os.path.dirname(__file__), "_accordion_ops.so"))
+classes = torch.classes.accordion
+
+_TAGGED = re.compile(r"\[accordion:(usage|file|error)\] (.*)", re.S)
+_KINDS = {"usage": UsageError, "file": FileError, "error": Error}
+
+
+def call(function, *args):
+    """Calls into the library, raising its errors as this package's exceptions
+    with the message alone (the library names the file or setting first)."""
+    try:
+        return function(*args)
+    except RuntimeError as e:
+        match = _TAGGED.search(str(e))
+        if not match:
+            raise
+        # Only the message's first line: TorchScript may append its own context.
+        message = match.group(2).strip().splitlines()[0]
+        raise _KINDS[match.group(1)](message) from None

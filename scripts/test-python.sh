@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs the Python package (python/) the way users do, with pip against one
+# torch, and runs its tests (tests/python, pytest) with the build's programs.
+#   scripts/test-python.sh                Debian's python3-torch 1.13: a venv with
+#                                         --system-site-packages in $build/python-venv
+#   scripts/test-python.sh --torch pip    pip's torch 2.11 (scripts/setup-pip-torch.sh's
+#                                         environment), the package in $build/python-site
+# Nothing is installed into the system's Python or the shared torch environment.
+# $build is build/ or build-pip/ ($ACC_BUILD_DIR), where scripts/build.sh put the
+# programs. Further arguments go to pytest (e.g. -k resume).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+torch=debian
+if [ "${1:-}" = "--torch" ]; then
+    torch=${2:-}
+    shift 2 || true
+fi
+case $torch in
+debian) build=${ACC_BUILD_DIR:-build} ;;
+pip) build=${ACC_BUILD_DIR:-build-pip} ;;
+*)
+    echo "test-python.sh: error: --torch: '$torch' is not one of debian, pip" >&2
+    exit 2
+    ;;
+esac
+[ -x "$build/bin/regime-detect" ] ||
+    { echo "test-python.sh: error: $build/bin/regime-detect: not built (scripts/build.sh --torch $torch)" >&2; exit 1; }
+build=$(cd "$build" && pwd)
+# The package's compiled part is built beside the programs, reused between runs.
+export ACCORDION_BUILD_DIR="$build/python-package"
+start=$(date +%s)
+case $torch in
+debian)
+    venv="$build/python-venv"
+    if [ ! -x "$venv/bin/python" ]; then
+        echo "test-python.sh: making $venv (Debian's python3 with its packages: torch, h5py, pytest)" >&2
+        /usr/bin/python3 -m venv --system-site-packages "$venv"
+    fi
+    python="$venv/bin/python"
+    echo "test-python.sh: pip install ./python into $venv" >&2
+    "$python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall ./python
+    ;;
+pip)
+    python=$(scripts/setup-pip-torch.sh)
+    site="$build/python-site" tools="$build/python-tools"
+    if ! PYTHONPATH="$tools" "$python" -c 'import pytest' 2>/dev/null; then
+        echo "test-python.sh: installing pytest into $tools (pip)" >&2
+        rm -rf "$tools"
+        "$python" -m pip install -q --disable-pip-version-check --target "$tools" pytest
+    fi
+    echo "test-python.sh: pip install ./python into $site" >&2
+    rm -rf "$site"
+    "$python" -m pip install -q --disable-pip-version-check --no-deps --target "$site" ./python
+    export PYTHONPATH="$site:$tools${PYTHONPATH:+:$PYTHONPATH}"
+    ;;
+esac
+echo "test-python.sh: installed in $(($(date +%s) - start)) s; running tests/python against $torch's torch" >&2
+ACC_BIN="$build/bin" "$python" -m pytest -p no:cacheprovider -q tests/python "$@"

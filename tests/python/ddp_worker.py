@@ -1,0 +1,138 @@
+"""One rank of the tests' DDP runs (Gloo, CPU, one thread), started by
+launch.py: `ddp_worker.py SCENARIO [options]`. Errors of the package end the rank
+with `ddp_worker: error: <message>` and exit 1, as a user's script would.
+
+Scenarios:
+  train      train a small model under DistributedDataParallel with the recorder;
+             rank 0 also computes each step's local gradients again with
+             torch.autograd.grad on a copy of the model (no DDP, no hook) and
+             writes their per-epoch sums' norms to --reference (JSON)
+  schedule   read --schedule for the model (every rank) and print its epoch 0
+"""
+
+import argparse
+import copy
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+import accordion
+
+
+class Net(nn.Module):
+    def __init__(self, renamed=False):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 16)
+        self.act = nn.Tanh()
+        self.fc2 = nn.Linear(16, 4)
+        if renamed:  # the same shapes under other names: a schedule of Net must not fit it
+            self.head = self.fc2
+            del self.fc2
+
+    def forward(self, x):
+        out = self.act(self.fc1(x))
+        return (self.head if hasattr(self, "head") else self.fc2)(out)
+
+
+def batch(rank, epoch, step):
+    g = torch.Generator().manual_seed(1_000_003 * rank + 1009 * epoch + step)
+    x = torch.randn(8, 12, generator=g)
+    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
+    return x, y
+
+
+def learning_rate(epoch):
+    return 0.2 if epoch < 3 else 0.02
+
+
+def train(args, rank, world):
+    torch.manual_seed(7)
+    model = Net()
+    # Tiny buckets: one per parameter, regrouped by DDP after the first step.
+    ddp = DistributedDataParallel(model, bucket_cap_mb=1e-4)
+    hook = None
+    if args.hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        hook = default_hooks.fp16_compress_hook
+    recorder = accordion.GradientRecorder(ddp, args.output, hook=hook, start_epoch=args.start,
+                                          model_name="net", dataset="synthetic", batch_size=8, seed=7)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=learning_rate(args.start), momentum=0.9, weight_decay=1e-3)
+    names = [name for name, _ in model.named_parameters()]
+    reference = copy.deepcopy(model)
+    epochs = []
+    for epoch in range(args.start, args.epochs):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(epoch)
+        sums = {name: torch.zeros_like(p, dtype=torch.float64) for name, p in model.named_parameters()}
+        losses, correct, seen = [], 0, 0
+        for step in range(args.steps):
+            x, y = batch(rank, epoch, step)
+            if rank == 0:
+                reference.load_state_dict(model.state_dict())
+                ref_loss = F.cross_entropy(reference(x), y)
+                for name, g in zip(names, torch.autograd.grad(ref_loss, list(reference.parameters()))):
+                    sums[name] += g.double()
+            optimizer.zero_grad()
+            out = ddp(x)
+            loss = F.cross_entropy(out, y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            correct += int((out.argmax(1) == y).sum())
+            seen += len(y)
+        last = {}
+        if rank == 0:
+            last = {name: float((recorder.summed_gradient(name).double() - sums[name]).abs().max()) for name in names}
+        recorder.end_epoch(lr=learning_rate(epoch), loss=sum(losses) / len(losses), accuracy=correct / seen,
+                           samples=seen)
+        epochs.append({"epoch": epoch, "lr": learning_rate(epoch), "loss": sum(losses) / len(losses),
+                       "accuracy": correct / seen, "steps": args.steps, "samples": seen,
+                       "norms": [float(sums[name].norm()) for name in names], "sum_error": last})
+        if rank == 0 and args.reference:
+            with open(args.reference, "w") as f:
+                json.dump({"names": names, "shapes": [list(p.shape) for p in model.parameters()],
+                           "epochs": epochs}, f)
+        if args.crash_after is not None and epoch == args.crash_after:
+            os._exit(3)  # killed between epochs: no finish()
+    recorder.finish()
+
+
+def schedule(args, rank, world):
+    model = DistributedDataParallel(Net(renamed=args.renamed))
+    s = accordion.load_schedule(args.schedule, model)
+    if rank == 0:
+        print(json.dumps(s.levels(0) if s.mode == "compression" else s.batch(0, 0.1)._asdict()))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=["train", "schedule"])
+    parser.add_argument("--output", default="grads.h5")
+    parser.add_argument("--reference")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--crash-after", type=int)
+    parser.add_argument("--hook", choices=["allreduce", "fp16"], default="allreduce")
+    parser.add_argument("--schedule")
+    parser.add_argument("--renamed", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        {"train": train, "schedule": schedule}[args.scenario](args, rank, world)
+    except accordion.Error as e:
+        print(f"ddp_worker: error: {e}", file=sys.stderr)
+        sys.exit(1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
