@@ -175,7 +175,7 @@ DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* pg)
         trainer_->set_recorder(&*recorder_);
     }
     if (pg) {
-        const std::vector<compress::Spec> none(tensors_.size(), compress::parse_spec("none"));
+        const std::vector<compress::Spec> none(tensors_.size(), compress::kNone);
         exchange_ = std::make_unique<dist::DistExchange>(tensors_, trainer_->parameters(), *session_.comm(),
                                                          session_.device(), dist::ExchangeSetup{}, none);
         trainer_->set_exchange(exchange_.get());

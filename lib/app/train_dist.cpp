@@ -65,7 +65,7 @@ std::string resume_settings(const TrainDistConfig& c, bool batch_mode) {
     for (const auto& line : split(train::resume_settings(c.train), '\n'))
         if (!line.empty() && !(batch_mode && line.rfind("--batch-size ", 0) == 0)) text += line + "\n";
     text += "--dgc-warmup-epochs " + std::to_string(c.dgc_warmup_epochs) + "\n";
-    text += "--schedule-extend " + (c.schedule_extend.empty() ? std::string("none") : c.schedule_extend) + "\n";
+    text += std::string("--schedule-extend ") + (c.schedule_extend_last ? "last" : "none") + "\n";
     text += dist::resume_gravac_settings(c);
     if (c.accordion) {
         text += "--eta " + fmt::format("{}", c.accordion_config.eta) + "\n";
@@ -105,10 +105,10 @@ RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& s
     switch (c.mode()) {
     case Mode::fixed: return RunPlan::fixed(parameters, c.fixed_level(), epochs);
     // GravacExchange sends every matrix at its own per-step factor; the plan's levels stay none.
-    case Mode::gravac: return RunPlan::fixed(parameters, compress::parse_spec("none"), epochs);
+    case Mode::gravac: return RunPlan::fixed(parameters, compress::kNone, epochs);
     case Mode::schedule: {
         const io::Schedule& s = schedule.value();
-        dist::check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend == "last", world, c.batch_size_given);
+        dist::check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend_last, world, c.batch_size_given);
         return RunPlan::from_schedule(s, parameters, epochs);
     }
     case Mode::accordion: {
@@ -444,7 +444,8 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
     metrics_->append_epoch(m);
     checkpoint->commit();
     spdlog::info("{}{}", epoch_line(all, false),
-                 epoch_tail(m, gravac_ ? "gravac " + c_.gravac + ": " + dist::gravac_summary(gravac_steps_)
+                 epoch_tail(m, gravac_ ? std::string("gravac ") + regime::gravac_family_name(*c_.gravac) + ": " +
+                                             dist::gravac_summary(gravac_steps_)
                                        : dist::levels_summary(table_.levels, o.level)));
     history_.push_back(epoch_json(all, m, table_.levels));
 }

@@ -8,6 +8,7 @@
 #include "cli/tool.hpp"
 #include "compress/spec.hpp"
 #include "regime/detect.hpp"
+#include "regime/gravac.hpp"
 #include "train/config.hpp"
 
 #include <CLI/CLI.hpp>
@@ -54,15 +55,16 @@ std::pair<CLI::Option*, CLI::Option*> add_level_options(CLI::App& app, dist::Tra
                                     "batch size and learning-rate scale per epoch")
                          ->type_name("SCHED.h5")
                          ->group(group);
-    app.add_option("--schedule-extend", c.schedule_extend,
-                   "When the schedule covers fewer epochs than --epochs: 'last' repeats its last epoch")
+    cli::add_typed_option(
+        app, "--schedule-extend", c.schedule_extend_last, [](const std::string&) { return true; },
+        "When the schedule covers fewer epochs than --epochs: 'last' repeats its last epoch")
         ->check(CLI::IsMember({"last"}))
         ->group(group);
     auto* accordion = app.add_flag("--accordion", c.accordion,
                                    "Run Accordion's rule online: per parameter, --low in critical regimes and "
                                    "--high elsewhere, decided on rank 0 every --interval epochs")
                           ->group(group);
-    auto* gravac = app.add_option("--gravac", c.gravac,
+    auto* gravac = cli::add_typed_option(app, "--gravac", c.gravac, regime::parse_gravac_family,
                                   "Run GraVAC: every step, send this compressor's gradient at the largest "
                                   "compression factor whose gain ||C(g)||^2/||g||^2 is at least --gravac-epsilon: "
                                   "topk, dgc, randomk or powersgd (factor f is rank "
@@ -140,12 +142,15 @@ void add_gravac_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option* gr
                  "candidate's when raised to it), so that no average mixes factors (off: the averages run on across factor changes)")
         ->needs(gravac)
         ->group(gravac_group);
-    app.add_option("--gravac-policy", c.gravac_policy,
-                   "How the candidate grows: exponential (10x, 20x, 40x, 160x, ...) or geometric (10x, 20x, 40x, 80x, ...)")
+    cli::add_typed_option(app, "--gravac-policy", g.policy, regime::parse_gravac_policy,
+                          "How the candidate grows: exponential (10x, 20x, 40x, 160x, ...) or geometric (10x, 20x, "
+                          "40x, 80x, ...)")
+        ->default_str(regime::gravac_policy_name(g.policy))
         ->needs(gravac)
         ->group(gravac_group);
-    app.add_option("--gravac-throughput", c.gravac_throughput,
-                   "A factor's compression throughput from a window's steps: median or mean")
+    cli::add_typed_option(app, "--gravac-throughput", g.statistic, regime::parse_gravac_statistic,
+                          "A factor's compression throughput from a window's steps: median or mean")
+        ->default_str(regime::gravac_statistic_name(g.statistic))
         ->needs(gravac)
         ->group(gravac_group);
 

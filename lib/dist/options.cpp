@@ -17,16 +17,10 @@ void validate(const TrainDistConfig& c) {
     if (!c.schedule.empty() && !c.batch_size_given) t.batch_size = std::max(t.batch_size, t.micro_batch_size);
     train::validate(t);
     const int modes = (c.compress ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0) +
-                      (!c.gravac.empty() ? 1 : 0);
+                      (c.gravac ? 1 : 0);
     if (modes > 1) throw UsageError("--compress, --schedule, --accordion and --gravac: choose one");
-    if (!c.gravac.empty()) {
-        if (c.gravac != "topk" && c.gravac != "dgc" && c.gravac != "randomk" && c.gravac != "powersgd")
-            throw UsageError("--gravac: must be topk, dgc, randomk or powersgd, not '" + c.gravac + "'");
-        regime::validate(gravac_settings(c, 1));
-    }
-    if (!c.schedule_extend.empty() && c.schedule_extend != "last")
-        throw UsageError("--schedule-extend: must be 'last', not '" + c.schedule_extend + "'");
-    if (!c.schedule_extend.empty() && c.schedule.empty()) throw UsageError("--schedule-extend: needs --schedule");
+    if (c.gravac) regime::validate(gravac_settings(c, 1));
+    if (c.schedule_extend_last && c.schedule.empty()) throw UsageError("--schedule-extend: needs --schedule");
     if (c.accordion) {
         const AccordionConfig& a = c.accordion_config;
         regime::validate(regime::Options{a.eta, a.interval});
@@ -41,7 +35,7 @@ void validate(const TrainDistConfig& c) {
 }
 
 std::string resume_gravac_settings(const TrainDistConfig& c) {
-    if (c.gravac.empty()) return "";
+    if (!c.gravac) return "";
     const regime::GravacSettings& g = c.gravac_settings;
     auto n = [](double v) {
         std::ostringstream out;
@@ -49,18 +43,17 @@ std::string resume_gravac_settings(const TrainDistConfig& c) {
         out << v;
         return out.str();
     };
-    return "--gravac " + c.gravac + "\n--gravac-theta-min " + n(g.theta_min) + "\n--gravac-theta-max " +
+    return std::string("--gravac ") + regime::gravac_family_name(*c.gravac) + "\n--gravac-theta-min " + n(g.theta_min) + "\n--gravac-theta-max " +
            n(g.theta_max) + "\n--gravac-epsilon " + n(g.epsilon) + "\n--gravac-window " + std::to_string(g.window) +
            "\n--gravac-omega " + n(g.omega) + "\n--gravac-theta-s " + n(g.theta_s) + "\n--gravac-smoothing " +
-           (g.smoothing == 0 ? std::string("default") : n(g.smoothing)) + "\n--gravac-policy " + c.gravac_policy +
-           "\n--gravac-throughput " + c.gravac_throughput + "\n--gravac-reset-gains " +
+           (g.smoothing == 0 ? std::string("default") : n(g.smoothing)) + "\n--gravac-policy " +
+           regime::gravac_policy_name(g.policy) + "\n--gravac-throughput " + regime::gravac_statistic_name(g.statistic) +
+           "\n--gravac-reset-gains " +
            (g.reset_gains ? "on" : "off") + "\n";
 }
 
 regime::GravacSettings gravac_settings(const TrainDistConfig& c, std::int64_t world_size) {
     regime::GravacSettings s = c.gravac_settings;
-    s.policy = regime::parse_gravac_policy(c.gravac_policy);
-    s.statistic = regime::parse_gravac_statistic(c.gravac_throughput);
     if (s.smoothing == 0) s.smoothing = regime::gravac_smoothing(world_size);
     return s;
 }
@@ -78,11 +71,11 @@ std::string shared_settings(const TrainDistConfig& c) {
                                        std::to_string(t.optimizer.momentum), std::to_string(t.optimizer.nesterov),
                                        std::to_string(t.optimizer.weight_decay), std::to_string(t.clip_norm),
                                        std::to_string(t.eval_every), std::to_string(t.seed), device_name(t.device), c.compress ? c.compress->text() : "",
-                                       c.schedule, c.schedule_extend, std::to_string(c.accordion),
+                                       c.schedule, c.schedule_extend_last ? "last" : "", std::to_string(c.accordion),
                                        c.accordion_config.low.text(), c.accordion_config.high.text(),
                                        std::to_string(c.accordion_config.eta), std::to_string(c.accordion_config.interval),
                                        c.backend ? comm::backend_name(*c.backend) : "", std::to_string(c.bucket_mb), std::to_string(c.first_bucket_mb),
-                                       std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume), c.gravac,
+                                       std::to_string(c.dgc_warmup_epochs), std::to_string(c.resume), c.gravac ? regime::gravac_family_name(*c.gravac) : "",
                                        resume_gravac_settings(c)};
     for (auto e : t.schedule.decay_epochs) fields.push_back(std::to_string(e));
     return join(fields, "\n");

@@ -92,3 +92,24 @@ TEST(AppOptions, EtaHasOneDefaultAndOneRange) {
         EXPECT_STREQ(e.what(), "--eta: must be a number in (0, 1e+06], not 0");
     }
 }
+
+// regime-detect's --low and --high are read as --mode says, wherever it stands.
+TEST(AppOptions, DetectLevelsFollowTheModeWhereverItIsGiven) {
+    auto parse = [](std::vector<std::string> args) {
+        app::DetectConfig c;
+        CLI::App app;
+        app::add_detect_options(app, c);
+        args.push_back("g.h5");
+        std::reverse(args.begin(), args.end());
+        app.parse(args);
+        return c;
+    };
+    const app::DetectConfig batch = parse({"--low", "256", "--high", "1024", "--mode", "batch"});
+    EXPECT_EQ(batch.low_batch, 256);
+    EXPECT_EQ(batch.high_batch, 1024);
+    const app::DetectConfig levels = parse({"--low", "topk:0.10", "--high", "powersgd:1"});
+    EXPECT_EQ(levels.low.text(), "topk:0.1");
+    EXPECT_EQ(levels.high.text(), "powersgd:1");
+    EXPECT_THROW(parse({"--low", "powersgd:2", "--mode", "batch"}), UsageError);
+    EXPECT_THROW(parse({"--high", "512"}), UsageError);
+}

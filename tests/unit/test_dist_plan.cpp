@@ -160,7 +160,8 @@ TEST(Plan, OnlineAccordionDecidesAsTheOfflineRule) {
         for (std::int64_t i = 0; i < epochs * 4; ++i) table.values.push_back(i % 7 == 3 ? 0.0 : norm(random));
         acc::regime::Decisions offline = acc::regime::detect(table, lr, {0.5, interval});
         acc::regime::CompressionPlan levels =
-            acc::regime::plan_compression(offline, {true, false, true, false}, "powersgd:4", "powersgd:1");
+            acc::regime::plan_compression(offline, {true, false, true, false}, parse_spec("powersgd:4"),
+                                          parse_spec("powersgd:1"));
         for (std::int64_t e = 0; e < epochs; ++e) {
             EpochLevels online = plan.levels_of(e);
             for (size_t p = 0; p < 4; ++p) {
@@ -169,7 +170,7 @@ TEST(Plan, OnlineAccordionDecidesAsTheOfflineRule) {
                 EXPECT_EQ(online.reason[p], static_cast<std::int8_t>(offline.reason[i]));
                 EXPECT_TRUE(online.ratio[p] == offline.ratio[i] || (std::isnan(online.ratio[p]) && std::isnan(offline.ratio[i])));
                 EXPECT_EQ(plan.levels()[static_cast<size_t>(online.level[p])].text(),
-                          levels.levels[static_cast<size_t>(levels.level[i])]);
+                          levels.levels[static_cast<size_t>(levels.level[i])].text());
             }
             plan.record_norms(e, std::vector<double>(table.values.begin() + e * 4, table.values.begin() + e * 4 + 4));
         }
