@@ -63,21 +63,8 @@ struct TrainDistConfig {
     compress::Spec fixed_level() const { return compress ? *compress : compress::kNone; }
 };
 
-/// Checks what can be checked without the model and data; throws UsageError naming the option.
-void validate(const TrainDistConfig& config);
-
 /// GraVAC's settings for `world_size` ranks: the options, with the paper's smoothing
 /// min(1, N / 100) unless --gravac-smoothing was given.
 regime::GravacSettings gravac_settings(const TrainDistConfig& config, std::int64_t world_size);
-/// The --gravac options as "--option value" lines (empty without --gravac), for checkpoints.
-std::string resume_gravac_settings(const TrainDistConfig& config);
-
-/// The settings every rank must share (model, data, training, levels, seed, ...),
-/// as text; output files and the rendezvous are left out.
-std::string shared_settings(const TrainDistConfig& config);
-
-/// The checkpoint file of a run: the metrics file's name with .ckpt.h5 for .h5
-/// (metrics.h5: metrics.ckpt.h5), in --checkpoint-dir or else the metrics file's directory.
-std::string checkpoint_path(const TrainDistConfig& config);
 
 }  // namespace acc::dist

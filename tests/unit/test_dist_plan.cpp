@@ -244,13 +244,13 @@ TEST(Options, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     EXPECT_EQ(parse({}).fixed_level(), parse_spec("none"));
     EXPECT_EQ(parse({"--accordion"}).accordion_config.low, parse_spec("powersgd:2"));
     TrainDistConfig c = parse({"--backend", "nccl"});
-    EXPECT_CONTAINS(usage_error([&] { validate(c); }), "--backend nccl: needs --device cuda");
+    EXPECT_CONTAINS(usage_error([&] { acc::app::validate(c); }), "--backend nccl: needs --device cuda");
     c = parse({"--metrics", "out/m.h5"});
-    EXPECT_EQ(checkpoint_path(c), "out/m.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(c), "out/m.ckpt.h5");
     c = parse({"--metrics", "out/m.h5", "--checkpoint-dir", "ck/"});
-    EXPECT_EQ(checkpoint_path(c), "ck/m.ckpt.h5");
-    EXPECT_EQ(checkpoint_path(parse({})), "metrics.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(c), "ck/m.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(parse({})), "metrics.ckpt.h5");
     // Two runs in one directory keep their own checkpoints.
-    EXPECT_EQ(checkpoint_path(parse({"--metrics", "runs/a.h5"})), "runs/a.ckpt.h5");
-    EXPECT_EQ(checkpoint_path(parse({"--metrics", "runs/b.metrics"})), "runs/b.metrics.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(parse({"--metrics", "runs/a.h5"})), "runs/a.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(parse({"--metrics", "runs/b.metrics"})), "runs/b.metrics.ckpt.h5");
 }
