@@ -1,5 +1,7 @@
 #include "app/compress_bench.hpp"
 
+#include "app/training_options.hpp"
+
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
@@ -18,6 +20,7 @@
 #include "perf/stats.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <CLI/CLI.hpp>
 #include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -30,9 +33,11 @@
 #include <iostream>
 #include <limits>
 #include <optional>
-#include <set>
 
-namespace acc::compress {
+namespace acc::app {
+
+using namespace compress;
+
 namespace {
 
 struct Input {
@@ -101,19 +106,7 @@ void validate(BenchConfig& c) {
     if (!c.from.empty() && !c.shapes.empty()) throw UsageError("--shapes and --from exclude each other");
     if (!c.snapshots.empty() && c.from.empty()) throw UsageError("--snapshots: applies only with --from");
     if (c.from.empty() && c.shapes.empty()) c.shapes = "resnet18";
-    if (c.compressors.empty()) c.compressors = default_bench_compressors();
-    std::set<std::string> seen;
-    std::vector<std::string> canonical;
-    for (const auto& text : c.compressors) {
-        std::string spec;
-        try {
-            spec = parse_spec(text).text();
-        } catch (const UsageError& e) {
-            throw UsageError(std::string("--compressors: ") + e.what());
-        }
-        if (seen.insert(spec).second) canonical.push_back(spec);
-    }
-    c.compressors = canonical;
+    if (c.compressors.empty()) c.compressors = default_specs();
     if (c.worlds.empty()) c.worlds = {4, 16, 64};
     for (auto w : c.worlds)
         if (w < 1 || w > 1000000) throw UsageError("--world: " + std::to_string(w) + " is not a world size from 1 to 1000000");
@@ -127,10 +120,6 @@ void validate(BenchConfig& c) {
         throw UsageError("--bandwidth: must be a finite number of bytes per second > 0");
     if (!(c.compute_ms >= 0) || !std::isfinite(c.compute_ms))
         throw UsageError("--compute-ms: must be a finite number of milliseconds >= 0");
-    if (c.vectors != "none" && c.vectors != "compress")
-        throw UsageError("--vectors: must be 'none' or 'compress', not '" + c.vectors + "'");
-    if (c.topk_selection != "exact" && c.topk_selection != "sampled")
-        throw UsageError("--topk-selection: must be 'exact' or 'sampled', not '" + c.topk_selection + "'");
     if (c.threads < 1 || c.threads > cli::kMaxThreads)
         throw UsageError("--threads: must be a whole number in [1, " + std::to_string(cli::kMaxThreads) + "]");
     if (c.csv && c.json) throw UsageError("--csv and --json exclude each other (both write to standard output)");
@@ -265,10 +254,12 @@ CompressorPath parse_compressor_path(const std::string& name) {
     throw UsageError("--path: must be host or device, not '" + name + "'");
 }
 
-const std::vector<std::string>& default_bench_compressors() {
-    static const std::vector<std::string> list = default_specs();
-    return list;
+const char* vector_level_name(VectorLevel level) { return level == VectorLevel::compress ? "compress" : "none"; }
+
+const char* topk_selection_name(TopkSelection selection) {
+    return selection == TopkSelection::sampled ? "sampled" : "exact";
 }
+
 namespace {
 
 // One run of the benchmark, in the order of its output: the inputs, the network and
@@ -366,7 +357,7 @@ private:
     }
 
     void set_exchange_options() {
-        options_.topk_selection = c_.topk_selection == "sampled" ? TopkSelection::sampled : TopkSelection::exact;
+        options_.topk_selection = c_.topk_selection;
         options_.device_path_on_cpu = *c_.path == CompressorPath::device;
         options_.time_device_work = c_.device == Device::cuda;
         device_ = c_.device == Device::cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
@@ -388,8 +379,8 @@ private:
         file_.reps = c_.reps;
         file_.threads = c_.threads;
         file_.memcpy_bandwidth = memcpy_bandwidth_;
-        file_.vectors = c_.vectors;
-        file_.topk_selection = c_.topk_selection;
+        file_.vectors = vector_level_name(c_.vectors);
+        file_.topk_selection = topk_selection_name(c_.topk_selection);
         for (const auto& t : tensors_) file_.parameters.push_back({t.name, t.shape});
     }
 
@@ -418,7 +409,7 @@ private:
         // Widths that hold the longest text each column's format prints: %.3g gives at
         // most 8 characters ("1.23e+03", "0.000123"), bytes_text at most 11.
         size_t name_width = 10, world_width = 1;
-        for (const auto& text : c_.compressors) name_width = std::max(name_width, text.size());
+        for (const auto& spec : c_.compressors) name_width = std::max(name_width, spec.text().size());
         for (auto w : c_.worlds) world_width = std::max(world_width, std::to_string(w).size());
         table_ = TableLayout{{name_width, world_width, 11, 9, 11, 11, 8, 8, 6, 8, 11, 11, 9, 0}};
         // A sweep of large models takes minutes: say which row is being measured.
@@ -437,11 +428,11 @@ private:
                                         "cosine", "gain", "comm", "iter", "speedup", "pays"}));
         std::vector<at::Tensor> work;
         for (const auto& t : tensors_) work.push_back(at::empty({t.numel()}, at::TensorOptions().device(device_)));
-        for (const auto& text : c_.compressors) {
-            const Spec spec = parse_spec(text);
+        for (const auto& spec : c_.compressors) {
+            const std::string text = spec.text();
             std::vector<Spec> levels;
             for (const auto& t : tensors_)
-                levels.push_back(c_.vectors == "compress" || t.shape.size() > 1 ? spec : parse_spec("none"));
+                levels.push_back(c_.vectors == VectorLevel::compress || t.shape.size() > 1 ? spec : kNone);
             for (auto w : c_.worlds) {
                 progress_.start_item((inputs_.size() > 1 ? in.name + ": " : "") + text + " W=" + std::to_string(w));
                 io::BenchRow row = measure_row(input, text, levels, w, work);
@@ -552,8 +543,8 @@ private:
         report["memcpy_bandwidth"] = memcpy_bandwidth_;
         report["threads"] = c_.threads;
         report["reps"] = c_.reps;
-        report["vectors"] = c_.vectors;
-        report["topk_selection"] = c_.topk_selection;
+        report["vectors"] = vector_level_name(c_.vectors);
+        report["topk_selection"] = topk_selection_name(c_.topk_selection);
         return report;
     }
 
@@ -617,6 +608,113 @@ private:
 
 }  // namespace
 
+namespace {
+
+// --compressors: each level parsed once, as it is read; a level given twice runs once.
+std::vector<Spec> distinct_levels(const std::vector<std::string>& texts) {
+    std::vector<Spec> levels;
+    for (const auto& text : texts) {
+        Spec spec;
+        try {
+            spec = parse_spec(text);
+        } catch (const UsageError& e) {
+            throw UsageError(std::string("--compressors: ") + e.what());
+        }
+        if (std::find(levels.begin(), levels.end(), spec) == levels.end()) levels.push_back(spec);
+    }
+    return levels;
+}
+
+// What to compress: the gradients' shapes or snapshots, the compressors, the world sizes.
+void add_input_options(CLI::App& app, BenchConfig& config) {
+    app.add_option("--shapes", config.shapes,
+                   "Model whose parameter shapes to use (resnet18, resnet50, vgg19, bert-base, lstm) or a "
+                   "shapes file of NAME SHAPE lines [resnet18]")
+        ->type_name("MODEL|FILE");
+    app.add_option("--from", config.from, "Gradient-statistics file whose gradient snapshots to use")
+        ->type_name("GRADS.h5");
+    app.add_option("--snapshots", config.snapshots, "With --from: the snapshot epochs to use [all]")
+        ->delimiter(',')
+        ->check(cli::whole_number(0, 1000000))
+        ->type_name("EPOCH,...");
+    std::vector<std::string> defaults;
+    for (const auto& spec : default_specs()) defaults.push_back(spec.text());
+    app.add_option_function<std::vector<std::string>>(
+           "--compressors",
+           [&config](const std::vector<std::string>& texts) { config.compressors = distinct_levels(texts); },
+           "Compressor specs, comma-separated [" + join(defaults, ",") + "]")
+        ->delimiter(',')
+        ->type_name("SPEC,...");
+    app.add_option("--world", config.worlds, "World sizes to predict for, comma-separated [4,16,64]")
+        ->delimiter(',')
+        ->check(cli::whole_number(1, 1000000))
+        ->type_name("W,...");
+    app.add_option("--reps", config.reps, "Timed steps per compressor and world size, after one warm-up")
+        ->check(cli::whole_number(1, 1000000))
+        ->type_name("N");
+}
+
+// The network and compute time the performance model predicts with; whether --alpha,
+// --bandwidth and --compute-ms were given matters, not only their values.
+void add_network_options(CLI::App& app, BenchConfig& config) {
+    app.add_option("--comm", config.comm,
+                   "Communication profile written by comm-profile: the network's latency and bandwidth")
+        ->type_name("COMM.h5");
+    app.add_option("--alpha", config.alpha, "Network latency per message step, in seconds (default: 10 Gbit/s Ethernet)")
+        ->check(cli::number(0, 60))
+        ->each([&config](const std::string&) { config.alpha_given = true; })
+        ->type_name("SECONDS");
+    app.add_option("--bandwidth", config.bandwidth, "Network bandwidth in bytes per second")
+        ->check(cli::number(0, 1e15, true))
+        ->each([&config](const std::string&) { config.bandwidth_given = true; })
+        ->type_name("BYTES_PER_S");
+    app.add_option("--compute-ms", config.compute_ms,
+                   "Forward plus backward time of one iteration, in ms [the time comm-profile "
+                   "--model stored in --comm, else 0]")
+        ->check(cli::number(0, 3.6e6))
+        ->each([&config](const std::string&) { config.compute_ms_given = true; })
+        ->type_name("MS");
+}
+
+// How the compressors run, and where the results go.
+void add_run_options(CLI::App& app, BenchConfig& config) {
+    cli::add_typed_option(
+        app, "--vectors", config.vectors,
+        [](const std::string& name) { return name == "compress" ? VectorLevel::compress : VectorLevel::none; },
+        "Parameters with fewer than 2 dimensions: sent uncompressed (none) or compressed too")
+        ->check(CLI::IsMember({"none", "compress"}))
+        ->default_str(vector_level_name(config.vectors));
+    cli::add_typed_option(
+        app, "--topk-selection", config.topk_selection,
+        [](const std::string& name) { return name == "sampled" ? TopkSelection::sampled : TopkSelection::exact; },
+        "Top-k selection: exact, or sampled (a DGC-style threshold)")
+        ->check(CLI::IsMember({"exact", "sampled"}))
+        ->default_str(topk_selection_name(config.topk_selection));
+    app.add_option("--threads", config.threads, "LibTorch threads (the compressors' own loops use one)")
+        ->check(cli::whole_number(1, cli::kMaxThreads))
+        ->type_name("N");
+    add_device_option(app, config.device, "Where the gradients live: cpu, or cuda (the device codecs on the GPU) [cpu]");
+    // Unset (no default shown) means the device's own path.
+    cli::add_typed_option(app, "--path", config.path, parse_compressor_path,
+                          "Compressor code: host (raw float loops) or device (ATen operations, as on a GPU) "
+                          "[host on cpu, device on cuda]")
+        ->check(CLI::IsMember(compressor_path_names()));
+    app.add_option("-o,--output", config.output, "Results file to write (format accordion.compress-bench)")
+        ->type_name("BENCH.h5");
+    app.add_flag("--force", config.force, "Replace an output file that is read-only or not an HDF5 file");
+    app.add_flag("--csv", config.csv, "Print the results as CSV on stdout");
+    app.add_flag("--json", config.json, "Print the results as JSON on stdout");
+}
+
+}  // namespace
+
+void add_compress_bench_options(CLI::App& app, BenchConfig& config) {
+    add_input_options(app, config);
+    add_network_options(app, config);
+    add_run_options(app, config);
+    app.footer("Compressor specs:\n" + spec_help());
+}
+
 int run_bench(BenchConfig config) { return Bench(std::move(config)).run(); }
 
-}  // namespace acc::compress
+}  // namespace acc::app

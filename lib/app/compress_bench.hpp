@@ -1,9 +1,12 @@
 // compress-bench's work: run every compressor on gradients with a real model's
 // shapes (or a grads.h5's snapshots), measure size, speed and quality, and predict
-// with the performance model whether it pays. main() only fills a BenchConfig.
+// with the performance model whether it pays; and the program's options, which
+// main() parses into a BenchConfig.
 #pragma once
 
 #include "base/device.hpp"
+#include "compress/codecs.hpp"
+#include "compress/spec.hpp"
 #include "io/header.hpp"
 
 #include <cstdint>
@@ -11,7 +14,11 @@
 #include <string>
 #include <vector>
 
-namespace acc::compress {
+namespace CLI {
+class App;
+}
+
+namespace acc::app {
 
 /// The compressor code compress-bench times (--path): the loops over raw float arrays
 /// (host), or the ATen operations that run on a GPU (device; on CPU tensors too).
@@ -22,11 +29,16 @@ const std::vector<std::string>& compressor_path_names();
 const char* compressor_path_name(CompressorPath path);
 CompressorPath parse_compressor_path(const std::string& name);
 
+/// --vectors: the level of parameters with fewer than 2 dimensions.
+enum class VectorLevel { none, compress };
+const char* vector_level_name(VectorLevel level);
+const char* topk_selection_name(compress::TopkSelection selection);
+
 struct BenchConfig {
     std::string shapes;                    ///< a model preset or a shapes file; empty: resnet18
     std::string from;                      ///< a grads.h5 whose snapshots are the inputs
     std::vector<std::int64_t> snapshots;   ///< snapshot epochs to use; empty: all
-    std::vector<std::string> compressors;  ///< specs; empty: the default list
+    std::vector<compress::Spec> compressors;  ///< distinct, in the order given; empty: the default list
     std::vector<std::int64_t> worlds;      ///< world sizes; empty: 4, 16, 64
     std::int64_t reps = 5;                 ///< timed steps after one warm-up step
     std::string comm;                      ///< a comm-profile file for the network; empty: flags or defaults
@@ -36,8 +48,8 @@ struct BenchConfig {
     bool bandwidth_given = false;
     double compute_ms = 0;                 ///< forward plus backward time of one iteration
     bool compute_ms_given = false;         ///< --compute-ms was given (else a --comm file's compute time, if any)
-    std::string vectors = "none";          ///< "none": parameters with < 2 dimensions go uncompressed
-    std::string topk_selection = "exact";  ///< "exact" or "sampled"
+    VectorLevel vectors = VectorLevel::none;  ///< none: parameters with < 2 dimensions go uncompressed
+    compress::TopkSelection topk_selection = compress::TopkSelection::exact;
     std::int64_t threads = 1;
     /// Where the gradients live: the CPU, or the first GPU (the device codecs there).
     Device device = Device::cpu;
@@ -50,11 +62,11 @@ struct BenchConfig {
     io::Provenance provenance;
 };
 
-/// The compressors compress-bench runs when none are named.
-const std::vector<std::string>& default_bench_compressors();
+/// Adds compress-bench's options and its footer (the compressor specs) to `app`.
+void add_compress_bench_options(CLI::App& app, BenchConfig& config);
 
 /// Validates the options (UsageError), runs the benchmark, prints and writes the results.
 /// Returns the exit code.
 int run_bench(BenchConfig config);
 
-}  // namespace acc::compress
+}  // namespace acc::app

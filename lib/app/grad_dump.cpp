@@ -1,6 +1,7 @@
 #include "app/grad_dump.hpp"
 
 #include "app/data_parallel.hpp"
+#include "app/training_options.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
@@ -51,7 +52,7 @@ void validate(GradDumpConfig& c) {
         if (e < 0 || e >= c.train.epochs)
             throw UsageError("--snapshot-epochs: epoch " + std::to_string(e) + " is not among the " +
                              std::to_string(c.train.epochs) + " epochs trained (they count from 0)");
-    if (c.checkpoint.empty()) c.checkpoint = default_checkpoint_path(c.output);
+    if (c.checkpoint.empty()) c.checkpoint = checkpoint_beside(c.output);
     check_distinct_files({}, {{"--output", c.output}, {"--checkpoint", c.checkpoint}});
     if (c.train.device == acc::Device::cuda && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
@@ -145,6 +146,11 @@ public:
 private:
     std::int64_t open_outputs();
     void log_run(std::int64_t start) const;
+    Settings settings() const {
+        Settings s;
+        add_training_settings(s, t_, true);
+        return s;
+    }
     EpochPlan begin_epoch(std::int64_t epoch) override;
     void on_step(const StepInfo& step) override;
     void end_epoch(const EpochResult& own, const EpochSummary& all) override;
@@ -160,7 +166,7 @@ private:
 
 DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* pg)
     : DataParallelRank(c.train, pg), c_(c), level_(session_.leader() ? spdlog::level::info : spdlog::level::debug) {
-    session_.check_same_options(resume_settings(t_));
+    session_.check_same_options(settings().ranks_text());
     // Resumed, they are inputs first: reading them says what is wrong with them.
     if (session_.leader()) claims_ = io::claim_outputs({c.output, c.checkpoint}, "grad-dump", c.force || c.resume);
     if (t_.threads > 0) torch::set_num_threads(t_.threads);
@@ -175,7 +181,7 @@ DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* pg)
         trainer_->set_recorder(&*recorder_);
     }
     if (pg) {
-        const std::vector<compress::Spec> none(tensors_.size(), compress::parse_spec("none"));
+        const std::vector<compress::Spec> none(tensors_.size(), compress::kNone);
         exchange_ = std::make_unique<dist::DistExchange>(tensors_, trainer_->parameters(), *session_.comm(),
                                                          session_.device(), dist::ExchangeSetup{}, none);
         trainer_->set_exchange(exchange_.get());
@@ -195,7 +201,7 @@ std::int64_t DumpRank::open_outputs() {
     if (session_.leader() && !file_exists(c_.checkpoint))
         throw FileError(c_.checkpoint, "no checkpoint to resume from (one is written after every completed epoch)");
     TensorMap extra;
-    const CheckpointInfo saved = load_checkpoint(c_.checkpoint, resume_settings(t_), [&](const CheckpointInfo& info) {
+    const CheckpointInfo saved = load_checkpoint(c_.checkpoint, settings().resume_text(), [&](const CheckpointInfo& info) {
         return same_run_settings(info, t_, session_.world(), true);
     }, extra);
     if (session_.leader()) {
@@ -267,7 +273,7 @@ void DumpRank::end_epoch(const EpochResult& own, const EpochSummary& all) {
     // The checkpoint is written first and put in place after the epoch's row: a full
     // disk stops the epoch whole, and a run killed between the two resumes from the
     // older checkpoint and rewrites the epoch.
-    const auto checkpoint = write_checkpoint(c_.checkpoint, all.epoch, resume_settings(t_), {}, c_.provenance);
+    const auto checkpoint = write_checkpoint(c_.checkpoint, all.epoch, settings().resume_text(), {}, c_.provenance);
     writer_->append_epoch(s);
     checkpoint->commit();
     EpochSummary mine = all;
@@ -291,13 +297,6 @@ int dump_rank(const GradDumpConfig& c, comm::Backend backend) {
 }
 
 }  // namespace
-
-std::string default_checkpoint_path(const std::string& output) {
-    const std::string suffix = ".h5";
-    if (output.size() > suffix.size() && output.compare(output.size() - suffix.size(), suffix.size(), suffix) == 0)
-        return output.substr(0, output.size() - suffix.size()) + ".ckpt.h5";
-    return output + ".ckpt.h5";
-}
 
 int run_grad_dump(GradDumpConfig c, int argc, char** argv) {
     validate(c);

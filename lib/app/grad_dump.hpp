@@ -19,7 +19,7 @@ namespace acc::app {
 struct GradDumpConfig {
     train::TrainConfig train;
     std::string output = "grads.h5";            ///< gradient-statistics file (accordion.grads)
-    std::string checkpoint;                     ///< empty: default_checkpoint_path(output)
+    std::string checkpoint;                     ///< empty: checkpoint_beside(output)
     bool resume = false;                        ///< continue from the checkpoint
     bool force = false;                         ///< replace an output that is read-only or not HDF5
     std::vector<std::int64_t> snapshot_epochs;  ///< epochs whose summed gradients are stored whole
@@ -31,8 +31,6 @@ struct GradDumpConfig {
     Provenance provenance;
 };
 
-/// "grads.h5" -> "grads.ckpt.h5"; other names get ".ckpt.h5" appended.
-std::string default_checkpoint_path(const std::string& output);
 
 /// Validates (UsageError), starts --nproc local ranks if asked (re-executing
 /// argv), trains, writes the files and prints the summary. With a world of

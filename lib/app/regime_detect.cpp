@@ -41,6 +41,34 @@ std::int64_t parse_batch(const std::string& option, const std::string& text) {
                      std::to_string(kMaxBatch) + "], not '" + text + "'");
 }
 
+// --low or --high as read: a batch size in batch mode, else a level.
+void read_level(const DetectConfig& c, const std::string& option, const std::string& text, compress::Spec& level,
+                std::int64_t& batch) {
+    if (c.mode == ScheduleMode::batch) {
+        batch = parse_batch(option, text);
+        return;
+    }
+    try {
+        level = compress::parse_spec(text);
+    } catch (const UsageError& e) {
+        throw UsageError(option + ": " + e.what());
+    }
+}
+
+// --low and --high as the schedule and the summary print them.
+std::string low_text(const DetectConfig& c) {
+    return c.mode == ScheduleMode::batch ? std::to_string(c.low_batch) : c.low.text();
+}
+std::string high_text(const DetectConfig& c) {
+    return c.mode == ScheduleMode::batch ? std::to_string(c.high_batch) : c.high.text();
+}
+
+std::vector<std::string> texts(const std::vector<compress::Spec>& levels) {
+    std::vector<std::string> out;
+    for (const auto& level : levels) out.push_back(level.text());
+    return out;
+}
+
 void validate(DetectConfig& c) {
     regime::validate(regime::Options{c.eta, c.interval});
     const bool batch = c.mode == ScheduleMode::batch;
@@ -48,31 +76,12 @@ void validate(DetectConfig& c) {
     if (batch && *c.granularity == Granularity::layer)
         throw UsageError("--granularity layer: batch mode decides on the whole model; use --granularity model");
     if (c.monotone && !batch) throw UsageError("--monotone: applies only to --mode batch");
-    if (c.low.empty()) c.low = batch ? "512" : "powersgd:2";
-    if (c.high.empty()) c.high = batch ? "4096" : "powersgd:1";
-    if (batch) {
-        std::int64_t low = parse_batch("--low", c.low), high = parse_batch("--high", c.high);
-        if (high < low)
-            throw UsageError("--high " + c.high + " is smaller than --low " + c.low +
-                             "; the small batch is for critical epochs");
-        c.low = std::to_string(low);
-        c.high = std::to_string(high);
-    } else {
-        try {
-            c.low = compress::parse_spec(c.low).text();
-        } catch (const UsageError& e) {
-            throw UsageError(std::string("--low: ") + e.what());
-        }
-        try {
-            c.high = compress::parse_spec(c.high).text();
-        } catch (const UsageError& e) {
-            throw UsageError(std::string("--high: ") + e.what());
-        }
-    }
+    if (batch && c.high_batch < c.low_batch)
+        throw UsageError("--high " + high_text(c) + " is smaller than --low " + low_text(c) +
+                         "; the small batch is for critical epochs");
     if (!c.plan && !c.plan_only.empty()) throw UsageError(c.plan_only.front() + ": applies only with --plan");
     if (c.plan) {
         if (batch) throw UsageError("--plan: plans compression levels; it does not apply to --mode batch");
-        c.planner.candidates = parse_plan_candidates(*c.plan);
         // The budget is the error of Accordion's own levels, so they need an error model too.
         check_plannable("--low", c.low);
         check_plannable("--high", c.high);
@@ -145,7 +154,7 @@ Outcome plan_batch_mode(const DetectConfig& c, const Decisions& decisions, const
     Outcome o;
     o.decisions = decisions;
     o.counted = {true};
-    const std::int64_t low = std::stoll(c.low), high = std::stoll(c.high);
+    const std::int64_t low = c.low_batch, high = c.high_batch;
     BatchPlan plan = plan_batch(decisions, low, high, c.monotone);
     s.batch_size = plan.batch_size;
     s.lr_scale = plan.lr_scale;
@@ -155,7 +164,7 @@ Outcome plan_batch_mode(const DetectConfig& c, const Decisions& decisions, const
         static_cast<double>(grads.epochs[0].samples * std::max<std::int64_t>(1, grads.run.world_size));
     o.comm = batch_communication(plan, static_cast<double>(in.values), samples, low, high);
     const std::int64_t small = std::count(plan.batch_size.begin(), plan.batch_size.end(), low);
-    o.levels_line = "batch " + c.low + " in " + std::to_string(small) + " epochs, batch " + c.high + " in " +
+    o.levels_line = "batch " + low_text(c) + " in " + std::to_string(small) + " epochs, batch " + high_text(c) + " in " +
                     std::to_string(in.norms.epochs - small);
     o.report["batch_size"] = plan.batch_size;
     o.report["lr_scale"] = plan.lr_scale;
@@ -176,7 +185,7 @@ Outcome plan_compression_mode(const DetectConfig& c, const Decisions& per_parame
         plan.levels = o.planned->levels;
         plan.level = o.planned->level;
     }
-    s.levels = plan.levels;
+    s.levels = texts(plan.levels);
     s.level = plan.level;
     o.regimes = find_regimes(per_parameter, o.counted);
     o.line = timeline(per_parameter, o.counted, block);
@@ -192,7 +201,7 @@ Outcome plan_compression_mode(const DetectConfig& c, const Decisions& per_parame
     if (vectors > 0) o.levels_line += "; " + std::to_string(vectors) + " vector parameters always none";
     o.report["level_share"] = shares;
     if (o.comm.low < o.comm.high)
-        warn("--low " + c.low + " sends less than --high " + c.high +
+        warn("--low " + c.low.text() + " sends less than --high " + c.high.text() +
              ": critical regimes will get the stronger compression");
     return o;
 }
@@ -205,8 +214,8 @@ io::Schedule schedule_header(const DetectConfig& c, const io::GradStats& grads, 
     s.eta = c.eta;
     s.interval = c.interval;
     s.granularity = granularity_name(*c.granularity);
-    s.low = c.low;
-    s.high = c.high;
+    s.low = low_text(c);
+    s.high = high_text(c);
     s.monotone = c.monotone;
     s.source = c.input;
     s.parameters = grads.parameters;
@@ -257,7 +266,7 @@ std::string planned_epoch_text(const PlannedSchedule& plan, const PlannedEpoch& 
 void print_plan(const DetectConfig& c, const Inputs& in, const PlannedSchedule& plan) {
     spdlog::info("  planned per layer: {} within {} x the {} of Accordion's levels; cost {}; epoch e predicted by "
                  "the profile of epoch e-1",
-                 join(c.planner.candidates, ", "), short_number(c.planner.budget_factor),
+                 join(texts(c.planner.candidates), ", "), short_number(c.planner.budget_factor),
                  error_measure_name(c.planner.error), plan.seconds ? "modelled exchange time" : "floats sent");
     if (plan.seconds) spdlog::info("    network: {}", plan.network);
     // Runs of epochs with the same line, so that long runs stay readable.
@@ -295,7 +304,7 @@ nlohmann::json plan_json(const DetectConfig& c, const Inputs& in, const PlannedS
                           {"status", plan_status_name(r.status)},
                           {"kept_uniform", r.kept_uniform}});
     const PlanTotals t = plan_totals(plan, in);
-    nlohmann::json out = {{"candidates", c.planner.candidates},
+    nlohmann::json out = {{"candidates", texts(c.planner.candidates)},
                           {"error", error_measure_name(c.planner.error)},
                           {"budget_factor", cli::json_number(c.planner.budget_factor)},
                           {"bins", c.planner.bins},
@@ -342,8 +351,8 @@ void print_summary(const DetectConfig& c, const Inputs& in, const Outcome& o, st
     spdlog::info("  levels: {}", o.levels_line);
     if (o.planned) print_plan(c, in, *o.planned);
     spdlog::info("  data sent per worker{}: {} floats ({} throughout: {}, {} more; {} throughout: {})", unit,
-                 si_count(o.comm.schedule), batch ? "batch " + c.low : c.low, si_count(o.comm.low),
-                 ratio_text(o.comm.low, o.comm.schedule), batch ? "batch " + c.high : c.high, si_count(o.comm.high));
+                 si_count(o.comm.schedule), (batch ? "batch " : "") + low_text(c), si_count(o.comm.low),
+                 ratio_text(o.comm.low, o.comm.schedule), (batch ? "batch " : "") + high_text(c), si_count(o.comm.high));
 }
 
 nlohmann::json reasons_json(const DetectConfig& c, const Inputs& in, const Outcome& o,
@@ -371,8 +380,8 @@ void print_json(const DetectConfig& c, const io::GradStats& grads, const Inputs&
     report["eta"] = cli::json_number(c.eta);
     report["interval"] = c.interval;
     report["granularity"] = granularity_name(*c.granularity);
-    report["low"] = c.low;
-    report["high"] = c.high;
+    report["low"] = low_text(c);
+    report["high"] = high_text(c);
     report["monotone"] = c.monotone;
     report["epochs"] = in.norms.epochs;
     report["parameters"] = in.norms.columns;
@@ -415,12 +424,14 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
            "--mode", [&config](const std::string& v) { config.mode = v == "batch" ? ScheduleMode::batch : ScheduleMode::compression; },
            "What the schedule switches: compression level or batch size")
         ->check(CLI::IsMember({"compression", "batch"}));
-    app.add_option("--low", config.low,
-                   "Level for critical epochs: a compressor spec [powersgd:2], or in batch mode the small "
-                   "batch size [512]");
-    app.add_option("--high", config.high,
-                   "Level elsewhere: a compressor spec [powersgd:1], or in batch mode the large batch "
-                   "size [4096]");
+    // After --mode, so that its value is known when these are read.
+    app.add_option_function<std::string>(
+        "--low", [&config](const std::string& text) { read_level(config, "--low", text, config.low, config.low_batch); },
+        "Level for critical epochs: a compressor spec [powersgd:2], or in batch mode the small batch size [512]");
+    app.add_option_function<std::string>(
+        "--high",
+        [&config](const std::string& text) { read_level(config, "--high", text, config.high, config.high_batch); },
+        "Level elsewhere: a compressor spec [powersgd:1], or in batch mode the large batch size [4096]");
     app.add_option_function<std::string>(
            "--granularity",
            [&config](const std::string& v) { config.granularity = v == "model" ? Granularity::model : Granularity::layer; },
@@ -430,7 +441,11 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
     app.add_flag("--monotone", config.monotone, "Batch mode: never return to the small batch once grown");
     const std::string plan = "Per-layer planning (docs/planner.md)";
     app.add_option_function<std::string>(
-           "--plan", [&config](const std::string& v) { config.plan = v; },
+           "--plan",
+           [&config](const std::string& v) {
+               config.planner.candidates = parse_plan_candidates(v);
+               config.plan = true;
+           },
            "Plan each parameter's level per epoch among these levels (e.g. powersgd:1,powersgd:2,powersgd:4: "
            "none, powersgd:RANK, topk:F) within the error of Accordion's levels; needs grad-dump --profile")
         ->group(plan);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "app/regime_plan.hpp"
+#include "compress/spec.hpp"
 #include "io/header.hpp"
 #include "regime/detect.hpp"
 
@@ -31,14 +32,18 @@ struct DetectConfig {
     double eta = regime::kDefaultEta;                  ///< --eta
     std::int64_t interval = regime::kDefaultInterval;  ///< --interval, epochs
     ScheduleMode mode = ScheduleMode::compression;
-    std::string low;                                   ///< empty: powersgd:2, or batch 512
-    std::string high;                                  ///< empty: powersgd:1, or batch 4096
+    // --low and --high, read as the --mode before them on the option list says (CLI11
+    // reads options in the order they are added, whatever the command line's order).
+    compress::Spec low{"powersgd", 2};                 ///< --low: critical epochs' level
+    compress::Spec high{"powersgd", 1};                ///< --high: the other epochs' level
+    std::int64_t low_batch = 512;                      ///< --low in batch mode: the small batch
+    std::int64_t high_batch = 4096;                    ///< --high in batch mode: the large batch
     std::optional<Granularity> granularity;            ///< unset: layer (compression) or model (batch)
     bool monotone = false;
-    /// --plan's text, when given: the candidate levels of the per-layer planner
-    /// (docs/planner.md); unset keeps Accordion's two levels.
-    std::optional<std::string> plan;
-    PlanConfig planner;                  ///< the candidates (parsed from `plan`), --plan-error, ... and --comm
+    /// --plan was given: plan per layer (docs/planner.md) among planner.candidates;
+    /// otherwise Accordion's two levels.
+    bool plan = false;
+    PlanConfig planner;                  ///< --plan's candidates, --plan-error, ... and --comm
     std::vector<std::string> plan_only;  ///< the --plan-* and --comm options given, which need --plan
     bool force = false;  ///< replace an output that is read-only or not HDF5
     bool json = false;  ///< also print the summary as JSON on stdout

@@ -41,8 +41,7 @@ Spec parse_plannable(const std::string& option, const std::string& text) {
     } catch (const UsageError& e) {
         throw UsageError(option + ": " + e.what());
     }
-    const std::string why = unplannable_reason(spec);
-    if (!why.empty()) throw UsageError(option + ": " + spec.text() + " cannot be planned: " + why);
+    check_plannable(option, spec);
     return spec;
 }
 
@@ -133,33 +132,36 @@ ExchangeModel read_network(const std::string& path, const io::GradStats& grads, 
 
 }  // namespace
 
-std::vector<std::string> parse_plan_candidates(const std::string& text) {
-    std::vector<std::string> out;
+std::vector<Spec> parse_plan_candidates(const std::string& text) {
+    std::vector<Spec> out;
     if (text.find_first_not_of(" \t") == std::string::npos)
         throw UsageError("--plan: no candidate levels; give levels such as powersgd:1,powersgd:2");
     for (const std::string& item : split(text, ',')) {
         const size_t first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
         const std::string level = first == std::string::npos ? "" : item.substr(first, last - first + 1);
         if (level.empty()) throw UsageError("--plan: an empty level in '" + text + "'; give levels such as powersgd:1,powersgd:2");
-        const std::string canonical = parse_plannable("--plan", level).text();
-        if (std::find(out.begin(), out.end(), canonical) == out.end()) out.push_back(canonical);
+        const Spec spec = parse_plannable("--plan", level);
+        if (std::find(out.begin(), out.end(), spec) == out.end()) out.push_back(spec);
     }
     return out;
 }
 
-void check_plannable(const std::string& option, const std::string& spec) { parse_plannable(option, spec); }
+void check_plannable(const std::string& option, const Spec& spec) {
+    const std::string why = unplannable_reason(spec);
+    if (!why.empty()) throw UsageError(option + ": " + spec.text() + " cannot be planned: " + why);
+}
 
-PlannedSchedule plan_schedule(const PlanConfig& plan, const std::string& low, const std::string& high,
+PlannedSchedule plan_schedule(const PlanConfig& plan, const Spec& low_spec, const Spec& high_spec,
                               const std::string& grads_path, const io::GradStats& grads,
                               const regime::Decisions& critical) {
     if (!grads.has_profile)
         throw FileError(grads_path, "holds no compressibility profile (/profile), which --plan needs; record one "
                                     "with grad-dump --profile");
     const size_t P = grads.parameters.size(), E = grads.epochs.size();
-    std::vector<Spec> candidates;
-    for (const auto& text : plan.candidates) candidates.push_back(compress::parse_spec(text));
-    const Spec low_spec = parse_plannable("--low", low), high_spec = parse_plannable("--high", high);
-    const Spec none = compress::parse_spec("none");
+    const std::vector<Spec>& candidates = plan.candidates;
+    check_plannable("--low", low_spec);
+    check_plannable("--high", high_spec);
+    const Spec& none = compress::kNone;
     const bool uses_topk = std::any_of(candidates.begin(), candidates.end(), [](const Spec& s) { return s.name == "topk"; }) ||
                            low_spec.name == "topk" || high_spec.name == "topk";
     if (uses_topk && !std::equal(grads.profile.topk_fractions.begin(), grads.profile.topk_fractions.end(),
@@ -218,11 +220,11 @@ PlannedSchedule plan_schedule(const PlanConfig& plan, const std::string& low, co
         return cost;
     };
 
-    std::map<std::string, std::int32_t> index{{"none", 0}};
-    out.levels = {"none"};
-    auto level_index = [&](const std::string& text) {
-        auto [it, added] = index.try_emplace(text, static_cast<std::int32_t>(out.levels.size()));
-        if (added) out.levels.push_back(text);
+    std::map<std::string, std::int32_t> index{{none.text(), 0}};
+    out.levels = {none};
+    auto level_index = [&](const Spec& spec) {
+        auto [it, added] = index.try_emplace(spec.text(), static_cast<std::int32_t>(out.levels.size()));
+        if (added) out.levels.push_back(spec);
         return it->second;
     };
     out.level.assign(E * P, 0);
@@ -234,12 +236,12 @@ PlannedSchedule plan_schedule(const PlanConfig& plan, const std::string& low, co
         const size_t q = e == 0 ? 0 : e - 1;
         r.profile_epoch = static_cast<std::int64_t>(q);
         std::vector<const LevelCost*> uniform(P, &cost_of(none)[0]), planned;
-        std::vector<std::string> uniform_level(P, "none"), planned_level;
+        std::vector<Spec> uniform_level(P, none), planned_level;
         std::vector<std::vector<regime::Candidate>> layers, uniform_layers;
         for (size_t p : matrices) {
             const Spec& u = critical.critical[critical.at(r.epoch, static_cast<std::int64_t>(p))] ? low_spec : high_spec;
             uniform[p] = &cost_of(u)[p];
-            uniform_level[p] = u.text();
+            uniform_level[p] = u;
             uniform_layers.push_back(
                 {{layer_cost(*uniform[p]), regime::layer_error(residual_norm(u, grads, q, p), plan.error)}});
             std::vector<regime::Candidate> options;
@@ -261,11 +263,11 @@ PlannedSchedule plan_schedule(const PlanConfig& plan, const std::string& low, co
             const regime::LevelPlan lp = regime::plan_levels(layers, r.budget, plan.bins);
             r.status = lp.status;
             std::vector<const LevelCost*> chosen = uniform;
-            std::vector<std::string> chosen_level = uniform_level;
+            std::vector<Spec> chosen_level = uniform_level;
             for (size_t i = 0; i < matrices.size(); ++i) {
                 const Spec& spec = candidates[static_cast<size_t>(lp.choice[i])];
                 chosen[matrices[i]] = &cost_of(spec)[matrices[i]];
-                chosen_level[matrices[i]] = spec.text();
+                chosen_level[matrices[i]] = spec;
             }
             double floats = 0;
             const double cost = step_cost(chosen, floats);

@@ -8,6 +8,7 @@
 // Formulas and limits: docs/planner.md. No LibTorch.
 #pragma once
 
+#include "compress/spec.hpp"
 #include "io/grads.hpp"
 #include "regime/detect.hpp"
 #include "regime/plan.hpp"
@@ -19,7 +20,7 @@
 namespace acc::app {
 
 struct PlanConfig {
-    std::vector<std::string> candidates;  ///< canonical specs; empty: no planning
+    std::vector<compress::Spec> candidates;  ///< distinct levels; empty: no planning
     regime::ErrorMeasure error = regime::kDefaultErrorMeasure;
     double budget_factor = 1.0;
     std::int64_t bins = regime::kDefaultErrorBins;
@@ -29,11 +30,11 @@ struct PlanConfig {
 /// Parses --plan's comma-separated levels into canonical specs, without repeats.
 /// Throws UsageError ("--plan: ...") for an empty list or a level the planner has
 /// no error model for.
-std::vector<std::string> parse_plan_candidates(const std::string& text);
+std::vector<compress::Spec> parse_plan_candidates(const std::string& text);
 
 /// Throws UsageError ("OPTION: ...") unless `spec` is a level with an error model:
 /// none, powersgd:RANK, or topk:F with F one of regime::kTopkFractions.
-void check_plannable(const std::string& option, const std::string& spec);
+void check_plannable(const std::string& option, const compress::Spec& spec);
 
 /// One planned epoch. Costs are per worker and step, in the plan's unit.
 struct PlannedEpoch {
@@ -51,7 +52,7 @@ struct PlannedEpoch {
 };
 
 struct PlannedSchedule {
-    std::vector<std::string> levels;   ///< "none" first, then in order of first use
+    std::vector<compress::Spec> levels;  ///< none first, then in order of first use
     std::vector<std::int32_t> level;   ///< epochs x parameters, epoch-major, index into levels
     std::vector<PlannedEpoch> epochs;
     bool seconds = false;              ///< costs are modelled seconds (--comm), else floats
@@ -64,7 +65,7 @@ struct PlannedSchedule {
 /// predicts epoch e. Throws FileError naming grads_path (no profile, Top-k
 /// fractions off the grid) or plan.comm (world size, missing collective),
 /// UsageError for levels without an error model.
-PlannedSchedule plan_schedule(const PlanConfig& plan, const std::string& low, const std::string& high,
+PlannedSchedule plan_schedule(const PlanConfig& plan, const compress::Spec& low, const compress::Spec& high,
                               const std::string& grads_path, const io::GradStats& grads,
                               const regime::Decisions& critical);
 

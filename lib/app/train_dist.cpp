@@ -1,6 +1,7 @@
 #include "app/train_dist.hpp"
 
 #include "app/data_parallel.hpp"
+#include "app/train_dist_options.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
@@ -58,22 +59,6 @@ std::string mode_name(Mode mode) {
     return "?";
 }
 
-// The options that change the numbers, as the checkpoint records them ("run/options").
-// In batch mode the schedule sets the batch size, so --batch-size is not compared.
-std::string resume_settings(const TrainDistConfig& c, bool batch_mode) {
-    std::string text;
-    for (const auto& line : split(train::resume_settings(c.train), '\n'))
-        if (!line.empty() && !(batch_mode && line.rfind("--batch-size ", 0) == 0)) text += line + "\n";
-    text += "--dgc-warmup-epochs " + std::to_string(c.dgc_warmup_epochs) + "\n";
-    text += "--schedule-extend " + (c.schedule_extend.empty() ? std::string("none") : c.schedule_extend) + "\n";
-    text += dist::resume_gravac_settings(c);
-    if (c.accordion) {
-        text += "--eta " + fmt::format("{}", c.accordion_config.eta) + "\n";
-        text += "--interval " + std::to_string(c.accordion_config.interval) + "\n";
-    }
-    return text;
-}
-
 // The part of the epoch line only train-dist prints: levels, traffic and time.
 std::string epoch_tail(const io::MetricsEpoch& m, const std::string& levels) {
     return fmt::format("; levels {}; sent {} floats ({}B), total {} floats; {:.2f} s: compute {:.2f} s, compression "
@@ -105,10 +90,10 @@ RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& s
     switch (c.mode()) {
     case Mode::fixed: return RunPlan::fixed(parameters, c.fixed_level(), epochs);
     // GravacExchange sends every matrix at its own per-step factor; the plan's levels stay none.
-    case Mode::gravac: return RunPlan::fixed(parameters, compress::parse_spec("none"), epochs);
+    case Mode::gravac: return RunPlan::fixed(parameters, compress::kNone, epochs);
     case Mode::schedule: {
         const io::Schedule& s = schedule.value();
-        dist::check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend == "last", world, c.batch_size_given);
+        dist::check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend_last, world, c.batch_size_given);
         return RunPlan::from_schedule(s, parameters, epochs);
     }
     case Mode::accordion: {
@@ -161,12 +146,14 @@ struct LevelTable {
         for (const auto& level : levels) out += "\n" + level.text();
         return out;
     }
-    // One line of the checkpoint's "run/options", so that a resumed run with other
-    // levels is told so together with every other changed option.
-    std::string settings_line() const {
+    // The last row of the run's settings, so that a resumed run with other levels
+    // is told so together with every other changed option.
+    Settings settings(const TrainDistConfig& c) const {
+        Settings s = train_dist_settings(c, batch_mode);
         std::vector<std::string> names;
         for (const auto& level : levels) names.push_back(level.text());
-        return std::string(batch_mode ? "batch-levels" : "levels") + " [" + join(names, ", ") + "]\n";
+        s.add(batch_mode ? "batch-levels" : "levels", "[" + join(names, ", ") + "]", false, true);
+        return s;
     }
     std::vector<compress::Spec> specs(const std::vector<std::int32_t>& index) const {
         std::vector<compress::Spec> out;
@@ -214,7 +201,7 @@ public:
 
 private:
     void check_destinations();
-    std::string run_settings() const { return resume_settings(c_, table_.batch_mode) + table_.settings_line(); }
+    std::string run_settings() const { return table_.settings(c_).resume_text(); }
     void log_model() const;
     Start resume();
     void make_exchange(const Start& start);
@@ -242,8 +229,8 @@ private:
 
 DistRank::DistRank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
                    comm::ProcessGroupCollectives& pg, comm::Backend backend)
-    : DataParallelRank(c.train, &pg), c_(c), backend_(backend), checkpoint_(dist::checkpoint_path(c)) {
-    session_.check_same_options(dist::shared_settings(c));
+    : DataParallelRank(c.train, &pg), c_(c), backend_(backend), checkpoint_(checkpoint_path(c)) {
+    session_.check_same_options(train_dist_settings(c, false).ranks_text());
     if (session_.leader()) check_destinations();
     build();
     if (session_.leader()) log_model();
@@ -444,7 +431,8 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
     metrics_->append_epoch(m);
     checkpoint->commit();
     spdlog::info("{}{}", epoch_line(all, false),
-                 epoch_tail(m, gravac_ ? "gravac " + c_.gravac + ": " + dist::gravac_summary(gravac_steps_)
+                 epoch_tail(m, gravac_ ? std::string("gravac ") + regime::gravac_family_name(*c_.gravac) + ": " +
+                                             dist::gravac_summary(gravac_steps_)
                                        : dist::levels_summary(table_.levels, o.level)));
     history_.push_back(epoch_json(all, m, table_.levels));
 }
@@ -496,21 +484,13 @@ int run_rank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedu
     else if (c.rendezvous.nproc > 1)  // ranks started here share this machine's cores
         torch::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / c.rendezvous.nproc));
     auto pg = comm::ProcessGroupCollectives::join(rendezvous, backend);
-    int code = cli::kExitOk;
-    try {
-        code = DistRank(c, schedule, *pg, backend).run();
-        pg->finish();
-    } catch (const std::exception& e) {
-        pg->abort(e.what());
-        throw;
-    }
-    return code;
+    return comm::run_in_group(*pg, [&] { return DistRank(c, schedule, *pg, backend).run(); });
 }
 
 }  // namespace
 
 int run_train_dist(TrainDistConfig c, int argc, char** argv) {
-    dist::validate(c);
+    validate(c);
     // A bad schedule stops the run before any rank starts; only rank 0 (or the launcher) reads it, once.
     std::optional<io::Schedule> schedule;
     if (c.mode() == Mode::schedule && comm::resolve_rendezvous(c.rendezvous).rank == 0)

@@ -3,16 +3,24 @@
 #include "app/train_dist_options.hpp"
 
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "app/rank_options.hpp"
 #include "app/training_options.hpp"
 #include "cli/tool.hpp"
 #include "compress/spec.hpp"
 #include "regime/detect.hpp"
+#include "regime/gravac.hpp"
 #include "train/config.hpp"
 
 #include <CLI/CLI.hpp>
 
+#include <spdlog/fmt/fmt.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <functional>
+#include <sstream>
 #include <utility>
 
 namespace acc::app {
@@ -54,15 +62,16 @@ std::pair<CLI::Option*, CLI::Option*> add_level_options(CLI::App& app, dist::Tra
                                     "batch size and learning-rate scale per epoch")
                          ->type_name("SCHED.h5")
                          ->group(group);
-    app.add_option("--schedule-extend", c.schedule_extend,
-                   "When the schedule covers fewer epochs than --epochs: 'last' repeats its last epoch")
+    cli::add_typed_option(
+        app, "--schedule-extend", c.schedule_extend_last, [](const std::string&) { return true; },
+        "When the schedule covers fewer epochs than --epochs: 'last' repeats its last epoch")
         ->check(CLI::IsMember({"last"}))
         ->group(group);
     auto* accordion = app.add_flag("--accordion", c.accordion,
                                    "Run Accordion's rule online: per parameter, --low in critical regimes and "
                                    "--high elsewhere, decided on rank 0 every --interval epochs")
                           ->group(group);
-    auto* gravac = app.add_option("--gravac", c.gravac,
+    auto* gravac = cli::add_typed_option(app, "--gravac", c.gravac, regime::parse_gravac_family,
                                   "Run GraVAC: every step, send this compressor's gradient at the largest "
                                   "compression factor whose gain ||C(g)||^2/||g||^2 is at least --gravac-epsilon: "
                                   "topk, dgc, randomk or powersgd (factor f is rank "
@@ -140,12 +149,15 @@ void add_gravac_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option* gr
                  "candidate's when raised to it), so that no average mixes factors (off: the averages run on across factor changes)")
         ->needs(gravac)
         ->group(gravac_group);
-    app.add_option("--gravac-policy", c.gravac_policy,
-                   "How the candidate grows: exponential (10x, 20x, 40x, 160x, ...) or geometric (10x, 20x, 40x, 80x, ...)")
+    cli::add_typed_option(app, "--gravac-policy", g.policy, regime::parse_gravac_policy,
+                          "How the candidate grows: exponential (10x, 20x, 40x, 160x, ...) or geometric (10x, 20x, "
+                          "40x, 80x, ...)")
+        ->default_str(regime::gravac_policy_name(g.policy))
         ->needs(gravac)
         ->group(gravac_group);
-    app.add_option("--gravac-throughput", c.gravac_throughput,
-                   "A factor's compression throughput from a window's steps: median or mean")
+    cli::add_typed_option(app, "--gravac-throughput", g.statistic, regime::parse_gravac_statistic,
+                          "A factor's compression throughput from a window's steps: median or mean")
+        ->default_str(regime::gravac_statistic_name(g.statistic))
         ->needs(gravac)
         ->group(gravac_group);
 
@@ -183,7 +195,83 @@ void add_output_options(CLI::App& app, dist::TrainDistConfig& c) {
     app.add_flag("--json", c.json, "Also print the summary as JSON on stdout")->group(output);
 }
 
+// GraVAC's rows: its numbers with all 17 digits, so that any change shows.
+void add_gravac_settings(Settings& s, const dist::TrainDistConfig& c) {
+    const regime::GravacSettings& g = c.gravac_settings;
+    auto n = [](double v) {
+        std::ostringstream out;
+        out.precision(17);
+        out << v;
+        return out.str();
+    };
+    s.add("--gravac", regime::gravac_family_name(*c.gravac), true, true);
+    s.add("--gravac-theta-min", n(g.theta_min), true, true);
+    s.add("--gravac-theta-max", n(g.theta_max), true, true);
+    s.add("--gravac-epsilon", n(g.epsilon), true, true);
+    s.add("--gravac-window", std::to_string(g.window), true, true);
+    s.add("--gravac-omega", n(g.omega), true, true);
+    s.add("--gravac-theta-s", n(g.theta_s), true, true);
+    s.add("--gravac-smoothing", g.smoothing == 0 ? std::string("default") : n(g.smoothing), true, true);
+    s.add("--gravac-policy", regime::gravac_policy_name(g.policy), true, true);
+    s.add("--gravac-throughput", regime::gravac_statistic_name(g.statistic), true, true);
+    s.add("--gravac-reset-gains", setting_flag(g.reset_gains), true, true);
+}
+
 }  // namespace
+
+Settings train_dist_settings(const dist::TrainDistConfig& c, bool batch_mode) {
+    Settings s;
+    add_training_settings(s, c.train, !batch_mode);
+    s.add("--dgc-warmup-epochs", std::to_string(c.dgc_warmup_epochs), true, true);
+    s.add("--schedule-extend", c.schedule_extend_last ? "last" : "none", true, true);
+    if (c.gravac) add_gravac_settings(s, c);
+    // Accordion's rule decides the levels: a resume must keep it, and the ranks must agree even unused.
+    s.add("--eta", fmt::format("{}", c.accordion_config.eta), true, c.accordion);
+    s.add("--interval", std::to_string(c.accordion_config.interval), true, c.accordion);
+    // What a resume compares through the levels instead ("levels [...]", the driver's row).
+    s.add("--compress", c.compress ? c.compress->text() : "", true, false);
+    s.add("--schedule", c.schedule, true, false);
+    s.add("--accordion", setting_flag(c.accordion), true, false);
+    s.add("--low", c.accordion_config.low.text(), true, false);
+    s.add("--high", c.accordion_config.high.text(), true, false);
+    // Ranks exchange their buckets and files together; a resume may change how.
+    s.add("--backend", c.backend ? comm::backend_name(*c.backend) : "", true, false);
+    s.add("--bucket-mb", setting_number(c.bucket_mb), true, false);
+    s.add("--first-bucket-mb", setting_number(c.first_bucket_mb), true, false);
+    s.add("--resume", setting_flag(c.resume), true, false);
+    return s;
+}
+
+void validate(const dist::TrainDistConfig& c) {
+    train::TrainConfig t = c.train;
+    // A batch schedule may set batches larger than --batch-size, which micro-batches then split.
+    if (!c.schedule.empty() && !c.batch_size_given) t.batch_size = std::max(t.batch_size, t.micro_batch_size);
+    train::validate(t);
+    const int modes = (c.compress ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0) +
+                      (c.gravac ? 1 : 0);
+    if (modes > 1) throw UsageError("--compress, --schedule, --accordion and --gravac: choose one");
+    if (c.gravac) regime::validate(gravac_settings(c, 1));
+    if (c.schedule_extend_last && c.schedule.empty()) throw UsageError("--schedule-extend: needs --schedule");
+    if (c.accordion) {
+        const dist::AccordionConfig& a = c.accordion_config;
+        regime::validate(regime::Options{a.eta, a.interval});
+    }
+    comm::run_backend(c.backend, c.train.device);
+    if (!(c.bucket_mb > 0) || !std::isfinite(c.bucket_mb)) throw UsageError("--bucket-mb: must be a number > 0");
+    if (!(c.first_bucket_mb > 0) || !std::isfinite(c.first_bucket_mb))
+        throw UsageError("--first-bucket-mb: must be a number > 0");
+    if (c.dgc_warmup_epochs < 0) throw UsageError("--dgc-warmup-epochs: must be >= 0");
+    if (c.metrics.empty()) throw UsageError("--metrics: must name a file");
+    check_distinct_files({{"--schedule", c.schedule}}, {{"--metrics", c.metrics}, {"checkpoint", checkpoint_path(c)}});
+}
+
+std::string checkpoint_path(const dist::TrainDistConfig& c) {
+    // Named after the metrics file, so that runs sharing a directory keep their own.
+    const std::filesystem::path metrics(c.metrics);
+    const std::filesystem::path dir =
+        c.checkpoint_dir.empty() ? metrics.parent_path() : std::filesystem::path(c.checkpoint_dir);
+    return (dir / checkpoint_beside(metrics.filename().string())).string();
+}
 
 void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
     add_train_options(app, c.train);

@@ -1,5 +1,6 @@
 #include "app/training_options.hpp"
 
+#include "base/text.hpp"
 #include "cli/tool.hpp"
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,43 @@ constexpr long long kMaxBatch = 1 << 20;
 constexpr double kMaxRate = 1e30;
 
 }  // namespace
+
+void add_training_settings(Settings& s, const train::TrainConfig& c, bool batch_size_resumes) {
+    std::vector<std::string> decay;
+    for (auto e : c.schedule.decay_epochs) decay.push_back(std::to_string(e));
+    s.add("--model", c.model, true, true);
+    s.add("--dataset", c.data.name, true, true);
+    s.add("--data-dir", c.data.dir, true, false);
+    s.add("--train-samples", std::to_string(c.data.train_samples), true, true);
+    s.add("--test-samples", std::to_string(c.data.test_samples), true, true);
+    s.add("--bptt", std::to_string(c.data.bptt), true, true);
+    s.add("--hidden-size", std::to_string(c.model_options.hidden_size), true, true);
+    s.add("--embedding-size", std::to_string(c.model_options.embedding_size), true, true);
+    s.add("--tied", setting_flag(c.model_options.tied), true, true);
+    s.add("--dropout", setting_number(c.model_options.dropout), true, true);
+    s.add("--epochs", std::to_string(c.epochs), true, false);
+    s.add("--batch-size", std::to_string(c.batch_size), true, batch_size_resumes);
+    s.add("--micro-batch-size", std::to_string(c.micro_batch_size), true, true);
+    s.add("--lr", setting_number(c.schedule.lr), true, true);
+    s.add("--warmup-epochs", std::to_string(c.schedule.warmup_epochs), true, true);
+    s.add("--warmup-lr", setting_number(c.schedule.warmup_lr), true, true);
+    s.add("--lr-decay-epochs", decay.empty() ? "none" : join(decay, ","), true, true);
+    s.add("--lr-decay-factor", setting_number(c.schedule.decay_factor), true, true);
+    s.add("--momentum", setting_number(c.optimizer.momentum), true, true);
+    s.add("--nesterov", setting_flag(c.optimizer.nesterov), true, true);
+    s.add("--weight-decay", setting_number(c.optimizer.weight_decay), true, true);
+    s.add("--clip-norm", setting_number(c.clip_norm), true, true);
+    s.add("--eval-every", std::to_string(c.eval_every), true, false);
+    s.add("--seed", std::to_string(c.seed), true, true);
+    s.add("--device", device_name(c.device), true, true);
+}
+
+std::string checkpoint_beside(const std::string& output) {
+    const std::string suffix = ".h5";
+    if (output.size() > suffix.size() && output.compare(output.size() - suffix.size(), suffix.size(), suffix) == 0)
+        return output.substr(0, output.size() - suffix.size()) + ".ckpt.h5";
+    return output + ".ckpt.h5";
+}
 
 CLI::Option* add_device_option(CLI::App& app, Device& device, const std::string& help) {
     return app

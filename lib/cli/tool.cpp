@@ -245,6 +245,10 @@ int run_tool(const std::string& name, const std::string& description, int argc, 
         }
         print_error(std::string(e.what()) + " (see '" + name + " --help')");
         return kExitUsage;
+    } catch (const UsageError& e) {
+        // An option that turns its text into a typed value as it is read (a level, a choice).
+        print_error(e.what());
+        return kExitUsage;
     }
     setup_logging(name, quiet ? -1 : verbose ? 1 : 0);
     // A write to a socket whose peer has gone (a rank that gave up while this one was

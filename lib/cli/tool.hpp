@@ -54,6 +54,17 @@ CLI::Validator whole_number(long long minimum, long long maximum);
 /// (minimum, maximum] when `above_minimum`: what a float or double option may hold.
 CLI::Validator number(double minimum, double maximum, bool above_minimum = false);
 
+/// An option whose text becomes a typed value (an enum, a level) as CLI11 reads it,
+/// so that nothing later handles the text: `parse` returns the value and throws
+/// acc::UsageError, printed as it is with exit code 2, for text it does not take.
+/// Its type shows as TEXT and no default shows unless the caller sets them.
+template <class T, class Parse>
+CLI::Option* add_typed_option(CLI::App& app, const std::string& name, T& target, Parse parse,
+                              const std::string& description) {
+    return app.add_option_function<std::string>(
+        name, [&target, parse](const std::string& text) { target = parse(text); }, description);
+}
+
 /// The most threads a --threads option accepts: more cannot be meant on any
 /// machine this runs on, and each costs memory and scheduler time.
 inline constexpr long long kMaxThreads = 256;

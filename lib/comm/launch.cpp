@@ -290,18 +290,11 @@ int free_local_port() {
     return port;
 }
 
-int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::string& tool,
-              const std::function<int()>& run, double grace_seconds) {
-    if (config.nproc <= 0) return run();
-    // A rank this launcher started: the environment holds its rendezvous.
-    if (const char* launcher = std::getenv(kLauncherVariable); launcher && std::to_string(::getppid()) == launcher)
-        return run();
-    if (config.rank >= 0 || config.world_size >= 1)
-        throw UsageError("--nproc starts its own ranks; leave out --rank and --world-size");
+namespace {
 
-    const std::string addr = config.master_addr.empty() ? "127.0.0.1" : config.master_addr;
-    const int port = config.master_port >= 1 ? config.master_port : free_local_port();
-    const std::vector<std::string> args(argv, argv + argc);
+// The environment every started rank shares: this process's, without any rendezvous
+// of its own, with the launcher's pid, a run token and one OpenMP thread unless set.
+std::vector<std::string> ranks_environment(bool live) {
     std::vector<std::string> base_env;
     bool has_omp = false;
     for (char** e = environ; *e; ++e) {
@@ -318,11 +311,13 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
     // The ranks' store is theirs alone: a process that does not know the token cannot join it.
     const char* token = std::getenv(kRunTokenVariable);
     if (!token || !*token) base_env.push_back(std::string(kRunTokenVariable) + "=" + random_token());
-    const bool live = live_terminal();
     if (live) base_env.push_back("ACC_PROGRESS_TERMINAL=1");  // the ranks' stderr is a pipe to a terminal
-    spdlog::debug("starting {} ranks, rendezvous at {}:{}", config.nproc, addr, port);
+    return base_env;
+}
 
-    SignalGuard signals;
+// Starts ranks 0 .. nproc-1 of a rendezvous at addr:port; if one cannot start, kills those that did.
+std::vector<Child> start_ranks(const RendezvousConfig& config, const std::vector<std::string>& args,
+                               const std::vector<std::string>& base_env, const std::string& addr, int port) {
     std::vector<Child> children(static_cast<size_t>(config.nproc));
     for (int r = 0; r < config.nproc; ++r) {
         Child& child = children[static_cast<size_t>(r)];
@@ -343,8 +338,13 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
         }
         spdlog::debug("rank {} is pid {}", r, child.pid);
     }
+    return children;
+}
 
-    Forwarder forwarder(tool, live);
+// Until every rank has ended and its output is forwarded: forwards signals to the
+// ranks, ends the others `grace_seconds` after one fails, and kills what is left 3 s
+// after that. Returns the worst exit status.
+int supervise(std::vector<Child>& children, SignalGuard& signals, Forwarder& forwarder, double grace_seconds) {
     std::optional<Clock::time_point> failed_at, terminated_at;
     bool killed = false;
     for (;;) {
@@ -410,6 +410,30 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
     int worst = 0;
     for (const Child& c : children) worst = std::max(worst, c.status);
     return worst;
+}
+
+}  // namespace
+
+int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::string& tool,
+              const std::function<int()>& run, double grace_seconds) {
+    if (config.nproc <= 0) return run();
+    // A rank this launcher started: the environment holds its rendezvous.
+    if (const char* launcher = std::getenv(kLauncherVariable); launcher && std::to_string(::getppid()) == launcher)
+        return run();
+    if (config.rank >= 0 || config.world_size >= 1)
+        throw UsageError("--nproc starts its own ranks; leave out --rank and --world-size");
+
+    const std::string addr = config.master_addr.empty() ? "127.0.0.1" : config.master_addr;
+    const int port = config.master_port >= 1 ? config.master_port : free_local_port();
+    const std::vector<std::string> args(argv, argv + argc);
+    const bool live = live_terminal();
+    const std::vector<std::string> base_env = ranks_environment(live);
+    spdlog::debug("starting {} ranks, rendezvous at {}:{}", config.nproc, addr, port);
+
+    SignalGuard signals;
+    std::vector<Child> children = start_ranks(config, args, base_env, addr, port);
+    Forwarder forwarder(tool, live);
+    return supervise(children, signals, forwarder, grace_seconds);
 }
 
 }  // namespace acc::comm

@@ -66,11 +66,11 @@ std::string spec_list() {
     return out;
 }
 
-std::vector<std::string> default_specs() {
-    std::vector<std::string> out;
+std::vector<Spec> default_specs() {
+    std::vector<Spec> out;
     for (const auto& c : compressors()) {
-        if (!c.parameter_info.name) out.push_back(c.name);
-        for (double value : c.parameter_info.defaults) out.push_back(Spec{c.name, value}.text());
+        if (!c.parameter_info.name) out.push_back(Spec{c.name, 0});
+        for (double value : c.parameter_info.defaults) out.push_back(Spec{c.name, value});
     }
     return out;
 }
@@ -101,6 +101,9 @@ Spec parse_spec(const std::string& text) {
         throw UsageError("'" + text + "': " + parameter + " must be a whole number from 1 to " +
                          std::to_string(static_cast<long long>(p.maximum)) + ", e.g. " + example);
     }
+    // The value text() gives back, so that a level and its text are one: two spellings
+    // of a level compare equal, and ranks that exchange levels as text hold the same.
+    parse_number(spec.text().substr(spec.name.size() + 1), spec.parameter);
     return spec;
 }
 

@@ -61,6 +61,9 @@ struct Spec {
     bool operator==(const Spec& other) const { return name == other.name && parameter == other.parameter; }
 };
 
+/// No compression, parse_spec("none"): what vectors are sent at, and the plans' first level.
+inline const Spec kNone{"none", 0};
+
 /// Parses and range-checks a spec; throws UsageError listing the valid ones.
 Spec parse_spec(const std::string& text);
 
@@ -72,7 +75,7 @@ std::string spec_help();
 std::string spec_list();
 
 /// Every compressor at each of its default parameters: compress-bench's default levels.
-std::vector<std::string> default_specs();
+std::vector<Spec> default_specs();
 
 /// PowerSGD's matrix view of a tensor: rows = shape[0], cols = numel / rows.
 struct MatrixView {

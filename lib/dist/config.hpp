@@ -35,13 +35,12 @@ struct TrainDistConfig {
     comm::RendezvousConfig rendezvous;
     std::optional<compress::Spec> compress;  ///< --compress, parsed where it is read; not given: none
     std::string schedule;             ///< --schedule file; empty: no schedule
-    std::string schedule_extend;      ///< --schedule-extend: "" (a short schedule is an error) or "last"
+    bool schedule_extend_last = false;  ///< --schedule-extend last: a short schedule repeats its last epoch
     bool accordion = false;           ///< --accordion
     AccordionConfig accordion_config;
-    std::string gravac;                    ///< --gravac FAMILY (topk, dgc, randomk, powersgd); empty: not GraVAC
-    regime::GravacSettings gravac_settings;  ///< --gravac-*; smoothing 0: the paper's min(1, N / 100)
-    std::string gravac_policy = "exponential";
-    std::string gravac_throughput = "median";  ///< --gravac-throughput: a window's statistic, median or mean
+    std::optional<regime::GravacFamily> gravac;  ///< --gravac FAMILY; unset: not GraVAC
+    /// --gravac-* (--gravac-policy and --gravac-throughput included); smoothing 0: the paper's min(1, N / 100)
+    regime::GravacSettings gravac_settings;
     bool batch_size_given = false;    ///< --batch-size was on the command line (a batch schedule sets it)
     std::optional<comm::Backend> backend;  ///< --backend; unset: comm::default_backend(train.device)
     double bucket_mb = 25;            ///< MiB per bucket of uncompressed gradients (DDP's bucket_cap_mb)
@@ -55,30 +54,17 @@ struct TrainDistConfig {
     io::Provenance provenance;
 
     Mode mode() const {
-        return !gravac.empty() ? Mode::gravac
+        return gravac      ? Mode::gravac
                : accordion     ? Mode::accordion
                : !schedule.empty() ? Mode::schedule
                                    : Mode::fixed;
     }
     /// The level of Mode::fixed.
-    compress::Spec fixed_level() const { return compress ? *compress : compress::Spec{"none", 0}; }
+    compress::Spec fixed_level() const { return compress ? *compress : compress::kNone; }
 };
-
-/// Checks what can be checked without the model and data; throws UsageError naming the option.
-void validate(const TrainDistConfig& config);
 
 /// GraVAC's settings for `world_size` ranks: the options, with the paper's smoothing
 /// min(1, N / 100) unless --gravac-smoothing was given.
 regime::GravacSettings gravac_settings(const TrainDistConfig& config, std::int64_t world_size);
-/// The --gravac options as "--option value" lines (empty without --gravac), for checkpoints.
-std::string resume_gravac_settings(const TrainDistConfig& config);
-
-/// The settings every rank must share (model, data, training, levels, seed, ...),
-/// as text; output files and the rendezvous are left out.
-std::string shared_settings(const TrainDistConfig& config);
-
-/// The checkpoint file of a run: the metrics file's name with .ckpt.h5 for .h5
-/// (metrics.h5: metrics.ckpt.h5), in --checkpoint-dir or else the metrics file's directory.
-std::string checkpoint_path(const TrainDistConfig& config);
 
 }  // namespace acc::dist

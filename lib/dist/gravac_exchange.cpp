@@ -46,8 +46,7 @@ void load_floats(const torch::Tensor& t, std::vector<float>& out, const std::str
 }  // namespace
 
 const std::vector<std::string>& gravac_families() {
-    static const std::vector<std::string> families = {"topk", "dgc", "randomk", "powersgd"};
-    return families;
+    return regime::gravac_family_names();
 }
 
 struct GravacExchange::Level {
@@ -797,9 +796,9 @@ namespace acc::dist {
 std::unique_ptr<GravacExchange> make_gravac_exchange(const TrainDistConfig& c, const std::vector<torch::Tensor>& parameters,
                                                      const std::vector<io::Parameter>& description,
                                                      comm::ProcessGroupCollectives& pg, int world) {
-    if (c.gravac.empty()) return nullptr;
+    if (!c.gravac) return nullptr;
     GravacExchangeOptions o;
-    o.family = c.gravac;
+    o.family = regime::gravac_family_name(*c.gravac);
     o.settings = gravac_settings(c, world);
     o.seed = static_cast<std::uint32_t>(train::mix_seed(c.train.seed, 0x9a) & 0xffffffffu);
     o.samples_per_step = c.train.batch_size * world;
@@ -810,7 +809,7 @@ io::MetricsGravac gravac_metrics(const TrainDistConfig& c, int world) {
     const regime::GravacSettings s = gravac_settings(c, world);
     io::MetricsGravac g;
     g.enabled = true;
-    g.family = c.gravac;
+    g.family = regime::gravac_family_name(*c.gravac);
     g.policy = regime::gravac_policy_name(s.policy);
     g.theta_min = s.theta_min;
     g.theta_max = s.theta_max;

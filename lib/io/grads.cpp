@@ -158,19 +158,11 @@ std::vector<T> required_column(const H5File& f, const std::string& name, size_t 
 
 }  // namespace
 
-GradStats read_grads(const std::string& path) {
-    H5File f = H5File::open(path, false);
-    GradStats g;
-    g.header = read_header(f, kGradsFormat, kGradsMajor);
-    g.complete = !f.has_attr("/", "complete") || f.read_attr_int("/", "complete") != 0;
-    if (f.has_attr("/", "model")) g.run.model = f.read_attr_string("/", "model");
-    if (f.has_attr("/", "dataset")) g.run.dataset = f.read_attr_string("/", "dataset");
-    if (f.has_attr("/", "batch_size")) g.run.batch_size = f.read_attr_int("/", "batch_size");
-    if (f.has_attr("/", "world_size")) g.run.world_size = f.read_attr_int("/", "world_size");
-    if (f.has_attr("/", "seed")) g.run.seed = f.read_attr_int("/", "seed");
-    g.parameters = read_parameters(f);
-    const size_t count = g.parameters.size();
+namespace {
 
+// /epochs: one row of statistics per completed epoch, checked whole against /parameters.
+std::vector<EpochStats> read_epochs(const H5File& f, const std::vector<Parameter>& parameters) {
+    const size_t count = parameters.size();
     // Shapes first: the table of norms is read only once the columns that must
     // agree with it do, so a damaged row count is refused before it is allocated.
     Dims dims = f.shape("/epochs/norm");
@@ -204,9 +196,9 @@ GradStats read_grads(const std::string& path) {
                        "; epochs must be numbered 0, 1, 2, ...");
     }
 
-    g.epochs.resize(epochs);
+    std::vector<EpochStats> rows(epochs);
     for (size_t e = 0; e < epochs; ++e) {
-        EpochStats& s = g.epochs[e];
+        EpochStats& s = rows[e];
         s.lr = lr[e];
         if (!std::isfinite(s.lr) || s.lr < 0)
             f.fail("learning rate of epoch " + std::to_string(e) + " is " + std::to_string(s.lr) +
@@ -224,13 +216,31 @@ GradStats read_grads(const std::string& path) {
         for (size_t p = 0; p < count; ++p) {
             double n = s.norm[p];
             if (std::isnan(n))
-                f.fail("gradient norm is NaN at epoch " + std::to_string(e) + ", parameter '" + g.parameters[p].name +
+                f.fail("gradient norm is NaN at epoch " + std::to_string(e) + ", parameter '" + parameters[p].name +
                        "' (the training run diverged?)");
             if (std::isinf(n) || n < 0)
                 f.fail("gradient norm is " + std::to_string(n) + " at epoch " + std::to_string(e) + ", parameter '" +
-                       g.parameters[p].name + "'; norms must be finite and >= 0");
+                       parameters[p].name + "'; norms must be finite and >= 0");
         }
     }
+    return rows;
+}
+
+}  // namespace
+
+GradStats read_grads(const std::string& path) {
+    H5File f = H5File::open(path, false);
+    GradStats g;
+    g.header = read_header(f, kGradsFormat, kGradsMajor);
+    g.complete = !f.has_attr("/", "complete") || f.read_attr_int("/", "complete") != 0;
+    if (f.has_attr("/", "model")) g.run.model = f.read_attr_string("/", "model");
+    if (f.has_attr("/", "dataset")) g.run.dataset = f.read_attr_string("/", "dataset");
+    if (f.has_attr("/", "batch_size")) g.run.batch_size = f.read_attr_int("/", "batch_size");
+    if (f.has_attr("/", "world_size")) g.run.world_size = f.read_attr_int("/", "world_size");
+    if (f.has_attr("/", "seed")) g.run.seed = f.read_attr_int("/", "seed");
+    g.parameters = read_parameters(f);
+    g.epochs = read_epochs(f, g.parameters);
+    const size_t epochs = g.epochs.size();
     g.has_step_norms = f.exists("/steps/norm");
     if (f.exists("/snapshots")) {
         for (const auto& name : f.list("/snapshots")) {

@@ -28,6 +28,27 @@ void check_norm(double v, const char* what) {
 
 }  // namespace
 
+const std::vector<std::string>& gravac_family_names() {
+    static const std::vector<std::string> names = {"topk", "dgc", "randomk", "powersgd"};
+    return names;
+}
+
+const char* gravac_family_name(GravacFamily family) {
+    const auto& names = gravac_family_names();
+    const auto index = static_cast<size_t>(family);
+    return index < names.size() ? names[index].c_str() : "?";
+}
+
+GravacFamily parse_gravac_family(const std::string& text) {
+    const auto& names = gravac_family_names();
+    for (size_t i = 0; i < names.size(); ++i)
+        if (names[i] == text) return static_cast<GravacFamily>(i);
+    std::string list;
+    for (size_t i = 0; i < names.size(); ++i)
+        list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+    throw UsageError("--gravac: must be " + list + ", not '" + text + "'");
+}
+
 const char* gravac_policy_name(GravacPolicy policy) {
     switch (policy) {
     case GravacPolicy::exponential: return "exponential";

@@ -56,6 +56,15 @@ const char* gravac_statistic_name(GravacStatistic statistic);
 /// "median" or "mean"; anything else throws acc::UsageError naming --gravac-throughput.
 GravacStatistic parse_gravac_statistic(const std::string& text);
 
+/// The compressors GraVAC scales (--gravac FAMILY), listed once: --gravac's check
+/// and message, the exchange and the metrics file take their names from here.
+enum class GravacFamily : std::int8_t { topk = 0, dgc = 1, randomk = 2, powersgd = 3 };
+/// The families' names in --help order: topk, dgc, randomk, powersgd.
+const std::vector<std::string>& gravac_family_names();
+const char* gravac_family_name(GravacFamily family);
+/// A family's name; anything else throws acc::UsageError naming --gravac.
+GravacFamily parse_gravac_family(const std::string& text);
+
 enum class GravacPolicy : std::int8_t {
     exponential = 0,  ///< scale s relative to the initial theta_min squares: 2, 4, 16, 256 (10x, 20x, 40x, 160x, 1000x)
     geometric = 1,    ///< s is multiplied by theta_s: 2, 4, 8, 16, ... (10x, 20x, 40x, 80x, ...)

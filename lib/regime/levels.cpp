@@ -7,7 +7,7 @@
 namespace acc::regime {
 namespace {
 
-std::int32_t index_of(std::vector<std::string>& levels, const std::string& level) {
+std::int32_t index_of(std::vector<compress::Spec>& levels, const compress::Spec& level) {
     auto it = std::find(levels.begin(), levels.end(), level);
     if (it != levels.end()) return static_cast<std::int32_t>(it - levels.begin());
     levels.push_back(level);
@@ -17,12 +17,12 @@ std::int32_t index_of(std::vector<std::string>& levels, const std::string& level
 }  // namespace
 
 CompressionPlan plan_compression(const Decisions& decisions, const std::vector<bool>& is_matrix,
-                                 const std::string& low, const std::string& high) {
+                                 const compress::Spec& low, const compress::Spec& high) {
     if (static_cast<std::int64_t>(is_matrix.size()) != decisions.columns)
         throw Error("internal error: " + std::to_string(is_matrix.size()) + " parameters but " +
                     std::to_string(decisions.columns) + " decision columns");
     CompressionPlan plan;
-    const std::int32_t none = index_of(plan.levels, "none");
+    const std::int32_t none = index_of(plan.levels, compress::kNone);
     const std::int32_t low_index = index_of(plan.levels, low);
     const std::int32_t high_index = index_of(plan.levels, high);
     plan.level.resize(decisions.critical.size());

@@ -2,6 +2,7 @@
 // epoch and parameter, or a batch size per epoch. Pure functions, no I/O.
 #pragma once
 
+#include "compress/spec.hpp"
 #include "regime/detect.hpp"
 
 #include <cstdint>
@@ -12,15 +13,15 @@ namespace acc::regime {
 
 /// Level per epoch and parameter, as an index into `levels`.
 struct CompressionPlan {
-    std::vector<std::string> levels;   ///< distinct specs: "none", then low, then high
+    std::vector<compress::Spec> levels;  ///< distinct: none, then low, then high
     std::vector<std::int32_t> level;   ///< epochs x parameters, epoch-major
 };
 
 /// Critical parameters get `low`, the others `high`; parameters that are not
 /// matrices (`is_matrix[p]` false: biases, normalization weights) always get
-/// "none", as in the reference implementation.
+/// none, as in the reference implementation.
 CompressionPlan plan_compression(const Decisions& decisions, const std::vector<bool>& is_matrix,
-                                 const std::string& low, const std::string& high);
+                                 const compress::Spec& low, const compress::Spec& high);
 
 struct BatchPlan {
     std::vector<std::int64_t> batch_size;  ///< per epoch

@@ -127,23 +127,20 @@ std::vector<LevelShare> level_shares(const CompressionPlan& plan, const std::vec
     }
     std::vector<LevelShare> out;
     for (size_t l = 0; l < plan.levels.size(); ++l)
-        if (cells[l] > 0) out.push_back({plan.levels[l], cells[l] / total});
+        if (cells[l] > 0) out.push_back({plan.levels[l].text(), cells[l] / total});
     return out;
 }
 
 Communication compression_communication(const CompressionPlan& plan, const std::vector<std::vector<std::int64_t>>& shapes,
-                                        const std::vector<std::int64_t>& steps, const std::string& low,
-                                        const std::string& high) {
+                                        const std::vector<std::int64_t>& steps, const compress::Spec& low,
+                                        const compress::Spec& high) {
     const size_t P = shapes.size();
     const size_t E = P ? plan.level.size() / P : 0;
     // Floats per step of every (level, parameter) pair, computed once.
     std::vector<std::vector<double>> per_level(plan.levels.size(), std::vector<double>(P));
-    for (size_t l = 0; l < plan.levels.size(); ++l) {
-        compress::Spec spec = compress::parse_spec(plan.levels[l]);
-        for (size_t p = 0; p < P; ++p) per_level[l][p] = compress::wire_floats(spec, shapes[p]);
-    }
-    compress::Spec low_spec = compress::parse_spec(low), high_spec = compress::parse_spec(high),
-                   none = compress::parse_spec("none");
+    for (size_t l = 0; l < plan.levels.size(); ++l)
+        for (size_t p = 0; p < P; ++p) per_level[l][p] = compress::wire_floats(plan.levels[l], shapes[p]);
+    const compress::Spec &low_spec = low, &high_spec = high, &none = compress::kNone;
     double low_step = 0, high_step = 0;
     for (size_t p = 0; p < P; ++p) {
         bool matrix = shapes[p].size() > 1;

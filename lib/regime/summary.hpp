@@ -74,8 +74,8 @@ struct Communication {
 /// Compression mode: sum over epochs of steps[e] x floats per step, from the
 /// parameter shapes and each compressor's wire size (docs/metrics.md).
 Communication compression_communication(const CompressionPlan& plan, const std::vector<std::vector<std::int64_t>>& shapes,
-                                        const std::vector<std::int64_t>& steps, const std::string& low,
-                                        const std::string& high);
+                                        const std::vector<std::int64_t>& steps, const compress::Spec& low,
+                                        const compress::Spec& high);
 
 /// Batch mode: an uncompressed allreduce of `model_floats` per step, and
 /// samples_per_epoch / batch_size steps per epoch.

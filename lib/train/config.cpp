@@ -82,48 +82,6 @@ void validate(const TrainConfig& c) {
     validate_model_options(c, model);
 }
 
-namespace {
-
-std::string number_text(double value) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.12g", value);
-    return text;
-}
-
-}  // namespace
-
-std::string resume_settings(const TrainConfig& c) {
-    std::vector<std::string> decay;
-    for (auto e : c.schedule.decay_epochs) decay.push_back(std::to_string(e));
-    const std::vector<std::pair<std::string, std::string>> settings = {
-        {"--model", c.model},
-        {"--dataset", c.data.name},
-        {"--train-samples", std::to_string(c.data.train_samples)},
-        {"--test-samples", std::to_string(c.data.test_samples)},
-        {"--bptt", std::to_string(c.data.bptt)},
-        {"--hidden-size", std::to_string(c.model_options.hidden_size)},
-        {"--embedding-size", std::to_string(c.model_options.embedding_size)},
-        {"--tied", c.model_options.tied ? "on" : "off"},
-        {"--dropout", number_text(c.model_options.dropout)},
-        {"--batch-size", std::to_string(c.batch_size)},
-        {"--micro-batch-size", std::to_string(c.micro_batch_size)},
-        {"--lr", number_text(c.schedule.lr)},
-        {"--warmup-epochs", std::to_string(c.schedule.warmup_epochs)},
-        {"--warmup-lr", number_text(c.schedule.warmup_lr)},
-        {"--lr-decay-epochs", decay.empty() ? "none" : join(decay, ",")},
-        {"--lr-decay-factor", number_text(c.schedule.decay_factor)},
-        {"--momentum", number_text(c.optimizer.momentum)},
-        {"--nesterov", c.optimizer.nesterov ? "on" : "off"},
-        {"--weight-decay", number_text(c.optimizer.weight_decay)},
-        {"--clip-norm", number_text(c.clip_norm)},
-        {"--seed", std::to_string(c.seed)},
-        {"--device", device_name(c.device)},
-    };
-    std::string text;
-    for (const auto& [option, value] : settings) text += option + " " + value + "\n";
-    return text;
-}
-
 std::vector<std::string> changed_settings(const std::string& then, const std::string& now) {
     auto lines = [](const std::string& text) {
         std::vector<std::pair<std::string, std::string>> out;

@@ -61,13 +61,8 @@ bool evaluates_after(const TrainConfig& config, std::int64_t epoch);
 /// Checks ranges and combinations; throws UsageError naming the option.
 void validate(const TrainConfig& config);
 
-/// The options that change a run's numbers, one "--option value" per line: what a
-/// checkpoint records so that --resume can refuse other values. --epochs (a resumed
-/// run may extend its run), --eval-every, --threads and --data-dir may change.
-std::string resume_settings(const TrainConfig& config);
-
 /// "--lr 0.1, not 0.5" for every option of `now` whose value in `then` differs
-/// (both texts as resume_settings writes them, lines of other options allowed);
+/// (both "--option value" per line, as a checkpoint's run/options records them);
 /// options missing from `then` are not compared.
 std::vector<std::string> changed_settings(const std::string& then, const std::string& now);
 

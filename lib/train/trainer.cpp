@@ -291,6 +291,103 @@ std::int64_t Trainer::steps_in_epoch(std::int64_t epoch) const {
     return data_.train(epoch, shard_, options_.batch_size, options_.seed)->size();
 }
 
+namespace {
+
+// On a GPU, `on_step` gets the steps' losses in batches, read together at most
+// every kCallbackSeconds and at the end of the epoch, so that the progress line
+// does not make every step wait for the device.
+class PendingSteps {
+public:
+    PendingSteps(const StepCallback& on_step, std::int64_t epoch) : on_step_(on_step), epoch_(epoch) {}
+
+    void add(const StepInfo& info, const torch::Tensor& loss, std::int64_t samples) {
+        pending_.push_back({info, loss, samples});
+        if (seconds_since(last_delivery_) >= kCallbackSeconds) deliver();
+    }
+
+    void deliver() {
+        if (pending_.empty()) return;
+        std::vector<torch::Tensor> losses;
+        losses.reserve(pending_.size());
+        for (const auto& p : pending_) losses.push_back(p.loss);
+        const torch::Tensor values = torch::stack(losses).cpu();
+        const double* value = values.data_ptr<double>();
+        for (size_t k = 0; k < pending_.size(); ++k) {
+            check_finite_loss(value[k], epoch_, pending_[k].info.step);
+            on_step_(pending_[k].info, value[k], pending_[k].samples);
+        }
+        pending_.clear();
+        last_delivery_ = std::chrono::steady_clock::now();
+    }
+
+private:
+    struct Step {
+        StepInfo info;
+        torch::Tensor loss;
+        std::int64_t samples;
+    };
+    const StepCallback& on_step_;
+    std::int64_t epoch_;
+    std::vector<Step> pending_;
+    std::chrono::steady_clock::time_point last_delivery_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+// One step's forward and backward passes. Micro-batches: each loss is weighted by
+// its share of the batch, so the accumulated gradient is that of the mean loss over
+// the whole batch. Returns the step's loss, where the model runs; adds the step's
+// right answers to `correct`.
+torch::Tensor Trainer::forward_backward(const Batch& batch, const StepInfo& info, torch::Tensor& correct) {
+    // Batches already on the device stay there; from pinned memory, the copy to a GPU runs asynchronously.
+    auto to_device = [&](const torch::Tensor& t) {
+        if (!options_.device.is_cuda() || t.is_cuda()) return t.to(options_.device);
+        return t.pin_memory().to(options_.device, /*non_blocking=*/true);
+    };
+    torch::Tensor input = to_device(batch.input);
+    torch::Tensor target = to_device(batch.target);
+    std::vector<torch::Tensor> defined_grads;
+    for (auto& p : parameters_)
+        if (p.grad().defined()) defined_grads.push_back(p.grad());
+    if (!defined_grads.empty()) at::_foreach_zero_(defined_grads);
+
+    const std::int64_t rows = input.size(0);
+    std::int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
+    if (micro < rows && rows != batch.samples)
+        throw Error("micro-batches apply only to data with one sample per row (not text)");
+    torch::Tensor step_loss;  // the host's 0 + x is x exactly: start from the first part
+    for (std::int64_t first = 0; first < rows; first += micro) {
+        const std::int64_t count = std::min(micro, rows - first);
+        torch::Tensor part_input = count == rows ? input : input.slice(0, first, first + count);
+        torch::Tensor part_target = count == rows ? target : target.slice(0, first, first + count);
+        torch::Tensor logits = model_->forward(part_input);
+        torch::Tensor loss = torch::nn::functional::cross_entropy(logits, part_target);
+        const double share = static_cast<double>(part_target.size(0)) / static_cast<double>(batch.samples);
+        if (exchange_ && options_.clip_norm <= 0 && first + count >= rows) exchange_->before_backward(info, first > 0);
+        (count == rows ? loss : loss * share).backward();
+        torch::Tensor part_loss = loss.detach().to(torch::kFloat64).mul(share);
+        step_loss = step_loss.defined() ? step_loss.add_(part_loss) : part_loss;
+        correct.add_(logits.detach().argmax(1).eq(part_target).sum());
+    }
+    return step_loss;
+}
+
+// The step's gradients, zeros where a parameter has none, clipped as
+// torch.nn.utils.clip_grad_norm_ when --clip-norm is set: all scaled by
+// max_norm / (total_norm + 1e-6) if that is < 1, computed where the gradients are
+// (squares summed in double), so that no step waits for a GPU to read a norm.
+void Trainer::step_gradients(std::vector<torch::Tensor>& gradients) const {
+    for (size_t p = 0; p < parameters_.size(); ++p)
+        gradients[p] = parameters_[p].grad().defined() ? parameters_[p].grad() : torch::zeros_like(parameters_[p]);
+    if (options_.clip_norm <= 0) return;
+    std::vector<torch::Tensor> norms;
+    norms.reserve(gradients.size());
+    for (const auto& g : gradients) norms.push_back(g.norm());
+    const torch::Tensor total = torch::stack(norms).to(torch::kDouble).square().sum().sqrt();
+    const torch::Tensor coefficient = (options_.clip_norm / (total + 1e-6)).clamp_max(1.0).to(torch::kFloat);
+    for (auto& g : gradients) g.mul_(coefficient);
+}
+
 EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallback& on_step) {
     const auto start = std::chrono::steady_clock::now();
     // Dropout draws from a stream of its own per epoch and rank, so a resumed run repeats it exactly.
@@ -312,71 +409,16 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
     torch::Tensor correct = torch::zeros({}, on_device.dtype(torch::kInt64));
     std::vector<torch::Tensor> unread_losses;
     std::vector<std::int64_t> unread_steps;
-    const bool to_gpu = options_.device.is_cuda();
-    // On a GPU, `on_step` gets the steps' losses in batches, read together at most
-    // every kCallbackSeconds and at the end of the epoch, so that the progress line
-    // does not make every step wait for the device. Per-step gradient norms are
-    // read every step anyway (and belong to the step): then every step is delivered
-    // as it ends, as on the CPU, where reading a loss costs nothing.
-    const bool batched_callback = on_step && to_gpu && !(recorder_ && recorder_->keeps_step_norms());
-    struct PendingStep {
-        StepInfo info;
-        torch::Tensor loss;
-        std::int64_t samples;
-    };
-    std::vector<PendingStep> pending;
-    auto last_delivery = std::chrono::steady_clock::now();
-    auto deliver = [&] {
-        if (pending.empty()) return;
-        std::vector<torch::Tensor> losses;
-        losses.reserve(pending.size());
-        for (const auto& p : pending) losses.push_back(p.loss);
-        const torch::Tensor values = torch::stack(losses).cpu();
-        const double* value = values.data_ptr<double>();
-        for (size_t k = 0; k < pending.size(); ++k) {
-            check_finite_loss(value[k], epoch, pending[k].info.step);
-            on_step(pending[k].info, value[k], pending[k].samples);
-        }
-        pending.clear();
-        last_delivery = std::chrono::steady_clock::now();
-    };
-    // Batches already on the device stay there; from pinned memory, the copy to a GPU runs asynchronously.
-    auto to_device = [&](const torch::Tensor& t) {
-        if (!to_gpu || t.is_cuda()) return t.to(options_.device);
-        return t.pin_memory().to(options_.device, /*non_blocking=*/true);
-    };
-    std::vector<torch::Tensor> defined_grads;
+    // Per-step gradient norms are read every step anyway (and belong to the step):
+    // then every step is delivered as it ends, as on the CPU, where reading a loss costs nothing.
+    const bool batched_callback =
+        on_step && options_.device.is_cuda() && !(recorder_ && recorder_->keeps_step_norms());
+    PendingSteps pending(on_step, epoch);
     for (std::int64_t i = 0; i < batches->size(); ++i) {
         const auto step_started = std::chrono::steady_clock::now();
         Batch batch = batches->get(i);
-        torch::Tensor input = to_device(batch.input);
-        torch::Tensor target = to_device(batch.target);
-        defined_grads.clear();
-        for (auto& p : parameters_)
-            if (p.grad().defined()) defined_grads.push_back(p.grad());
-        if (!defined_grads.empty()) at::_foreach_zero_(defined_grads);
-
-        // Micro-batches: each loss is weighted by its share of the batch, so the
-        // accumulated gradient is that of the mean loss over the whole batch.
-        const std::int64_t rows = input.size(0);
-        std::int64_t micro = options_.micro_batch_size > 0 ? options_.micro_batch_size : rows;
-        if (micro < rows && rows != batch.samples)
-            throw Error("micro-batches apply only to data with one sample per row (not text)");
-        torch::Tensor step_loss;  // the host's 0 + x is x exactly: start from the first part
         const StepInfo info{epoch, i, global_step_, lr, batch.samples, step_started};
-        for (std::int64_t first = 0; first < rows; first += micro) {
-            const std::int64_t count = std::min(micro, rows - first);
-            torch::Tensor part_input = count == rows ? input : input.slice(0, first, first + count);
-            torch::Tensor part_target = count == rows ? target : target.slice(0, first, first + count);
-            torch::Tensor logits = model_->forward(part_input);
-            torch::Tensor loss = torch::nn::functional::cross_entropy(logits, part_target);
-            const double share = static_cast<double>(part_target.size(0)) / static_cast<double>(batch.samples);
-            if (exchange_ && options_.clip_norm <= 0 && first + count >= rows) exchange_->before_backward(info, first > 0);
-            (count == rows ? loss : loss * share).backward();
-            torch::Tensor part_loss = loss.detach().to(torch::kFloat64).mul(share);
-            step_loss = step_loss.defined() ? step_loss.add_(part_loss) : part_loss;
-            correct.add_(logits.detach().argmax(1).eq(part_target).sum());
-        }
+        torch::Tensor step_loss = forward_backward(batch, info, correct);
         double step_loss_value = NAN;
         if (on_step && !batched_callback) {
             step_loss_value = step_loss.item<double>();
@@ -385,19 +427,7 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
             unread_losses.push_back(step_loss);
             unread_steps.push_back(i);
         }
-
-        for (size_t p = 0; p < parameters_.size(); ++p)
-            gradients[p] = parameters_[p].grad().defined() ? parameters_[p].grad() : torch::zeros_like(parameters_[p]);
-        if (options_.clip_norm > 0) {
-            // As torch.nn.utils.clip_grad_norm_: scale all gradients by max_norm / (total_norm + 1e-6) if that is < 1,
-            // computed where the gradients are (squares summed in double): no step waits for a GPU to read a norm.
-            std::vector<torch::Tensor> norms;
-            norms.reserve(gradients.size());
-            for (const auto& g : gradients) norms.push_back(g.norm());
-            const torch::Tensor total = torch::stack(norms).to(torch::kDouble).square().sum().sqrt();
-            const torch::Tensor coefficient = (options_.clip_norm / (total + 1e-6)).clamp_max(1.0).to(torch::kFloat);
-            for (auto& g : gradients) g.mul_(coefficient);
-        }
+        step_gradients(gradients);
         if (recorder_) recorder_->add(gradients);
         if (exchange_) exchange_->exchange(gradients, info);
         sgd_.step(gradients, lr);
@@ -405,15 +435,11 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
         ++result.steps;
         result.samples += batch.samples;
         loss_sum.add_(step_loss.mul(static_cast<double>(batch.samples)));
-        if (batched_callback) {
-            pending.push_back({info, step_loss, batch.samples});
-            if (seconds_since(last_delivery) >= kCallbackSeconds) deliver();
-        } else if (on_step) {
-            on_step(info, step_loss_value, batch.samples);
-        }
+        if (batched_callback) pending.add(info, step_loss, batch.samples);
+        else if (on_step) on_step(info, step_loss_value, batch.samples);
     }
     if (exchange_) exchange_->settle();  // before the losses, which a NaN gradient made NaN
-    deliver();
+    pending.deliver();
     if (!unread_losses.empty()) {
         const torch::Tensor finite = torch::isfinite(torch::stack(unread_losses)).cpu();
         const auto* ok = finite.data_ptr<bool>();

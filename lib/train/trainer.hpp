@@ -211,6 +211,8 @@ public:
 private:
     CheckpointInfo load_checkpoint_from(const io::H5File& file, TensorMap* extra);
     void check_batches(std::int64_t batch_size) const;
+    torch::Tensor forward_backward(const Batch& batch, const StepInfo& info, torch::Tensor& correct);
+    void step_gradients(std::vector<torch::Tensor>& gradients) const;
 
     std::shared_ptr<Model> model_;
     const Dataset& data_;

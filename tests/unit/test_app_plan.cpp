@@ -51,34 +51,42 @@ regime::Decisions decisions(const std::vector<int>& critical_epochs, std::int64_
     return d;
 }
 
-app::PlanConfig ranks(std::vector<std::string> candidates) {
+compress::Spec level(const std::string& text) { return compress::parse_spec(text); }
+
+std::vector<std::string> texts(const std::vector<compress::Spec>& specs) {
+    std::vector<std::string> out;
+    for (const auto& spec : specs) out.push_back(spec.text());
+    return out;
+}
+
+app::PlanConfig ranks(const std::vector<std::string>& candidates) {
     app::PlanConfig c;
-    c.candidates = std::move(candidates);
+    for (const auto& text : candidates) c.candidates.push_back(level(text));
     return c;
 }
 
 std::vector<std::string> levels_of(const app::PlannedSchedule& s, std::int64_t epoch) {
     std::vector<std::string> out;
-    for (size_t p = 0; p < 3; ++p) out.push_back(s.levels[static_cast<size_t>(s.level[static_cast<size_t>(epoch) * 3 + p])]);
+    for (size_t p = 0; p < 3; ++p) out.push_back(s.levels[static_cast<size_t>(s.level[static_cast<size_t>(epoch) * 3 + p])].text());
     return out;
 }
 
 }  // namespace
 
 TEST(AppPlan, CandidatesAreCanonicalWithoutRepeats) {
-    EXPECT_EQ(app::parse_plan_candidates("powersgd:2, topk:0.010,powersgd:2,none"),
+    EXPECT_EQ(texts(app::parse_plan_candidates("powersgd:2, topk:0.010,powersgd:2,none")),
               (std::vector<std::string>{"powersgd:2", "topk:0.01", "none"}));
     EXPECT_THROW(app::parse_plan_candidates(" "), UsageError);
     EXPECT_THROW(app::parse_plan_candidates("powersgd:1,"), UsageError);
     EXPECT_THROW(app::parse_plan_candidates("topk:0.05"), UsageError);  // off the profile's grid
     EXPECT_THROW(app::parse_plan_candidates("randomk:0.1"), UsageError);
-    EXPECT_NO_THROW(app::check_plannable("--low", "topk:0.3"));
-    EXPECT_THROW(app::check_plannable("--low", "fp16"), UsageError);
+    EXPECT_NO_THROW(app::check_plannable("--low", level("topk:0.3")));
+    EXPECT_THROW(app::check_plannable("--low", level("fp16")), UsageError);
 }
 
 TEST(AppPlan, CriticalEpochTradesRankBetweenLayersWithinTheBudget) {
     const io::GradStats g = sample(3);
-    const auto s = app::plan_schedule(ranks({"powersgd:1", "powersgd:2", "powersgd:4"}), "powersgd:2", "powersgd:1",
+    const auto s = app::plan_schedule(ranks({"powersgd:1", "powersgd:2", "powersgd:4"}), level("powersgd:2"), level("powersgd:1"),
                                       "grads.h5", g, decisions({0, 1}, 3));
     ASSERT_EQ(s.epochs.size(), 3u);
     // Epoch 0: rank 2 everywhere costs 384 x 2 + 64 x 2 floats and errs sqrt(9+4+1) on
@@ -97,13 +105,13 @@ TEST(AppPlan, CriticalEpochTradesRankBetweenLayersWithinTheBudget) {
     EXPECT_EQ(s.epochs[2].profile_epoch, 1);
     EXPECT_TRUE(s.epochs[2].kept_uniform);
     EXPECT_EQ(levels_of(s, 2), (std::vector<std::string>{"powersgd:1", "powersgd:1", "none"}));
-    EXPECT_EQ(s.levels.front(), "none");
+    EXPECT_EQ(s.levels.front().text(), "none");
 }
 
 TEST(AppPlan, NoPlanWithinTheBudgetKeepsAccordionsLevels) {
     app::PlanConfig c = ranks({"powersgd:1", "powersgd:4"});
     c.budget_factor = 0;  // only a lossless plan fits, and none is among the candidates
-    const auto s = app::plan_schedule(c, "powersgd:2", "powersgd:1", "grads.h5", sample(1), decisions({0}, 1));
+    const auto s = app::plan_schedule(c, level("powersgd:2"), level("powersgd:1"), "grads.h5", sample(1), decisions({0}, 1));
     EXPECT_TRUE(s.epochs[0].kept_uniform);
     EXPECT_EQ(s.epochs[0].status, regime::PlanStatus::infeasible);
     EXPECT_EQ(levels_of(s, 0), (std::vector<std::string>{"powersgd:2", "powersgd:2", "none"}));
@@ -114,7 +122,7 @@ TEST(AppPlan, SummedSquaresLeaveLessRoom) {
     // The budget is then the squared residual of Accordion's levels, 0 + 14.
     app::PlanConfig c = ranks({"powersgd:1", "powersgd:2", "powersgd:4"});
     c.error = regime::ErrorMeasure::summed_squares;
-    const auto s = app::plan_schedule(c, "powersgd:2", "powersgd:1", "grads.h5", sample(1), decisions({0}, 1));
+    const auto s = app::plan_schedule(c, level("powersgd:2"), level("powersgd:1"), "grads.h5", sample(1), decisions({0}, 1));
     EXPECT_NEAR(s.epochs[0].budget, 14.0, 1e-12);
     EXPECT_LE(s.epochs[0].error, s.epochs[0].budget);
     EXPECT_LE(s.epochs[0].floats, s.epochs[0].uniform_floats);
@@ -125,14 +133,14 @@ TEST(AppPlan, RefusesInputsItCannotPlan) {
     const auto d = decisions({0}, 1);
     g.has_profile = false;
     try {
-        app::plan_schedule(ranks({"powersgd:1"}), "powersgd:2", "powersgd:1", "grads.h5", g, d);
+        app::plan_schedule(ranks({"powersgd:1"}), level("powersgd:2"), level("powersgd:1"), "grads.h5", g, d);
         FAIL() << "planned without a profile";
     } catch (const FileError& e) {
         EXPECT_EQ(std::string(e.what()).rfind("grads.h5: holds no compressibility profile", 0), 0u) << e.what();
     }
     g = sample(1);
     g.profile.topk_fractions = {0.01, 0.1};
-    EXPECT_THROW(app::plan_schedule(ranks({"topk:0.01"}), "powersgd:2", "powersgd:1", "grads.h5", g, d), FileError);
+    EXPECT_THROW(app::plan_schedule(ranks({"topk:0.01"}), level("powersgd:2"), level("powersgd:1"), "grads.h5", g, d), FileError);
     // Without Top-k levels, another grid does not matter.
-    EXPECT_NO_THROW(app::plan_schedule(ranks({"powersgd:1"}), "powersgd:2", "powersgd:1", "grads.h5", g, d));
+    EXPECT_NO_THROW(app::plan_schedule(ranks({"powersgd:1"}), level("powersgd:2"), level("powersgd:1"), "grads.h5", g, d));
 }

@@ -160,7 +160,8 @@ TEST(Plan, OnlineAccordionDecidesAsTheOfflineRule) {
         for (std::int64_t i = 0; i < epochs * 4; ++i) table.values.push_back(i % 7 == 3 ? 0.0 : norm(random));
         acc::regime::Decisions offline = acc::regime::detect(table, lr, {0.5, interval});
         acc::regime::CompressionPlan levels =
-            acc::regime::plan_compression(offline, {true, false, true, false}, "powersgd:4", "powersgd:1");
+            acc::regime::plan_compression(offline, {true, false, true, false}, parse_spec("powersgd:4"),
+                                          parse_spec("powersgd:1"));
         for (std::int64_t e = 0; e < epochs; ++e) {
             EpochLevels online = plan.levels_of(e);
             for (size_t p = 0; p < 4; ++p) {
@@ -169,7 +170,7 @@ TEST(Plan, OnlineAccordionDecidesAsTheOfflineRule) {
                 EXPECT_EQ(online.reason[p], static_cast<std::int8_t>(offline.reason[i]));
                 EXPECT_TRUE(online.ratio[p] == offline.ratio[i] || (std::isnan(online.ratio[p]) && std::isnan(offline.ratio[i])));
                 EXPECT_EQ(plan.levels()[static_cast<size_t>(online.level[p])].text(),
-                          levels.levels[static_cast<size_t>(levels.level[i])]);
+                          levels.levels[static_cast<size_t>(levels.level[i])].text());
             }
             plan.record_norms(e, std::vector<double>(table.values.begin() + e * 4, table.values.begin() + e * 4 + 4));
         }
@@ -243,13 +244,13 @@ TEST(Options, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     EXPECT_EQ(parse({}).fixed_level(), parse_spec("none"));
     EXPECT_EQ(parse({"--accordion"}).accordion_config.low, parse_spec("powersgd:2"));
     TrainDistConfig c = parse({"--backend", "nccl"});
-    EXPECT_CONTAINS(usage_error([&] { validate(c); }), "--backend nccl: needs --device cuda");
+    EXPECT_CONTAINS(usage_error([&] { acc::app::validate(c); }), "--backend nccl: needs --device cuda");
     c = parse({"--metrics", "out/m.h5"});
-    EXPECT_EQ(checkpoint_path(c), "out/m.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(c), "out/m.ckpt.h5");
     c = parse({"--metrics", "out/m.h5", "--checkpoint-dir", "ck/"});
-    EXPECT_EQ(checkpoint_path(c), "ck/m.ckpt.h5");
-    EXPECT_EQ(checkpoint_path(parse({})), "metrics.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(c), "ck/m.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(parse({})), "metrics.ckpt.h5");
     // Two runs in one directory keep their own checkpoints.
-    EXPECT_EQ(checkpoint_path(parse({"--metrics", "runs/a.h5"})), "runs/a.ckpt.h5");
-    EXPECT_EQ(checkpoint_path(parse({"--metrics", "runs/b.metrics"})), "runs/b.metrics.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(parse({"--metrics", "runs/a.h5"})), "runs/a.ckpt.h5");
+    EXPECT_EQ(acc::app::checkpoint_path(parse({"--metrics", "runs/b.metrics"})), "runs/b.metrics.ckpt.h5");
 }

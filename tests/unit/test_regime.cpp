@@ -13,6 +13,9 @@ using namespace acc::regime;
 
 namespace {
 
+acc::compress::Spec level(const std::string& text) { return acc::compress::parse_spec(text); }
+
+
 NormTable table(std::int64_t columns, const std::vector<double>& values) {
     NormTable t;
     t.columns = columns;
@@ -157,11 +160,11 @@ INSTANTIATE_TEST_SUITE_P(RandomInputs, DetectProperties, ::testing::Range(1, 41)
 TEST(Plan, CompressionLevelsFollowCriticalityAndVectorsStayUncompressed) {
     auto norms = table(2, {4, 30, 4, 30, 1, 29, 1, 29, 1, 29});
     Decisions d = detect(norms, std::vector<double>(5, 0.1), {0.5, 2});
-    CompressionPlan plan = plan_compression(d, {true, true}, "powersgd:2", "powersgd:1");
-    EXPECT_EQ(plan.levels, (std::vector<std::string>{"none", "powersgd:2", "powersgd:1"}));
+    CompressionPlan plan = plan_compression(d, {true, true}, level("powersgd:2"), level("powersgd:1"));
+    EXPECT_EQ(plan.levels, (std::vector<acc::compress::Spec>{{"none", 0}, {"powersgd", 2}, {"powersgd", 1}}));
     // Parameter 0 critical throughout (level 1); parameter 1 critical in 0..2, then level 2.
     EXPECT_EQ(plan.level, (std::vector<std::int32_t>{1, 1, 1, 1, 1, 1, 1, 2, 1, 2}));
-    CompressionPlan with_bias = plan_compression(d, {true, false}, "topk:0.5", "topk:0.1");
+    CompressionPlan with_bias = plan_compression(d, {true, false}, level("topk:0.5"), level("topk:0.1"));
     for (std::int64_t e = 0; e < 5; ++e) EXPECT_EQ(with_bias.level[static_cast<size_t>(e * 2 + 1)], 0);
 }
 
@@ -193,7 +196,7 @@ TEST(Summary, RegimesTimelineAndShares) {
     EXPECT_EQ(timeline(d, {true}, 3), "#--");
     EXPECT_EQ(timeline_block(300, 10), 10);
     EXPECT_EQ(timeline_block(3000, 10), 30);
-    CompressionPlan plan = plan_compression(d, {true}, "powersgd:2", "powersgd:1");
+    CompressionPlan plan = plan_compression(d, {true}, level("powersgd:2"), level("powersgd:1"));
     auto shares = level_shares(plan, {true});
     ASSERT_EQ(shares.size(), 2u);  // "none" is unused and left out
     EXPECT_EQ(shares[0].level, "powersgd:2");
@@ -201,7 +204,7 @@ TEST(Summary, RegimesTimelineAndShares) {
     EXPECT_DOUBLE_EQ(shares[1].share, 4.0 / 9.0);
     // Two columns, the second a vector that is not counted.
     Decisions two = detect(table(2, {10, 1, 9, 1, 8, 1}), std::vector<double>(3, 0.1), {0.5, 1});
-    CompressionPlan mixed = plan_compression(two, {true, false}, "topk:0.5", "topk:0.1");
+    CompressionPlan mixed = plan_compression(two, {true, false}, level("topk:0.5"), level("topk:0.1"));
     auto counted_only = level_shares(mixed, {true, false});
     ASSERT_EQ(counted_only.size(), 2u);
     EXPECT_DOUBLE_EQ(counted_only[0].share + counted_only[1].share, 1.0);
@@ -239,8 +242,8 @@ TEST(Summary, CommunicationCountsFloatsPerStepTimesSteps) {
     auto norms = table(2, {1, 1, 1, 1});
     Decisions d = detect(norms, {0.1, 0.1}, {0.5, 10});
     d.critical[d.at(1, 0)] = 0;
-    CompressionPlan plan = plan_compression(d, {true, false}, "powersgd:2", "powersgd:1");
-    Communication c = compression_communication(plan, {{100, 100}, {100}}, {10, 20}, "powersgd:2", "powersgd:1");
+    CompressionPlan plan = plan_compression(d, {true, false}, level("powersgd:2"), level("powersgd:1"));
+    Communication c = compression_communication(plan, {{100, 100}, {100}}, {10, 20}, level("powersgd:2"), level("powersgd:1"));
     // rank 2: (100+100)*2 = 400 floats; rank 1: 200; the vector: 100 uncompressed.
     EXPECT_DOUBLE_EQ(c.schedule, 10 * (400 + 100) + 20 * (200 + 100));
     EXPECT_DOUBLE_EQ(c.low, 30 * (400 + 100));

@@ -333,30 +333,3 @@ TEST(TrainConfig, ValidateNamesTheOption) {
         EXPECT_CONTAINS(e.what(), "--lr");
     }
 }
-
-// What --resume compares: every option that changes the numbers, by name.
-TEST(ResumeSettings, NamesEachOptionThatDiffers) {
-    acc::train::TrainConfig a;
-    a.model = "mlp";
-    const std::string then = acc::train::resume_settings(a);
-    acc::train::TrainConfig b = a;
-    EXPECT_TRUE(acc::train::changed_settings(then, acc::train::resume_settings(b)).empty());
-    // Options that may change on resume are not recorded.
-    b.epochs = a.epochs + 10;
-    b.eval_every = 7;
-    b.threads = 3;
-    b.data.dir = "/elsewhere";
-    EXPECT_TRUE(acc::train::changed_settings(then, acc::train::resume_settings(b)).empty());
-    b.schedule.lr = 0.5;
-    b.optimizer.momentum = 0;
-    b.data.train_samples = 512;
-    b.schedule.decay_epochs = {3, 5};
-    EXPECT_EQ(acc::train::changed_settings(then, acc::train::resume_settings(b)),
-              (std::vector<std::string>{"--train-samples 0, not 512", "--lr 0.1, not 0.5",
-                                        "--lr-decay-epochs none, not 3,5", "--momentum 0.9, not 0"}));
-    // Options a checkpoint does not record are not compared.
-    EXPECT_TRUE(acc::train::changed_settings("--model mlp\n", acc::train::resume_settings(b)).empty());
-    acc::train::TrainConfig c = a;
-    c.optimizer.weight_decay = 1e-4 + 1e-9;
-    EXPECT_EQ(acc::train::changed_settings(then, acc::train::resume_settings(c)).size(), 1u);
-}
