@@ -23,10 +23,9 @@ reps=${REPS:-3}
 steps=${STEPS:-8}
 shaped_steps=${SHAPED_STEPS:-3}
 work=$(mktemp -d)
-tag=accb$$
-namespaces=("${tag}a" "${tag}b")
+source scripts/shaped-link.sh
 # On every exit: no rank left running, the namespaces (and their veth pair) gone.
-trap 'kill -KILL $(jobs -p) 2>/dev/null || true; for n in "${namespaces[@]}"; do ip netns del "$n" 2>/dev/null || true; done; rm -rf "$work"' EXIT
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; shaped_link_down; rm -rf "$work"' EXIT
 
 model=(--model resnet18 --dataset synthetic --test-samples 64 --eval-every 0 --batch-size 32 --epochs 2 --threads 1 -q)
 
@@ -89,30 +88,16 @@ fi
 
 # ---------------------------------------------------------------- shaped link
 if [ "${SHAPED:-1}" = 0 ]; then exit 0; fi
-if [ "$(id -u)" != 0 ] || ! command -v tc >/dev/null || ! ip netns add "${namespaces[0]}" 2>/dev/null; then
-    echo "shaped link: skipped (needs root, ip and tc)"
+if ! shaped_link_up 100mbit; then
+    echo "shaped link: skipped ($SHAPED_WHY)"
     exit 0
 fi
-ip netns add "${namespaces[1]}"
-addr=(10.233.9.1 10.233.9.2)
-ip link add "${tag}0" netns "${namespaces[0]}" type veth peer name "${tag}1" netns "${namespaces[1]}"
-for side in 0 1; do
-    in_ns=(ip netns exec "${namespaces[$side]}")
-    "${in_ns[@]}" ip addr add "${addr[$side]}/24" dev "${tag}$side"
-    "${in_ns[@]}" ip link set dev lo up
-    "${in_ns[@]}" ip link set dev "${tag}$side" up
-    "${in_ns[@]}" tc qdisc add dev "${tag}$side" root tbf rate 100mbit burst 32kb latency 100ms
-done
 
-# pair PROGRAM ARGS...: rank 1 in the second namespace (in the background), rank 0 in the first.
+# pair PROGRAM ARGS...: rank 1 in the second namespace, rank 0 in the first.
 pair() {
     local program=$1
     shift
-    local common=(--world-size 2 --master-addr "${addr[0]}" --master-port 29533 --timeout 120)
-    ip netns exec "${namespaces[1]}" "$bin/$program" --rank 1 "${common[@]}" "$@" -q &
-    local other=$!
-    ip netns exec "${namespaces[0]}" "$bin/$program" --rank 0 "${common[@]}" "$@"
-    wait "$other"
+    shaped_ranks "$bin/$program" --timeout 120 "$@" -q
 }
 
 pair comm-profile --collectives allreduce,allgather -b 256K -e 8M -n 3 -w 1 -o "$work/comm.h5" -q
