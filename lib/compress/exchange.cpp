@@ -53,7 +53,7 @@ std::uint64_t GradientExchange::Impl::key_of(size_t i, const TensorCodec& codec)
 // ------------------------------------------------------------ levels
 
 Spec GradientExchange::Impl::effective_of(const Spec& level) const {
-    if (level.name != "dgc" || options.dgc_warmup_epochs <= 0) return level;
+    if (!level.info().sparsity_warmup || options.dgc_warmup_epochs <= 0) return level;
     Spec s = level;
     s.parameter = dgc_warmup_fraction(level.parameter, epoch, options.dgc_warmup_epochs);
     return s;

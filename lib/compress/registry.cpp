@@ -17,4 +17,16 @@ const std::vector<CompressorInfo>& compressors() {
     return list;
 }
 
+const std::vector<std::string>& gravac_families() {
+    // The order --gravac's messages list them in; each one's file says how GraVAC scales it.
+    static const std::vector<std::string> list = [] {
+        std::vector<std::string> names;
+        for (const CompressorInfo* c : {&topk_compressor(), &dgc_compressor(), &randomk_compressor(),
+                                        &powersgd_compressor()})
+            names.push_back(c->name);
+        return names;
+    }();
+    return list;
+}
+
 }  // namespace acc::compress

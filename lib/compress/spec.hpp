@@ -44,12 +44,30 @@ struct CompressorInfo {
     /// A device implementation over LibTorch tensors would be a second factory here.
     std::unique_ptr<TensorCodec> (*make_codec)(const Spec& spec, const std::vector<std::int64_t>& shape,
                                                const CodecOptions& options) = nullptr;
+    /// A low-rank factorisation (PowerSGD): the parameter is a rank, and the payload travels
+    /// as P and Q in two allreduce rounds over all matrices together (Channel::low_rank).
+    bool low_rank = false;
+    /// The aggregated gradient already carries momentum (DGC's momentum correction), so
+    /// the optimizer applies its momentum to the weight decay only.
+    bool momentum_in_gradient = false;
+    /// --dgc-warmup-epochs raises the keep fraction of the first epochs (DGC's sparsity warm-up).
+    bool sparsity_warmup = false;
+    /// How GraVAC scales this compressor (train-dist --gravac NAME); nullptr: it does not.
+    /// The compressor of GraVAC's candidate level: the family's own, or topk for one whose
+    /// own selection is not exact (DGC's sampled threshold).
+    const char* gravac_candidate = nullptr;
+    /// GraVAC's candidate compresses theta_min's output C_min(g_o) (multi-level: the top
+    /// entries of C_min are those of g_o) rather than g_o itself (randomk's own draw).
+    bool gravac_candidate_of_min = false;
 };
 
 /// Every compressor the toolkit knows, in the order --help lists them (compress/registry.cpp).
 const std::vector<CompressorInfo>& compressors();
 /// The compressor of this name, or nullptr.
 const CompressorInfo* find_compressor(const std::string& name);
+/// The compressors GraVAC scales (those with a gravac_candidate), in the order its
+/// messages list them.
+const std::vector<std::string>& gravac_families();
 
 /// A parsed level, `name[:parameter]`.
 struct Spec {

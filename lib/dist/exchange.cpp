@@ -142,7 +142,7 @@ void DistExchange::set_epoch(std::int64_t epoch) {
 
 std::vector<bool> DistExchange::momentum_in_gradient() const {
     std::vector<bool> out(parameters_.size(), false);
-    for (size_t j = 0; j < compressed_.size(); ++j) out[compressed_[j]] = compress_->effective_level(j).name == "dgc";
+    for (size_t j = 0; j < compressed_.size(); ++j) out[compressed_[j]] = compress_->effective_level(j).info().momentum_in_gradient;
     return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "compress/device_codec.hpp"
 #include "compress/kernels.hpp"
 #include "compress/spec.hpp"
@@ -43,11 +44,15 @@ void load_floats(const torch::Tensor& t, std::vector<float>& out, const std::str
     out.assign(c.data_ptr<float>(), c.data_ptr<float>() + n);
 }
 
-}  // namespace
-
-const std::vector<std::string>& gravac_families() {
-    return regime::gravac_family_names();
+// The codec's state entry of this name, or nullptr.
+std::vector<float>* codec_state(compress::TensorCodec* codec, const std::string& what) {
+    if (codec)
+        for (auto& [name, values] : codec->state())
+            if (name == what) return values;
+    return nullptr;
 }
+
+}  // namespace
 
 struct GravacExchange::Level {
     std::unique_ptr<compress::TensorCodec> codec;
@@ -58,7 +63,11 @@ struct GravacExchange::Slot {
     size_t index = 0;  // parameter index
     std::int64_t n = 0;
     std::vector<std::int64_t> shape;
-    std::vector<float> memory, momentum;  // error memory; dgc's u
+    std::vector<float> memory;  // error memory
+    // The family's codec that compensates (error feedback) and keeps the state beyond the
+    // memory (DGC's momentum); the levels' codecs only encode and decode.
+    std::unique_ptr<compress::TensorCodec> feedback;
+    std::unique_ptr<compress::DeviceCodec> d_feedback;
     std::vector<float> grad, go, rmin, rcand;
     std::vector<std::uint8_t> payload_min, payload_cand;
     std::map<std::string, Level> levels;  // codecs by spec text
@@ -66,9 +75,9 @@ struct GravacExchange::Slot {
     // the warm-start Q (cols x the largest rank used) and this step's g_o Q (rows x rank).
     std::int64_t rows = 0, cols = 0;
     torch::Tensor error, q, p;
-    // The sparsifiers' device path: memory and momentum where the gradients are (taken
+    // The sparsifiers' device path: memory (and d_feedback's state) where the gradients are (taken
     // from the host vectors when undefined), g_o, the residuals and the payloads.
-    torch::Tensor d_memory, d_momentum, d_go, d_rmin, d_rcand, d_payload_min, d_payload_cand;
+    torch::Tensor d_memory, d_go, d_rmin, d_rcand, d_payload_min, d_payload_cand;
 };
 
 GravacExchange::GravacExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
@@ -78,9 +87,10 @@ GravacExchange::GravacExchange(std::vector<torch::Tensor> parameters, std::vecto
       staged_(device.is_cpu() ? nullptr : staged_collectives(comm, device)),
       comm_(staged_ ? *staged_ : comm),
       options_(std::move(options)) {
-    const auto& families = gravac_families();
+    const auto& families = compress::gravac_families();
     if (std::find(families.begin(), families.end(), options_.family) == families.end())
-        throw UsageError("--gravac: must be one of topk, dgc, randomk, powersgd, not '" + options_.family + "'");
+        throw UsageError("--gravac: must be one of " + join(families, ", ") + ", not '" + options_.family + "'");
+    family_ = compress::find_compressor(options_.family);
     controller_ = std::make_unique<regime::GravacController>(options_.settings);
     if (description_.size() != parameters_.size())
         throw Error("internal error: " + std::to_string(description_.size()) + " descriptions for " +
@@ -101,8 +111,8 @@ GravacExchange::GravacExchange(std::vector<torch::Tensor> parameters, std::vecto
             s.error = torch::zeros({s.rows, s.cols}, torch::kFloat32);
         } else {
             s.memory.assign(static_cast<size_t>(s.n), 0.0f);
+            s.feedback = compress::make_codec(feedback_spec(), s.shape, codec_options());
         }
-        if (options_.family == "dgc") s.momentum.assign(static_cast<size_t>(s.n), 0.0f);
         slots_.push_back(std::move(s));
     }
 }
@@ -111,25 +121,40 @@ GravacExchange::~GravacExchange() = default;
 
 std::vector<bool> GravacExchange::momentum_in_gradient() const {
     std::vector<bool> out(parameters_.size(), false);
-    if (options_.family == "dgc")
+    if (family_->momentum_in_gradient)
         for (const auto& s : slots_) out[s.index] = true;
     return out;
 }
 
-// The codec of one level: the family's at theta_min; the candidate of topk and dgc is an
-// exact top-k over C_min(g_o) (multi-level), randomk's is randomk over g_o.
+// The codec of one level: the family's at theta_min; the candidate is the registry's
+// gravac_candidate, over C_min(g_o) (multi-level: topk, dgc) or over g_o (randomk).
 GravacExchange::Level& GravacExchange::level(Slot& s, double factor, bool candidate) {
     compress::Spec spec;
-    spec.name = candidate && options_.family == "dgc" ? "topk" : options_.family;
+    spec.name = candidate ? family_->gravac_candidate : family_->name;
     spec.parameter = regime::keep_fraction_for_factor(factor);
     Level& l = s.levels[spec.text() + (candidate ? "/candidate" : "")];
-    if (!l.codec) {
-        compress::CodecOptions o;
-        o.world = comm_.world_size();
-        o.dgc_momentum = options_.dgc_momentum;
-        l.codec = compress::make_codec(spec, s.shape, o);
-    }
+    if (!l.codec) l.codec = compress::make_codec(spec, s.shape, codec_options());
     return l;
+}
+
+compress::CodecOptions GravacExchange::codec_options() const {
+    compress::CodecOptions o;
+    o.world = comm_.world_size();
+    o.dgc_momentum = options_.dgc_momentum;
+    return o;
+}
+
+// The compensating codec's level does not matter: it never encodes.
+compress::Spec GravacExchange::feedback_spec() const {
+    return {family_->name, regime::keep_fraction_for_factor(controller_->theta_min())};
+}
+
+// The state beyond the memory, from the host codec into the device codec (made on first use).
+void GravacExchange::feedback_to_device(Slot& s, const torch::Device& device) {
+    if (!s.d_feedback) s.d_feedback = compress::make_device_codec(feedback_spec(), s.shape, codec_options());
+    for (auto& [name, tensor] : s.d_feedback->state())
+        if (std::vector<float>* values = codec_state(s.feedback.get(), name))
+            *tensor = host_floats(*values, {s.n}).to(device);
 }
 
 // The device path's memory and momentum back into the host vectors (the host path, or a
@@ -137,9 +162,10 @@ GravacExchange::Level& GravacExchange::level(Slot& s, double factor, bool candid
 void GravacExchange::sync_to_host(Slot& s) {
     if (!s.d_memory.defined()) return;
     load_floats(s.d_memory, s.memory, "error", s.n);
-    if (s.d_momentum.defined()) load_floats(s.d_momentum, s.momentum, "dgc_momentum", s.n);
+    if (s.d_feedback)
+        for (auto& [name, tensor] : s.d_feedback->state())
+            if (std::vector<float>* values = codec_state(s.feedback.get(), name)) load_floats(*tensor, *values, name, s.n);
     s.d_memory = torch::Tensor();
-    s.d_momentum = torch::Tensor();
 }
 
 std::uint64_t GravacExchange::level_key(const Slot& s, bool shared, bool candidate, std::int64_t step) const {
@@ -150,12 +176,7 @@ std::uint64_t GravacExchange::level_key(const Slot& s, bool shared, bool candida
 
 compress::DeviceCodec& GravacExchange::device_level(Slot& s, double factor, bool candidate) {
     Level& l = level(s, factor, candidate);
-    if (!l.device) {
-        compress::CodecOptions o;
-        o.world = comm_.world_size();
-        o.dgc_momentum = options_.dgc_momentum;
-        l.device = compress::make_device_codec(l.codec->spec(), s.shape, o);
-    }
+    if (!l.device) l.device = compress::make_device_codec(l.codec->spec(), s.shape, codec_options());
     return *l.device;
 }
 
@@ -232,27 +253,19 @@ void GravacExchange::exchange_level(double factor, bool candidate, std::int64_t 
 // Error feedback, C_min and the candidate of every matrix; returns this rank's three squared norms.
 std::vector<double> GravacExchange::encode_sparse(std::vector<torch::Tensor>& gradients, std::int64_t step,
                                                   double theta_min, double candidate) {
-    const bool randomk = options_.family == "randomk";
+    const bool of_go = !family_->gravac_candidate_of_min;
     std::vector<double> norms(3, 0.0);
     for (auto& s : slots_) {
         sync_to_host(s);
         torch::Tensor g = gradients[s.index].detach().to(torch::kCPU, torch::kFloat32).contiguous();
-        const float* gp = g.data_ptr<float>();
-        if (!s.momentum.empty()) {
-            const auto m = static_cast<float>(options_.dgc_momentum);
-            for (std::int64_t i = 0; i < s.n; ++i) {
-                s.momentum[i] = m * s.momentum[i] + gp[i];
-                s.memory[i] += s.momentum[i];
-            }
-        } else {
-            for (std::int64_t i = 0; i < s.n; ++i) s.memory[i] += gp[i];
-        }
+        // Its non-finite check is left out, as on the other paths: the decision sees the norms.
+        (void)s.feedback->compensate(g.data_ptr<float>(), s.memory.data(), false);
         s.go = s.memory;
         s.rmin = s.go;
         encode_level(s, theta_min, false, step, s.rmin, s.payload_min);
         // rcand: first C_min = go - rmin (multi-level) or go (randomk), then its residual.
         s.rcand.resize(static_cast<size_t>(s.n));
-        for (std::int64_t i = 0; i < s.n; ++i) s.rcand[i] = randomk ? s.go[i] : s.go[i] - s.rmin[i];
+        for (std::int64_t i = 0; i < s.n; ++i) s.rcand[i] = of_go ? s.go[i] : s.go[i] - s.rmin[i];
         std::vector<float> cmin_residual = s.rcand;
         encode_level(s, candidate, true, step, cmin_residual, s.payload_cand);
         double min_sq = 0, cand_sq = 0;
@@ -262,7 +275,7 @@ std::vector<double> GravacExchange::encode_sparse(std::vector<torch::Tensor>& gr
             min_sq += cm * cm;
             cand_sq += cc * cc;
             // What the candidate leaves out of g_o.
-            s.rcand[i] = randomk ? cmin_residual[i] : s.rmin[i] + cmin_residual[i];
+            s.rcand[i] = of_go ? cmin_residual[i] : s.rmin[i] + cmin_residual[i];
         }
         norms[0] += squared_norm(s.go);
         norms[1] += min_sq;
@@ -304,10 +317,7 @@ void GravacExchange::send_sparse(std::vector<torch::Tensor>& gradients, const re
             payloads.push_back(cand ? s.payload_cand : s.payload_min);
             s.grad.assign(static_cast<size_t>(s.n), 0.0f);
             const std::vector<float>& left = cand ? s.rcand : s.rmin;
-            // DGC's momentum factor masking: u is cleared where entries were sent.
-            if (!s.momentum.empty())
-                for (std::int64_t i = 0; i < s.n; ++i)
-                    if (left[i] != s.go[i]) s.momentum[i] = 0.0f;
+            s.feedback->mark_sent(s.go.data(), left.data());
             s.memory = left;
         }
         exchange_level(cand ? candidate : theta_min, cand, step, payloads);
@@ -348,20 +358,15 @@ void GravacExchange::send_sparse(std::vector<torch::Tensor>& gradients, const re
 // encode_sparse() in ATen ops where the gradients are, with the device codecs (same payloads).
 std::vector<double> GravacExchange::encode_sparse_device(std::vector<torch::Tensor>& gradients, std::int64_t step,
                                                          double theta_min, double candidate) {
-    const bool randomk = options_.family == "randomk";
+    const bool of_go = !family_->gravac_candidate_of_min;
     std::vector<torch::Tensor> go_sq, min_sq, cand_sq;
     for (auto& s : slots_) {
         const torch::Tensor g = gradients[s.index].detach().to(torch::kFloat32).reshape({-1});
         if (!s.d_memory.defined() || s.d_memory.device() != g.device()) {
             s.d_memory = host_floats(s.memory, {s.n}).to(g.device());
-            if (!s.momentum.empty()) s.d_momentum = host_floats(s.momentum, {s.n}).to(g.device());
+            feedback_to_device(s, g.device());
         }
-        if (s.d_momentum.defined()) {
-            s.d_momentum.mul_(static_cast<float>(options_.dgc_momentum)).add_(g);
-            s.d_memory.add_(s.d_momentum);
-        } else {
-            s.d_memory.add_(g);
-        }
+        (void)s.d_feedback->compensate(g, s.d_memory, false);
         s.d_go = s.d_memory.clone();
         s.d_rmin = s.d_go.clone();
         auto payload = [&](compress::DeviceCodec& c) {
@@ -373,7 +378,7 @@ std::vector<double> GravacExchange::encode_sparse_device(std::vector<torch::Tens
         s.d_payload_min = payload(cmin);
         cmin.encode(s.d_rmin, true, level_key(s, cmin.shared_stream(), false, step), s.d_payload_min);
         // d_rcand: first C_min = go - rmin (multi-level) or go (randomk), then its residual.
-        s.d_rcand = randomk ? s.d_go.clone() : s.d_go - s.d_rmin;
+        s.d_rcand = of_go ? s.d_go.clone() : s.d_go - s.d_rmin;
         torch::Tensor cmin_residual = s.d_rcand.clone();
         compress::DeviceCodec& ccand = device_level(s, candidate, true);
         s.d_payload_cand = payload(ccand);
@@ -383,7 +388,7 @@ std::vector<double> GravacExchange::encode_sparse_device(std::vector<torch::Tens
         min_sq.push_back((go - s.d_rmin.to(torch::kFloat64)).square().sum());
         cand_sq.push_back((s.d_rcand.to(torch::kFloat64) - cmin_residual.to(torch::kFloat64)).square().sum());
         // What the candidate leaves out of g_o.
-        s.d_rcand = randomk ? cmin_residual : s.d_rmin + cmin_residual;
+        s.d_rcand = of_go ? cmin_residual : s.d_rmin + cmin_residual;
     }
     if (slots_.empty()) return {0.0, 0.0, 0.0};
     torch::Tensor sums = torch::stack({torch::stack(go_sq).sum(), torch::stack(min_sq).sum(), torch::stack(cand_sq).sum()})
@@ -409,8 +414,7 @@ void GravacExchange::send_sparse_device(std::vector<torch::Tensor>& gradients, c
         for (auto& s : slots_) {
             payloads.push_back(cand ? s.d_payload_cand : s.d_payload_min);
             const torch::Tensor& left = cand ? s.d_rcand : s.d_rmin;
-            // DGC's momentum factor masking: u is cleared where entries were sent.
-            if (s.d_momentum.defined()) s.d_momentum.masked_fill_(left.ne(s.d_go), 0.0f);
+            s.d_feedback->mark_sent(s.d_go, left);
             s.d_memory = left.clone();
         }
         torch::Tensor buffer = torch::cat(payloads);
@@ -688,11 +692,12 @@ train::TensorMap GravacExchange::state() const {
         }
         if (s.d_memory.defined()) {
             out[name + "/error"] = s.d_memory.to(torch::kCPU).view(s.shape).clone();
-            if (s.d_momentum.defined()) out[name + "/dgc_momentum"] = s.d_momentum.to(torch::kCPU).view(s.shape).clone();
+            for (auto& [what, tensor] : s.d_feedback->state())
+                out[name + "/" + what] = tensor->to(torch::kCPU).view(s.shape).clone();
             continue;
         }
         out[name + "/error"] = host_floats(s.memory, s.shape);
-        if (!s.momentum.empty()) out[name + "/dgc_momentum"] = host_floats(s.momentum, s.shape);
+        for (auto& [what, values] : s.feedback->state()) out[name + "/" + what] = host_floats(*values, s.shape);
     }
     std::vector<double> flat;
     for (const auto& row : inputs_) flat.insert(flat.end(), row.begin(), row.end());
@@ -738,8 +743,8 @@ void GravacExchange::load_state(const train::TensorMap& state) {
             s.q = tensor.to(torch::kCPU, torch::kFloat32).contiguous().clone();
         } else if (what == "error")
             load_floats(tensor, s.memory, name, s.n);
-        else if (what == "dgc_momentum" && !s.momentum.empty())
-            load_floats(tensor, s.momentum, name, s.n);
+        else if (std::vector<float>* values = codec_state(s.feedback.get(), what))
+            load_floats(tensor, *values, name, s.n);
         else
             throw Error("exchange state '" + name + "' is not GraVAC state of --gravac " + options_.family);
     }
@@ -770,7 +775,7 @@ GravacLevelBytes GravacExchange::level_bytes() const {
             // As --compress powersgd:R at each matrix's rank (whole where it would not compress).
             auto at = [&](double factor) {
                 return compress::wire_bytes(
-                    compress::Spec{"powersgd",
+                    compress::Spec{family_->name,
                                    static_cast<double>(regime::powersgd_rank_for_factor(s.rows, s.cols, factor))},
                     s.shape);
             };
@@ -780,7 +785,7 @@ GravacLevelBytes GravacExchange::level_bytes() const {
             continue;
         }
         compress::Spec min{options_.family, regime::keep_fraction_for_factor(controller_->theta_min())};
-        compress::Spec cand{options_.family == "dgc" ? "topk" : options_.family,
+        compress::Spec cand{family_->gravac_candidate,
                             regime::keep_fraction_for_factor(controller_->candidate())};
         b.theta_min += compress::wire_bytes(min, s.shape);
         b.candidate += compress::wire_bytes(cand, s.shape);

@@ -2,7 +2,9 @@
 //
 // Each step, on every rank, for every matrix parameter (vectors are always sent
 // dense, as in the other modes):
-//   1. error feedback: g_o = g + memory (dgc: memory += u, u = m u + g);
+//   1. error feedback: g_o = g + memory, by the family's codec (compensate; dgc's codec
+//      keeps its momentum u = m u + g and adds u, and clears u where the sent level sent
+//      entries: mark_sent);
 //   2. C_min(g_o): the family's codec at keep fraction 1 / theta_min;
 //   3. the candidate C_cand from C_min(g_o) (multi-level: topk and dgc take the
 //      top 1 / candidate of the n entries of C_min(g_o), which equals top-k of
@@ -65,11 +67,8 @@
 
 namespace acc::dist {
 
-/// The compressor families GraVAC scales: "topk, dgc, randomk, powersgd".
-const std::vector<std::string>& gravac_families();
-
 struct GravacExchangeOptions {
-    std::string family = "topk";        ///< topk, dgc, randomk or powersgd
+    std::string family = "topk";        ///< one of compress::gravac_families()
     regime::GravacSettings settings;    ///< the controller's (smoothing already set for the world size)
     std::uint32_t seed = 0;             ///< random streams (randomk; powersgd's first Q)
     double dgc_momentum = 0.9;          ///< dgc's momentum correction factor
@@ -102,7 +101,8 @@ public:
     std::vector<bool> momentum_in_gradient() const;
     void set_samples_per_step(std::int64_t samples) { options_.samples_per_step = samples; }
 
-    /// Error memories ("<parameter>/error"), dgc's momentum ("<parameter>/dgc_momentum"),
+    /// Error memories ("<parameter>/error"), the family's codec state (dgc's momentum,
+    /// "<parameter>/dgc_momentum"),
     /// powersgd's warm-start Q ("<parameter>/powersgd_q", cols x rank) and
     /// the controller's inputs so far ("gravac/inputs", steps x 4: the three all-reduced
     /// squared norms and the throughput), from which load_state() replays the controller.
@@ -127,7 +127,7 @@ public:
 private:
     struct Slot;
     struct Level;
-    bool powersgd() const { return options_.family == "powersgd"; }
+    bool powersgd() const { return family_->low_rank; }
     std::int64_t powersgd_rank(const Slot& s, double factor) const;
     SteadyClock::time_point clock_now() const;
     regime::GravacNorms decide_from(std::vector<double> norms, double& samples, regime::GravacDecision& decision);
@@ -147,6 +147,9 @@ private:
     torch::Tensor allreduce_mean(std::vector<torch::Tensor> parts);
     void average_into(std::vector<torch::Tensor> sent, const std::vector<torch::Tensor>& into);
     Level& level(Slot& s, double factor, bool candidate);
+    compress::CodecOptions codec_options() const;
+    compress::Spec feedback_spec() const;
+    void feedback_to_device(Slot& s, const torch::Device& device);
     void encode_level(Slot& s, double factor, bool candidate, std::int64_t step, std::vector<float>& residual,
                       std::vector<std::uint8_t>& payload);
     void exchange_level(double factor, bool candidate, std::int64_t step, std::vector<std::vector<std::uint8_t>>& payloads);
@@ -156,6 +159,7 @@ private:
     std::unique_ptr<comm::Collectives> staged_;
     comm::Collectives& comm_;
     GravacExchangeOptions options_;
+    const compress::CompressorInfo* family_ = nullptr;  // the registry's entry of options_.family
     std::unique_ptr<regime::GravacController> controller_;
     std::vector<Slot> slots_;            // matrix parameters
     std::vector<size_t> vectors_;        // parameters always sent dense

@@ -1,6 +1,7 @@
 #include "regime/gravac.hpp"
 
 #include "base/error.hpp"
+#include "compress/spec.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -29,8 +30,8 @@ void check_norm(double v, const char* what) {
 }  // namespace
 
 const std::vector<std::string>& gravac_family_names() {
-    static const std::vector<std::string> names = {"topk", "dgc", "randomk", "powersgd"};
-    return names;
+    // The registry's list: a family's own file says how GraVAC scales it.
+    return compress::gravac_families();
 }
 
 const char* gravac_family_name(GravacFamily family) {

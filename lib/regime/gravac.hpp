@@ -58,6 +58,7 @@ GravacStatistic parse_gravac_statistic(const std::string& text);
 
 /// The compressors GraVAC scales (--gravac FAMILY), listed once: --gravac's check
 /// and message, the exchange and the metrics file take their names from here.
+/// A family is its index in compress::gravac_families(), the registry's list.
 enum class GravacFamily : std::int8_t { topk = 0, dgc = 1, randomk = 2, powersgd = 3 };
 /// The families' names in --help order: topk, dgc, randomk, powersgd.
 const std::vector<std::string>& gravac_family_names();

@@ -177,6 +177,10 @@ const CompressorInfo& powersgd_compressor() {
         c.collective = Collective::allreduce;
         c.error_feedback = true;
         c.wire_bytes = wire;
+        c.low_rank = true;
+        // Gram-Schmidt treats columns in order: a lower rank's factors are the first columns.
+        c.gravac_candidate = "powersgd";
+        c.gravac_candidate_of_min = true;
         c.make_codec = make;
         return c;
     }();

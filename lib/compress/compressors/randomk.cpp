@@ -99,6 +99,8 @@ const CompressorInfo& randomk_compressor() {
         c.collective = Collective::allreduce;
         c.error_feedback = true;
         c.wire_bytes = wire;
+        // A uniform random subset of g_o drawn directly has the distribution of one of C_min.
+        c.gravac_candidate = "randomk";
         c.make_codec = codec_util::make<RandomkCodec>;
         return c;
     }();
