@@ -17,6 +17,17 @@ using namespace acc;
 
 namespace {
 
+// regime-detect's options as CLI11 reads them from ARGS and a gradient file.
+app::DetectConfig parse_detect(std::vector<std::string> args) {
+    app::DetectConfig c;
+    CLI::App app;
+    app::add_detect_options(app, c);
+    args.push_back("g.h5");
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    return c;
+}
+
 // Parses `args` (after the program name) into a fresh TrainConfig; the parse error's text otherwise.
 std::string parse_train(std::vector<std::string> args, train::TrainConfig& config) {
     CLI::App app;
@@ -65,15 +76,7 @@ TEST(AppOptions, EtaHasOneDefaultAndOneRange) {
     EXPECT_EQ(detect.interval, regime::kDefaultInterval);
     regime::Options options;
     EXPECT_EQ(options.eta, regime::kDefaultEta);
-    auto parse = [](std::vector<std::string> args) {
-        app::DetectConfig c;
-        CLI::App app;
-        app::add_detect_options(app, c);
-        args.push_back("g.h5");
-        std::reverse(args.begin(), args.end());
-        app.parse(args);
-        return c;
-    };
+    const auto parse = parse_detect;
     EXPECT_EQ(parse({"--eta", "0.25"}).eta, 0.25);
     EXPECT_THROW(parse({"--eta", "0"}), CLI::ValidationError);
     EXPECT_THROW(parse({"--eta", "2e6"}), CLI::ValidationError);
@@ -95,15 +98,7 @@ TEST(AppOptions, EtaHasOneDefaultAndOneRange) {
 
 // regime-detect's --low and --high are read as --mode says, wherever it stands.
 TEST(AppOptions, DetectLevelsFollowTheModeWhereverItIsGiven) {
-    auto parse = [](std::vector<std::string> args) {
-        app::DetectConfig c;
-        CLI::App app;
-        app::add_detect_options(app, c);
-        args.push_back("g.h5");
-        std::reverse(args.begin(), args.end());
-        app.parse(args);
-        return c;
-    };
+    const auto parse = parse_detect;
     const app::DetectConfig batch = parse({"--low", "256", "--high", "1024", "--mode", "batch"});
     EXPECT_EQ(batch.low_batch, 256);
     EXPECT_EQ(batch.high_batch, 1024);
