@@ -8,27 +8,17 @@
 # ninja (or make) prints a line per compiled file and every compiler message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-torch=debian
-if [ "${1:-}" = "--torch" ]; then
-    torch=${2:-}
-    shift 2 || true
-fi
+source scripts/torch-choice.sh
+acc_torch_choice build.sh "$@"
+shift "$acc_torch_shift"
 torch_args=()
-case $torch in
-debian) build=${ACC_BUILD_DIR:-build} ;;
-pip)
-    build=${ACC_BUILD_DIR:-build-pip}
+if [ "$torch" = pip ]; then
     echo "build.sh: checking pip's torch (scripts/setup-pip-torch.sh)" >&2
     pip_python=$(scripts/setup-pip-torch.sh)
     # Its python runs the tests too (torchrun, the PyTorch references) unless ACC_PYTHON says otherwise.
     torch_args=("-DCMAKE_PREFIX_PATH=$("$pip_python" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
         "-DACC_PYTHON=${ACC_PYTHON:-$pip_python}")
-    ;;
-*)
-    echo "build.sh: error: --torch: '$torch' is not one of debian, pip" >&2
-    exit 2
-    ;;
-esac
+fi
 jobs=${ACC_JOBS:-$(nproc)}
 generator=()
 command -v ninja >/dev/null && [ ! -f "$build/Makefile" ] && generator=(-G Ninja)

@@ -10,19 +10,9 @@
 # programs. Further arguments go to pytest (e.g. -k resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-torch=debian
-if [ "${1:-}" = "--torch" ]; then
-    torch=${2:-}
-    shift 2 || true
-fi
-case $torch in
-debian) build=${ACC_BUILD_DIR:-build} ;;
-pip) build=${ACC_BUILD_DIR:-build-pip} ;;
-*)
-    echo "test-python.sh: error: --torch: '$torch' is not one of debian, pip" >&2
-    exit 2
-    ;;
-esac
+source scripts/torch-choice.sh
+acc_torch_choice test-python.sh "$@"
+shift "$acc_torch_shift"
 [ -x "$build/bin/regime-detect" ] ||
     { echo "test-python.sh: error: $build/bin/regime-detect: not built (scripts/build.sh --torch $torch)" >&2; exit 1; }
 build=$(cd "$build" && pwd)

@@ -8,19 +8,9 @@
 # package's tests follow (scripts/test-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-torch=debian
-if [ "${1:-}" = "--torch" ]; then
-    torch=${2:-}
-    shift 2 || true
-fi
-case $torch in
-debian) build=${ACC_BUILD_DIR:-build} ;;
-pip) build=${ACC_BUILD_DIR:-build-pip} ;;
-*)
-    echo "test.sh: error: --torch: '$torch' is not one of debian, pip" >&2
-    exit 2
-    ;;
-esac
+source scripts/torch-choice.sh
+acc_torch_choice test.sh "$@"
+shift "$acc_torch_shift"
 select=(-LE slow) suite="the default test suite (no tests labelled slow)"
 if [ "${1:-}" = "--all" ]; then
     select=() suite="every test"
