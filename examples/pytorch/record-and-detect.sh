@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Accordion's pipeline on your own PyTorch script: train_mlp.py records its
 # gradients under torchrun (2 ranks, Gloo), regime-detect finds the critical
-# regimes in them, and a second run follows the batch-size schedule made from
-# the same file: two trainings of 8 epochs, about 2 CPU-minutes with Debian's torch.
+# regimes in them, a second run follows the batch-size schedule made from the
+# same file, and (PyTorch 2.x) a third the compression schedule, through the
+# package's compressing hook: trainings of 8 epochs, about 1 CPU-minute each.
 #
 #   examples/pytorch/record-and-detect.sh [OUT]      (files go to OUT, default build/pytorch-example)
 #
@@ -50,4 +51,10 @@ EOF
 
 echo "== 4. train again, following the batch schedule -> follow.h5" >&2
 "${torchrun[@]}" "$script" --epochs 8 --batch-schedule batch.h5 -o follow.h5
+if "$python" -c 'import sys, torch.distributed as d; sys.exit(not hasattr(d.ProcessGroup, "boxed"))'; then
+    echo "== 5. train again, compressing by the compression schedule -> compressed.h5" >&2
+    "${torchrun[@]}" "$script" --epochs 8 --schedule sched.h5 -o compressed.h5
+else
+    echo "== 5. skipped: the compressing hook needs PyTorch 2.x" >&2
+fi
 echo "record-and-detect.sh: done; files in $out" >&2

@@ -6,13 +6,18 @@ Fashion-MNIST (Debian's dataset-fashion-mnist; no torchvision). The lines marked
     regime-detect grads.h5 --interval 2 -o sched.h5
 
 With --batch-schedule SCHED.h5 (regime-detect --mode batch) each epoch takes its
-batch size and learning rate from the schedule. --resume continues a stopped
-run from its last checkpoint (OUTPUT.ckpt.pt), and its grads.h5 with it.
+batch size and learning rate from the schedule. With --compress SPEC (e.g.
+powersgd:2) or --schedule SCHED.h5 (a compression schedule) DDP exchanges the
+gradients through accordion.compression_hook (PyTorch 2.x), at that level or at
+each epoch's levels from the schedule. --resume continues a stopped run from its
+last checkpoint (OUTPUT.ckpt.pt, and each rank's OUTPUT.hook.rankR.pt), and its
+grads.h5 with it.
 Every rank uses one thread; the model is the toolkit's `mlp` (fc1, fc2, fc3), so
 its schedules also fit train-dist --model mlp.
 """
 
 import argparse
+import gc
 import gzip
 import os
 import sys
@@ -80,6 +85,8 @@ def main():
     parser.add_argument("--train-samples", type=int, default=12000, help="first N training images (default 12000)")
     parser.add_argument("--test-samples", type=int, default=2000)
     parser.add_argument("--batch-schedule", help="a batch schedule from regime-detect --mode batch")
+    parser.add_argument("--compress", help="compress every matrix's gradient at this level, e.g. powersgd:2")
+    parser.add_argument("--schedule", help="a compression schedule from regime-detect: each epoch's levels")
     parser.add_argument("--resume", action="store_true", help="continue from OUTPUT.ckpt.pt")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
@@ -95,16 +102,25 @@ def main():
     model = DistributedDataParallel(MLP())
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     checkpoint = os.path.splitext(args.output)[0] + ".ckpt.pt"
+    hook_checkpoint = os.path.splitext(args.output)[0] + f".hook.rank{rank}.pt"
+    # accordion: with --compress or --schedule, the gradients go through the toolkit's compressors
+    compression = None
+    if args.compress or args.schedule:
+        compression = accordion.CompressionState(model, args.compress, schedule=args.schedule)  # accordion
     start = 0
     if args.resume:
         state = torch.load(checkpoint)
         model.module.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start = state["epoch"] + 1
+        if compression is not None:
+            compression.load_state_dict(torch.load(hook_checkpoint))  # accordion: error memories, PowerSGD's Q
 
-    # accordion: record rank 0's local gradients inside DDP's allreduce hook, into args.output
+    # accordion: record rank 0's local gradients inside DDP's communication hook, into args.output
     recorder = accordion.GradientRecorder(model, args.output, start_epoch=start, model_name="mlp",  # accordion
-                                          dataset="fashion-mnist", batch_size=args.batch_size, seed=args.seed)
+                                          dataset="fashion-mnist", batch_size=args.batch_size, seed=args.seed,
+                                          hook=accordion.compression_hook if compression is not None else None,
+                                          hook_state=compression)
     schedule = accordion.load_schedule(args.batch_schedule, model) if args.batch_schedule else None  # accordion
 
     for epoch in range(start, args.epochs):
@@ -114,6 +130,9 @@ def main():
             lr, batch_size = plan.lr, plan.batch_size
         for group in optimizer.param_groups:
             group["lr"] = lr
+        if compression is not None:
+            compression.set_epoch(epoch)  # accordion: this epoch's levels
+            sent_before = compression.floats_sent
         # Each rank takes every world-th sample of the epoch's shuffle.
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(args.seed + epoch))
         mine = order[rank::world]
@@ -132,21 +151,31 @@ def main():
         test_loss, test_accuracy = evaluate(model.module, test_x, test_y)
         recorder.end_epoch(lr=lr, loss=sum(losses) / len(losses), accuracy=correct / seen,  # accordion
                            test_loss=test_loss, test_accuracy=test_accuracy, samples=seen, seconds=seconds)
+        if compression is not None:
+            torch.save(compression.state_dict(), hook_checkpoint + ".tmp")  # every rank: its own memories
+            os.replace(hook_checkpoint + ".tmp", hook_checkpoint)
         if rank == 0:
             # After end_epoch: a run killed in between resumes from the previous
             # checkpoint, and start_epoch drops the epoch the file holds beyond it.
             torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
                        checkpoint + ".tmp")
             os.replace(checkpoint + ".tmp", checkpoint)
+            sent = f", sent {compression.floats_sent - sent_before:.4g} floats" if compression is not None else ""
             print(f"epoch {epoch}: loss {sum(losses) / len(losses):.4f}, test accuracy {100 * test_accuracy:.2f}%, "
-                  f"lr {lr:g}, batch {batch_size} per rank, {seconds:.1f} s", flush=True)
+                  f"lr {lr:g}, batch {batch_size} per rank{sent}, {seconds:.1f} s", flush=True)
     recorder.finish()  # accordion: the file is complete
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":
+    status = 0
     try:
         main()
     except accordion.Error as e:
         print(f"train_mlp.py: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        status = 1
+    # On an error too, the group goes while the interpreter is whole (after what
+    # reference cycles held is freed): one left to the teardown may abort the process.
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    sys.exit(status)

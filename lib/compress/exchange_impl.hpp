@@ -10,6 +10,7 @@
 #include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/core/Event.h>
 
 #include <array>

@@ -11,6 +11,9 @@ the file regime-detect reads, and read the schedules it writes:
     schedule = accordion.load_schedule("sched.h5", model)
     plan = schedule.batch(epoch, lr)          # batch schedules: batch size and lr
 
+    state = accordion.CompressionState(ddp_model, "powersgd:2")   # or schedule="sched.h5"
+    ddp_model.register_comm_hook(state, accordion.compression_hook)
+
 Errors are accordion.Error (FileError, UsageError), whose message is one line
 that starts with the file or setting at fault. Documentation: docs/python.md.
 """
@@ -18,8 +21,9 @@ that starts with the file or setting at fault. Documentation: docs/python.md.
 from ._errors import Error, FileError, UsageError
 from ._library import BUILT_FOR as TORCH_VERSION
 from ._library import VERSION as __version__
+from .hook import CompressionState, compression_hook
 from .recorder import GradientRecorder
 from .schedule import BatchEpoch, Schedule, load_schedule, parameter_mismatches, trainable_parameters
 
-__all__ = ["Error", "FileError", "UsageError", "GradientRecorder", "Schedule", "BatchEpoch", "load_schedule",
+__all__ = ["Error", "FileError", "UsageError", "CompressionState", "compression_hook", "GradientRecorder", "Schedule", "BatchEpoch", "load_schedule",
            "parameter_mismatches", "trainable_parameters", "TORCH_VERSION", "__version__"]

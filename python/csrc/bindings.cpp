@@ -1,12 +1,13 @@
 // The toolkit's C++ library as TorchScript custom classes (namespace `accordion`),
 // loaded by the Python package with torch.ops.load_library. Custom classes need no
-// Python headers, so one source builds against LibTorch 1.13 and 2.x alike, and the
-// collectives stay on the user's process group: nothing here communicates.
+// Python headers, so one source builds against LibTorch 1.13 and 2.x alike. This
+// file holds the file layer, which does not communicate; hook.cpp holds the
+// compressing exchange, which runs over the user's own process group.
 //
 // State is keyed by parameter name (as the model's named_parameters() gives it),
 // never by position: DDP rebuilds its buckets after the first step, and a bucket
 // names its tensors only through the parameters it holds.
-#include "base/error.hpp"
+#include "guarded.hpp"
 #include "io/grads.hpp"
 #include "io/output.hpp"
 #include "io/schedule.hpp"
@@ -24,22 +25,6 @@
 
 namespace acc::python {
 namespace {
-
-// Custom-class exceptions reach Python as RuntimeError carrying only what(); the
-// tag in front tells the package which of its exceptions to raise (usage or file
-// problem), and the package strips it.
-template <typename F>
-auto guarded(F&& body) -> decltype(body()) {
-    try {
-        return body();
-    } catch (const UsageError& e) {
-        throw std::runtime_error(std::string("[accordion:usage] ") + e.what());
-    } catch (const FileError& e) {
-        throw std::runtime_error(std::string("[accordion:file] ") + e.what());
-    } catch (const Error& e) {
-        throw std::runtime_error(std::string("[accordion:error] ") + e.what());
-    }
-}
 
 // Parameters as the package passes them: names, and shapes flattened into one list
 // of dimensions with each tensor's number of dimensions alongside.

@@ -10,11 +10,18 @@ import socket
 import subprocess
 import sys
 
+import h5py
+import numpy as np
 import pytest
+import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(os.path.dirname(HERE))
 WORKER = os.path.join(HERE, "ddp_worker.py")
+# The compressing hook hands the process group to C++ with ProcessGroup.boxed() (PyTorch 2.x).
+needs_hook = pytest.mark.skipif(not hasattr(dist.ProcessGroup, "boxed"),
+                                reason="CompressionState needs PyTorch 2.x (ProcessGroup.boxed()); "
+                                       "test_hook.py checks the error this torch gives")
 # A run that has not ended by then waits for a rank that will not come: a hang.
 RUN_SECONDS = 120
 
@@ -76,3 +83,37 @@ def regime_detect(programs, *arguments, cwd):
                           capture_output=True, text=True)
     assert done.returncode == 0, f"regime-detect {' '.join(map(str, arguments))}: {done.stderr}"
     return done
+
+
+# Epochs of the schedules made from write_grads().
+EPOCHS = 6
+
+
+def write_grads(path):
+    """A gradient-statistics file of Net's parameters, written with h5py alone."""
+    from ddp_worker import Net
+    model = Net()
+    names = [n for n, _ in model.named_parameters()]
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    norm = np.array([[1.0, 0.5, 2.0, 0.1]] * EPOCHS)
+    norm[2] *= [2.0, 1.0, 1.05, 3.0]  # big changes at epoch 2 for fc1.weight and fc2.bias
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = "accordion.grads"
+        f.attrs["format_version"] = "1.0"
+        f["parameters/name"] = np.array(names, dtype=h5py.string_dtype())
+        f["parameters/ndim"] = np.array([len(s) for s in shapes], dtype=np.int32)
+        f["parameters/shape"] = np.array([list(s) + [0] * (2 - len(s)) for s in shapes], dtype=np.int64)
+        f["parameters/numel"] = np.array([int(np.prod(s)) for s in shapes], dtype=np.int64)
+        f["epochs/norm"] = norm
+        f["epochs/lr"] = np.array([0.1] * 4 + [0.01] * 2)
+        f["epochs/steps"] = np.full(EPOCHS, 10, dtype=np.int64)
+
+
+@pytest.fixture
+def schedules(tmp_path, programs):
+    write_grads(tmp_path / "grads.h5")
+    regime_detect(programs, "grads.h5", "--interval", "2", "--low", "powersgd:4", "--high", "powersgd:1",
+                  "-o", "levels.h5", cwd=tmp_path)
+    regime_detect(programs, "grads.h5", "--interval", "2", "--mode", "batch", "--low", "64", "--high", "256",
+                  "-o", "batch.h5", cwd=tmp_path)
+    return tmp_path

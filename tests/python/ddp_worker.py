@@ -8,10 +8,16 @@ Scenarios:
              torch.autograd.grad on a copy of the model (no DDP, no hook) and
              writes their per-epoch sums' norms to --reference (JSON)
   schedule   read --schedule for the model (every rank) and print its epoch 0
+  compress   train under DDP with accordion.compression_hook (--compress SPEC or
+             --schedule PATH; neither: DDP's own allreduce); rank 0 prints, as JSON,
+             each epoch's floats sent and levels and the final parameters.
+             --save-after E saves model, optimizer and hook state per rank to
+             --state (.rankR.pt) after epoch E; --start S loads them first
 """
 
 import argparse
 import copy
+import gc
 import json
 import os
 import sys
@@ -57,10 +63,13 @@ def train(args, rank, world):
     # Tiny buckets: one per parameter, regrouped by DDP after the first step.
     ddp = DistributedDataParallel(model, bucket_cap_mb=1e-4)
     hook = None
+    hook_state = None
     if args.hook == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         hook = default_hooks.fp16_compress_hook
-    recorder = accordion.GradientRecorder(ddp, args.output, hook=hook, start_epoch=args.start,
+    elif args.hook == "powersgd":
+        hook, hook_state = accordion.compression_hook, accordion.CompressionState(ddp, "powersgd:1")
+    recorder = accordion.GradientRecorder(ddp, args.output, hook=hook, hook_state=hook_state, start_epoch=args.start,
                                           model_name="net", dataset="synthetic", batch_size=8, seed=7)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=learning_rate(args.start), momentum=0.9, weight_decay=1e-3)
     names = [name for name, _ in model.named_parameters()]
@@ -103,6 +112,43 @@ def train(args, rank, world):
     recorder.finish()
 
 
+def compress(args, rank, world):
+    torch.manual_seed(7)
+    model = Net()
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    state = None
+    if args.compress is not None or args.schedule is not None:
+        state = accordion.CompressionState(ddp, args.compress, schedule=args.schedule, seed=3)
+        ddp.register_comm_hook(state, accordion.compression_hook)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=learning_rate(args.start), momentum=0.9)
+    if args.start > 0:
+        saved = torch.load(f"{args.state}.rank{rank}.pt")
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state.load_state_dict(saved["hook"])
+    epochs = []
+    for epoch in range(args.start, args.epochs):
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(epoch)
+        before = 0.0
+        if state is not None:
+            state.set_epoch(epoch)
+            before = state.floats_sent
+        for step in range(args.steps):
+            x, y = batch(rank, epoch, step)
+            optimizer.zero_grad()
+            F.cross_entropy(ddp(x), y).backward()
+            optimizer.step()
+        if state is not None:
+            epochs.append({"epoch": epoch, "floats": state.floats_sent - before, "levels": state.levels,
+                           "steps": state.steps})
+        if args.save_after == epoch:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "hook": state.state_dict()}, f"{args.state}.rank{rank}.pt")
+    if rank == 0:
+        print(json.dumps({"epochs": epochs, "parameters": [p.detach().flatten().tolist() for p in model.parameters()]}))
+
+
 def schedule(args, rank, world):
     model = DistributedDataParallel(Net(renamed=args.renamed))
     s = accordion.load_schedule(args.schedule, model)
@@ -112,26 +158,36 @@ def schedule(args, rank, world):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["train", "schedule"])
+    parser.add_argument("scenario", choices=["train", "schedule", "compress"])
     parser.add_argument("--output", default="grads.h5")
     parser.add_argument("--reference")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--crash-after", type=int)
-    parser.add_argument("--hook", choices=["allreduce", "fp16"], default="allreduce")
+    parser.add_argument("--hook", choices=["allreduce", "fp16", "powersgd"], default="allreduce")
+    parser.add_argument("--compress")
+    parser.add_argument("--bucket-mb", type=float, default=1e-4)
+    parser.add_argument("--save-after", type=int)
+    parser.add_argument("--state", default="state")
     parser.add_argument("--schedule")
     parser.add_argument("--renamed", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    status = 0
     try:
-        {"train": train, "schedule": schedule}[args.scenario](args, rank, world)
+        {"train": train, "schedule": schedule, "compress": compress}[args.scenario](args, rank, world)
     except accordion.Error as e:
         print(f"ddp_worker: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        status = 1
+    # The group goes while the interpreter is whole, on an error too, after what
+    # reference cycles held is freed: a Gloo group left to the interpreter's teardown
+    # may abort the process there (SIGABRT) instead of letting it exit with its status.
+    gc.collect()
     dist.destroy_process_group()
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import TREE, regime_detect, run_ranks
+from conftest import TREE, needs_hook, regime_detect, run_ranks
 
 NAMES = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
 SHAPES = [(16, 12), (16,), (4, 16), (4,)]
@@ -84,6 +84,14 @@ def test_norms_equal_an_independent_recomputation(recorded):
 def test_a_wrapped_hook_sees_what_it_would_without_the_recorder(tmp_path):
     # The fp16 hook compresses what is sent; the recorder must still see the raw local gradient.
     ranks, reference = train(tmp_path, "--hook", "fp16", "--epochs", "2")
+    assert ranks.codes == [0, 0], ranks.describe()
+    check_against_reference(check_layout(tmp_path / "grads.h5", 2, complete=1), reference, range(2))
+
+
+@needs_hook
+def test_the_compressing_hook_under_the_recorder_sees_raw_gradients(tmp_path):
+    # PowerSGD rank 1 sends a fraction of each gradient; the recorder sums what the rank computed.
+    ranks, reference = train(tmp_path, "--hook", "powersgd", "--epochs", "2")
     assert ranks.codes == [0, 0], ranks.describe()
     check_against_reference(check_layout(tmp_path / "grads.h5", 2, complete=1), reference, range(2))
 

@@ -1,0 +1,217 @@
+// The compressing exchange behind the package's DDP communication hook: the
+// toolkit's compress::GradientExchange (train-dist's compressors, error feedback,
+// counting) run on DDP's buckets over the user's own process group.
+//
+// DDP calls the hook once per bucket, and rebuilds its buckets after the first
+// step, so one GradientExchange serves each distinct bucket (its parameters, by
+// name), and every piece of compressor state (error memory, PowerSGD's Q, DGC's
+// momentum) is keyed by parameter name: when a parameter turns up in a new
+// bucket, its state leaves the old bucket's exchange and goes with it.
+//
+// Built only against LibTorch 2.x: Python hands the process group over with
+// ProcessGroup.boxed(), which 1.13 lacks.
+#include "guarded.hpp"
+
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include "comm/group.hpp"
+#include "compress/exchange.hpp"
+#include "compress/spec.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/custom_class.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace acc::python {
+namespace {
+
+using State = std::vector<std::pair<std::string, at::Tensor>>;
+
+// The parameter a state entry belongs to ("fc1.weight/error" -> "fc1.weight"); empty
+// for the exchange's own entries ("exchange/step"), which stay with their bucket.
+std::string owner_of(const std::string& entry) {
+    auto slash = entry.rfind('/');
+    std::string owner = slash == std::string::npos ? std::string() : entry.substr(0, slash);
+    return owner == "exchange" ? std::string() : owner;
+}
+
+class HookExchange : public torch::CustomClassHolder {
+public:
+    // seed: PowerSGD's random Q and every other random stream; the same on every rank.
+    HookExchange(c10::intrusive_ptr<c10d::ProcessGroup> group, std::int64_t seed, bool error_feedback)
+        : comm_(guarded([&] { return std::make_unique<comm::GroupCollectives>(std::move(group)); })) {
+        options_.seed = static_cast<std::uint32_t>(seed);
+        options_.error_feedback = error_feedback;
+    }
+
+    std::int64_t rank() const { return comm_->rank(); }
+    std::int64_t world_size() const { return comm_->world_size(); }
+
+    // Replaces each gradient of the bucket by its average over the ranks, each
+    // compressed at its level. Collective: every rank passes the same names, shapes
+    // and levels (checked).
+    void exchange(std::vector<std::string> names, std::vector<at::Tensor> gradients,
+                  std::vector<std::string> levels) {
+        guarded([&] {
+            if (names.size() != gradients.size() || names.size() != levels.size())
+                throw Error("internal error: a bucket of " + std::to_string(names.size()) + " names, " +
+                            std::to_string(gradients.size()) + " gradients and " + std::to_string(levels.size()) +
+                            " levels");
+            std::vector<compress::Spec> specs;
+            for (const auto& text : levels) specs.push_back(spec_of(text));
+            compress::GradientExchange& exchange = bucket(names, gradients, specs);
+            if (!(exchange.levels() == specs)) exchange.set_levels(specs);
+            exchange.step(gradients);
+            return 0;
+        });
+    }
+
+    // The canonical text of a compressor spec; UsageError for one that is not.
+    std::string canonical(std::string text) {
+        return guarded([&] { return spec_of(text).text(); });
+    }
+
+    // Floats handed to collectives since the start (docs/metrics.md, "Data sent").
+    double floats_sent() const {
+        double bytes = static_cast<double>(retired_bytes_);
+        for (const auto& entry : buckets_) bytes += static_cast<double>(entry.second->total().bytes);
+        return bytes / 4.0;
+    }
+
+    // Every parameter's state, as "<parameter>/<what>" entries (what the package's
+    // state_dict() holds). Entries of the exchanges themselves are left out.
+    std::vector<std::string> state_names() const { return names_of(state()); }
+    std::vector<at::Tensor> state_tensors() const { return tensors_of(state()); }
+
+    // Restores state_names()/state_tensors(); each parameter takes its entries into
+    // the next bucket it turns up in (where an entry that does not fit is refused).
+    void load_state(std::vector<std::string> names, std::vector<at::Tensor> tensors) {
+        guarded([&] {
+            if (names.size() != tensors.size()) throw Error("internal error: state names and tensors differ in number");
+            for (auto& entry : buckets_) retire(*entry.second);
+            buckets_.clear();
+            carried_.clear();
+            for (size_t i = 0; i < names.size(); ++i) {
+                const std::string owner = owner_of(names[i]);
+                if (owner.empty()) throw UsageError("state entry '" + names[i] + "': names no parameter");
+                carried_[owner].emplace_back(names[i], tensors[i]);
+            }
+            return 0;
+        });
+    }
+
+private:
+    compress::Spec spec_of(const std::string& text) {
+        auto it = specs_.find(text);
+        if (it != specs_.end()) return it->second;
+        try {
+            return specs_.emplace(text, compress::parse_spec(text)).first->second;
+        } catch (const UsageError& e) {
+            // One line (the package shows errors' first lines): the list of levels in short.
+            std::string message = e.what();
+            auto cut = message.find("valid levels are:");
+            if (cut != std::string::npos) message = message.substr(0, cut) + "one of " + compress::spec_list();
+            throw UsageError(message);
+        }
+    }
+
+    // The exchange of this bucket, made on the bucket's first step with the state
+    // its parameters carry from earlier buckets.
+    compress::GradientExchange& bucket(const std::vector<std::string>& names, const std::vector<at::Tensor>& gradients,
+                                       const std::vector<compress::Spec>& levels) {
+        std::string key;
+        for (const auto& n : names) key += n + '\n';
+        auto it = buckets_.find(key);
+        if (it != buckets_.end()) return *it->second;
+        // A parameter in another bucket's exchange: that exchange is dissolved, its
+        // parameters' state carried to the buckets they turn up in next.
+        const std::set<std::string> here(names.begin(), names.end());
+        for (auto b = buckets_.begin(); b != buckets_.end();) {
+            bool overlaps = false;
+            for (const auto& t : b->second->tensors()) overlaps = overlaps || here.count(t.name) > 0;
+            if (overlaps) {
+                retire(*b->second);
+                b = buckets_.erase(b);
+            } else {
+                ++b;
+            }
+        }
+        std::vector<compress::TensorInfo> tensors;
+        State state;
+        for (size_t i = 0; i < names.size(); ++i) {
+            tensors.push_back({names[i], gradients[i].sizes().vec()});
+            auto carried = carried_.find(names[i]);
+            if (carried == carried_.end()) continue;
+            state.insert(state.end(), carried->second.begin(), carried->second.end());
+            carried_.erase(carried);
+        }
+        auto exchange = std::make_unique<compress::GradientExchange>(std::move(tensors), levels, *comm_, options_);
+        if (!state.empty()) exchange->load_state(state);
+        return *buckets_.emplace(key, std::move(exchange)).first->second;
+    }
+
+    void retire(compress::GradientExchange& exchange) {
+        exchange.settle();
+        retired_bytes_ += exchange.total().bytes;
+        for (auto& entry : exchange.state()) {
+            const std::string owner = owner_of(entry.first);
+            if (!owner.empty()) carried_[owner].push_back(std::move(entry));
+        }
+    }
+
+    State state() const {
+        State out;
+        for (const auto& entry : buckets_) {
+            entry.second->settle();
+            for (auto& e : entry.second->state())
+                if (!owner_of(e.first).empty()) out.push_back(std::move(e));
+        }
+        for (const auto& entry : carried_) out.insert(out.end(), entry.second.begin(), entry.second.end());
+        return out;
+    }
+
+    static std::vector<std::string> names_of(const State& state) {
+        std::vector<std::string> out;
+        for (const auto& e : state) out.push_back(e.first);
+        return out;
+    }
+    static std::vector<at::Tensor> tensors_of(const State& state) {
+        std::vector<at::Tensor> out;
+        for (const auto& e : state) out.push_back(e.second);
+        return out;
+    }
+
+    std::unique_ptr<comm::GroupCollectives> comm_;
+    compress::ExchangeOptions options_;
+    std::map<std::string, compress::Spec> specs_;
+    std::map<std::string, std::unique_ptr<compress::GradientExchange>> buckets_;  // by "name\n" of its parameters
+    std::map<std::string, State> carried_;  // by parameter: state waiting for its next bucket
+    std::int64_t retired_bytes_ = 0;        // sent by exchanges since dissolved
+};
+
+}  // namespace
+}  // namespace acc::python
+
+TORCH_LIBRARY_FRAGMENT(accordion, m) {
+    using acc::python::HookExchange;
+    m.class_<HookExchange>("HookExchange")
+        .def(torch::init<c10::intrusive_ptr<c10d::ProcessGroup>, std::int64_t, bool>())
+        .def("rank", &HookExchange::rank)
+        .def("world_size", &HookExchange::world_size)
+        .def("exchange", &HookExchange::exchange)
+        .def("canonical", &HookExchange::canonical)
+        .def("floats_sent", &HookExchange::floats_sent)
+        .def("state_names", &HookExchange::state_names)
+        .def("state_tensors", &HookExchange::state_tensors)
+        .def("load_state", &HookExchange::load_state);
+}
+#endif
