@@ -30,14 +30,17 @@ class CompressionState:
 
     `seed` seeds PowerSGD's first Q and the other random streams (the same on every
     rank); `error_feedback` keeps, per parameter, what compression left out and adds
-    it to the next step's gradient (the compressors that have it).
+    it to the next step's gradient (the compressors that have it). Steps before
+    `start_step` (counted from 0) are sent uncompressed, as powerSGD_hook's
+    start_powerSGD_iter does.
 
     The averaged gradient of 'dgc' levels carries DGC's momentum: use the optimizer
     without momentum for them. Every rank makes the hook with the same arguments.
     Needs PyTorch 2.x.
     """
 
-    def __init__(self, model, compress=None, *, schedule=None, extend_last=False, seed=0, error_feedback=True):
+    def __init__(self, model, compress=None, *, schedule=None, extend_last=False, seed=0, error_feedback=True,
+                 start_step=0):
         if not _is_ddp(model):
             raise UsageError("model: CompressionState compresses DistributedDataParallel's buckets; give it the "
                              f"model wrapped in torch.nn.parallel.DistributedDataParallel, not a "
@@ -48,6 +51,9 @@ class CompressionState:
                              f"{'both' if compress is not None else 'neither'}")
         if not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
             raise UsageError(f"seed: must be a whole number in [0, 2^32), not {seed!r}")
+        if not isinstance(start_step, int) or start_step < 0:
+            raise UsageError(f"start_step: must be a whole number >= 0, not {start_step!r}")
+        self.start_step = start_step
         group = model.process_group
         if not hasattr(group, "boxed"):
             raise UsageError(f"CompressionState: needs PyTorch 2.x, whose process groups can be handed to C++ "
@@ -120,7 +126,8 @@ class CompressionState:
                                  "complete")
             names.append(name)
         gradients = bucket.gradients()
-        _library.call(self._exchange.exchange, names, gradients, [self._levels[n] for n in names])
+        levels = [self._levels[n] if self.steps >= self.start_step else "none" for n in names]
+        _library.call(self._exchange.exchange, names, gradients, levels)
         buffer = bucket.buffer()
         # The exchange wrote into the gradients; where they are not views of the
         # bucket's buffer, the buffer takes them.

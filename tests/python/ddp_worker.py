@@ -9,7 +9,8 @@ Scenarios:
              writes their per-epoch sums' norms to --reference (JSON)
   schedule   read --schedule for the model (every rank) and print its epoch 0
   compress   train under DDP with accordion.compression_hook (--compress SPEC or
-             --schedule PATH; neither: DDP's own allreduce); rank 0 prints, as JSON,
+             --schedule PATH), PyTorch's powerSGD_hook (--torch-powersgd RANK) or
+             DDP's own allreduce (none of them); rank 0 prints, as JSON,
              each epoch's floats sent and levels and the final parameters.
              --save-after E saves model, optimizer and hook state per rank to
              --state (.rankR.pt) after epoch E; --start S loads them first
@@ -115,11 +116,18 @@ def train(args, rank, world):
 def compress(args, rank, world):
     torch.manual_seed(7)
     model = Net()
-    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb,
+                                  **{option: True for option in args.ddp_option})
     state = None
     if args.compress is not None or args.schedule is not None:
-        state = accordion.CompressionState(ddp, args.compress, schedule=args.schedule, seed=3)
+        spec = args.compress_rank1 if rank == 1 and args.compress_rank1 else args.compress
+        state = accordion.CompressionState(ddp, spec, schedule=args.schedule, seed=3, start_step=args.start_step)
         ddp.register_comm_hook(state, accordion.compression_hook)
+    elif args.torch_powersgd:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+        reference = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.torch_powersgd,
+                                       start_powerSGD_iter=args.start_step, random_seed=3)
+        ddp.register_comm_hook(reference, psgd.powerSGD_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=learning_rate(args.start), momentum=0.9)
     if args.start > 0:
         saved = torch.load(f"{args.state}.rank{rank}.pt")
@@ -135,9 +143,15 @@ def compress(args, rank, world):
             state.set_epoch(epoch)
             before = state.floats_sent
         for step in range(args.steps):
-            x, y = batch(rank, epoch, step)
             optimizer.zero_grad()
-            F.cross_entropy(ddp(x), y).backward()
+            # --accumulate N: N micro-batches per step, all but the last under no_sync().
+            for micro in range(args.accumulate):
+                x, y = batch(rank, epoch, step * args.accumulate + micro)
+                if micro + 1 < args.accumulate:
+                    with ddp.no_sync():
+                        F.cross_entropy(ddp(x), y).backward()
+                else:
+                    F.cross_entropy(ddp(x), y).backward()
             optimizer.step()
         if state is not None:
             epochs.append({"epoch": epoch, "floats": state.floats_sent - before, "levels": state.levels,
@@ -167,6 +181,11 @@ def main():
     parser.add_argument("--crash-after", type=int)
     parser.add_argument("--hook", choices=["allreduce", "fp16", "powersgd"], default="allreduce")
     parser.add_argument("--compress")
+    parser.add_argument("--torch-powersgd", type=int, help="PyTorch's powerSGD_hook at this rank instead")
+    parser.add_argument("--start-step", type=int, default=0, help="the first step compressed")
+    parser.add_argument("--compress-rank1", help="rank 1's --compress (a disagreeing rank)")
+    parser.add_argument("--ddp-option", action="append", default=[], choices=["gradient_as_bucket_view", "static_graph"])
+    parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--bucket-mb", type=float, default=1e-4)
     parser.add_argument("--save-after", type=int)
     parser.add_argument("--state", default="state")

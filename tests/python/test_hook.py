@@ -5,7 +5,10 @@ an uninterrupted one, and the errors users meet."""
 
 import json
 import os
+import subprocess
 
+import h5py
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -69,6 +72,49 @@ def test_floats_sent_are_the_wire_sizes(tmp_path, spec):
 
 
 @needs_hook
+@pytest.mark.parametrize("rank", [1, 2])
+def test_powersgd_is_pytorchs_powersgd_hook(tmp_path, rank):
+    # Same rank, seed, warm start and error feedback, one bucket for the model; compression
+    # starts at step 2, after DDP regrouped its buckets (PyTorch's hook keeps its state by
+    # bucket position, which is why it refuses an earlier start): 20 steps of training
+    # agree to float32 rounding.
+    one_bucket = ("--start-step", "2", "--bucket-mb", "25")
+    ours = run(tmp_path, "--epochs", "4", "--compress", f"powersgd:{rank}", *one_bucket)
+    theirs = run(tmp_path, "--epochs", "4", "--torch-powersgd", rank, *one_bucket)
+    for a, b in zip(ours["parameters"], theirs["parameters"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert ours["parameters"] != run(tmp_path, "--epochs", "4")["parameters"]
+
+
+@needs_hook
+@pytest.mark.parametrize("option", [("--ddp-option", "gradient_as_bucket_view"), ("--ddp-option", "static_graph"),
+                                    ("--accumulate", "2")])
+def test_ddps_options_change_nothing_the_hook_does(tmp_path, option):
+    # Level none against DDP's own allreduce under the same option, and PowerSGD with
+    # and without the option (no_sync: the accumulated gradient of the synchronised step).
+    ddp = run(tmp_path, "--epochs", "2", *option)
+    assert run(tmp_path, "--epochs", "2", "--compress", "none", *option)["parameters"] == ddp["parameters"]
+    with_option = run(tmp_path, "--epochs", "2", "--compress", "powersgd:1", *option)
+    if option[0] == "--ddp-option":
+        assert with_option == run(tmp_path, "--epochs", "2", "--compress", "powersgd:1")
+    else:
+        levels = {name: "powersgd:1" if len(shape) == 2 else "none" for name, shape in SHAPES.items()}
+        assert [e["floats"] for e in with_option["epochs"]] == [
+            STEPS * sum(floats_per_step(levels[n], s) for n, s in SHAPES.items())] * 2
+        assert with_option["epochs"][-1]["steps"] == 2 * STEPS
+
+
+@needs_hook
+def test_a_rank_with_other_levels_stops_every_rank(tmp_path):
+    ranks = run_ranks(["compress", "--compress", "powersgd:1", "--compress-rank1", "powersgd:2"], cwd=tmp_path)
+    assert ranks.codes == [1, 1], ranks.describe()
+    for rank in (0, 1):
+        assert ranks.stderr(rank).strip().splitlines()[-1] == (
+            f"ddp_worker: error: workers disagree on the tensors or their compression levels (rank {rank}); every "
+            "worker must pass the same ones"), ranks.describe()
+
+
+@needs_hook
 def test_a_schedule_is_replayed_epoch_by_epoch(schedules):
     result = run(schedules, "--epochs", "6", "--schedule", "levels.h5")
     schedule = accordion.load_schedule(schedules / "levels.h5", Net())
@@ -105,6 +151,42 @@ def test_a_bad_spec_stops_every_rank(tmp_path):
         assert ranks.stderr(rank).strip().splitlines()[-1] == (
             "ddp_worker: error: compress: 'powersgd:0': RANK must be a whole number from 1 to 1000000000, "
             "e.g. powersgd:2"), ranks.describe()
+
+
+class Mlp(torch.nn.Module):
+    """train-dist's mlp on its synthetic dataset (3 x 32 x 32 images, 10 classes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(3072, 256)
+        self.fc2 = torch.nn.Linear(256, 256)
+        self.fc3 = torch.nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+EVERY_COMPRESSOR = ["none", "fp16", "powersgd:2", "topk:0.01", "randomk:0.01", "dgc:0.01", "signsgd", "efsignsgd",
+                    "qsgd:127", "terngrad"]
+
+
+@needs_hook
+def test_floats_sent_equal_train_dists_for_every_compressor(one_rank, programs, tmp_path):
+    torch.manual_seed(0)
+    for spec in EVERY_COMPRESSOR:
+        done = subprocess.run([os.path.join(programs, "train-dist"), "--model", "mlp", "--dataset", "synthetic",
+                               "--epochs", "1", "--train-samples", "256", "--test-samples", "64", "--batch-size", "64",
+                               "--compress", spec, "--nproc", "1", "--threads", "1", "--metrics", "m.h5", "--force",
+                               "-q"], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        with h5py.File(tmp_path / "m.h5", "r") as f:
+            per_step = f["epochs/floats_sent"][0] / f["epochs/steps"][0]
+        model = DistributedDataParallel(Mlp())
+        state = accordion.CompressionState(model, spec)
+        model.register_comm_hook(state, accordion.compression_hook)
+        for _ in range(2):
+            torch.nn.functional.cross_entropy(model(torch.randn(64, 3072)), torch.randint(10, (64,))).backward()
+        assert state.floats_sent == 2 * per_step, spec
 
 
 @pytest.fixture(scope="module")
