@@ -136,22 +136,18 @@ EpochLevels RunPlan::levels_of(std::int64_t epoch) const {
     if (recorded_epochs() < epoch)
         throw Error("internal error: epoch " + std::to_string(epoch) + " decided with the norms of only " +
                     std::to_string(recorded_epochs()) + " epochs");
-    // The decision governing `epoch` looks at the norms of earlier epochs only: run the
-    // offline rule over them with a placeholder row for `epoch` itself, and take that row.
-    regime::NormTable table;
-    table.epochs = epoch + 1;
-    table.columns = static_cast<std::int64_t>(count);
-    table.values.assign(norms_.begin(), norms_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(epoch) * count));
-    table.values.resize(static_cast<size_t>(epoch + 1) * count, 0.0);
-    std::vector<double> lr(lr_.begin(), lr_.begin() + epoch + 1);
-    regime::Decisions all = regime::detect(table, lr, {accordion_.eta, accordion_.interval});
+    regime::NormTable earlier;
+    earlier.epochs = epoch;
+    earlier.columns = static_cast<std::int64_t>(count);
+    earlier.values.assign(norms_.begin(), norms_.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(epoch) * count));
+    const regime::Decisions row = regime::decide_epoch(earlier, {lr_.begin(), lr_.begin() + epoch + 1},
+                                                       {accordion_.eta, accordion_.interval});
     for (size_t p = 0; p < count; ++p) {
-        const size_t i = all.at(epoch, static_cast<std::int64_t>(p));
-        out.critical.push_back(all.critical[i]);
-        out.ratio.push_back(all.ratio[i]);
-        out.reason.push_back(static_cast<std::int8_t>(all.reason[i]));
+        out.critical.push_back(row.critical[p]);
+        out.ratio.push_back(row.ratio[p]);
+        out.reason.push_back(static_cast<std::int8_t>(row.reason[p]));
         // regime::plan_compression's rule: none on vectors, low where critical, high elsewhere.
-        out.level.push_back(!is_matrix_[p] ? 0 : all.critical[i] ? low_ : high_);
+        out.level.push_back(!is_matrix_[p] ? 0 : row.critical[p] ? low_ : high_);
     }
     return out;
 }

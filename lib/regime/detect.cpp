@@ -115,4 +115,27 @@ Decisions detect(const NormTable& norms, const std::vector<double>& lr, const Op
     return d;
 }
 
+Decisions decide_epoch(const NormTable& earlier, const std::vector<double>& lr, const Options& options) {
+    const std::int64_t epoch = earlier.epochs;
+    if (static_cast<std::int64_t>(lr.size()) != epoch + 1)
+        throw Error("learning rates for " + std::to_string(lr.size()) + " epochs, deciding epoch " +
+                    std::to_string(epoch));
+    // The row of `epoch` looks only at earlier norms: a placeholder row stands for its own.
+    NormTable table = earlier;
+    table.epochs = epoch + 1;
+    table.values.resize(static_cast<size_t>((epoch + 1) * table.columns), 0.0);
+    Decisions all = detect(table, lr, options);
+    Decisions out;
+    out.epochs = 1;
+    out.columns = all.columns;
+    const size_t first = all.at(epoch, 0), end = first + static_cast<size_t>(all.columns);
+    out.critical.assign(all.critical.begin() + static_cast<std::ptrdiff_t>(first),
+                        all.critical.begin() + static_cast<std::ptrdiff_t>(end));
+    out.ratio.assign(all.ratio.begin() + static_cast<std::ptrdiff_t>(first),
+                     all.ratio.begin() + static_cast<std::ptrdiff_t>(end));
+    out.reason.assign(all.reason.begin() + static_cast<std::ptrdiff_t>(first),
+                      all.reason.begin() + static_cast<std::ptrdiff_t>(end));
+    return out;
+}
+
 }  // namespace acc::regime

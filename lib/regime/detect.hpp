@@ -73,4 +73,10 @@ struct Decisions {
 /// Throws acc::UsageError as validate() does, acc::Error for mismatched inputs.
 Decisions detect(const NormTable& norms, const std::vector<double>& lr, const Options& options);
 
+/// Online: the decision governing `epoch` = earlier.epochs, from the norms of the
+/// epochs before it and the learning rates of epochs 0 .. epoch (lr.size() == epoch + 1).
+/// It is the offline rule's row for `epoch` (detect() over the earlier norms and a
+/// placeholder row), so that deciding online and detecting offline agree. One row.
+Decisions decide_epoch(const NormTable& earlier, const std::vector<double>& lr, const Options& options);
+
 }  // namespace acc::regime

@@ -3,6 +3,7 @@ exchanged by the toolkit's compressors (train-dist's exchange: error feedback,
 PowerSGD's warm start, the same wire formats and the same count of floats sent),
 at a fixed level or following a schedule that regime-detect wrote."""
 
+import math
 import os
 
 import torch
@@ -10,6 +11,7 @@ import torch.distributed as dist
 
 from . import _library
 from ._errors import UsageError
+from .recorder import _global_rank
 from .schedule import Schedule, _is_ddp
 
 
@@ -21,12 +23,18 @@ class CompressionState:
         state = accordion.CompressionState(ddp_model, "powersgd:2")
         ddp_model.register_comm_hook(state, accordion.compression_hook)
 
-    `compress` is a compressor spec (as train-dist's --compress: 'powersgd:2',
-    'topk:0.01', 'none', ...) used for every parameter of two or more dimensions;
-    vectors and scalars are sent uncompressed. Or `schedule` (a Schedule or the path
-    of a compression schedule from regime-detect, checked against the model) gives
-    each parameter its level per epoch: call set_epoch(epoch) at the start of every
-    epoch; `extend_last` repeats the schedule's last epoch beyond its end.
+    The levels come from one of:
+    - `compress`, a compressor spec (as train-dist's --compress: 'powersgd:2',
+      'topk:0.01', 'none', ...) used for every parameter of two or more dimensions;
+      vectors and scalars are sent uncompressed;
+    - `schedule`, a compression schedule from regime-detect (a Schedule or its path,
+      checked against the model): each parameter's level per epoch; `extend_last`
+      repeats its last epoch beyond its end;
+    - `accordion=True`: Accordion decided online, as train-dist --accordion: `low`
+      where a parameter's regime is critical, `high` elsewhere, from the norms of
+      rank 0's summed local gradients with `eta` and a decision every `interval`
+      epochs.
+    Call set_epoch(epoch) at the start of every epoch (online, with its learning rate).
 
     `seed` seeds PowerSGD's first Q and the other random streams (the same on every
     rank); `error_feedback` keeps, per parameter, what compression left out and adds
@@ -39,16 +47,19 @@ class CompressionState:
     Needs PyTorch 2.x.
     """
 
-    def __init__(self, model, compress=None, *, schedule=None, extend_last=False, seed=0, error_feedback=True,
+    def __init__(self, model, compress=None, *, schedule=None, extend_last=False, accordion=False,
+                 low="powersgd:2", high="powersgd:1", eta=0.5, interval=10, seed=0, error_feedback=True,
                  start_step=0):
         if not _is_ddp(model):
             raise UsageError("model: CompressionState compresses DistributedDataParallel's buckets; give it the "
                              f"model wrapped in torch.nn.parallel.DistributedDataParallel, not a "
                              f"{type(model).__name__}")
-        if (compress is None) == (schedule is None):
-            raise UsageError("CompressionState: give either compress (a compressor spec such as 'powersgd:2') or "
-                             "schedule (a compression schedule from regime-detect), not "
-                             f"{'both' if compress is not None else 'neither'}")
+        given = [what for what, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion))
+                 if value is not None and value is not False]
+        if len(given) != 1:
+            raise UsageError("CompressionState: give one of compress (a compressor spec such as 'powersgd:2'), "
+                             "schedule (a compression schedule from regime-detect) or accordion=True (decided "
+                             f"online), not {' and '.join(given) if given else 'none of them'}")
         if not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
             raise UsageError(f"seed: must be a whole number in [0, 2^32), not {seed!r}")
         if not isinstance(start_step, int) or start_step < 0:
@@ -58,6 +69,7 @@ class CompressionState:
         if not hasattr(group, "boxed"):
             raise UsageError(f"CompressionState: needs PyTorch 2.x, whose process groups can be handed to C++ "
                              f"(ProcessGroup.boxed()); this is torch {torch.__version__}")
+        self._group = group
         module = model.module
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         self.names = [name for name, _ in named]
@@ -65,6 +77,13 @@ class CompressionState:
         self._matrix = {name: p.dim() >= 2 for name, p in named}
         self._extend_last = bool(extend_last)
         self._schedule = None
+        self._online = None
+        self._exchange = _library.call(_library.classes.HookExchange, group.boxed(), seed, bool(error_feedback))
+        self.epoch = 0
+        self.steps = 0
+        self._levels = None
+        #: Online: {name: critical} and {name: why} of the epoch in force (None otherwise).
+        self.critical, self.reasons = None, None
         if schedule is not None:
             if isinstance(schedule, (str, os.PathLike)):
                 schedule = Schedule(schedule)
@@ -76,40 +95,60 @@ class CompressionState:
                                  "compression schedules (a batch schedule sets the batch size: Schedule.batch())")
             schedule.check_model(model)
             self._schedule = schedule
-        else:
+            self.set_epoch(0)
+        elif compress is not None:
             if not isinstance(compress, str):
                 raise UsageError(f"compress: must be a compressor spec such as 'powersgd:2', not {compress!r}")
-            compress = compress.strip()
-        self._exchange = _library.call(_library.classes.HookExchange, group.boxed(), seed, bool(error_feedback))
-        self.epoch = 0
-        self.steps = 0
-        self._levels = None
-        if self._schedule is not None:
-            self.set_epoch(0)
+            self._levels = {name: self._spec("compress", compress) if self._matrix[name] else "none"
+                            for name in self.names}
         else:
-            self._levels = {name: compress if self._matrix[name] else "none" for name in self.names}
-            self._check_levels()
-
-    def _check_levels(self):
-        # A bad spec is refused here, on every rank, before any step.
-        for level in sorted(set(self._levels.values())):
+            if not isinstance(interval, int) or isinstance(interval, bool):
+                raise UsageError(f"interval: must be a whole number, not {interval!r}")
+            regimes = _library.classes.Regimes()
             try:
-                _library.call(self._exchange.canonical, level)
-            except UsageError as e:
-                raise UsageError(f"compress: {e}") from None
+                _library.call(regimes.validate, float(eta), interval)
+            except UsageError as e:  # named as the programs' options; here they are arguments
+                raise UsageError(str(e).lstrip("-")) from None
+            self._online = _Online(regimes, self._spec("low", low), self._spec("high", high), float(eta), interval,
+                                   self._recording_rank_sums())
+
+    def _spec(self, option, text):
+        # A bad spec is refused here, on every rank, before any step.
+        if not isinstance(text, str):
+            raise UsageError(f"{option}: must be a compressor spec such as 'powersgd:2', not {text!r}")
+        try:
+            return _library.call(self._exchange.canonical, text.strip())
+        except UsageError as e:
+            raise UsageError(f"{option}: {e}") from None
+
+    def _recording_rank_sums(self):
+        # Rank 0 of the model's group sums its raw local gradients, as train-dist's rank 0 does.
+        return _library.classes.GradientSums() if dist.get_rank(self._group) == 0 else None
 
     @property
     def levels(self):
         """{parameter name: level} in force now."""
+        if self._levels is None:
+            raise UsageError("levels: decided online at set_epoch(epoch, lr); call it first")
         return dict(self._levels)
 
-    def set_epoch(self, epoch):
-        """The epoch about to start: with a schedule, its levels from the next step on."""
-        if not isinstance(epoch, int) or epoch < 0:
+    def set_epoch(self, epoch, lr=None):
+        """The epoch about to start: its levels from the next step on. With a
+        schedule, the schedule's; online (accordion=True), Accordion's decision from
+        the epochs so far, for which `lr` (this epoch's learning rate) is required and
+        epochs must follow one another from 0 (or from a loaded state_dict()'s).
+        Online, every rank must call it together (rank 0 shares its norms)."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise UsageError(f"epoch: must be a whole number >= 0, not {epoch!r}")
-        self.epoch = epoch
-        if self._schedule is not None:
+        if self._online is not None:
+            if lr is None or isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
+                raise UsageError(f"lr: online Accordion needs each epoch's learning rate, a finite number >= 0, "
+                                 f"not {lr!r}")
+            self._levels, self.critical, self.reasons = self._online.enter(epoch, float(lr), self.names,
+                                                                           self._matrix, self._group)
+        elif self._schedule is not None:
             self._levels = self._schedule.levels(epoch, extend_last=self._extend_last)
+        self.epoch = epoch
 
     @property
     def floats_sent(self):
@@ -126,6 +165,11 @@ class CompressionState:
                                  "complete")
             names.append(name)
         gradients = bucket.gradients()
+        if self._levels is None:
+            raise UsageError("CompressionState: online Accordion decides each epoch's levels at "
+                             "set_epoch(epoch, lr); call it before the epoch's first step")
+        if self._online is not None and self._online.sums is not None:
+            _library.call(self._online.sums.add, names, gradients)  # before anything changes them
         levels = [self._levels[n] if self.steps >= self.start_step else "none" for n in names]
         _library.call(self._exchange.exchange, names, gradients, levels)
         buffer = bucket.buffer()
@@ -145,12 +189,16 @@ class CompressionState:
 
     def state_dict(self):
         """Error memories and compressor state per parameter ("<name>/error",
-        "<name>/powersgd_q", "<name>/dgc_momentum"), the epoch and the floats sent:
-        save it with the model's checkpoint, on every rank (each rank's memories
-        are its own)."""
+        "<name>/powersgd_q", "<name>/dgc_momentum"), the epoch and steps, and
+        online, Accordion's norms and learning rates so far (and on rank 0 the
+        epoch's gradient sums): save it with the model's checkpoint, on every rank
+        (each rank's memories are its own)."""
         names = _library.call(self._exchange.state_names)
         tensors = _library.call(self._exchange.state_tensors)
-        return {"state": dict(zip(names, tensors)), "epoch": self.epoch, "steps": self.steps}
+        out = {"state": dict(zip(names, tensors)), "epoch": self.epoch, "steps": self.steps}
+        if self._online is not None:
+            out["accordion"] = self._online.state_dict(self.names)
+        return out
 
     def load_state_dict(self, state_dict):
         """Restores state_dict() (on the rank that saved it)."""
@@ -164,9 +212,18 @@ class CompressionState:
         if unknown:
             raise UsageError(f"state_dict: holds state of parameters this model does not have: "
                              f"{', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''}")
+        if self._online is not None:
+            if "accordion" not in state_dict:
+                raise UsageError("state_dict: holds no online Accordion state (it was saved by a CompressionState "
+                                 "without accordion=True)")
+            self._online.load_state_dict(state_dict["accordion"], len(self.names))
         _library.call(self._exchange.load_state, names, [entries[n] for n in names])
         self.steps = int(steps)
-        self.set_epoch(int(epoch))
+        if self._online is not None:
+            # The saved epoch had ended: the next set_epoch() decides the one after it.
+            self.epoch = int(epoch)
+        else:
+            self.set_epoch(int(epoch))
 
 
 
@@ -175,3 +232,74 @@ def compression_hook(state, bucket):
     parameter's at its level in `state` (a CompressionState). The exchange runs when
     DDP calls the hook; the returned future is complete."""
     return state._exchange_bucket(bucket)
+
+
+_REASONS = ("rate below eta", "rate at or above eta", "first interval", "previous norm was zero",
+            "learning rate decayed")
+
+
+class _Online:
+    """Accordion decided online: rank 0's per-epoch norms, shared with every rank,
+    and the learning rates so far, from which the rule decides each epoch."""
+
+    def __init__(self, regimes, low, high, eta, interval, sums):
+        self.regimes, self.low, self.high, self.eta, self.interval = regimes, low, high, eta, interval
+        self.sums = sums  # rank 0 only
+        self.norms = []   # per ended epoch, one norm per parameter
+        self.lr = []      # per decided epoch
+
+    def enter(self, epoch, lr, names, matrix, group):
+        if epoch == len(self.norms) + 1 and len(self.lr) == epoch:
+            self._end_epoch(names, group)  # the epoch before has ended
+        if epoch != len(self.norms) or len(self.lr) not in (epoch, epoch + 1):
+            raise UsageError(f"epoch: online Accordion decides epochs in order; epoch {epoch} cannot follow "
+                             f"{len(self.lr) - 1 if self.lr else 'none'} (call set_epoch once per epoch: 0, 1, 2, ...)")
+        self.lr[epoch:] = [lr]
+        flat = [n for row in self.norms for n in row]
+        decided = _library.call(self.regimes.decide, flat, len(names), self.lr, self.eta, self.interval)
+        critical = {name: bool(c) for name, c in zip(names, decided[:len(names)])}
+        reasons = {name: _REASONS[r] for name, r in zip(names, decided[len(names):])}
+        levels = {name: (self.low if critical[name] else self.high) if matrix[name] else "none" for name in names}
+        return levels, critical, reasons
+
+    def _end_epoch(self, names, group):
+        shared = [None]
+        if self.sums is not None:
+            shared[0] = _library.call(self.sums.norms, names)
+            self.sums.reset()
+        dist.broadcast_object_list(shared, src=_global_rank(group, 0), group=group)
+        self.norms.append([float(n) for n in shared[0]])
+
+    def state_dict(self, names):
+        sums = None
+        if self.sums is not None:  # rank 0: the epoch's sums so far go with it
+            sums = {}
+            for name in names:
+                try:
+                    sums[name] = _library.call(self.sums.sum, name).clone()
+                except UsageError:  # no gradient of it yet
+                    pass
+        return {"norms": [list(row) for row in self.norms], "lr": list(self.lr), "low": self.low, "high": self.high,
+                "eta": self.eta, "interval": self.interval, "sums": sums}
+
+    def load_state_dict(self, saved, parameters):
+        try:
+            norms, lr = [list(map(float, row)) for row in saved["norms"]], list(map(float, saved["lr"]))
+            settings = (saved["low"], saved["high"], float(saved["eta"]), int(saved["interval"]))
+        except (KeyError, TypeError, ValueError):
+            raise UsageError("state_dict: its online Accordion state is damaged") from None
+        if settings != (self.low, self.high, self.eta, self.interval):
+            raise UsageError(f"state_dict: saved with low {settings[0]}, high {settings[1]}, eta {settings[2]:g}, "
+                             f"interval {settings[3]}; this state has low {self.low}, high {self.high}, "
+                             f"eta {self.eta:g}, interval {self.interval}")
+        if any(len(row) != parameters for row in norms):
+            raise UsageError("state_dict: its online Accordion state does not fit this model")
+        if len(lr) not in (len(norms), len(norms) + 1):
+            raise UsageError("state_dict: its online Accordion state is damaged")
+        self.norms, self.lr = norms, lr
+        if self.sums is not None:
+            self.sums.reset()
+            saved_sums = saved.get("sums") or {}
+            if saved_sums:
+                names = list(saved_sums)
+                _library.call(self.sums.add, names, [saved_sums[n] for n in names])

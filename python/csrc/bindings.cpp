@@ -11,6 +11,7 @@
 #include "io/grads.hpp"
 #include "io/output.hpp"
 #include "io/schedule.hpp"
+#include "regime/detect.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/custom_class.h>
@@ -209,6 +210,39 @@ private:
     io::Schedule s_;
 };
 
+// Accordion's rule deciding one epoch online (regime::decide_epoch, as train-dist
+// --accordion decides), for the compressing hook.
+class Regimes : public torch::CustomClassHolder {
+public:
+    // norms: epoch-major, `columns` per epoch, of the epochs before the one decided;
+    // lr: the learning rates of epochs 0 .. that epoch. Returns its critical flags
+    // (0 or 1) followed by the reason codes of the schedule file, one per column.
+    std::vector<std::int64_t> decide(std::vector<double> norms, std::int64_t columns, std::vector<double> lr,
+                                     double eta, std::int64_t interval) {
+        return guarded([&] {
+            if (columns <= 0 || norms.size() % static_cast<size_t>(columns) != 0)
+                throw Error("internal error: " + std::to_string(norms.size()) + " norms in rows of " +
+                            std::to_string(columns));
+            regime::NormTable earlier;
+            earlier.columns = columns;
+            earlier.epochs = static_cast<std::int64_t>(norms.size()) / columns;
+            earlier.values = std::move(norms);
+            regime::Decisions row = regime::decide_epoch(earlier, lr, {eta, interval});
+            std::vector<std::int64_t> out(row.critical.begin(), row.critical.end());
+            for (auto reason : row.reason) out.push_back(static_cast<std::int64_t>(reason));
+            return out;
+        });
+    }
+
+    // Throws UsageError naming eta or interval when out of their range.
+    void validate(double eta, std::int64_t interval) {
+        guarded([&] {
+            regime::validate({eta, interval});
+            return 0;
+        });
+    }
+};
+
 }  // namespace
 }  // namespace acc::python
 
@@ -228,6 +262,10 @@ TORCH_LIBRARY(accordion, m) {
         .def("norms", &GradientSums::norms)
         .def("sum", &GradientSums::sum)
         .def("reset", &GradientSums::reset);
+    m.class_<Regimes>("Regimes")
+        .def(torch::init<>())
+        .def("decide", &Regimes::decide)
+        .def("validate", &Regimes::validate);
     m.class_<ScheduleFile>("ScheduleFile")
         .def(torch::init<std::string>())
         .def("text", &ScheduleFile::text)

@@ -9,7 +9,8 @@ Scenarios:
              writes their per-epoch sums' norms to --reference (JSON)
   schedule   read --schedule for the model (every rank) and print its epoch 0
   compress   train under DDP with accordion.compression_hook (--compress SPEC or
-             --schedule PATH), PyTorch's powerSGD_hook (--torch-powersgd RANK) or
+             --schedule PATH or --accordion; --record FILE also records under
+             GradientRecorder), PyTorch's powerSGD_hook (--torch-powersgd RANK) or
              DDP's own allreduce (none of them); rank 0 prints, as JSON,
              each epoch's floats sent and levels and the final parameters.
              --save-after E saves model, optimizer and hook state per rank to
@@ -118,11 +119,17 @@ def compress(args, rank, world):
     model = Net()
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb,
                                   **{option: True for option in args.ddp_option})
-    state = None
-    if args.compress is not None or args.schedule is not None:
+    state, recorder = None, None
+    if args.compress is not None or args.schedule is not None or args.accordion:
         spec = args.compress_rank1 if rank == 1 and args.compress_rank1 else args.compress
-        state = accordion.CompressionState(ddp, spec, schedule=args.schedule, seed=3, start_step=args.start_step)
-        ddp.register_comm_hook(state, accordion.compression_hook)
+        online = dict(accordion=True, low=args.low, high=args.high, eta=args.eta, interval=args.interval) \
+            if args.accordion else {}
+        state = accordion.CompressionState(ddp, spec, schedule=args.schedule, seed=3, start_step=args.start_step,
+                                           **online)
+        if args.record:
+            recorder = accordion.GradientRecorder(ddp, args.record, hook=accordion.compression_hook, hook_state=state)
+        else:
+            ddp.register_comm_hook(state, accordion.compression_hook)
     elif args.torch_powersgd:
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
         reference = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.torch_powersgd,
@@ -140,7 +147,7 @@ def compress(args, rank, world):
             group["lr"] = learning_rate(epoch)
         before = 0.0
         if state is not None:
-            state.set_epoch(epoch)
+            state.set_epoch(epoch, lr=learning_rate(epoch) if args.accordion else None)
             before = state.floats_sent
         for step in range(args.steps):
             optimizer.zero_grad()
@@ -153,12 +160,16 @@ def compress(args, rank, world):
                 else:
                     F.cross_entropy(ddp(x), y).backward()
             optimizer.step()
+        if recorder is not None:
+            recorder.end_epoch(lr=learning_rate(epoch))
         if state is not None:
             epochs.append({"epoch": epoch, "floats": state.floats_sent - before, "levels": state.levels,
-                           "steps": state.steps})
+                           "steps": state.steps, "critical": state.critical})
         if args.save_after == epoch:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "hook": state.state_dict()}, f"{args.state}.rank{rank}.pt")
+    if recorder is not None:
+        recorder.finish()
     if rank == 0:
         print(json.dumps({"epochs": epochs, "parameters": [p.detach().flatten().tolist() for p in model.parameters()]}))
 
@@ -186,6 +197,12 @@ def main():
     parser.add_argument("--compress-rank1", help="rank 1's --compress (a disagreeing rank)")
     parser.add_argument("--ddp-option", action="append", default=[], choices=["gradient_as_bucket_view", "static_graph"])
     parser.add_argument("--accumulate", type=int, default=1)
+    parser.add_argument("--accordion", action="store_true", help="online Accordion (--low, --high, --eta, --interval)")
+    parser.add_argument("--low", default="powersgd:4")
+    parser.add_argument("--high", default="powersgd:1")
+    parser.add_argument("--eta", type=float, default=0.5)
+    parser.add_argument("--interval", type=int, default=2)
+    parser.add_argument("--record", help="also record the gradients into this file (the hook under the recorder)")
     parser.add_argument("--bucket-mb", type=float, default=1e-4)
     parser.add_argument("--save-after", type=int)
     parser.add_argument("--state", default="state")

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import accordion
-from conftest import needs_hook, run_ranks
+from conftest import needs_hook, regime_detect, run_ranks
 from ddp_worker import Net
 
 SHAPES = {"fc1.weight": (16, 12), "fc1.bias": (16,), "fc2.weight": (4, 16), "fc2.bias": (4,)}
@@ -112,6 +112,31 @@ def test_a_rank_with_other_levels_stops_every_rank(tmp_path):
         assert ranks.stderr(rank).strip().splitlines()[-1] == (
             f"ddp_worker: error: workers disagree on the tensors or their compression levels (rank {rank}); every "
             "worker must pass the same ones"), ranks.describe()
+
+
+@needs_hook
+def test_online_accordion_decides_as_regime_detect_on_the_same_norms(tmp_path, programs):
+    # The run records rank 0's gradients under the recorder; regime-detect on that file
+    # must give the levels the hook used online, epoch by epoch.
+    result = run(tmp_path, "--epochs", "6", "--accordion", "--record", "grads.h5")
+    regime_detect(programs, "grads.h5", "--interval", "2", "--eta", "0.5", "--low", "powersgd:4", "--high",
+                  "powersgd:1", "-o", "sched.h5", cwd=tmp_path)
+    schedule = accordion.load_schedule(tmp_path / "sched.h5", Net())
+    for epoch in result["epochs"]:
+        assert epoch["levels"] == schedule.levels(epoch["epoch"]), epoch
+        assert epoch["critical"] == schedule.critical(epoch["epoch"]), epoch
+        levels = epoch["levels"]
+        assert epoch["floats"] == STEPS * sum(floats_per_step(levels[n], s) for n, s in SHAPES.items()), epoch
+    assert {e["levels"]["fc1.weight"] for e in result["epochs"]} == {"powersgd:4", "powersgd:1"}
+
+
+@needs_hook
+def test_online_accordion_resumes_as_if_uninterrupted(tmp_path):
+    # Saved after epoch 2 (the norms so far, rank 0's sums of the epoch), resumed at epoch 3.
+    straight = run(tmp_path, "--epochs", "6", "--accordion", "--save-after", "2")
+    resumed = run(tmp_path, "--epochs", "6", "--accordion", "--start", "3")
+    assert resumed["parameters"] == straight["parameters"]
+    assert resumed["epochs"] == straight["epochs"][3:]
 
 
 @needs_hook
@@ -217,10 +242,13 @@ def test_an_old_torch_is_told_what_the_hook_needs(one_rank):
 def test_what_is_refused_before_any_step(one_rank, schedules):
     with pytest.raises(accordion.UsageError, match="^model: CompressionState compresses DistributedDataParallel"):
         accordion.CompressionState(Net(), "powersgd:2")
-    with pytest.raises(accordion.UsageError, match="give either compress .* not neither$"):
+    with pytest.raises(accordion.UsageError, match=r"give one of compress .* accordion=True \(decided online\), "
+                                                   "not none of them$"):
         accordion.CompressionState(one_rank)
-    with pytest.raises(accordion.UsageError, match="not both$"):
+    with pytest.raises(accordion.UsageError, match="not compress and schedule$"):
         accordion.CompressionState(one_rank, "topk:0.1", schedule=schedules / "levels.h5")
+    with pytest.raises(accordion.UsageError, match="not compress and accordion$"):
+        accordion.CompressionState(one_rank, "topk:0.1", accordion=True)
     with pytest.raises(accordion.UsageError) as e:
         accordion.CompressionState(one_rank, "zip:3")
     assert message_of(e).startswith("compress: 'zip:3' is not a compressor spec; one of none, fp16, powersgd:RANK")
@@ -241,3 +269,32 @@ def test_what_is_refused_before_any_step(one_rank, schedules):
         state.load_state_dict({"epoch": 0})
     with pytest.raises(accordion.UsageError, match=r"^seed: must be a whole number in \[0, 2\^32\)"):
         accordion.CompressionState(one_rank, "none", seed=-1)
+
+
+@needs_hook
+def test_what_online_accordion_refuses(one_rank):
+    with pytest.raises(accordion.UsageError, match=r"^eta: must be a number in \(0, 1e\+06\], not 0$"):
+        accordion.CompressionState(one_rank, accordion=True, eta=0)
+    with pytest.raises(accordion.UsageError, match=r"^interval: must be a whole number in \[1, 1000000\], not 0$"):
+        accordion.CompressionState(one_rank, accordion=True, interval=0)
+    with pytest.raises(accordion.UsageError, match=r"^low: 'powersgd': powersgd needs RANK, e.g. powersgd:2$"):
+        accordion.CompressionState(one_rank, accordion=True, low="powersgd")
+    state = accordion.CompressionState(one_rank, accordion=True, interval=2)
+    with pytest.raises(accordion.UsageError, match=r"^levels: decided online at set_epoch"):
+        state.levels
+    with pytest.raises(accordion.UsageError, match=r"^lr: online Accordion needs each epoch's learning rate"):
+        state.set_epoch(0)
+    state.set_epoch(0, lr=0.1)
+    assert state.levels == {"fc1.weight": "powersgd:2", "fc1.bias": "none", "fc2.weight": "powersgd:2",
+                            "fc2.bias": "none"}
+    assert state.reasons["fc1.weight"] == "first interval" and state.critical["fc2.weight"] is True
+    with pytest.raises(accordion.UsageError, match=r"^epoch: online Accordion decides epochs in order; epoch 3 "
+                                                   "cannot follow 0"):
+        state.set_epoch(3, lr=0.1)
+    saved = state.state_dict()
+    other = accordion.CompressionState(one_rank, accordion=True, interval=3)
+    with pytest.raises(accordion.UsageError, match=r"^state_dict: saved with low powersgd:2, high powersgd:1, "
+                                                   "eta 0.5, interval 2; this state has .* interval 3$"):
+        other.load_state_dict(saved)
+    with pytest.raises(accordion.UsageError, match=r"^state_dict: holds no online Accordion state"):
+        state.load_state_dict(accordion.CompressionState(one_rank, "none").state_dict())

@@ -124,6 +124,31 @@ TEST(Detect, RejectsBadOptions) {
     EXPECT_THROW(detect(norms, {1.0}, {0.5, 1}), acc::Error);
 }
 
+TEST(Detect, DecidingOnlineGivesTheOfflineRowOfEachEpoch) {
+    // Random norms and a learning-rate drop: deciding epoch e from epochs 0 .. e-1
+    // alone gives detect()'s row e over the whole run, column by column.
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> norm(0.1, 2.0);
+    const std::int64_t epochs = 12, columns = 3;
+    std::vector<double> values;
+    for (std::int64_t i = 0; i < epochs * columns; ++i) values.push_back(norm(rng));
+    std::vector<double> lr(epochs, 0.1);
+    for (std::int64_t e = 7; e < epochs; ++e) lr[static_cast<size_t>(e)] = 0.01;
+    const Decisions offline = detect(table(columns, values), lr, {0.3, 2});
+    for (std::int64_t e = 0; e < epochs; ++e) {
+        NormTable earlier = table(columns, std::vector<double>(values.begin(), values.begin() + e * columns));
+        earlier.epochs = e;
+        const Decisions row = decide_epoch(earlier, std::vector<double>(lr.begin(), lr.begin() + e + 1), {0.3, 2});
+        ASSERT_EQ(row.epochs, 1);
+        for (std::int64_t c = 0; c < columns; ++c) {
+            const size_t i = offline.at(e, c);
+            EXPECT_EQ(row.critical[static_cast<size_t>(c)], offline.critical[i]) << "epoch " << e << " column " << c;
+            EXPECT_EQ(row.reason[static_cast<size_t>(c)], offline.reason[i]) << "epoch " << e << " column " << c;
+        }
+    }
+    EXPECT_THROW(decide_epoch(table(columns, {}), {0.1, 0.1}, {0.3, 2}), acc::Error);  // lr of 2 epochs for epoch 0
+}
+
 // Property tests on random inputs.
 class DetectProperties : public ::testing::TestWithParam<int> {};
 
