@@ -1,6 +1,7 @@
 #include "comm/group.hpp"
 
 #include "base/clock.hpp"
+#include "comm/c10d_allreduce.hpp"
 #include "base/error.hpp"
 
 #include <algorithm>
@@ -14,13 +15,6 @@ namespace {
 std::int64_t byte_size(const at::Tensor& t) { return t.numel() * static_cast<std::int64_t>(t.element_size()); }
 
 c10d::ReduceOp to_c10d(ReduceOp op) { return op == ReduceOp::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM; }
-
-void divide(at::Tensor& t, int world) {
-    if (t.is_floating_point() || t.is_complex())
-        t.div_(world);
-    else
-        t.div_(world, "trunc");
-}
 
 // The backend's exceptions (a lost peer, a timeout) as the toolkit's, naming the collective.
 template <typename F>
@@ -36,35 +30,19 @@ auto translated(const char* what, F&& f) -> decltype(f()) {
     }
 }
 
-class GroupWork final : public Work {
+class GroupWork final : public PendingAllreduce {
 public:
     GroupWork(c10::intrusive_ptr<c10d::Work> work, at::Tensor target, at::Tensor buffer, ReduceOp op, int world,
               Traffic& traffic)
-        : work_(std::move(work)), target_(std::move(target)), buffer_(std::move(buffer)), op_(op), world_(world),
-          traffic_(traffic) {}
-    ~GroupWork() override {
-        try {
-            wait();
-        } catch (...) {
-        }
-    }
-    void wait() override {
-        if (done_) return;
-        done_ = true;
-        const auto start = SteadyClock::now();
-        translated("allreduce", [&] { return work_->wait(); });
-        if (op_ == ReduceOp::average) divide(buffer_, world_);
-        if (!buffer_.is_same(target_)) target_.copy_(buffer_);
-        traffic_.seconds += seconds_since(start);
-    }
+        : PendingAllreduce(std::move(target), std::move(buffer), op, world, traffic.seconds), work_(std::move(work)) {}
+    ~GroupWork() override { wait_quietly(); }
 
 private:
+    void wait_for_backend(SteadyClock::time_point) override {
+        translated("allreduce", [&] { return work_->wait(); });
+    }
+
     c10::intrusive_ptr<c10d::Work> work_;
-    at::Tensor target_, buffer_;
-    ReduceOp op_;
-    int world_;
-    Traffic& traffic_;
-    bool done_ = false;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "comm/c10d_allreduce.hpp"
 #include "comm/store_server.hpp"
 #include "comm/torch_compat.hpp"
 
@@ -420,22 +421,17 @@ struct ProcessGroupCollectives::Impl {
 
 namespace {
 
-class AsyncWork final : public Work {
+class AsyncWork final : public PendingAllreduce {
 public:
     AsyncWork(ProcessGroupCollectives::Impl* impl, c10::intrusive_ptr<c10d::Work> work, at::Tensor target,
               at::Tensor buffer, ReduceOp op)
-        : impl_(impl), work_(std::move(work)), target_(std::move(target)), buffer_(std::move(buffer)), op_(op) {}
-    ~AsyncWork() override {
-        try {
-            wait();
-        } catch (...) {
-        }
-    }
-    void wait() override {
-        if (done_) return;
-        done_ = true;
+        : PendingAllreduce(std::move(target), std::move(buffer), op, impl->world(), impl->traffic.seconds),
+          impl_(impl), work_(std::move(work)) {}
+    ~AsyncWork() override { wait_quietly(); }
+
+private:
+    void wait_for_backend(SteadyClock::time_point start) override {
         impl_->check_usable();
-        const auto start = Clock::now();
         try {
             work_->wait();
         } catch (const acc::Error&) {
@@ -443,23 +439,10 @@ public:
         } catch (const std::exception& e) {
             impl_->fail("allreduce", start, e);
         }
-        if (op_ == ReduceOp::average) divide(buffer_, impl_->world());
-        if (!buffer_.is_same(target_)) target_.copy_(buffer_);
-        impl_->traffic.seconds += seconds_since(start);
-    }
-    static void divide(at::Tensor& t, int world) {
-        if (t.is_floating_point() || t.is_complex())
-            t.div_(world);
-        else
-            t.div_(world, "trunc");
     }
 
-private:
     ProcessGroupCollectives::Impl* impl_;
     c10::intrusive_ptr<c10d::Work> work_;
-    at::Tensor target_, buffer_;
-    ReduceOp op_;
-    bool done_ = false;
 };
 
 c10d::ReduceOp to_c10d(ReduceOp op) { return op == ReduceOp::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM; }
@@ -721,8 +704,7 @@ void ProcessGroupCollectives::allreduce(at::Tensor& tensor, ReduceOp op) {
         options.timeout = to_ms(impl_->rendezvous.timeout);
         return impl_->pg->allreduce(tensors, options);
     });
-    if (op == ReduceOp::average) AsyncWork::divide(buffer, impl_->world());
-    if (!buffer.is_same(tensor)) tensor.copy_(buffer);
+    finish_allreduce(buffer, tensor, op, impl_->world());
 }
 
 std::unique_ptr<Work> ProcessGroupCollectives::allreduce_async(at::Tensor& tensor, ReduceOp op) {
