@@ -4,6 +4,10 @@ the CIFAR ResNet-18 on synthetic data, one thread per rank, Gloo.
 
   --hook none       DDP as it comes (25 MiB buckets allreduced during backward)
   --hook powersgd   DDP with powerSGD_hook (error feedback, warm start) at --rank-k
+  --hook accordion-none, --hook accordion-powersgd
+                    the accordion package's compression_hook at level none, or
+                    powersgd:--rank-k from the same step as powerSGD_hook
+                    (scripts/bench-hook.sh; needs the package importable)
 
 Without --rank it starts --world ranks on this machine; with --rank it is one rank
 (the benchmark starts one per network namespace). Rank 0 prints one JSON line:
@@ -71,6 +75,12 @@ def run(rank, args):
 
         state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.rank_k, start_powerSGD_iter=2)
         model.register_comm_hook(state, powersgd.powerSGD_hook)
+    elif args.hook.startswith("accordion-"):
+        import accordion
+
+        level = "none" if args.hook == "accordion-none" else f"powersgd:{args.rank_k}"
+        state = accordion.CompressionState(model, level, start_step=2)
+        model.register_comm_hook(state, accordion.compression_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     generator = torch.Generator().manual_seed(args.seed + rank)
     images = torch.randn(args.batch * 4, 3, 32, 32, generator=generator)
@@ -99,7 +109,7 @@ def run(rank, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hook", choices=("none", "powersgd"), default="none")
+    parser.add_argument("--hook", choices=("none", "powersgd", "accordion-none", "accordion-powersgd"), default="none")
     parser.add_argument("--rank-k", type=int, default=2, help="PowerSGD's matrix approximation rank")
     parser.add_argument("--batch", type=int, default=32, help="samples per step and rank")
     parser.add_argument("--steps", type=int, default=10, help="timed steps")

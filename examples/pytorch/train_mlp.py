@@ -7,9 +7,9 @@ Fashion-MNIST (Debian's dataset-fashion-mnist; no torchvision). The lines marked
 
 With --batch-schedule SCHED.h5 (regime-detect --mode batch) each epoch takes its
 batch size and learning rate from the schedule. With --compress SPEC (e.g.
-powersgd:2) or --schedule SCHED.h5 (a compression schedule) DDP exchanges the
-gradients through accordion.compression_hook (PyTorch 2.x), at that level or at
-each epoch's levels from the schedule. --resume continues a stopped run from its
+powersgd:2), --schedule SCHED.h5 (a compression schedule) or --accordion (decided
+online) DDP exchanges the gradients through accordion.compression_hook (PyTorch
+2.x), at that level or at each epoch's levels. --resume continues a stopped run from its
 last checkpoint (OUTPUT.ckpt.pt, and each rank's OUTPUT.hook.rankR.pt), and its
 grads.h5 with it.
 Every rank uses one thread; the model is the toolkit's `mlp` (fc1, fc2, fc3), so
@@ -87,6 +87,9 @@ def main():
     parser.add_argument("--batch-schedule", help="a batch schedule from regime-detect --mode batch")
     parser.add_argument("--compress", help="compress every matrix's gradient at this level, e.g. powersgd:2")
     parser.add_argument("--schedule", help="a compression schedule from regime-detect: each epoch's levels")
+    parser.add_argument("--accordion", action="store_true",
+                        help="decide the levels online (powersgd:2 critical, powersgd:1 elsewhere, a decision "
+                             "every 2 epochs)")
     parser.add_argument("--resume", action="store_true", help="continue from OUTPUT.ckpt.pt")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
@@ -105,7 +108,9 @@ def main():
     hook_checkpoint = os.path.splitext(args.output)[0] + f".hook.rank{rank}.pt"
     # accordion: with --compress or --schedule, the gradients go through the toolkit's compressors
     compression = None
-    if args.compress or args.schedule:
+    if args.accordion:
+        compression = accordion.CompressionState(model, accordion=True, interval=2)  # accordion
+    elif args.compress or args.schedule:
         compression = accordion.CompressionState(model, args.compress, schedule=args.schedule)  # accordion
     start = 0
     if args.resume:
@@ -131,7 +136,7 @@ def main():
         for group in optimizer.param_groups:
             group["lr"] = lr
         if compression is not None:
-            compression.set_epoch(epoch)  # accordion: this epoch's levels
+            compression.set_epoch(epoch, lr=lr)  # accordion: this epoch's levels
             sent_before = compression.floats_sent
         # Each rank takes every world-th sample of the epoch's shuffle.
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(args.seed + epoch))
