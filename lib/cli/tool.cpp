@@ -159,20 +159,6 @@ CLI::Validator positive() {
         "> 0");
 }
 
-CLI::Validator at_least(long long minimum) {
-    return CLI::Validator(
-        [minimum](std::string& input) -> std::string {
-            try {
-                size_t used = 0;
-                long long value = std::stoll(input, &used);
-                if (used == input.size() && value >= minimum) return "";
-            } catch (const std::exception&) {
-            }
-            return "must be a whole number >= " + std::to_string(minimum) + ", not '" + input + "'";
-        },
-        ">= " + std::to_string(minimum));
-}
-
 CLI::Validator whole_number(long long minimum, long long maximum) {
     const std::string range = "[" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]";
     return CLI::Validator(

@@ -42,9 +42,6 @@ void set_log_rank(int rank);
 /// A CLI11 validator for numbers strictly greater than zero.
 CLI::Validator positive();
 
-/// A CLI11 validator for whole numbers >= `minimum`.
-CLI::Validator at_least(long long minimum);
-
 /// A CLI11 validator for whole numbers in [minimum, maximum]: the whole text must
 /// be the number, and its message gives the range. Every whole-number option
 /// takes one, so that no value saturates, wraps or means "forever".

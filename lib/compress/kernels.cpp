@@ -60,7 +60,6 @@ using namespace detail;
 
 SimdLevel detected_simd() { return g_detected; }
 SimdLevel limit_simd(SimdLevel cap) { return static_cast<SimdLevel>(g_cap.exchange(static_cast<int>(cap))); }
-SimdLevel simd_level() { return level(); }
 
 // ---------------------------------------------------------------- random numbers
 

@@ -23,8 +23,6 @@ SimdLevel detected_simd();
 /// Caps the level the loops use (tests run each one); returns the previous cap. The
 /// environment variable ACC_SIMD (portable, avx2 or avx512) sets the cap at start-up.
 SimdLevel limit_simd(SimdLevel cap);
-/// The level in use: the detected one, capped.
-SimdLevel simd_level();
 
 // ---------------------------------------------------------------- random numbers
 
