@@ -99,8 +99,8 @@ class CompressionState:
         elif compress is not None:
             if not isinstance(compress, str):
                 raise UsageError(f"compress: must be a compressor spec such as 'powersgd:2', not {compress!r}")
-            self._levels = {name: self._spec("compress", compress) if self._matrix[name] else "none"
-                            for name in self.names}
+            level = self._spec("compress", compress)
+            self._levels = {name: level if self._matrix[name] else "none" for name in self.names}
         else:
             if not isinstance(interval, int) or isinstance(interval, bool):
                 raise UsageError(f"interval: must be a whole number, not {interval!r}")
