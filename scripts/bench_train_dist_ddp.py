@@ -14,6 +14,7 @@ Without --rank it starts --world ranks on this machine; with --rank it is one ra
 the mean and median seconds of the timed steps (each the slowest rank's).
 """
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -104,6 +105,10 @@ def run(rank, args):
     if rank == 0:
         print(json.dumps({"hook": args.hook, "steps": len(times), "mean": statistics.mean(times),
                           "median": statistics.median(times), "min": min(times)}), flush=True)
+    # The group ends while nothing holds it any more: a Gloo group still alive at the
+    # interpreter's teardown can abort the process there.
+    del model, optimizer
+    gc.collect()
     dist.destroy_process_group()
 
 

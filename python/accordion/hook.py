@@ -82,6 +82,7 @@ class CompressionState:
         self.epoch = 0
         self.steps = 0
         self._levels = None
+        self._pending = []  # (buffer, gradients, future) of the buckets started this step
         #: Online: {name: critical} and {name: why} of the epoch in force (None otherwise).
         self.critical, self.reasons = None, None
         if schedule is not None:
@@ -171,21 +172,35 @@ class CompressionState:
         if self._online is not None and self._online.sums is not None:
             _library.call(self._online.sums.add, names, gradients)  # before anything changes them
         levels = [self._levels[n] if self.steps >= self.start_step else "none" for n in names]
-        _library.call(self._exchange.exchange, names, gradients, levels)
-        buffer = bucket.buffer()
-        # The exchange wrote into the gradients; where they are not views of the
-        # bucket's buffer, the buffer takes them.
-        offset = 0
-        for g in gradients:
-            part = buffer[offset:offset + g.numel()]
-            if part.data_ptr() != g.data_ptr():
-                part.copy_(g.reshape(-1))
-            offset += g.numel()
+        _library.call(self._exchange.start, names, gradients, levels)
+        future = torch.futures.Future()
+        self._pending.append((bucket.buffer(), gradients, future))
+        # DDP hands the buckets over in order and waits for their futures only after
+        # the last: the earlier buckets' collectives run during the rest of the
+        # backward pass, and all finish together here.
         if bucket.is_last():
-            self.steps += 1
-        done = torch.futures.Future()
-        done.set_result(buffer)
-        return done
+            self._finish_step()
+        return future
+
+    def _finish_step(self):
+        pending, self._pending = self._pending, []
+        try:
+            _library.call(self._exchange.finish)
+        except BaseException as e:
+            for _, _, future in pending:
+                future.set_exception(e)
+            raise
+        for buffer, gradients, future in pending:
+            # The exchange wrote into the gradients; where they are not views of the
+            # bucket's buffer, the buffer takes them.
+            offset = 0
+            for g in gradients:
+                part = buffer[offset:offset + g.numel()]
+                if part.data_ptr() != g.data_ptr():
+                    part.copy_(g.reshape(-1))
+                offset += g.numel()
+            future.set_result(buffer)
+        self.steps += 1
 
     def state_dict(self):
         """Error memories and compressor state per parameter ("<name>/error",
@@ -229,8 +244,9 @@ class CompressionState:
 
 def compression_hook(state, bucket):
     """DDP's communication hook: `bucket`'s gradients averaged over the ranks, each
-    parameter's at its level in `state` (a CompressionState). The exchange runs when
-    DDP calls the hook; the returned future is complete."""
+    parameter's at its level in `state` (a CompressionState). The bucket's first
+    collectives start when DDP calls the hook and run during the rest of the backward
+    pass; every bucket's future completes when DDP hands over the step's last bucket."""
     return state._exchange_bucket(bucket)
 
 

@@ -56,11 +56,12 @@ public:
     std::int64_t rank() const { return comm_->rank(); }
     std::int64_t world_size() const { return comm_->world_size(); }
 
-    // Replaces each gradient of the bucket by its average over the ranks, each
-    // compressed at its level. Collective: every rank passes the same names, shapes
-    // and levels (checked).
-    void exchange(std::vector<std::string> names, std::vector<at::Tensor> gradients,
-                  std::vector<std::string> levels) {
+    // Starts replacing each gradient of the bucket by its average over the ranks,
+    // each compressed at its level: the first collectives are launched and run while
+    // the caller goes on (DDP's backward pass). The gradients must stay untouched
+    // until finish(). Collective: every rank passes the same names, shapes and
+    // levels (checked), buckets in the same order.
+    void start(std::vector<std::string> names, std::vector<at::Tensor> gradients, std::vector<std::string> levels) {
         guarded([&] {
             if (names.size() != gradients.size() || names.size() != levels.size())
                 throw Error("internal error: a bucket of " + std::to_string(names.size()) + " names, " +
@@ -69,11 +70,28 @@ public:
             std::vector<compress::Spec> specs;
             for (const auto& text : levels) specs.push_back(spec_of(text));
             compress::GradientExchange& exchange = bucket(names, gradients, specs);
+            if (exchange.in_flight())
+                throw UsageError("bucket of " + names.front() + ": DDP handed it over twice in one step");
             if (!(exchange.levels() == specs)) exchange.set_levels(specs);
-            exchange.step(gradients);
+            exchange.start(gradients);
+            pending_.push_back(&exchange);
             return 0;
         });
     }
+
+    // Finishes every bucket started since the last finish(), in the order they
+    // started (the same on every rank): their gradients hold the averages.
+    void finish() {
+        guarded([&] {
+            std::vector<compress::GradientExchange*> pending;
+            pending.swap(pending_);
+            for (auto* exchange : pending) exchange->finish();
+            return 0;
+        });
+    }
+
+    // Buckets started and not finished.
+    std::int64_t pending() const { return static_cast<std::int64_t>(pending_.size()); }
 
     // The canonical text of a compressor spec; UsageError for one that is not.
     std::string canonical(std::string text) {
@@ -89,14 +107,19 @@ public:
 
     // Every parameter's state, as "<parameter>/<what>" entries (what the package's
     // state_dict() holds). Entries of the exchanges themselves are left out.
-    std::vector<std::string> state_names() const { return names_of(state()); }
-    std::vector<at::Tensor> state_tensors() const { return tensors_of(state()); }
+    std::vector<std::string> state_names() const {
+        return guarded([&] { return names_of(state()); });
+    }
+    std::vector<at::Tensor> state_tensors() const {
+        return guarded([&] { return tensors_of(state()); });
+    }
 
     // Restores state_names()/state_tensors(); each parameter takes its entries into
     // the next bucket it turns up in (where an entry that does not fit is refused).
     void load_state(std::vector<std::string> names, std::vector<at::Tensor> tensors) {
         guarded([&] {
             if (names.size() != tensors.size()) throw Error("internal error: state names and tensors differ in number");
+            refuse_pending("load_state_dict()");
             for (auto& entry : buckets_) retire(*entry.second);
             buckets_.clear();
             carried_.clear();
@@ -139,6 +162,8 @@ private:
             bool overlaps = false;
             for (const auto& t : b->second->tensors()) overlaps = overlaps || here.count(t.name) > 0;
             if (overlaps) {
+                if (b->second->in_flight())
+                    throw UsageError("DDP regrouped its buckets within one step; the hook cannot follow that");
                 retire(*b->second);
                 b = buckets_.erase(b);
             } else {
@@ -168,7 +193,13 @@ private:
         }
     }
 
+    void refuse_pending(const char* what) const {
+        if (!pending_.empty())
+            throw UsageError(std::string(what) + ": during a step (buckets are in flight); call it between steps");
+    }
+
     State state() const {
+        refuse_pending("state_dict()");
         State out;
         for (const auto& entry : buckets_) {
             entry.second->settle();
@@ -196,6 +227,7 @@ private:
     std::map<std::string, std::unique_ptr<compress::GradientExchange>> buckets_;  // by "name\n" of its parameters
     std::map<std::string, State> carried_;  // by parameter: state waiting for its next bucket
     std::int64_t retired_bytes_ = 0;        // sent by exchanges since dissolved
+    std::vector<compress::GradientExchange*> pending_;  // started, in order, not yet finished
 };
 
 }  // namespace
@@ -207,7 +239,9 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
         .def(torch::init<c10::intrusive_ptr<c10d::ProcessGroup>, std::int64_t, bool>())
         .def("rank", &HookExchange::rank)
         .def("world_size", &HookExchange::world_size)
-        .def("exchange", &HookExchange::exchange)
+        .def("start", &HookExchange::start)
+        .def("finish", &HookExchange::finish)
+        .def("pending", &HookExchange::pending)
         .def("canonical", &HookExchange::canonical)
         .def("floats_sent", &HookExchange::floats_sent)
         .def("state_names", &HookExchange::state_names)
