@@ -4,8 +4,8 @@
 
 #include "base/error.hpp"
 #include "base/text.hpp"
-#include "dist/staging.hpp"
 #include "dist/state.hpp"
+#include "exchange/staging.hpp"
 #include "io/h5.hpp"
 #include "train/config.hpp"
 
@@ -31,7 +31,7 @@ std::string hex(std::int64_t value) { return fmt::format("{:016x}", static_cast<
 RankSession::RankSession(comm::Collectives* comm, torch::Device device)
     : comm_(comm),
       device_(device),
-      host_(comm && !device.is_cpu() ? dist::staged_collectives(*comm, device) : nullptr),
+      host_(comm && !device.is_cpu() ? exchange::staged_collectives(*comm, device) : nullptr),
       rank_(comm ? comm->rank() : 0),
       world_(comm ? comm->world_size() : 1) {}
 

@@ -89,7 +89,7 @@ RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& s
     const std::int64_t epochs = c.train.epochs;
     switch (c.mode()) {
     case Mode::fixed: return RunPlan::fixed(parameters, c.fixed_level(), epochs);
-    // GravacExchange sends every matrix at its own per-step factor; the plan's levels stay none.
+    // GravacSync sends every matrix at its own per-step factor; the plan's levels stay none.
     case Mode::gravac: return RunPlan::fixed(parameters, compress::kNone, epochs);
     case Mode::schedule: {
         const io::Schedule& s = schedule.value();
@@ -220,7 +220,7 @@ private:
     LevelTable table_;
     EpochOrders orders_;  // this epoch's
     std::unique_ptr<DistExchange> exchange_;
-    std::unique_ptr<dist::GravacExchange> gravac_;        // --gravac: sends instead of exchange_
+    std::unique_ptr<dist::GravacSync> gravac_;            // --gravac: sends instead of exchange_
     std::vector<io::MetricsGravacStep> gravac_steps_;     // the epoch's GraVAC decisions
     std::optional<io::MetricsWriter> metrics_;           // rank 0
     std::unique_ptr<train::GradientRecorder> recorder_;  // rank 0, online Accordion

@@ -20,7 +20,7 @@ enum class Mode {
     fixed,      ///< --compress SPEC (or none): one level for every matrix parameter
     schedule,   ///< --schedule FILE: a regime-detect schedule (compression or batch mode)
     accordion,  ///< --accordion: Accordion's rule run online on rank 0's gradients
-    gravac,     ///< --gravac FAMILY: GraVAC's compression factor, chosen every step (dist/gravac_exchange.hpp)
+    gravac,     ///< --gravac FAMILY: GraVAC's compression factor, chosen every step (exchange/gravac.hpp)
 };
 
 struct AccordionConfig {

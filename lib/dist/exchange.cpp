@@ -1,7 +1,7 @@
 #include "dist/exchange.hpp"
 
 #include "base/error.hpp"
-#include "dist/staging.hpp"
+#include "exchange/staging.hpp"
 
 #include <algorithm>
 #include <map>
@@ -29,7 +29,7 @@ DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io
                            const std::vector<compress::Spec>& levels)
     : parameters_(std::move(parameters)),
       description_(std::move(description)),
-      staged_(device.is_cpu() ? nullptr : staged_collectives(comm, device)),
+      staged_(device.is_cpu() ? nullptr : exchange::staged_collectives(comm, device)),
       comm_(staged_ ? *staged_ : comm),
       setup_(setup) {
     if (levels.size() != parameters_.size() || description_.size() != parameters_.size())

@@ -16,6 +16,7 @@
 
 #include "compress/exchange.hpp"
 #include "dist/reducer.hpp"
+#include "exchange/totals.hpp"
 #include "io/parameters.hpp"
 #include "train/trainer.hpp"
 
@@ -26,15 +27,7 @@
 
 namespace acc::dist {
 
-/// What the exchange did over some steps (this worker).
-struct ExchangeTotals {
-    std::int64_t steps = 0;
-    std::int64_t bytes = 0;            ///< handed to collectives (docs/metrics.md, "Data sent")
-    double encode_seconds = 0;         ///< error feedback and encoding
-    double decode_seconds = 0;         ///< turning what came back into averaged gradients
-    double communication_seconds = 0;  ///< issuing and waiting for collectives, not hidden by computation
-    std::int64_t early_launches = 0;   ///< buckets allreduced while the backward pass still ran
-};
+using ExchangeTotals = exchange::ExchangeTotals;
 
 struct ExchangeSetup {
     BucketOptions buckets;

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The layers of docs/architecture.md, checked on the sources and the built
 # libraries: tools -> lib/app (drivers, options) -> areas -> base. An area never
-# includes a driver; comm and train do not include each other; only lib/app and
-# lib/cli (and tools) see CLI11; only lib/io (and lib/app) include HDF5's headers;
-# the areas' libraries hold no CLI11 code.
+# includes a driver; comm and train do not include each other; exchange includes
+# neither train, io nor dist; only lib/app and lib/cli (and tools) see CLI11; only
+# lib/io (and lib/app) include HDF5's headers; the areas' libraries hold no CLI11 code.
 source "$(dirname "$0")/common.sh"
 : "${ACC_BUILD_DIR:?set by ctest}"
 cd "$ACC_SOURCE"
@@ -48,6 +48,8 @@ mapfile -t comm_files < <(sources lib/comm)
 mapfile -t train_files < <(sources lib/train)
 forbid "comm includes train" 'train/' "${comm_files[@]}"
 forbid "train includes comm" 'comm/' "${train_files[@]}"
+mapfile -t exchange_files < <(sources lib/exchange)
+forbid "exchange includes train, io or dist" 'train/|io/|dist/' "${exchange_files[@]}"
 
 mapfile -t no_cli < <(sources "${areas[@]}" | grep -v '^lib/cli/')
 forbid "only lib/app, lib/cli and tools use CLI11" 'CLI/|cli/tool\.hpp' "${no_cli[@]}"

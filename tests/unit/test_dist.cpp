@@ -2,10 +2,12 @@
 // bucketed reducer (DDP's bucket layout, averages, launches during the backward
 // pass), the exchange (identical results on every rank, the same results as
 // lib/compress's exchange through level changes, state that round-trips), state
-// transfer, DGC's optimizer rule and the trainer's hooks.
+// transfer, DGC's optimizer rule, the trainer's hooks and GraVAC's hook over
+// lib/exchange.
 #include "base/error.hpp"
 #include "compress/exchange.hpp"
 #include "dist/exchange.hpp"
+#include "dist/gravac_exchange.hpp"
 #include "dist/reducer.hpp"
 #include "dist/state.hpp"
 #include "support/thread_collectives.hpp"
@@ -18,6 +20,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
 #include <mutex>
 
 using namespace acc::dist;
@@ -429,4 +433,73 @@ TEST(Trainer, RecorderSeesTheLocalGradientWhileBucketsOverlap) {
             EXPECT_TRUE(torch::equal(with_exchange[r][p], without[r][p])) << "rank " << r << ", parameter " << p;
     }
     EXPECT_FALSE(torch::equal(with_exchange[0][0], with_exchange[1][0]));  // the ranks' data differ
+}
+
+// GravacSync hands the exchange the step's epoch, samples and start, and its records,
+// throughput rows, state and totals are the bare exchange's, field for field.
+TEST(GravacSync, IsTheExchangeWithTheTrainersStep) {
+    ranks(2, [&](int rank, Collectives& comm) {
+        const std::vector<torch::Tensor> tensors = {torch::zeros({8, 16}), torch::zeros({8}), torch::zeros({4, 10})};
+        std::vector<acc::io::Parameter> description;
+        std::vector<acc::compress::TensorInfo> infos;
+        for (size_t i = 0; i < tensors.size(); ++i) {
+            description.push_back({"p" + std::to_string(i), tensors[i].sizes().vec()});
+            infos.push_back({"p" + std::to_string(i), tensors[i].sizes().vec()});
+        }
+        auto options = [] {
+            acc::exchange::GravacExchangeOptions o;
+            o.settings = acc::regime::gravac_defaults(2);
+            o.settings.window = 2;
+            o.settings.epsilon = 0.6;
+            o.settings.theta_min = 4;
+            o.settings.theta_max = 64;
+            o.clock = [] { return acc::SteadyClock::time_point{} + std::chrono::seconds(10); };
+            return o;
+        };
+        GravacSync sync(tensors, description, comm, torch::kCPU, options());
+        acc::exchange::GravacExchange bare(infos, comm, torch::kCPU, options());
+        for (std::int64_t s = 0; s < 8; ++s) {
+            auto generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(100 * s + rank));
+            std::vector<torch::Tensor> g;
+            for (const auto& t : tensors) g.push_back(at::randn(t.sizes(), generator).pow(3));
+            std::vector<torch::Tensor> h;
+            for (const auto& t : g) h.push_back(t.clone());
+            acc::train::StepInfo step;
+            step.epoch = s / 4;
+            step.step = s % 4;
+            step.global_step = s;
+            step.samples = 16 + s;
+            step.started = acc::SteadyClock::time_point{} + std::chrono::milliseconds(100 * s);
+            sync.exchange(g, step);
+            bare.exchange(h, acc::exchange::GravacStepInfo{step.epoch, step.samples, step.started});
+            for (size_t p = 0; p < g.size(); ++p) EXPECT_TRUE(torch::equal(g[p], h[p])) << "step " << s;
+        }
+        const auto records = sync.take_steps();
+        const auto expected = bare.take_steps();
+        ASSERT_EQ(records.size(), expected.size());
+        for (size_t i = 0; i < records.size(); ++i) {
+            EXPECT_EQ(records[i].epoch, expected[i].epoch);
+            EXPECT_EQ(records[i].factor, expected[i].factor);
+            EXPECT_EQ(records[i].choice, expected[i].choice);
+            EXPECT_EQ(records[i].theta_min, expected[i].theta_min);
+            EXPECT_EQ(records[i].candidate, expected[i].candidate);
+            EXPECT_TRUE(records[i].gain_min == expected[i].gain_min ||
+                        (std::isnan(records[i].gain_min) && std::isnan(expected[i].gain_min)));
+            EXPECT_TRUE(records[i].gain_candidate == expected[i].gain_candidate ||
+                        (std::isnan(records[i].gain_candidate) && std::isnan(expected[i].gain_candidate)));
+        }
+        EXPECT_EQ(records.back().epoch, 1);
+        const auto rows = sync.throughput(3);
+        const auto expected_rows = bare.throughput(3);
+        ASSERT_EQ(rows.size(), expected_rows.size());
+        for (size_t i = 0; i < rows.size(); ++i) {
+            EXPECT_EQ(rows[i].epoch, 3);
+            EXPECT_EQ(rows[i].factor, expected_rows[i].factor);
+            EXPECT_EQ(rows[i].throughput, expected_rows[i].throughput);
+        }
+        const auto state = sync.state(), expected_state = bare.state();
+        ASSERT_EQ(state.size(), expected_state.size());
+        for (const auto& [name, t] : expected_state) EXPECT_TRUE(torch::equal(state.at(name), t)) << name;
+        EXPECT_EQ(sync.take_totals().bytes, bare.take_totals().bytes);
+    });
 }

@@ -1,4 +1,4 @@
-// GraVAC's per-step exchange (dist/gravac_exchange.hpp) on thread ranks: every rank
+// GraVAC's per-step exchange (exchange/gravac.hpp) on thread ranks: every rank
 // decides alike, error feedback conserves the gradient, the bytes sent are those of
 // the chosen level, a restored state continues the controller, a step's throughput
 // is its own samples over its own time (a short batch and the evaluation between
@@ -8,7 +8,7 @@
 #include "base/error.hpp"
 #include "compress/codecs.hpp"
 #include "compress/spec.hpp"
-#include "dist/gravac_exchange.hpp"
+#include "exchange/gravac.hpp"
 #include "regime/gravac.hpp"
 #include "support/thread_collectives.hpp"
 
@@ -19,13 +19,13 @@
 #include <map>
 #include <set>
 
-namespace acc::dist {
+namespace acc::exchange {
 namespace {
 
-std::vector<io::Parameter> describe(const std::vector<torch::Tensor>& tensors) {
-    std::vector<io::Parameter> out;
+std::vector<compress::TensorInfo> describe(const std::vector<torch::Tensor>& tensors) {
+    std::vector<compress::TensorInfo> out;
     for (size_t i = 0; i < tensors.size(); ++i) {
-        io::Parameter p;
+        compress::TensorInfo p;
         p.name = "p" + std::to_string(i);
         p.shape = tensors[i].sizes().vec();
         out.push_back(p);
@@ -53,7 +53,7 @@ GravacExchangeOptions options(const std::string& family, std::int64_t window, do
     o.settings.theta_min = 4;
     o.settings.theta_max = 64;
     o.samples_per_step = 32;
-    // Read twice a step where StepInfo has no start: every step takes 0.25 s.
+    // Read twice a step where GravacStepInfo has no start: every step takes 0.25 s.
     o.clock = [t = SteadyClock::time_point{}]() mutable { return t += std::chrono::milliseconds(250); };
     return o;
 }
@@ -61,14 +61,14 @@ GravacExchangeOptions options(const std::string& family, std::int64_t window, do
 TEST(GravacExchange, RanksTakeTheSameDecisionsFromDifferentGradients) {
     for (const std::string family : {"topk", "dgc", "randomk"}) {
         test::ThreadGroup group(2);
-        std::vector<std::vector<io::MetricsGravacStep>> steps(2);
+        std::vector<std::vector<GravacStepRecord>> steps(2);
         std::vector<regime::GravacState> states(2);
         group.run([&](int rank, comm::Collectives& comm) {
             auto tensors = model();
-            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options(family, 3, 0.6));
+            GravacExchange x(describe(tensors), comm, torch::kCPU, options(family, 3, 0.6));
             for (std::int64_t s = 0; s < 14; ++s) {
                 auto g = gradients(rank, s, rank == 0 ? 1.0 : 3.0);
-                x.exchange(g, train::StepInfo{s / 7, s % 7, s, 0.1});
+                x.exchange(g, GravacStepInfo{s / 7});
             }
             steps[static_cast<size_t>(rank)] = x.take_steps();
             states[static_cast<size_t>(rank)] = x.controller().state();
@@ -99,13 +99,13 @@ TEST(GravacExchange, ErrorFeedbackConservesTheGradient) {
             group.run([&](int, comm::Collectives& comm) {
                 auto tensors = model();
                 const auto names = describe(tensors);
-                GravacExchange x(tensors, names, comm, torch::kCPU, options(family, 2, epsilon));
+                GravacExchange x(names, comm, torch::kCPU, options(family, 2, epsilon));
                 for (std::int64_t s = 0; s < 6; ++s) {
                     auto old_state = x.state();
                     auto g = gradients(0, s, 1.0);
                     auto sent = g;
                     for (auto& t : sent) t = t.clone();
-                    x.exchange(sent, train::StepInfo{0, s, s, 0.1});
+                    x.exchange(sent, GravacStepInfo{});
                     auto new_state = x.state();
                     for (size_t p : {size_t{0}, size_t{2}}) {
                         const std::string error = names[p].name + "/error";
@@ -125,13 +125,13 @@ TEST(GravacExchange, BytesAreThoseOfTheChosenLevel) {
     for (double epsilon : {0.5, 1.0}) {
         test::ThreadGroup group(2);
         std::vector<std::int64_t> bytes(2);
-        std::vector<std::vector<io::MetricsGravacStep>> steps(2);
+        std::vector<std::vector<GravacStepRecord>> steps(2);
         group.run([&](int rank, comm::Collectives& comm) {
             auto tensors = model();
-            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options("topk", 2, epsilon));
+            GravacExchange x(describe(tensors), comm, torch::kCPU, options("topk", 2, epsilon));
             for (std::int64_t s = 0; s < 10; ++s) {
                 auto g = gradients(rank, s, 1.0);
-                x.exchange(g, train::StepInfo{0, s, s, 0.1});
+                x.exchange(g, GravacStepInfo{});
             }
             bytes[static_cast<size_t>(rank)] = x.take_totals().bytes;
             steps[static_cast<size_t>(rank)] = x.take_steps();
@@ -160,12 +160,12 @@ TEST(GravacExchange, RestoredStateContinuesTheController) {
     group.run([&](int, comm::Collectives& comm) {
         auto tensors = model();
         const auto names = describe(tensors);
-        GravacExchange a(tensors, names, comm, torch::kCPU, options("dgc", 3, 0.6));
+        GravacExchange a(names, comm, torch::kCPU, options("dgc", 3, 0.6));
         for (std::int64_t s = 0; s < 8; ++s) {
             auto g = gradients(0, s, 1.0);
-            a.exchange(g, train::StepInfo{0, s, s, 0.1});
+            a.exchange(g, GravacStepInfo{});
         }
-        GravacExchange b(tensors, names, comm, torch::kCPU, options("dgc", 3, 0.6));
+        GravacExchange b(names, comm, torch::kCPU, options("dgc", 3, 0.6));
         b.load_state(a.state());
         const auto sa = a.controller().state(), sb = b.controller().state();
         EXPECT_EQ(sa.steps, sb.steps);
@@ -176,8 +176,8 @@ TEST(GravacExchange, RestoredStateContinuesTheController) {
         EXPECT_EQ(sa.checks, sb.checks);
         for (std::int64_t s = 8; s < 12; ++s) {
             auto ga = gradients(0, s, 1.0), gb = gradients(0, s, 1.0);
-            a.exchange(ga, train::StepInfo{0, s, s, 0.1});
-            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
+            a.exchange(ga, GravacStepInfo{});
+            b.exchange(gb, GravacStepInfo{});
             for (size_t p = 0; p < ga.size(); ++p) EXPECT_TRUE(torch::equal(ga[p], gb[p])) << "step " << s;
         }
         EXPECT_THROW(b.load_state({{"nothing/error", torch::zeros({2})}}), Error);
@@ -191,7 +191,7 @@ TEST(GravacExchange, RefusesAnUnknownFamily) {
     group.run([&](int, comm::Collectives& comm) {
         auto tensors = model();
         for (const std::string family : {"fp16", "qsgd", "none", ""})
-            EXPECT_THROW(GravacExchange(tensors, describe(tensors), comm, torch::kCPU, options(family, 2, 0.7)),
+            EXPECT_THROW(GravacExchange(describe(tensors), comm, torch::kCPU, options(family, 2, 0.7)),
                          UsageError)
                 << family;
     });
@@ -211,7 +211,7 @@ TEST(GravacExchange, ShortLastBatchAndEvaluationDoNotMoveTheDecision) {
     using std::chrono::milliseconds;
     constexpr std::int64_t kSteps = 15, kPerEpoch = 3;
     struct Run {
-        std::vector<io::MetricsGravacStep> steps;
+        std::vector<GravacStepRecord> steps;
         regime::GravacState state;
         torch::Tensor inputs;
     };
@@ -225,7 +225,7 @@ TEST(GravacExchange, ShortLastBatchAndEvaluationDoNotMoveTheDecision) {
             o.settings.theta_max = 32;
             o.settings.statistic = statistic;
             o.clock = [&end] { return end; };
-            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, o);
+            GravacExchange x(describe(tensors), comm, torch::kCPU, o);
             for (std::int64_t s = 0; s < kSteps; ++s) {
                 const std::int64_t epoch = s / kPerEpoch, i = s % kPerEpoch;
                 const bool last = i == kPerEpoch - 1;
@@ -237,7 +237,7 @@ TEST(GravacExchange, ShortLastBatchAndEvaluationDoNotMoveTheDecision) {
                 g[0][1][2].fill_(1.0 + 0.1 * static_cast<double>(s + rank));
                 g[1].fill_(0.3);
                 g[2][3][4].fill_(-2.0);
-                x.exchange(g, train::StepInfo{epoch, i, s, 0.1, noisy && last ? 4 : 32, started});
+                x.exchange(g, GravacStepInfo{epoch, noisy && last ? 4 : 32, started});
             }
             out[static_cast<size_t>(rank)] = {x.take_steps(), x.controller().state(), x.state().at("gravac/inputs")};
         });
@@ -318,9 +318,9 @@ TEST(GravacExchange, DevicePathMatchesTheHostPath) {
     for (int rank = 0; rank < 2; ++rank)
         for (std::int64_t s = 0; s < 14; ++s) inputs[static_cast<size_t>(rank)].push_back(gradients(rank, s, rank == 0 ? 1.0 : 3.0));
     for (const std::string family : {"topk", "randomk"}) {
-        std::map<bool, std::vector<std::vector<io::MetricsGravacStep>>> steps;
+        std::map<bool, std::vector<std::vector<GravacStepRecord>>> steps;
         std::map<bool, std::vector<std::vector<torch::Tensor>>> grads;
-        std::map<bool, std::vector<train::TensorMap>> states;
+        std::map<bool, std::vector<TensorMap>> states;
         std::map<bool, std::vector<std::int64_t>> bytes;
         for (bool device : {false, true}) {
             test::ThreadGroup group(2);
@@ -333,12 +333,12 @@ TEST(GravacExchange, DevicePathMatchesTheHostPath) {
                 // randomk keeps about a quarter of the norm at theta_min 4.
                 auto o = options(family, 3, family == "randomk" ? 0.2 : 0.6);
                 o.device_path_on_cpu = device;
-                GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, o);
+                GravacExchange x(describe(tensors), comm, torch::kCPU, o);
                 const auto r = static_cast<size_t>(rank);
                 for (std::int64_t s = 0; s < 14; ++s) {
                     std::vector<torch::Tensor> g;
                     for (const auto& t : inputs[r][static_cast<size_t>(s)]) g.push_back(t.clone());
-                    x.exchange(g, train::StepInfo{0, s, s, 0.1});
+                    x.exchange(g, GravacStepInfo{});
                     for (auto& t : g) grads[device][r].push_back(t);
                 }
                 steps[device][r] = x.take_steps();
@@ -372,16 +372,16 @@ TEST(GravacExchange, DevicePathMatchesTheHostPath) {
 
 TEST(GravacExchange, DevicePathDgcRanksAgree) {
     test::ThreadGroup group(2);
-    std::vector<std::vector<io::MetricsGravacStep>> steps(2);
+    std::vector<std::vector<GravacStepRecord>> steps(2);
     std::vector<std::vector<torch::Tensor>> last(2);
     group.run([&](int rank, comm::Collectives& comm) {
         auto tensors = model();
         auto o = options("dgc", 3, 0.6);
         o.device_path_on_cpu = true;
-        GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, o);
+        GravacExchange x(describe(tensors), comm, torch::kCPU, o);
         for (std::int64_t s = 0; s < 14; ++s) {
             auto g = gradients(rank, s, rank == 0 ? 1.0 : 3.0);
-            x.exchange(g, train::StepInfo{0, s, s, 0.1});
+            x.exchange(g, GravacStepInfo{});
             last[static_cast<size_t>(rank)] = g;
         }
         steps[static_cast<size_t>(rank)] = x.take_steps();
@@ -404,18 +404,18 @@ TEST(GravacExchange, DevicePathStateContinuesOnTheHost) {
         const auto names = describe(tensors);
         auto od = options("topk", 3, 0.6);
         od.device_path_on_cpu = true;
-        GravacExchange a(tensors, names, comm, torch::kCPU, od), b(tensors, names, comm, torch::kCPU, options("topk", 3, 0.6));
+        GravacExchange a(names, comm, torch::kCPU, od), b(names, comm, torch::kCPU, options("topk", 3, 0.6));
         for (std::int64_t s = 0; s < 6; ++s) {
             auto ga = gradients(0, s, 1.0), gb = gradients(0, s, 1.0);
-            a.exchange(ga, train::StepInfo{0, s, s, 0.1});
-            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
+            a.exchange(ga, GravacStepInfo{});
+            b.exchange(gb, GravacStepInfo{});
         }
-        GravacExchange c(tensors, names, comm, torch::kCPU, options("topk", 3, 0.6));
+        GravacExchange c(names, comm, torch::kCPU, options("topk", 3, 0.6));
         c.load_state(a.state());
         for (std::int64_t s = 6; s < 9; ++s) {
             auto gb = gradients(0, s, 1.0), gc = gradients(0, s, 1.0);
-            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
-            c.exchange(gc, train::StepInfo{0, s, s, 0.1});
+            b.exchange(gb, GravacStepInfo{});
+            c.exchange(gc, GravacStepInfo{});
             for (size_t p = 0; p < gb.size(); ++p) EXPECT_TRUE(torch::allclose(gb[p], gc[p], 1e-5, 1e-5)) << "step " << s;
         }
     });
@@ -449,7 +449,7 @@ TEST(GravacPowersgd, RanksOfEachMatrixByHand) {
         std::vector<torch::Tensor> tensors = {torch::zeros({32, 64}), torch::zeros({32}), torch::zeros({16, 24}),
                                               torch::zeros({3, 3}), torch::zeros({16, 3, 3, 3}),
                                               torch::zeros({4, 4})};
-        GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options("powersgd", 2, 0.7));
+        GravacExchange x(describe(tensors), comm, torch::kCPU, options("powersgd", 2, 0.7));
         // 32 x 64: 2048 / (f 96); 16 x 24: 384 / (f 40); a conv weight is 16 x 27: 432 / (f 43).
         // 3 x 3 and 4 x 4 at rank 1 send 6 or 8 floats of 9 or 16: PowerSGD sends them whole (0).
         EXPECT_EQ(x.powersgd_ranks(4), (std::vector<std::int64_t>{5, 2, 0, 2, 0}));    // 5.3, 2.4, 2.5
@@ -483,17 +483,17 @@ TEST(GravacPowersgd, RanksAgreeAndSendTheBytesOfPowersgdAtTheRank) {
             inputs[static_cast<size_t>(rank)].push_back(powersgd_gradients(rank, s, rank == 0 ? 0.2 : 0.6));
     for (double epsilon : {0.6, 0.9, 1.0}) {
         test::ThreadGroup group(2);
-        std::vector<std::vector<io::MetricsGravacStep>> steps(2);
+        std::vector<std::vector<GravacStepRecord>> steps(2);
         std::vector<std::int64_t> bytes(2);
         std::vector<std::vector<torch::Tensor>> last(2);
         std::vector<regime::GravacState> states(2);
         group.run([&](int rank, comm::Collectives& comm) {
             auto tensors = powersgd_model();
-            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options("powersgd", 3, epsilon));
+            GravacExchange x(describe(tensors), comm, torch::kCPU, options("powersgd", 3, epsilon));
             for (std::int64_t s = 0; s < 15; ++s) {
                 std::vector<torch::Tensor> g;
                 for (const auto& t : inputs[static_cast<size_t>(rank)][static_cast<size_t>(s)]) g.push_back(t.clone());
-                x.exchange(g, train::StepInfo{0, s, s, 0.1});
+                x.exchange(g, GravacStepInfo{});
                 last[static_cast<size_t>(rank)] = g;
             }
             steps[static_cast<size_t>(rank)] = x.take_steps();
@@ -537,10 +537,10 @@ TEST(GravacPowersgd, SentIsTheLocalApproximationWhoseNormWasMeasured) {
         test::ThreadGroup group(1);
         group.run([&](int, comm::Collectives& comm) {
             auto tensors = powersgd_model();
-            GravacExchange x(tensors, describe(tensors), comm, torch::kCPU, options("powersgd", 3, epsilon));
+            GravacExchange x(describe(tensors), comm, torch::kCPU, options("powersgd", 3, epsilon));
             for (std::int64_t s = 0; s < 9; ++s) {
                 auto g = powersgd_gradients(0, s, 0.5);
-                x.exchange(g, train::StepInfo{0, s, s, 0.1});
+                x.exchange(g, GravacStepInfo{});
                 const auto record = x.take_steps().at(0);
                 const torch::Tensor inputs = x.state().at("gravac/inputs");
                 const double measured = inputs[s][record.choice == 0 ? 2 : record.choice == 1 ? 1 : 0].item<double>();
@@ -561,21 +561,21 @@ TEST(GravacPowersgd, RestoredStateContinuesWithTheSameQ) {
     group.run([&](int, comm::Collectives& comm) {
         auto tensors = powersgd_model();
         const auto names = describe(tensors);
-        GravacExchange a(tensors, names, comm, torch::kCPU, options("powersgd", 3, 0.6));
+        GravacExchange a(names, comm, torch::kCPU, options("powersgd", 3, 0.6));
         for (std::int64_t s = 0; s < 6; ++s) {
             auto g = powersgd_gradients(0, s, 0.5);
-            a.exchange(g, train::StepInfo{0, s, s, 0.1});
+            a.exchange(g, GravacStepInfo{});
         }
         const auto state = a.state();
         ASSERT_TRUE(state.count("p0/powersgd_q"));
         EXPECT_EQ(state.at("p0/powersgd_q").sizes().vec(), (std::vector<std::int64_t>{64, 5}));  // theta_min 4: rank 5
         EXPECT_FALSE(state.count("p3/powersgd_q")) << "3 x 3 is sent whole";
-        GravacExchange b(tensors, names, comm, torch::kCPU, options("powersgd", 3, 0.6));
+        GravacExchange b(names, comm, torch::kCPU, options("powersgd", 3, 0.6));
         b.load_state(state);
         for (std::int64_t s = 6; s < 10; ++s) {
             auto ga = powersgd_gradients(0, s, 0.5), gb = powersgd_gradients(0, s, 0.5);
-            a.exchange(ga, train::StepInfo{0, s, s, 0.1});
-            b.exchange(gb, train::StepInfo{0, s, s, 0.1});
+            a.exchange(ga, GravacStepInfo{});
+            b.exchange(gb, GravacStepInfo{});
             for (size_t p = 0; p < ga.size(); ++p) EXPECT_TRUE(torch::equal(ga[p], gb[p])) << "step " << s;
         }
         EXPECT_THROW(b.load_state({{"p0/powersgd_q", torch::zeros({32, 2})}}), Error);
@@ -585,4 +585,4 @@ TEST(GravacPowersgd, RestoredStateContinuesWithTheSameQ) {
 }
 
 }  // namespace
-}  // namespace acc::dist
+}  // namespace acc::exchange

@@ -8,9 +8,9 @@
 
 #include <memory>
 
-namespace acc::dist {
+namespace acc::exchange {
 
 /// Wraps `inner`, whose collectives take tensors on `device`.
 std::unique_ptr<comm::Collectives> staged_collectives(comm::Collectives& inner, at::Device device);
 
-}  // namespace acc::dist
+}  // namespace acc::exchange

@@ -1,6 +1,6 @@
-#include "dist/staging.hpp"
+#include "exchange/staging.hpp"
 
-namespace acc::dist {
+namespace acc::exchange {
 namespace {
 
 // Copies the device result back into the host tensor once the collective is done.
@@ -72,4 +72,4 @@ std::unique_ptr<comm::Collectives> staged_collectives(comm::Collectives& inner, 
     return std::make_unique<Staged>(inner, device);
 }
 
-}  // namespace acc::dist
+}  // namespace acc::exchange
