@@ -11,7 +11,7 @@ the file regime-detect reads, and read the schedules it writes:
     schedule = accordion.load_schedule("sched.h5", model)
     plan = schedule.batch(epoch, lr)          # batch schedules: batch size and lr
 
-    state = accordion.CompressionState(ddp_model, "powersgd:2")   # or schedule="sched.h5"
+    state = accordion.CompressionState(ddp_model, "powersgd:2")   # or schedule=, accordion=True, gravac=
     ddp_model.register_comm_hook(state, accordion.compression_hook)
 
 Errors are accordion.Error (FileError, UsageError), whose message is one line
@@ -21,9 +21,11 @@ that starts with the file or setting at fault. Documentation: docs/python.md.
 from ._errors import Error, FileError, UsageError
 from ._library import BUILT_FOR as TORCH_VERSION
 from ._library import VERSION as __version__
+from .gravac import Gravac, GravacStep
 from .hook import CompressionState, compression_hook
 from .recorder import GradientRecorder
 from .schedule import BatchEpoch, Schedule, load_schedule, parameter_mismatches, trainable_parameters
 
-__all__ = ["Error", "FileError", "UsageError", "CompressionState", "compression_hook", "GradientRecorder", "Schedule", "BatchEpoch", "load_schedule",
-           "parameter_mismatches", "trainable_parameters", "TORCH_VERSION", "__version__"]
+__all__ = ["Error", "FileError", "UsageError", "CompressionState", "compression_hook", "Gravac", "GravacStep",
+           "GradientRecorder", "Schedule", "BatchEpoch", "load_schedule", "parameter_mismatches",
+           "trainable_parameters", "TORCH_VERSION", "__version__"]

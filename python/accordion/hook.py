@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from . import _library
 from ._errors import UsageError
+from .gravac import GravacExchange
 from .recorder import _global_rank
 from .schedule import Schedule, _is_ddp
 
@@ -33,7 +34,11 @@ class CompressionState:
     - `accordion=True`: Accordion decided online, as train-dist --accordion: `low`
       where a parameter's regime is critical, `high` elsewhere, from the norms of
       rank 0's summed local gradients with `eta` and a decision every `interval`
-      epochs.
+      epochs;
+    - `gravac`, a compressor family ('topk', 'dgc', 'randomk', 'powersgd') or an
+      accordion.Gravac with its settings: GraVAC, as train-dist --gravac, chooses
+      every step the compression factor for all the model's matrices together
+      (vectors are sent uncompressed); take_gravac_steps() says what it chose.
     Call set_epoch(epoch) at the start of every epoch (online, with its learning rate).
 
     `seed` seeds PowerSGD's first Q and the other random streams (the same on every
@@ -47,19 +52,24 @@ class CompressionState:
     Needs PyTorch 2.x.
     """
 
-    def __init__(self, model, compress=None, *, schedule=None, extend_last=False, accordion=False,
+    def __init__(self, model, compress=None, *, schedule=None, extend_last=False, accordion=False, gravac=None,
                  low="powersgd:2", high="powersgd:1", eta=0.5, interval=10, seed=0, error_feedback=True,
                  start_step=0):
         if not _is_ddp(model):
             raise UsageError("model: CompressionState compresses DistributedDataParallel's buckets; give it the "
                              f"model wrapped in torch.nn.parallel.DistributedDataParallel, not a "
                              f"{type(model).__name__}")
-        given = [what for what, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion))
+        given = [what for what, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion),
+                                          ("gravac", gravac))
                  if value is not None and value is not False]
         if len(given) != 1:
             raise UsageError("CompressionState: give one of compress (a compressor spec such as 'powersgd:2'), "
-                             "schedule (a compression schedule from regime-detect) or accordion=True (decided "
-                             f"online), not {' and '.join(given) if given else 'none of them'}")
+                             "schedule (a compression schedule from regime-detect), accordion=True (decided "
+                             "online) or gravac (a compressor family such as 'topk', decided every step), not "
+                             f"{' and '.join(given) if given else 'none of them'}")
+        if gravac is not None and not error_feedback:
+            raise UsageError("error_feedback: GraVAC always keeps what compression left out (its error feedback "
+                             "is part of the algorithm); leave error_feedback on")
         if not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
             raise UsageError(f"seed: must be a whole number in [0, 2^32), not {seed!r}")
         if not isinstance(start_step, int) or start_step < 0:
@@ -83,6 +93,8 @@ class CompressionState:
         self.steps = 0
         self._levels = None
         self._pending = []  # (buffer, gradients, future) of the buckets started this step
+        self._gravac = None
+        self._gravac_bucket_names = []  # GraVAC: the names of each bucket handed over this step
         #: Online: {name: critical} and {name: why} of the epoch in force (None otherwise).
         self.critical, self.reasons = None, None
         if schedule is not None:
@@ -97,6 +109,9 @@ class CompressionState:
             schedule.check_model(model)
             self._schedule = schedule
             self.set_epoch(0)
+        elif gravac is not None:
+            self._gravac = GravacExchange(gravac, group, seed)
+            self._levels = {name: "none" for name in self.names}  # before start_step
         elif compress is not None:
             if not isinstance(compress, str):
                 raise UsageError(f"compress: must be a compressor spec such as 'powersgd:2', not {compress!r}")
@@ -129,6 +144,9 @@ class CompressionState:
     @property
     def levels(self):
         """{parameter name: level} in force now."""
+        if self._gravac is not None:
+            raise UsageError("levels: GraVAC chooses a compression factor every step; take_gravac_steps() says "
+                             "which")
         if self._levels is None:
             raise UsageError("levels: decided online at set_epoch(epoch, lr); call it first")
         return dict(self._levels)
@@ -149,12 +167,23 @@ class CompressionState:
                                                                            self._matrix, self._group)
         elif self._schedule is not None:
             self._levels = self._schedule.levels(epoch, extend_last=self._extend_last)
+        elif self._gravac is not None:
+            self._gravac.restart_clock()  # what ran between the epochs is no step's time
         self.epoch = epoch
 
     @property
     def floats_sent(self):
         """Floats this rank handed to collectives so far (bytes / 4, as train-dist counts)."""
-        return _library.call(self._exchange.floats_sent)
+        sent = _library.call(self._exchange.floats_sent)
+        return sent + self._gravac.floats_sent if self._gravac is not None else sent
+
+    def take_gravac_steps(self):
+        """GraVAC: the steps since the last call, one accordion.GravacStep each (the
+        factor sent, 1.0 for dense; the choice, 'candidate', 'theta_min' or 'dense';
+        the factors evaluated and their smoothed gains)."""
+        if self._gravac is None:
+            raise UsageError("take_gravac_steps: this state was not made with gravac=")
+        return self._gravac.take_steps()
 
     def _exchange_bucket(self, bucket):
         names = []
@@ -171,9 +200,16 @@ class CompressionState:
                              "set_epoch(epoch, lr); call it before the epoch's first step")
         if self._online is not None and self._online.sums is not None:
             _library.call(self._online.sums.add, names, gradients)  # before anything changes them
+        future = torch.futures.Future()
+        if self._gravac is not None and self.steps >= self.start_step:
+            # GraVAC decides for the whole model at once: the step's buckets wait for the last.
+            self._pending.append((bucket.buffer(), gradients, future))
+            self._gravac_bucket_names.append(names)
+            if bucket.is_last():
+                self._finish_gravac_step()
+            return future
         levels = [self._levels[n] if self.steps >= self.start_step else "none" for n in names]
         _library.call(self._exchange.start, names, gradients, levels)
-        future = torch.futures.Future()
         self._pending.append((bucket.buffer(), gradients, future))
         # DDP hands the buckets over in order and waits for their futures only after
         # the last: the earlier buckets' collectives run during the rest of the
@@ -183,9 +219,25 @@ class CompressionState:
         return future
 
     def _finish_step(self):
+        self._complete(lambda: _library.call(self._exchange.finish))
+
+    def _finish_gravac_step(self):
+        def exchange():
+            named = {}
+            for names, (_, gradients, _) in zip(bucket_names, pending):
+                named.update(zip(names, gradients))
+            order = [n for n in self.names if n in named]  # the model's order, every step the same
+            self._gravac.exchange(order, [named[n] for n in order], self.epoch)
+
+        bucket_names, self._gravac_bucket_names = self._gravac_bucket_names, []
+        pending = list(self._pending)
+        self._complete(exchange)
+
+    def _complete(self, exchange):
+        """Runs `exchange` over the buckets pending this step and completes their futures."""
         pending, self._pending = self._pending, []
         try:
-            _library.call(self._exchange.finish)
+            exchange()
         except BaseException as e:
             for _, _, future in pending:
                 future.set_exception(e)
@@ -213,6 +265,8 @@ class CompressionState:
         out = {"state": dict(zip(names, tensors)), "epoch": self.epoch, "steps": self.steps}
         if self._online is not None:
             out["accordion"] = self._online.state_dict(self.names)
+        if self._gravac is not None:
+            out["gravac"] = self._gravac.state()
         return out
 
     def load_state_dict(self, state_dict):
@@ -232,6 +286,12 @@ class CompressionState:
                 raise UsageError("state_dict: holds no online Accordion state (it was saved by a CompressionState "
                                  "without accordion=True)")
             self._online.load_state_dict(state_dict["accordion"], len(self.names))
+        if (self._gravac is not None) != ("gravac" in state_dict):
+            raise UsageError("state_dict: saved with GraVAC, which this state does not run" if self._gravac is None
+                             else "state_dict: holds no GraVAC state (it was saved by a CompressionState without "
+                                  "gravac=)")
+        if self._gravac is not None:
+            self._gravac.load_state(state_dict["gravac"])
         _library.call(self._exchange.load_state, names, [entries[n] for n in names])
         self.steps = int(steps)
         if self._online is not None:

@@ -1,5 +1,6 @@
 """Shared pieces of the package's tests: starting a run of several ranks (each its
-own process, Gloo on the CPU, one thread) and finding the toolkit's programs.
+own process, Gloo on the CPU, one thread), a group of one rank in the test's own
+process, and finding the toolkit's programs.
 
 Environment: ACC_BIN, the folder of the built programs (regime-detect); default
 build/bin of this tree.
@@ -13,7 +14,11 @@ import sys
 import h5py
 import numpy as np
 import pytest
+import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ddp_worker import Net
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(os.path.dirname(HERE))
@@ -117,3 +122,25 @@ def schedules(tmp_path, programs):
     regime_detect(programs, "grads.h5", "--interval", "2", "--mode", "batch", "--low", "64", "--high", "256",
                   "-o", "batch.h5", cwd=tmp_path)
     return tmp_path
+
+
+class Mlp(torch.nn.Module):
+    """train-dist's mlp on its synthetic dataset (3 x 32 x 32 images, 10 classes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(3072, 256)
+        self.fc2 = torch.nn.Linear(256, 256)
+        self.fc3 = torch.nn.Linear(256, 10)
+
+    def forward(self, x):
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    """A process group of one rank in this process, for the checks made before any step."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield DistributedDataParallel(Net())
+    dist.destroy_process_group()

@@ -120,10 +120,14 @@ def compress(args, rank, world):
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb,
                                   **{option: True for option in args.ddp_option})
     state, recorder = None, None
-    if args.compress is not None or args.schedule is not None or args.accordion:
+    if args.compress is not None or args.schedule is not None or args.accordion or args.gravac:
         spec = args.compress_rank1 if rank == 1 and args.compress_rank1 else args.compress
         online = dict(accordion=True, low=args.low, high=args.high, eta=args.eta, interval=args.interval) \
             if args.accordion else {}
+        if args.gravac:
+            epsilon = args.gravac_epsilon_rank1 if rank == 1 and args.gravac_epsilon_rank1 else args.gravac_epsilon
+            online = dict(gravac=accordion.Gravac(args.gravac, epsilon=epsilon, window=args.gravac_window,
+                                                  theta_min=args.gravac_theta_min))
         state = accordion.CompressionState(ddp, spec, schedule=args.schedule, seed=3, start_step=args.start_step,
                                            **online)
         if args.record:
@@ -163,8 +167,11 @@ def compress(args, rank, world):
         if recorder is not None:
             recorder.end_epoch(lr=learning_rate(epoch))
         if state is not None:
-            epochs.append({"epoch": epoch, "floats": state.floats_sent - before, "levels": state.levels,
-                           "steps": state.steps, "critical": state.critical})
+            epochs.append({"epoch": epoch, "floats": state.floats_sent - before,
+                           "levels": None if args.gravac else state.levels, "steps": state.steps,
+                           "critical": state.critical})
+            if args.gravac:
+                epochs[-1]["gravac"] = [step._asdict() for step in state.take_gravac_steps()]
         if args.save_after == epoch:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "hook": state.state_dict()}, f"{args.state}.rank{rank}.pt")
@@ -202,6 +209,11 @@ def main():
     parser.add_argument("--high", default="powersgd:1")
     parser.add_argument("--eta", type=float, default=0.5)
     parser.add_argument("--interval", type=int, default=2)
+    parser.add_argument("--gravac", help="GraVAC over this family (--gravac-epsilon, --gravac-window)")
+    parser.add_argument("--gravac-epsilon", type=float, default=0.7)
+    parser.add_argument("--gravac-epsilon-rank1", type=float, help="rank 1's --gravac-epsilon (a disagreeing rank)")
+    parser.add_argument("--gravac-window", type=int, default=500)
+    parser.add_argument("--gravac-theta-min", type=float, default=10)
     parser.add_argument("--record", help="also record the gradients into this file (the hook under the recorder)")
     parser.add_argument("--bucket-mb", type=float, default=1e-4)
     parser.add_argument("--save-after", type=int)

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 import accordion
-from conftest import needs_hook, regime_detect, run_ranks
+from conftest import Mlp, needs_hook, regime_detect, run_ranks
 from ddp_worker import Net
 
 SHAPES = {"fc1.weight": (16, 12), "fc1.bias": (16,), "fc2.weight": (4, 16), "fc2.bias": (4,)}
@@ -178,19 +178,6 @@ def test_a_bad_spec_stops_every_rank(tmp_path):
             "e.g. powersgd:2"), ranks.describe()
 
 
-class Mlp(torch.nn.Module):
-    """train-dist's mlp on its synthetic dataset (3 x 32 x 32 images, 10 classes)."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc1 = torch.nn.Linear(3072, 256)
-        self.fc2 = torch.nn.Linear(256, 256)
-        self.fc3 = torch.nn.Linear(256, 10)
-
-    def forward(self, x):
-        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
-
-
 EVERY_COMPRESSOR = ["none", "fp16", "powersgd:2", "topk:0.01", "randomk:0.01", "dgc:0.01", "signsgd", "efsignsgd",
                     "qsgd:127", "terngrad"]
 
@@ -214,20 +201,6 @@ def test_floats_sent_equal_train_dists_for_every_compressor(one_rank, programs, 
         assert state.floats_sent == 2 * per_step, spec
 
 
-@pytest.fixture(scope="module")
-def one_rank():
-    """A process group of one rank in this process, for the checks made before any step."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield DistributedDataParallel(Net())
-    dist.destroy_process_group()
-
-
-def _free_port():
-    from conftest import free_port
-    return free_port()
-
-
 def message_of(e):
     return str(e.value)
 
@@ -242,8 +215,8 @@ def test_an_old_torch_is_told_what_the_hook_needs(one_rank):
 def test_what_is_refused_before_any_step(one_rank, schedules):
     with pytest.raises(accordion.UsageError, match="^model: CompressionState compresses DistributedDataParallel"):
         accordion.CompressionState(Net(), "powersgd:2")
-    with pytest.raises(accordion.UsageError, match=r"give one of compress .* accordion=True \(decided online\), "
-                                                   "not none of them$"):
+    with pytest.raises(accordion.UsageError, match=r"give one of compress .* accordion=True \(decided online\) "
+                                                   r"or gravac \(.*\), not none of them$"):
         accordion.CompressionState(one_rank)
     with pytest.raises(accordion.UsageError, match="not compress and schedule$"):
         accordion.CompressionState(one_rank, "topk:0.1", schedule=schedules / "levels.h5")

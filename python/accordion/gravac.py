@@ -1,0 +1,137 @@
+"""GraVAC for compression_hook: the settings (Gravac) and the per-step exchange
+that runs once DDP has handed over a step's last bucket."""
+
+import collections
+import math
+import re
+
+import torch.distributed as dist
+
+from . import _library
+from ._errors import UsageError
+
+#: One step's decision: the factor sent (1.0: dense), which of GraVAC's choices it was
+#: ('candidate', 'theta_min' or 'dense'), the two factors evaluated, and their
+#: smoothed gains after the step.
+GravacStep = collections.namedtuple("GravacStep", "epoch factor choice theta_min candidate gain_min gain_candidate")
+
+_CHOICES = ("candidate", "theta_min", "dense")
+
+
+class Gravac:
+    """GraVAC's settings (Tyagi & Swany, "GraVAC: Adaptive Compression for
+    Communication-Efficient Distributed DL Training"), as train-dist's --gravac
+    options take them:
+
+    - `family`: the compressor whose factor GraVAC scales: 'topk', 'dgc',
+      'randomk' or 'powersgd' (factor f is rank max(1, floor(rows cols / (f (rows + cols))))).
+    - `theta_min` (10), `theta_max` (1000): the least and the largest factor;
+      `theta_s` (2): the first candidate is theta_s x theta_min.
+    - `epsilon` (0.7): the least gain ||C(g)||^2 / ||g||^2 at which a factor is sent.
+    - `window` (500): steps between the checks that scale the candidate;
+      `omega` (0.01): the tolerance of the saturation and theta_min rules.
+    - `smoothing`: the EWMA weight of a step's gain; None: min(1, N/100) for N ranks.
+    - `policy`: 'exponential' or 'geometric' growth of the candidate; `throughput`:
+      'median' or 'mean' of a window's steps; `reset_gains`: restart the candidate's
+      average when its factor changes.
+    - `batch_size` (1): this rank's samples per step. GraVAC's throughput is the
+      samples of all ranks per second of a step; with a constant batch size its
+      value changes no decision.
+    """
+
+    def __init__(self, family, *, theta_min=10.0, theta_max=1000.0, epsilon=0.7, window=500, omega=0.01,
+                 theta_s=2.0, smoothing=None, policy="exponential", throughput="median", reset_gains=False,
+                 batch_size=1):
+        if not isinstance(family, str):
+            raise UsageError(f"gravac: must be a compressor family such as 'topk', not {family!r}")
+        for name, value in (("theta_min", theta_min), ("theta_max", theta_max), ("epsilon", epsilon),
+                            ("omega", omega), ("theta_s", theta_s)):
+            _real(name, value)
+        if smoothing is not None:
+            _real("smoothing", smoothing)
+        for name, value in (("window", window), ("batch_size", batch_size)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise UsageError(f"{name}: must be a whole number, not {value!r}")
+        for name, value in (("policy", policy), ("throughput", throughput)):
+            if not isinstance(value, str):
+                raise UsageError(f"{name}: must be text, not {value!r}")
+        self.family, self.theta_min, self.theta_max, self.epsilon = family, float(theta_min), float(theta_max), \
+            float(epsilon)
+        self.window, self.omega, self.theta_s = window, float(omega), float(theta_s)
+        self.smoothing = None if smoothing is None else float(smoothing)
+        self.policy, self.throughput, self.reset_gains, self.batch_size = policy, throughput, bool(reset_gains), \
+            batch_size
+
+    def _key(self):
+        return (self.family, self.theta_min, self.theta_max, self.epsilon, self.window, self.omega, self.theta_s,
+                self.smoothing, self.policy, self.throughput, self.reset_gains, self.batch_size)
+
+    def __repr__(self):
+        return (f"Gravac({self.family!r}, theta_min={self.theta_min:g}, theta_max={self.theta_max:g}, "
+                f"epsilon={self.epsilon:g}, window={self.window}, policy={self.policy!r})")
+
+
+def _real(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"{name}: must be a finite number, not {value!r}")
+
+
+def _keyword_names(message):
+    # The library names the programs' options (--gravac-theta-min); here they are arguments.
+    message = re.sub(r"--gravac-([a-z-]+)", lambda m: m.group(1).replace("-", "_"), message)
+    return message.replace("--gravac", "gravac")
+
+
+class GravacExchange:
+    """The hook's GraVAC: every step's gradients, collected bucket by bucket, sent
+    together at the factor GraVAC chooses."""
+
+    def __init__(self, settings, group, seed):
+        if isinstance(settings, str):
+            settings = Gravac(settings)
+        if not isinstance(settings, Gravac):
+            raise UsageError(f"gravac: must be a family such as 'topk' or an accordion.Gravac, not "
+                             f"{type(settings).__name__}")
+        try:
+            self._exchange = _library.call(
+                _library.classes.HookGravac, group.boxed(), settings.family, settings.theta_min, settings.theta_max,
+                settings.epsilon, settings.window, settings.omega, settings.theta_s, settings.smoothing or 0.0,
+                settings.policy, settings.throughput, settings.reset_gains, seed, settings.batch_size)
+        except UsageError as e:
+            raise UsageError(_keyword_names(str(e))) from None
+        # Every rank must decide alike: the same settings everywhere, checked once.
+        everyone = [None] * dist.get_world_size(group)
+        dist.all_gather_object(everyone, settings._key(), group=group)
+        for rank, key in enumerate(everyone):
+            if key != settings._key():
+                raise UsageError(f"gravac: ranks disagree on GraVAC's settings (rank {rank}: {key}; this rank: "
+                                 f"{settings._key()}); every rank must make the hook with the same ones")
+        self.settings = settings
+        self.smoothing = _library.call(self._exchange.smoothing)
+
+    def restart_clock(self):
+        _library.call(self._exchange.restart_clock)
+
+    def exchange(self, names, gradients, epoch):
+        _library.call(self._exchange.exchange, names, gradients, epoch)
+
+    @property
+    def floats_sent(self):
+        return _library.call(self._exchange.floats_sent)
+
+    def take_steps(self):
+        flat = _library.call(self._exchange.take_steps)
+        steps = []
+        for i in range(0, len(flat), 7):
+            epoch, factor, choice, theta_min, candidate, gain_min, gain_candidate = flat[i:i + 7]
+            steps.append(GravacStep(int(epoch), factor, _CHOICES[int(choice)], theta_min, candidate, gain_min,
+                                    gain_candidate))
+        return steps
+
+    def state(self):
+        names = _library.call(self._exchange.state_names)
+        return dict(zip(names, _library.call(self._exchange.state_tensors)))
+
+    def load_state(self, entries):
+        names = list(entries)
+        _library.call(self._exchange.load_state, names, [entries[n] for n in names])
