@@ -7,9 +7,10 @@ Fashion-MNIST (Debian's dataset-fashion-mnist; no torchvision). The lines marked
 
 With --batch-schedule SCHED.h5 (regime-detect --mode batch) each epoch takes its
 batch size and learning rate from the schedule. With --compress SPEC (e.g.
-powersgd:2), --schedule SCHED.h5 (a compression schedule) or --accordion (decided
-online) DDP exchanges the gradients through accordion.compression_hook (PyTorch
-2.x), at that level or at each epoch's levels. --resume continues a stopped run from its
+powersgd:2), --schedule SCHED.h5 (a compression schedule), --accordion (decided
+online) or --gravac FAMILY (GraVAC: a factor chosen every step) DDP exchanges the
+gradients through accordion.compression_hook (PyTorch 2.x), at that level or at
+each epoch's or step's. --resume continues a stopped run from its
 last checkpoint (OUTPUT.ckpt.pt, and each rank's OUTPUT.hook.rankR.pt), and its
 grads.h5 with it.
 Every rank uses one thread; the model is the toolkit's `mlp` (fc1, fc2, fc3), so
@@ -17,6 +18,7 @@ its schedules also fit train-dist --model mlp.
 """
 
 import argparse
+import collections
 import gc
 import gzip
 import os
@@ -90,6 +92,8 @@ def main():
     parser.add_argument("--accordion", action="store_true",
                         help="decide the levels online (powersgd:2 critical, powersgd:1 elsewhere, a decision "
                              "every 2 epochs)")
+    parser.add_argument("--gravac", choices=["topk", "dgc", "randomk", "powersgd"],
+                        help="GraVAC over this compressor family (epsilon 0.7, a window of 50 steps)")
     parser.add_argument("--resume", action="store_true", help="continue from OUTPUT.ckpt.pt")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
@@ -110,6 +114,9 @@ def main():
     compression = None
     if args.accordion:
         compression = accordion.CompressionState(model, accordion=True, interval=2)  # accordion
+    elif args.gravac:
+        gravac = accordion.Gravac(args.gravac, window=50, batch_size=args.batch_size)  # accordion
+        compression = accordion.CompressionState(model, gravac=gravac)  # accordion
     elif args.compress or args.schedule:
         compression = accordion.CompressionState(model, args.compress, schedule=args.schedule)  # accordion
     start = 0
@@ -159,6 +166,8 @@ def main():
         if compression is not None:
             torch.save(compression.state_dict(), hook_checkpoint + ".tmp")  # every rank: its own memories
             os.replace(hook_checkpoint + ".tmp", hook_checkpoint)
+        if args.gravac:  # accordion: the factors GraVAC chose this epoch (every rank takes its records)
+            factors = collections.Counter(step.factor for step in compression.take_gravac_steps())
         if rank == 0:
             # After end_epoch: a run killed in between resumes from the previous
             # checkpoint, and start_epoch drops the epoch the file holds beyond it.
@@ -166,6 +175,8 @@ def main():
                        checkpoint + ".tmp")
             os.replace(checkpoint + ".tmp", checkpoint)
             sent = f", sent {compression.floats_sent - sent_before:.4g} floats" if compression is not None else ""
+            if args.gravac:
+                sent += " (" + ", ".join(f"{n} at {f:g}x" if f > 1 else f"{n} dense" for f, n in sorted(factors.items())) + ")"
             print(f"epoch {epoch}: loss {sum(losses) / len(losses):.4f}, test accuracy {100 * test_accuracy:.2f}%, "
                   f"lr {lr:g}, batch {batch_size} per rank{sent}, {seconds:.1f} s", flush=True)
     recorder.finish()  # accordion: the file is complete
