@@ -7,11 +7,19 @@
 # Each of the four runs REPS times (default 3), alternating; a run times STEPS steps
 # (default 8) after 3 untimed ones, each step the slowest rank's. The ratios are of
 # the medians over the runs of each run's median step.
+# Then, as root, on a 100 Mbit/s link between two network namespaces
+# (scripts/shaped-link.sh), one rank in each: the speed-up of powersgd:2 over
+# uncompressed training, through the hook (DDP as it comes / the hook at
+# powersgd:2, SHAPED_STEPS timed steps, default 3) and through train-dist (its
+# second epoch's step time, 3 steps an epoch, uncompressed / powersgd:2).
+#   goal: the hook's speed-up within 10% of train-dist's
+# SHAPED=0 skips the link, LOOPBACK=0 the runs over loopback.
 #
 #   scripts/bench-hook.sh
 # Runs with pip's torch (scripts/setup-pip-torch.sh's environment; the hook needs
 # PyTorch 2.x) and the package as `scripts/test-python.sh --torch pip` installs it
-# in $ACC_BUILD_DIR (default build-pip)/python-site: run that first.
+# in $ACC_BUILD_DIR (default build-pip)/python-site: run that first; train-dist is
+# that build's bin/train-dist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 site=${ACC_BUILD_DIR:-build-pip}/python-site
@@ -22,14 +30,22 @@ export PYTHONPATH="$(cd "$(dirname "$site")" && pwd)/python-site${PYTHONPATH:+:$
 reps=${REPS:-3}
 steps=${STEPS:-8}
 work=$(mktemp -d)
-trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+shaped_steps=${SHAPED_STEPS:-3}
+source scripts/shaped-link.sh
+# On every exit: no rank left running, the namespaces (and their veth pair) gone.
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; shaped_link_down; rm -rf "$work"' EXIT
 
+if [ "${LOOPBACK:-1}" != 0 ]; then
 hooks=(none accordion-none powersgd accordion-powersgd)
 for ((r = 1; r <= reps; r++)); do
     for hook in "${hooks[@]}"; do
         echo "bench-hook.sh: run $r/$reps: $hook" >&2
         OMP_NUM_THREADS=1 "$python" scripts/bench_train_dist_ddp.py --hook "$hook" --steps "$steps" --warmup 3 \
-            --rank-k 2 --port $((29600 + r)) >>"$work/$hook.jsonl"
+            --rank-k 2 --port $((29600 + r)) >>"$work/$hook.jsonl" 2>"$work/err" || {
+            echo "bench-hook.sh: error: run $r of $hook failed:" >&2
+            grep -v '^ ' "$work/err" | tail -5 >&2
+            exit 1
+        }
     done
 done
 "$python" - "$work" "${hooks[@]}" <<'PY'
@@ -44,4 +60,60 @@ for hook in hooks:
 for ours, theirs, goal in (("accordion-none", "none", 1.02), ("accordion-powersgd", "powersgd", 1.0)):
     ratio = median[ours] / median[theirs]
     print(f"{ours} / {theirs}: {ratio:.3f} (goal <= {goal}: {'met' if ratio <= goal else 'not met'})")
+PY
+fi
+
+# ---------------------------------------------------------------- shaped link
+if [ "${SHAPED:-1}" = 0 ]; then exit 0; fi
+bin=${ACC_BUILD_DIR:-build-pip}/bin
+[ -x "$bin/train-dist" ] || { echo "shaped link: skipped (no $bin/train-dist; SHAPED=0 skips it)"; exit 0; }
+if ! shaped_link_up 100mbit; then
+    echo "shaped link: skipped ($SHAPED_WHY)"
+    exit 0
+fi
+
+# ddp_shaped HOOK: rank 0's JSON line, a rank in each namespace (Gloo on the veth ends).
+ddp_shaped() {
+    local side pids=()
+    for side in 1 0; do
+        ip netns exec "${SHAPED_NS[$side]}" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME="${SHAPED_TAG}$side" \
+            "$python" scripts/bench_train_dist_ddp.py --hook "$1" --rank "$side" --master-addr "${SHAPED_ADDR[0]}" \
+            --port 29541 --steps "$shaped_steps" --warmup 3 --rank-k 2 >"$work/shaped-$1.$side" 2>"$work/err.$side" &
+        pids+=($!)
+    done
+    for side in 0 1; do
+        wait "${pids[$side]}" || {
+            echo "bench-hook.sh: error: $1 on the shaped link failed:" >&2
+            grep -hv '^ ' "$work/err.0" "$work/err.1" | tail -5 >&2
+            exit 1
+        }
+    done
+}
+for hook in none accordion-powersgd; do
+    echo "bench-hook.sh: shaped link: $hook" >&2
+    ddp_shaped "$hook"
+done
+model=(--model resnet18 --dataset synthetic --train-samples $((shaped_steps * 64)) --test-samples 64 --eval-every 0
+       --batch-size 32 --epochs 2 --threads 1 --timeout 120 -q)
+for spec in none powersgd:2; do
+    echo "bench-hook.sh: shaped link: train-dist $spec" >&2
+    shaped_ranks "$bin/train-dist" "${model[@]}" --compress "$spec" --metrics "$work/td-$spec.h5" --checkpoint-dir "$work"
+done
+"$python" - "$work" <<'PY'
+import json, sys, h5py
+work = sys.argv[1]
+def ddp(hook):
+    return json.loads(open(f"{work}/shaped-{hook}.0").readline())["median"]
+def train_dist(spec):
+    with h5py.File(f"{work}/td-{spec}.h5", "r") as f:
+        return f["epochs/seconds"][1] / f["epochs/steps"][1]
+hook = ddp("none") / ddp("accordion-powersgd")
+ours = train_dist("none") / train_dist("powersgd:2")
+print("100 Mbit/s link (tc tbf) between two network namespaces, one rank in each:")
+print(f"  DDP as it comes {ddp('none'):.3f} s, the hook at powersgd:2 {ddp('accordion-powersgd'):.3f} s per step: "
+      f"{hook:.2f}x")
+print(f"  train-dist uncompressed {train_dist('none'):.3f} s, powersgd:2 {train_dist('powersgd:2'):.3f} s per step: "
+      f"{ours:.2f}x")
+print(f"  the hook's speed-up / train-dist's: {hook / ours:.3f} (goal within 10%: "
+      f"{'met' if abs(hook / ours - 1) <= 0.10 else 'not met'})")
 PY

@@ -105,8 +105,10 @@ def run(rank, args):
     if rank == 0:
         print(json.dumps({"hook": args.hook, "steps": len(times), "mean": statistics.mean(times),
                           "median": statistics.median(times), "min": min(times)}), flush=True)
-    # The group ends while nothing holds it any more: a Gloo group still alive at the
-    # interpreter's teardown can abort the process there.
+    # Both ranks get here before either tears its connections down, and the group ends
+    # while nothing holds it any more: a Gloo group still alive at the interpreter's
+    # teardown, or one whose peer has gone, can abort the process.
+    dist.barrier()
     del model, optimizer
     gc.collect()
     dist.destroy_process_group()
