@@ -18,6 +18,7 @@ import gc
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -112,6 +113,8 @@ def run(rank, args):
     del model, optimizer
     gc.collect()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # nor the interpreter's teardown, where Gloo's threads can abort the process
 
 
 def main():

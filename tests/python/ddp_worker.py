@@ -19,6 +19,7 @@ Scenarios:
 
 import argparse
 import copy
+import datetime
 import gc
 import json
 import os
@@ -230,12 +231,21 @@ def main():
     except accordion.Error as e:
         print(f"ddp_worker: error: {e}", file=sys.stderr)
         status = 1
-    # The group goes while the interpreter is whole, on an error too, after what
-    # reference cycles held is freed: a Gloo group left to the interpreter's teardown
-    # may abort the process there (SIGABRT) instead of letting it exit with its status.
+    # A Gloo group torn down while its peer still uses it, or left to the interpreter's
+    # teardown, may abort the process (SIGABRT) instead of letting it exit with its
+    # status. So: ranks that succeeded wait for each other (bounded, in case the other
+    # failed), the group goes while the interpreter is whole, after what reference
+    # cycles held is freed, and the process ends without the interpreter's teardown.
+    if status == 0:
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+        except RuntimeError:
+            pass  # the other rank failed: its status tells
     gc.collect()
     dist.destroy_process_group()
-    sys.exit(status)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":
