@@ -198,11 +198,14 @@ SizeResult measure_size(ProcessGroupCollectives& comm, const CollectiveRun& run,
 }
 
 // Bytes one rank holds while measuring `count` floats per rank of `c`: the call's
-// tensors and, with --check, the second set made after it and the pattern's
-// temporaries (an int64 range, its remainder and sum, then floats: 28 bytes a value).
+// tensors (reduce_scatter on Gloo: also the copy of the input its allreduce sums)
+// and, with --check, the second set made after it and the pattern's temporaries
+// (an int64 range, its remainder and sum, then floats: 28 bytes a value).
 double rank_bytes(perf::Collective c, std::int64_t count, int world, bool check) {
-    const bool per_rank = c == perf::Collective::allgather || c == perf::Collective::reduce_scatter;
-    const double buffers = 4.0 * static_cast<double>(count) * (per_rank ? world + 1 : 1);
+    const double per_count = c == perf::Collective::allgather        ? world + 1
+                             : c == perf::Collective::reduce_scatter ? 2 * world + 1
+                                                                     : 1;
+    const double buffers = 4.0 * static_cast<double>(count) * per_count;
     if (!check) return buffers;
     const double pattern = 28.0 * static_cast<double>(count) * (c == perf::Collective::reduce_scatter ? world : 1);
     return buffers + std::max(buffers, pattern);

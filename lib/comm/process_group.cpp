@@ -805,27 +805,35 @@ void ProcessGroupCollectives::reduce_scatter(const at::Tensor& input, at::Tensor
         throw Error("reduce_scatter: the input has " + std::to_string(input.numel()) + " elements, expected " +
                     std::to_string(world) + " x " + std::to_string(output.numel()));
     impl_->check_usable();
+    const std::int64_t chunk = output.numel();
+    if (backend() == Backend::gloo) {
+        // Gloo has no reduce-scatter algorithm: LibTorch 1.13 refuses the call and
+        // later versions run one allreduce per rank behind a composite work item.
+        // One allreduce of the whole input, keeping this rank's chunk, moves the
+        // same bytes in one collective and behaves alike in both versions.
+        at::Tensor sum = input.contiguous().view({-1}).clone();
+        impl_->run("reduce_scatter", byte_size(input), [&] {
+            std::vector<at::Tensor> tensors{sum};
+            c10d::AllreduceOptions options;
+            options.reduceOp = c10d::ReduceOp::SUM;
+            options.timeout = to_ms(impl_->rendezvous.timeout);
+            return impl_->pg->allreduce(tensors, options);
+        });
+        output.copy_(sum.narrow(0, rank() * chunk, chunk).view(output.sizes()));
+        return;
+    }
     at::Tensor flat = input.contiguous().view({-1});
     std::vector<at::Tensor> chunks;
-    for (std::int64_t r = 0; r < world; ++r)
-        chunks.push_back(flat.narrow(0, r * output.numel(), output.numel()).view(output.sizes()));
+    for (std::int64_t r = 0; r < world; ++r) chunks.push_back(flat.narrow(0, r * chunk, chunk).view(output.sizes()));
     at::Tensor result = output.is_contiguous() ? output : output.contiguous();
-    c10::intrusive_ptr<c10d::Work> work;
-    try {
+    impl_->run("reduce_scatter", byte_size(input), [&] {
         std::vector<at::Tensor> outputs{result};
         std::vector<std::vector<at::Tensor>> inputs{chunks};
         c10d::ReduceScatterOptions options;
         options.reduceOp = c10d::ReduceOp::SUM;
         options.timeout = to_ms(impl_->rendezvous.timeout);
-        work = impl_->pg->reduce_scatter(outputs, inputs, options);
-    } catch (const std::exception& e) {
-        // Refused before anything was sent, identically on every rank.
-        if (std::string(e.what()).find("does not support") != std::string::npos)
-            throw UsageError(std::string("reduce_scatter: the ") + backend_name(backend()) + " backend of LibTorch " +
-                             compat::torch_version() + " has no reduce-scatter");
-        throw;
-    }
-    impl_->run("reduce_scatter", byte_size(input), [&] { return work; });
+        return impl_->pg->reduce_scatter(outputs, inputs, options);
+    });
     if (!result.is_same(output)) output.copy_(result);
 }
 

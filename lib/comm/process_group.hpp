@@ -66,8 +66,8 @@ public:
     /// allgather into preallocated `outputs` (one per rank, each shaped like `tensor`).
     void allgather_into(const at::Tensor& tensor, std::vector<at::Tensor>& outputs);
     /// Sums `input` (world_size * output.numel() elements) over all ranks and
-    /// leaves chunk `rank` in `output`. Counts input's bytes. Throws
-    /// acc::UsageError when the backend has no reduce-scatter (Gloo in LibTorch 1.13).
+    /// leaves chunk `rank` in `output`. Counts input's bytes. On Gloo, which has
+    /// no reduce-scatter algorithm, it is one allreduce of the whole input.
     void reduce_scatter(const at::Tensor& input, at::Tensor& output);
     void reset_traffic();
 

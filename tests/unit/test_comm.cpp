@@ -390,21 +390,23 @@ TEST(ProcessGroup, AsyncAllreduceFinishesOnWait) {
     }));
 }
 
-TEST(ProcessGroup, ReduceScatterOrAClearRefusal) {
-    auto errors = in_threads(2, [](ProcessGroupCollectives& comm) {
-        at::Tensor input = torch::arange(8, torch::kFloat) + static_cast<float>(comm.rank());
-        at::Tensor output = torch::zeros({4});
+TEST(ProcessGroup, ReduceScatterSumsAndKeepsThisRanksChunk) {
+    // Three ranks: chunk boundaries are not halves.
+    expect_all_ok(in_threads(3, [](ProcessGroupCollectives& comm) {
+        const float r = static_cast<float>(comm.rank());
+        at::Tensor input = torch::arange(12, torch::kFloat) + r;
+        at::Tensor output = torch::zeros({2, 2});
         comm.reduce_scatter(input, output);
-        // Sum over ranks of (j + r), chunk `rank`.
-        at::Tensor expected = torch::arange(8, torch::kFloat).mul(2).add(1).narrow(0, 4 * comm.rank(), 4);
-        EXPECT_TRUE(output.equal(expected));
-        EXPECT_EQ(comm.traffic().bytes, 32);
-    });
-    for (const auto& e : errors) {
-        if (!e.empty()) {
-            EXPECT_EQ(e, "reduce_scatter: the gloo backend of LibTorch 1.13.0 has no reduce-scatter");
-        }
-    }
+        // Sum over ranks of (j + r) = 3 j + 3, chunk `rank`, in the output's shape.
+        at::Tensor expected = torch::arange(12, torch::kFloat).mul(3).add(3).narrow(0, 4 * comm.rank(), 4).view({2, 2});
+        EXPECT_TRUE(output.equal(expected)) << output;
+        // The input is left as it was.
+        EXPECT_TRUE(input.equal(torch::arange(12, torch::kFloat) + r));
+        EXPECT_EQ(comm.traffic().calls, 1);
+        EXPECT_EQ(comm.traffic().bytes, 48);
+        at::Tensor wrong = torch::zeros({5});
+        EXPECT_THROW(comm.reduce_scatter(input, wrong), acc::Error);
+    }));
 }
 
 TEST(ProcessGroup, MeasuresAndChecksASmallSweep) {
@@ -438,11 +440,10 @@ TEST(ProcessGroup, MeasuresAndChecksASmallSweep) {
     }
 }
 
-// Every collective of the table runs and checks through comm-profile's sweep,
-// or is refused, on every rank alike, by a backend without it.
+// Every collective of the table runs and checks through comm-profile's sweep.
 TEST(ProcessGroup, SweepsEveryCollectiveOfTheTable) {
     for (Collective c : acc::perf::all_collectives()) {
-        auto errors = in_threads(2, [c](ProcessGroupCollectives& comm) {
+        expect_all_ok(in_threads(2, [c](ProcessGroupCollectives& comm) {
             SweepPlan plan;
             plan.collectives = {c};
             plan.min_bytes = 64;
@@ -453,12 +454,7 @@ TEST(ProcessGroup, SweepsEveryCollectiveOfTheTable) {
             auto results = measure(comm, plan);
             ASSERT_EQ(results.size(), 1u);
             for (const auto& row : results[0].rows) EXPECT_EQ(row.wrong, 0) << acc::perf::collective_name(c);
-        });
-        for (const auto& e : errors) {
-            if (!e.empty()) {
-                EXPECT_NE(e.find("has no reduce-scatter"), std::string::npos) << e;
-            }
-        }
+        }));
     }
 }
 
