@@ -27,7 +27,7 @@ void ranks(int world, const std::function<void(int, Collectives&)>& body) {
 
 }  // namespace
 
-TEST(DistSession, OtherOptionsOnAnyRankStopEveryRank) {
+TEST(RankSession, OtherOptionsOnAnyRankStopEveryRank) {
     std::mutex mutex;
     std::vector<std::string> errors;
     ranks(3, [&](int rank, Collectives& comm) {
@@ -45,7 +45,7 @@ TEST(DistSession, OtherOptionsOnAnyRankStopEveryRank) {
 }
 
 // comm-profile's form of the check: its own words for what differs and what must agree.
-TEST(DistSession, SameSettingsNamesTheFirstRankThatDiffers) {
+TEST(RankSession, SameSettingsNamesTheFirstRankThatDiffers) {
     std::mutex mutex;
     std::vector<std::string> errors;
     ranks(4, [&](int rank, Collectives& comm) {
@@ -63,7 +63,7 @@ TEST(DistSession, SameSettingsNamesTheFirstRankThatDiffers) {
         EXPECT_EQ(e, "rank 2 was started with other model options than rank 0 (--model must agree)");
 }
 
-TEST(DistSession, RankZerosWeightsReachEveryRankAndDifferencesAreFound) {
+TEST(RankSession, RankZerosWeightsReachEveryRankAndDifferencesAreFound) {
     std::mutex mutex;
     std::vector<std::string> errors;
     ranks(2, [&](int rank, Collectives& comm) {
@@ -86,7 +86,7 @@ TEST(DistSession, RankZerosWeightsReachEveryRankAndDifferencesAreFound) {
     for (const auto& e : errors) EXPECT_CONTAINS(e, "after epoch 1 rank 1 holds other weights than rank 0");
 }
 
-TEST(DistSession, ValuesAndTextFromRankZero) {
+TEST(RankSession, ValuesAndTextFromRankZero) {
     ranks(2, [&](int rank, Collectives& comm) {
         RankSession session(&comm);
         EXPECT_EQ(session.sum({1.0, static_cast<double>(rank)}), (std::vector<double>{2.0, 1.0}));
@@ -99,7 +99,7 @@ TEST(DistSession, ValuesAndTextFromRankZero) {
     });
 }
 
-TEST(DistSession, ResumeSendsRankZerosCheckpoint) {
+TEST(RankSession, ResumeSendsRankZerosCheckpoint) {
     const std::string path = ::testing::TempDir() + "/session.ckpt.h5";
     {
         std::ofstream out(path, std::ios::binary);
@@ -119,7 +119,7 @@ TEST(DistSession, ResumeSendsRankZerosCheckpoint) {
     std::remove(path.c_str());
 }
 
-TEST(DistSession, SameRunChecksNameWhatChanged) {
+TEST(RankSession, SameRunChecksNameWhatChanged) {
     using acc::app::check_same_run;
     EXPECT_NO_THROW(check_same_run("c.h5", "", "--lr 0.1\n", {{"--model", "mlp", "mlp"}}));
     try {
