@@ -1,4 +1,5 @@
-// What the unit tests share: a scratch directory and the message of an error.
+// What the unit tests share: a scratch directory, the message of an error, and
+// the check that every rank of a multi-rank test succeeded.
 #pragma once
 
 #include "base/error.hpp"
@@ -43,6 +44,12 @@ inline std::string error_of(const std::function<void()>& action) {
         return e.what();
     }
     return "(no error)";
+}
+
+/// Expects every rank's error message ("" for a rank that succeeded, as
+/// ThreadGroup::run_collect and gloo_ranks return them) to be empty.
+inline void expect_all_ok(const std::vector<std::string>& errors) {
+    for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 }  // namespace acc::test
