@@ -1,7 +1,6 @@
 // lib/dist without LibTorch: the levels of each epoch from --compress, from a
 // schedule (checked against the model, every mismatch named), and from
 // Accordion's rule online, which must decide as regime-detect does offline.
-#include "app/train_dist_options.hpp"
 #include "base/error.hpp"
 #include "dist/config.hpp"
 #include "dist/run_plan.hpp"
@@ -11,14 +10,13 @@
 
 #include <gtest/gtest.h>
 
-#include <CLI/CLI.hpp>
-
 #include <cmath>
 #include <random>
 
 using namespace acc::dist;
 using acc::compress::parse_spec;
 using acc::io::Parameter;
+using acc::test::usage_error_of;
 
 namespace {
 
@@ -47,17 +45,7 @@ acc::io::Schedule compression_schedule(std::int64_t epochs) {
     return s;
 }
 
-std::string usage_error(const std::function<void()>& action) {
-    try {
-        action();
-    } catch (const acc::UsageError& e) {
-        return e.what();
-    }
-    return "(no usage error)";
-}
-
 }  // namespace
-
 TEST(Plan, FixedLevelOnMatricesOnly) {
     RunPlan plan = RunPlan::fixed(small_model(), parse_spec("powersgd:2"), 3);
     EXPECT_EQ(plan.level_names(), (std::vector<std::string>{"none", "powersgd:2"}));
@@ -95,7 +83,7 @@ TEST(Plan, ScheduleMismatchesAreAllNamed) {
     s.parameters[3].name = "head.bias";
     s.levels[2] = "topk:7";
     const std::string message =
-        usage_error([&] { check_schedule(s, "sched.h5", small_model(), 10, false, 2, false); });
+        usage_error_of([&] { check_schedule(s, "sched.h5", small_model(), 10, false, 2, false); });
     EXPECT_CONTAINS(message, "sched.h5 does not fit this run: (1) ");
     EXPECT_CONTAINS(message, "'fc.weight' has shape 72x10, the model's is 10x72");
     EXPECT_CONTAINS(message, "the model's parameter 'fc.bias' is missing");
@@ -106,11 +94,11 @@ TEST(Plan, ScheduleMismatchesAreAllNamed) {
 
     acc::io::Schedule fewer = compression_schedule(3);
     fewer.parameters.pop_back();
-    EXPECT_CONTAINS(usage_error([&] { check_schedule(fewer, "s.h5", small_model(), 3, false, 1, false); }),
+    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(fewer, "s.h5", small_model(), 3, false, 1, false); }),
                     "it lists 3 parameters, the model has 4");
     acc::io::Schedule reordered = compression_schedule(3);
     std::swap(reordered.parameters[0], reordered.parameters[2]);
-    EXPECT_CONTAINS(usage_error([&] { check_schedule(reordered, "s.h5", small_model(), 3, false, 1, false); }),
+    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(reordered, "s.h5", small_model(), 3, false, 1, false); }),
                     "'conv.weight' is parameter 2 in the schedule but 0 in the model");
     // Extending is allowed when asked for.
     check_schedule(compression_schedule(3), "s.h5", small_model(), 10, true, 1, false);
@@ -134,11 +122,11 @@ TEST(Plan, BatchScheduleSplitsOverRanks) {
     EXPECT_EQ(plan.level_names(), std::vector<std::string>{"none"});
     for (auto l : plan.levels_of(3).level) EXPECT_EQ(l, 0);
 
-    const std::string uneven = usage_error([&] { check_schedule(s, "b.h5", small_model(), 4, false, 3, true); });
+    const std::string uneven = usage_error_of([&] { check_schedule(s, "b.h5", small_model(), 4, false, 3, true); });
     EXPECT_CONTAINS(uneven, "leave out --batch-size");
     EXPECT_CONTAINS(uneven, "does not split evenly over 3 ranks in 4 epochs (epoch 0: 64, epoch 1: 64, epoch 2: 512, ...)");
     s.mode = "other";
-    EXPECT_CONTAINS(usage_error([&] { check_schedule(s, "b.h5", small_model(), 4, false, 1, false); }),
+    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(s, "b.h5", small_model(), 4, false, 1, false); }),
                     "its mode is 'other'");
 }
 
@@ -210,47 +198,4 @@ TEST(Plan, OnlineLearningRateDecayMakesEveryLayerCritical) {
     EXPECT_EQ(level_of(plan, 5, 0), "powersgd:1");  // no change: high
     EXPECT_EQ(level_of(plan, 6, 0), "powersgd:2");  // the rate decays at epoch 6
     EXPECT_EQ(plan.levels_of(6).reason[0], 4);
-}
-
-TEST(Options, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
-    auto parse = [](std::vector<std::string> args) {
-        TrainDistConfig config;
-        CLI::App app;
-        acc::app::add_train_dist_options(app, config);
-        args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
-        std::reverse(args.begin(), args.end());
-        app.parse(args);
-        return config;
-    };
-    EXPECT_THROW(parse({"--compress", "topk:0.1", "--accordion"}), CLI::ParseError);
-    EXPECT_THROW(parse({"--compress", "topk:0.1", "--schedule", "s.h5"}), CLI::ParseError);
-    EXPECT_THROW(parse({"--low", "topk:0.1"}), CLI::ParseError);
-    TrainDistConfig accordion = parse({"--accordion", "--low", "topk:0.1", "--interval", "3"});
-    EXPECT_EQ(accordion.mode(), Mode::accordion);
-    EXPECT_EQ(accordion.accordion_config.interval, 3);
-    EXPECT_FALSE(accordion.batch_size_given);
-    EXPECT_TRUE(parse({"--batch-size", "64"}).batch_size_given);
-    EXPECT_EQ(parse({}).mode(), Mode::fixed);
-
-    // Levels are parsed where they are read, naming the option.
-    try {
-        parse({"--compress", "powersgd:0"});
-        ADD_FAILURE() << "--compress powersgd:0 was accepted";
-    } catch (const CLI::ValidationError& e) {
-        EXPECT_CONTAINS(std::string(e.what()), "--compress: 'powersgd:0'");
-    }
-    EXPECT_THROW(parse({"--accordion", "--high", "fastsgd"}), CLI::ValidationError);
-    EXPECT_EQ(parse({"--compress", "topk:.10"}).fixed_level(), parse_spec("topk:0.1"));
-    EXPECT_EQ(parse({}).fixed_level(), parse_spec("none"));
-    EXPECT_EQ(parse({"--accordion"}).accordion_config.low, parse_spec("powersgd:2"));
-    TrainDistConfig c = parse({"--backend", "nccl"});
-    EXPECT_CONTAINS(usage_error([&] { acc::app::validate(c); }), "--backend nccl: needs --device cuda");
-    c = parse({"--metrics", "out/m.h5"});
-    EXPECT_EQ(acc::app::checkpoint_path(c), "out/m.ckpt.h5");
-    c = parse({"--metrics", "out/m.h5", "--checkpoint-dir", "ck/"});
-    EXPECT_EQ(acc::app::checkpoint_path(c), "ck/m.ckpt.h5");
-    EXPECT_EQ(acc::app::checkpoint_path(parse({})), "metrics.ckpt.h5");
-    // Two runs in one directory keep their own checkpoints.
-    EXPECT_EQ(acc::app::checkpoint_path(parse({"--metrics", "runs/a.h5"})), "runs/a.ckpt.h5");
-    EXPECT_EQ(acc::app::checkpoint_path(parse({"--metrics", "runs/b.metrics"})), "runs/b.metrics.ckpt.h5");
 }

@@ -1,5 +1,5 @@
-// What the unit tests share: a scratch directory, the message of an error, and
-// the check that every rank of a multi-rank test succeeded.
+// What the unit tests share: a scratch directory, the message of an error or of
+// a usage error, and the check that every rank of a multi-rank test succeeded.
 #pragma once
 
 #include "base/error.hpp"
@@ -44,6 +44,16 @@ inline std::string error_of(const std::function<void()>& action) {
         return e.what();
     }
     return "(no error)";
+}
+
+/// The message of the acc::UsageError that `action` throws, or "(no usage error)".
+inline std::string usage_error_of(const std::function<void()>& action) {
+    try {
+        action();
+    } catch (const acc::UsageError& e) {
+        return e.what();
+    }
+    return "(no usage error)";
 }
 
 /// Expects every rank's error message ("" for a rank that succeeded, as

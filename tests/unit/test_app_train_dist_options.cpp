@@ -1,0 +1,60 @@
+// train-dist's own options (lib/app/train_dist_options): its modes exclude each
+// other, levels are parsed where they are read, and the checkpoint's name.
+#include "app/train_dist_options.hpp"
+#include "compress/spec.hpp"
+#include "dist/config.hpp"
+
+#include "test_support.hpp"
+
+#include <CLI/CLI.hpp>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using namespace acc;
+using acc::test::usage_error_of;
+
+TEST(TrainDistOptions, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
+    auto parse = [](std::vector<std::string> args) {
+        dist::TrainDistConfig config;
+        CLI::App app;
+        app::add_train_dist_options(app, config);
+        args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
+        std::reverse(args.begin(), args.end());
+        app.parse(args);
+        return config;
+    };
+    EXPECT_THROW(parse({"--compress", "topk:0.1", "--accordion"}), CLI::ParseError);
+    EXPECT_THROW(parse({"--compress", "topk:0.1", "--schedule", "s.h5"}), CLI::ParseError);
+    EXPECT_THROW(parse({"--low", "topk:0.1"}), CLI::ParseError);
+    dist::TrainDistConfig accordion = parse({"--accordion", "--low", "topk:0.1", "--interval", "3"});
+    EXPECT_EQ(accordion.mode(), dist::Mode::accordion);
+    EXPECT_EQ(accordion.accordion_config.interval, 3);
+    EXPECT_FALSE(accordion.batch_size_given);
+    EXPECT_TRUE(parse({"--batch-size", "64"}).batch_size_given);
+    EXPECT_EQ(parse({}).mode(), dist::Mode::fixed);
+
+    // Levels are parsed where they are read, naming the option.
+    try {
+        parse({"--compress", "powersgd:0"});
+        ADD_FAILURE() << "--compress powersgd:0 was accepted";
+    } catch (const CLI::ValidationError& e) {
+        EXPECT_CONTAINS(std::string(e.what()), "--compress: 'powersgd:0'");
+    }
+    EXPECT_THROW(parse({"--accordion", "--high", "fastsgd"}), CLI::ValidationError);
+    EXPECT_EQ(parse({"--compress", "topk:.10"}).fixed_level(), compress::parse_spec("topk:0.1"));
+    EXPECT_EQ(parse({}).fixed_level(), compress::parse_spec("none"));
+    EXPECT_EQ(parse({"--accordion"}).accordion_config.low, compress::parse_spec("powersgd:2"));
+    dist::TrainDistConfig c = parse({"--backend", "nccl"});
+    EXPECT_CONTAINS(usage_error_of([&] { app::validate(c); }), "--backend nccl: needs --device cuda");
+    c = parse({"--metrics", "out/m.h5"});
+    EXPECT_EQ(app::checkpoint_path(c), "out/m.ckpt.h5");
+    c = parse({"--metrics", "out/m.h5", "--checkpoint-dir", "ck/"});
+    EXPECT_EQ(app::checkpoint_path(c), "ck/m.ckpt.h5");
+    EXPECT_EQ(app::checkpoint_path(parse({})), "metrics.ckpt.h5");
+    // Two runs in one directory keep their own checkpoints.
+    EXPECT_EQ(app::checkpoint_path(parse({"--metrics", "runs/a.h5"})), "runs/a.ckpt.h5");
+    EXPECT_EQ(app::checkpoint_path(parse({"--metrics", "runs/b.metrics"})), "runs/b.metrics.ckpt.h5");
+}
