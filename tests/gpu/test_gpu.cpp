@@ -7,6 +7,8 @@
 #include "train/models.hpp"
 #include "train/trainer.hpp"
 
+#include "support/tiny_synthetic.hpp"
+
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -17,19 +19,11 @@
 #include <vector>
 
 using namespace acc::train;
+using acc::test::tiny_synthetic;
 
 namespace {
 
 const torch::Device kGpu(torch::kCUDA);
-
-std::unique_ptr<Dataset> tiny_synthetic(std::int64_t train = 512, std::int64_t test = 128) {
-    SyntheticOptions o;
-    o.shape = {1, 8, 8};
-    o.classes = 4;
-    o.train = train;
-    o.test = test;
-    return make_synthetic(o, 3);
-}
 
 TrainerOptions sgd_on(torch::Device device) {
     TrainerOptions o;
@@ -52,7 +46,7 @@ std::pair<EpochResult, std::vector<torch::Tensor>> one_epoch(const Dataset& data
 }  // namespace
 
 TEST(TrainerOnCuda, MatchesTheCpuWithinRounding) {
-    auto data = tiny_synthetic();
+    auto data = tiny_synthetic(512);
     auto [cpu, cpu_weights] = one_epoch(*data, torch::kCPU);
     auto [gpu, gpu_weights] = one_epoch(*data, kGpu);
     EXPECT_EQ(gpu.samples, cpu.samples);
@@ -65,7 +59,7 @@ TEST(TrainerOnCuda, MatchesTheCpuWithinRounding) {
 }
 
 TEST(TrainerOnCuda, StepCallbacksSeeEveryStepInOrderWithItsLoss) {
-    auto data = tiny_synthetic();
+    auto data = tiny_synthetic(512);
     torch::manual_seed(5);
     Trainer t(make_model("mlp", data->info().shape, {}), *data, sgd_on(kGpu));
     std::vector<std::int64_t> steps;
@@ -84,7 +78,7 @@ TEST(TrainerOnCuda, StepCallbacksSeeEveryStepInOrderWithItsLoss) {
 }
 
 TEST(TrainerOnCuda, DivergenceNamesTheSameStepWithOrWithoutACallback) {
-    auto data = tiny_synthetic();
+    auto data = tiny_synthetic(512);
     auto message = [&](bool callback) {
         torch::manual_seed(1);
         Trainer t(make_model("mlp", data->info().shape, {}), *data, sgd_on(kGpu));

@@ -256,4 +256,9 @@ void RecordingCollectives::broadcast(at::Tensor& tensor, int root) {
     inner_.broadcast(tensor, root);
 }
 
+void thread_ranks(int world, const std::function<void(int, comm::Collectives&)>& body) {
+    ThreadGroup group(world, 30);
+    group.run(body);
+}
+
 }  // namespace acc::test

@@ -35,6 +35,10 @@ private:
     std::vector<std::unique_ptr<comm::Collectives>> ranks_;
 };
 
+/// Runs body(rank, collectives) on `world` ranks of a ThreadGroup (30 s timeout) and
+/// waits for all; rethrows the first rank's exception, as ThreadGroup::run does.
+void thread_ranks(int world, const std::function<void(int, comm::Collectives&)>& body);
+
 /// One recorded collective call: what this rank handed in.
 struct Recorded {
     std::string kind;  ///< "allreduce", "allgather", "broadcast"

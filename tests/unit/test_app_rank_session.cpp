@@ -17,20 +17,12 @@
 
 using acc::app::RankSession;
 using acc::comm::Collectives;
-
-namespace {
-
-void ranks(int world, const std::function<void(int, Collectives&)>& body) {
-    acc::test::ThreadGroup group(world, 30);
-    group.run(body);
-}
-
-}  // namespace
+using acc::test::thread_ranks;
 
 TEST(RankSession, OtherOptionsOnAnyRankStopEveryRank) {
     std::mutex mutex;
     std::vector<std::string> errors;
-    ranks(3, [&](int rank, Collectives& comm) {
+    thread_ranks(3, [&](int rank, Collectives& comm) {
         RankSession session(&comm);
         session.check_same_options("--model mlp");  // all agree
         try {
@@ -48,7 +40,7 @@ TEST(RankSession, OtherOptionsOnAnyRankStopEveryRank) {
 TEST(RankSession, SameSettingsNamesTheFirstRankThatDiffers) {
     std::mutex mutex;
     std::vector<std::string> errors;
-    ranks(4, [&](int rank, Collectives& comm) {
+    thread_ranks(4, [&](int rank, Collectives& comm) {
         acc::app::check_same_settings(comm, "resnet18:128", "model options", " (--model must agree)");
         try {
             acc::app::check_same_settings(comm, rank >= 2 ? "" : "resnet18:128", "model options",
@@ -66,7 +58,7 @@ TEST(RankSession, SameSettingsNamesTheFirstRankThatDiffers) {
 TEST(RankSession, RankZerosWeightsReachEveryRankAndDifferencesAreFound) {
     std::mutex mutex;
     std::vector<std::string> errors;
-    ranks(2, [&](int rank, Collectives& comm) {
+    thread_ranks(2, [&](int rank, Collectives& comm) {
         RankSession session(&comm);
         std::vector<torch::Tensor> weights = {torch::full({3}, static_cast<float>(rank + 1)),
                                               torch::full({2, 2}, static_cast<float>(10 * rank))};
@@ -87,7 +79,7 @@ TEST(RankSession, RankZerosWeightsReachEveryRankAndDifferencesAreFound) {
 }
 
 TEST(RankSession, ValuesAndTextFromRankZero) {
-    ranks(2, [&](int rank, Collectives& comm) {
+    thread_ranks(2, [&](int rank, Collectives& comm) {
         RankSession session(&comm);
         EXPECT_EQ(session.sum({1.0, static_cast<double>(rank)}), (std::vector<double>{2.0, 1.0}));
         const std::vector<std::int32_t> mine = {static_cast<std::int32_t>(7 + rank), 2};
@@ -105,7 +97,7 @@ TEST(RankSession, ResumeSendsRankZerosCheckpoint) {
         std::ofstream out(path, std::ios::binary);
         out << "rank 0's bytes";
     }
-    ranks(2, [&](int rank, Collectives& comm) {
+    thread_ranks(2, [&](int rank, Collectives& comm) {
         RankSession session(&comm);
         // Only rank 0 reads the file: the others may run where it is not.
         const auto image = session.checkpoint_image(rank == 0 ? path : "/nonexistent/elsewhere.h5");

@@ -42,59 +42,49 @@ TEST(Text, SplitKeepsEmptyFieldsAndJoinReverses) {
 #include "base/error.hpp"
 #include "base/paths.hpp"
 
+#include "test_support.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
-namespace {
-
-struct TempDir {
-    std::filesystem::path path;
-    TempDir() {
-        char pattern[] = "/tmp/acc-paths-XXXXXX";
-        path = ::mkdtemp(pattern);
-    }
-    ~TempDir() { std::filesystem::remove_all(path); }
-    std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
-
-}  // namespace
+using acc::test::TempDir;
 
 TEST(Paths, SameFileByIdentityNotSpelling) {
     TempDir t;
-    std::ofstream(t / "a.h5") << "x";
-    std::filesystem::create_directory(t / "sub");
-    std::filesystem::create_hard_link(t / "a.h5", t / "hard.h5");
-    std::filesystem::create_symlink(t / "a.h5", t / "soft.h5");
-    EXPECT_TRUE(same_file(t / "a.h5", t / "sub/../a.h5"));
-    EXPECT_TRUE(same_file(t / "a.h5", t / "hard.h5"));
-    EXPECT_TRUE(same_file(t / "soft.h5", t / "a.h5"));
-    EXPECT_TRUE(same_file(t / "new.h5", t / "./sub/../new.h5"));  // neither exists yet
-    EXPECT_FALSE(same_file(t / "a.h5", t / "new.h5"));
-    EXPECT_FALSE(same_file(t / "x.h5", t / "y.h5"));
+    std::ofstream(t.file("a.h5")) << "x";
+    std::filesystem::create_directory(t.file("sub"));
+    std::filesystem::create_hard_link(t.file("a.h5"), t.file("hard.h5"));
+    std::filesystem::create_symlink(t.file("a.h5"), t.file("soft.h5"));
+    EXPECT_TRUE(same_file(t.file("a.h5"), t.file("sub/../a.h5")));
+    EXPECT_TRUE(same_file(t.file("a.h5"), t.file("hard.h5")));
+    EXPECT_TRUE(same_file(t.file("soft.h5"), t.file("a.h5")));
+    EXPECT_TRUE(same_file(t.file("new.h5"), t.file("./sub/../new.h5")));  // neither exists yet
+    EXPECT_FALSE(same_file(t.file("a.h5"), t.file("new.h5")));
+    EXPECT_FALSE(same_file(t.file("x.h5"), t.file("y.h5")));
 }
 
 TEST(Paths, DistinctFilesNamesBothOptions) {
     TempDir t;
-    std::ofstream(t / "in.h5") << "x";
-    EXPECT_NO_THROW(check_distinct_files({{"--from", t / "in.h5"}}, {{"--output", t / "out.h5"}, {"--x", ""}}));
+    std::ofstream(t.file("in.h5")) << "x";
+    EXPECT_NO_THROW(check_distinct_files({{"--from", t.file("in.h5")}}, {{"--output", t.file("out.h5")}, {"--x", ""}}));
     try {
-        check_distinct_files({{"--from", t / "in.h5"}}, {{"--output", t / "./in.h5"}});
+        check_distinct_files({{"--from", t.file("in.h5")}}, {{"--output", t.file("./in.h5")}});
         FAIL() << "an output that replaces its input was accepted";
     } catch (const UsageError& e) {
         EXPECT_NE(std::string(e.what()).find("--output"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("--from"), std::string::npos) << e.what();
     }
-    EXPECT_THROW(check_distinct_files({}, {{"--output", t / "o.h5"}, {"--checkpoint", t / "sub/../o.h5"}}), UsageError);
+    EXPECT_THROW(check_distinct_files({}, {{"--output", t.file("o.h5")}, {"--checkpoint", t.file("sub/../o.h5")}}), UsageError);
 }
 
 TEST(Paths, CreatesMissingParentDirectories) {
     TempDir t;
-    create_parent_directories(t / "a/b/c.h5");
-    EXPECT_TRUE(std::filesystem::is_directory(t / "a/b"));
+    create_parent_directories(t.file("a/b/c.h5"));
+    EXPECT_TRUE(std::filesystem::is_directory(t.file("a/b")));
     create_parent_directories("plain-name.h5");  // the working directory: nothing to do
-    std::ofstream(t / "file") << "x";
-    EXPECT_THROW(create_parent_directories(t / "file/c.h5"), FileError);
+    std::ofstream(t.file("file")) << "x";
+    EXPECT_THROW(create_parent_directories(t.file("file/c.h5")), FileError);
 }
 
 // What comm-profile checks a sweep against: the machine's available memory, and

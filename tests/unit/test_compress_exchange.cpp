@@ -11,8 +11,8 @@
 #include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
 #include "compress/loopback.hpp"
-#include "comm/launch.hpp"
 #include "comm/process_group.hpp"
+#include "support/gloo_ranks.hpp"
 #include "support/thread_collectives.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -26,45 +26,18 @@
 
 using namespace acc::compress;
 using acc::comm::Collectives;
+using acc::test::thread_ranks;
 
 namespace {
 
 using Body = std::function<void(int, Collectives&)>;
 
-void ranks(int world, const Body& body) {
-    acc::test::ThreadGroup group(world, 30);
-    group.run(body);
-}
-
-// W ranks of a real Gloo process group over loopback, one thread each; each rank's
-// error message ("" for success).
-std::vector<std::string> gloo_ranks(int world, const Body& body) {
-    const int port = acc::comm::free_local_port();
-    std::vector<std::string> errors(static_cast<size_t>(world));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < world; ++r)
-        threads.emplace_back([&, r] {
-            try {
-                acc::comm::Rendezvous rv;
-                rv.rank = r;
-                rv.world_size = world;
-                rv.master_port = port;
-                rv.timeout = 20;
-                auto comm = acc::comm::ProcessGroupCollectives::join(rv);
-                body(r, *comm);
-            } catch (const std::exception& e) {
-                errors[static_cast<size_t>(r)] = e.what();
-            }
-        });
-    for (auto& t : threads) t.join();
-    return errors;
-}
-
 // The multi-rank tests run twice: on in-process collectives and on Gloo.
 class ExchangeRanks : public ::testing::TestWithParam<std::string> {
 protected:
     std::vector<std::string> attempt(int world, const Body& body) {
-        if (GetParam() == "gloo") return gloo_ranks(world, body);
+        if (GetParam() == "gloo")
+            return acc::test::gloo_ranks(world, [&](acc::comm::ProcessGroupCollectives& comm) { body(comm.rank(), comm); });
         acc::test::ThreadGroup group(world, 30);
         return group.run_collect(body);
     }
@@ -78,12 +51,14 @@ protected:
 INSTANTIATE_TEST_SUITE_P(Collectives, ExchangeRanks, ::testing::Values("threads", "gloo"));
 
 // Conv, matrix, vectors and a scalar: PowerSGD compresses the first two, the others go uncompressed.
-std::vector<TensorInfo> small_model() {
+std::vector<TensorInfo> conv_matrix_vectors_scalar() {
     return {{"conv.weight", {16, 8, 3, 3}}, {"conv.bias", {16}}, {"fc.weight", {10, 144}},
             {"fc.bias", {10}},             {"tiny.weight", {3, 2}}, {"scale", {}}};
 }
 
-std::vector<Spec> all_levels(const std::string& text) { return std::vector<Spec>(small_model().size(), parse_spec(text)); }
+std::vector<Spec> all_levels(const std::string& text) {
+    return std::vector<Spec>(conv_matrix_vectors_scalar().size(), parse_spec(text));
+}
 
 // A different gradient per rank, step and tensor.
 std::vector<at::Tensor> gradients(const std::vector<TensorInfo>& tensors, int rank, int step) {
@@ -130,11 +105,11 @@ TEST(Exchange, ErrorFeedbackLosesNothingOnOneWorker) {
             // The second variant: Accordion's PowerSGD, or top-k's sampled selection.
             const bool psgd = text.rfind("powersgd", 0) == 0, topk = text.rfind("topk", 0) == 0;
             if (variant == 1 && !psgd && !topk) continue;
-            ranks(1, [&](int, Collectives& comm) {
+            thread_ranks(1, [&](int, Collectives& comm) {
                 ExchangeOptions options;
                 if (variant == 1 && psgd) options.powersgd_variant = PowerSgdVariant::accordion;
                 if (variant == 1 && topk) options.topk_selection = TopkSelection::sampled;
-                auto tensors = small_model();
+                auto tensors = conv_matrix_vectors_scalar();
                 GradientExchange x(tensors, all_levels(text), comm, options);
                 for (int step = 0; step < 3; ++step) {
                     auto g = gradients(tensors, 0, step);
@@ -167,8 +142,8 @@ TEST(Exchange, ErrorFeedbackLosesNothingOnOneWorker) {
 
 TEST(Exchange, LevelsWithoutErrorFeedbackKeepNoMemory) {
     for (const auto& text : {"none", "fp16", "signsgd", "qsgd:4", "terngrad"})
-        ranks(1, [&](int, Collectives& comm) {
-            auto tensors = small_model();
+        thread_ranks(1, [&](int, Collectives& comm) {
+            auto tensors = conv_matrix_vectors_scalar();
             GradientExchange x(tensors, all_levels(text), comm);
             auto g = gradients(tensors, 0, 0);
             x.step(g);
@@ -179,7 +154,7 @@ TEST(Exchange, LevelsWithoutErrorFeedbackKeepNoMemory) {
 TEST_P(ExchangeRanks, CountedBytesEqualTheDocumentedFormula) {
     for (const auto& text : kLevels)
         run(2, [&](int rank, Collectives& comm) {
-            auto tensors = small_model();
+            auto tensors = conv_matrix_vectors_scalar();
             auto levels = all_levels(text);
             GradientExchange x(tensors, levels, comm);
             auto before = comm.traffic().bytes;
@@ -228,7 +203,7 @@ TEST_P(ExchangeRanks, AggregateIsTheMeanOfWhatTheRanksSent) {
     // mean of the sent buffers is what comes back. All ranks end identical.
     for (int W : {2, 3})
         for (const auto& text : kLevels) {
-            auto tensors = small_model();
+            auto tensors = conv_matrix_vectors_scalar();
             auto levels = all_levels(text);
             std::vector<std::vector<at::Tensor>> outputs(static_cast<size_t>(W));
             std::vector<Sent> sent(static_cast<size_t>(W));
@@ -317,8 +292,8 @@ TEST_P(ExchangeRanks, AggregateIsTheMeanOfWhatTheRanksSent) {
 }
 
 TEST(Exchange, LevelChangeStartsFreshStateAndKeepsTheErrorMemory) {
-    ranks(1, [&](int, Collectives& comm) {
-        auto tensors = small_model();
+    thread_ranks(1, [&](int, Collectives& comm) {
+        auto tensors = conv_matrix_vectors_scalar();
         GradientExchange x(tensors, all_levels("powersgd:2"), comm);
         auto g = gradients(tensors, 0, 0);
         x.step(g);
@@ -348,8 +323,8 @@ TEST(Exchange, LevelChangeStartsFreshStateAndKeepsTheErrorMemory) {
 }
 
 TEST(Exchange, SameLevelsKeepTheWarmStart) {
-    ranks(1, [&](int, Collectives& comm) {
-        auto tensors = small_model();
+    thread_ranks(1, [&](int, Collectives& comm) {
+        auto tensors = conv_matrix_vectors_scalar();
         GradientExchange x(tensors, all_levels("powersgd:2"), comm);
         auto g = gradients(tensors, 0, 0);
         x.step(g);
@@ -360,8 +335,8 @@ TEST(Exchange, SameLevelsKeepTheWarmStart) {
 }
 
 TEST(Exchange, WithoutWarmStartQIsDrawnEveryStep) {
-    ranks(1, [&](int, Collectives& comm) {
-        auto tensors = small_model();
+    thread_ranks(1, [&](int, Collectives& comm) {
+        auto tensors = conv_matrix_vectors_scalar();
         ExchangeOptions options;
         options.warm_start = false;
         GradientExchange a(tensors, all_levels("powersgd:1"), comm, options);
@@ -382,8 +357,8 @@ TEST(Exchange, WithoutWarmStartQIsDrawnEveryStep) {
 
 TEST(Exchange, StateRoundTripsThroughACheckpoint) {
     for (const auto& text : {"powersgd:2", "topk:0.05", "dgc:0.05", "randomk:0.1", "efsignsgd", "qsgd:4"})
-        ranks(1, [&](int, Collectives& comm) {
-            auto tensors = small_model();
+        thread_ranks(1, [&](int, Collectives& comm) {
+            auto tensors = conv_matrix_vectors_scalar();
             GradientExchange a(tensors, all_levels(text), comm);
             for (int step = 0; step < 3; ++step) {
                 auto g = gradients(tensors, 0, step);
@@ -400,8 +375,8 @@ TEST(Exchange, StateRoundTripsThroughACheckpoint) {
 }
 
 TEST(Exchange, RefusesStateThatDoesNotFit) {
-    ranks(1, [&](int, Collectives& comm) {
-        auto tensors = small_model();
+    thread_ranks(1, [&](int, Collectives& comm) {
+        auto tensors = conv_matrix_vectors_scalar();
         GradientExchange x(tensors, all_levels("powersgd:2"), comm);
         auto g = gradients(tensors, 0, 0);
         x.step(g);
@@ -420,7 +395,7 @@ TEST(Exchange, RefusesStateThatDoesNotFit) {
 
 TEST_P(ExchangeRanks, OverlappedStepsGiveTheSameResult) {
     // Two exchanges (two "buckets") started before either finishes.
-    auto tensors = small_model();
+    auto tensors = conv_matrix_vectors_scalar();
     std::vector<TensorInfo> first(tensors.begin(), tensors.begin() + 3), second(tensors.begin() + 3, tensors.end());
     std::vector<std::vector<at::Tensor>> serial(2), overlapped(2);
     for (bool overlap : {false, true})
@@ -464,7 +439,7 @@ TEST(Exchange, DgcWarmUpRaisesTheFractionInEarlyEpochs) {
     EXPECT_DOUBLE_EQ(dgc_warmup_fraction(0.001, 4, 5), std::pow(0.001, 5.0 / 6));
     EXPECT_DOUBLE_EQ(dgc_warmup_fraction(0.001, 5, 5), 0.001);
     EXPECT_DOUBLE_EQ(dgc_warmup_fraction(0.001, 0, 0), 0.001);
-    ranks(1, [&](int, Collectives& comm) {
+    thread_ranks(1, [&](int, Collectives& comm) {
         ExchangeOptions options;
         options.dgc_warmup_epochs = 4;
         std::vector<TensorInfo> tensors = {{"w", {100, 100}}};
@@ -487,8 +462,8 @@ TEST(Exchange, DgcWarmUpRaisesTheFractionInEarlyEpochs) {
 
 TEST(Exchange, RefusesNaNAndNamesTheTensor) {
     for (const auto& text : kLevels)
-        ranks(1, [&](int, Collectives& comm) {
-            auto tensors = small_model();
+        thread_ranks(1, [&](int, Collectives& comm) {
+            auto tensors = conv_matrix_vectors_scalar();
             GradientExchange x(tensors, all_levels(text), comm);
             auto g = gradients(tensors, 0, 0);
             g[2][3][7] = std::numeric_limits<float>::quiet_NaN();
@@ -508,7 +483,7 @@ TEST_P(ExchangeRanks, ANaNOnOneWorkerStopsEveryWorker) {
     // other one does not hang in it: it fails too (the thread group aborts it, Gloo
     // reports the lost peer).
     auto errors = attempt(2, [&](int rank, Collectives& comm) {
-        auto tensors = small_model();
+        auto tensors = conv_matrix_vectors_scalar();
         GradientExchange x(tensors, all_levels("powersgd:2"), comm);
         auto g = gradients(tensors, rank, 0);
         if (rank == 1) g[0][0][0][0][0] = std::numeric_limits<float>::infinity();
@@ -519,7 +494,7 @@ TEST_P(ExchangeRanks, ANaNOnOneWorkerStopsEveryWorker) {
 }
 
 TEST(Exchange, RefusesFp16Overflow) {
-    ranks(1, [&](int, Collectives& comm) {
+    thread_ranks(1, [&](int, Collectives& comm) {
         std::vector<TensorInfo> tensors = {{"w", {4}}};
         GradientExchange x(tensors, {parse_spec("fp16")}, comm);
         at::Tensor g = at::tensor({1.0f, 2.0f, 1e6f, 3.0f});
@@ -533,7 +508,7 @@ TEST(Exchange, RefusesFp16Overflow) {
 }
 
 TEST(Exchange, RefusesGradientsThatDoNotFit) {
-    ranks(1, [&](int, Collectives& comm) {
+    thread_ranks(1, [&](int, Collectives& comm) {
         std::vector<TensorInfo> tensors = {{"w", {4, 3}}};
         GradientExchange x(tensors, {parse_spec("topk:0.5")}, comm);
         EXPECT_THROW(x.step({at::zeros({5})}), acc::UsageError);
@@ -549,7 +524,7 @@ TEST(Exchange, RefusesGradientsThatDoNotFit) {
 TEST_P(ExchangeRanks, WorkersThatDisagreeOnLevelsAreStopped) {
     try {
         run(2, [&](int rank, Collectives& comm) {
-            auto tensors = small_model();
+            auto tensors = conv_matrix_vectors_scalar();
             GradientExchange x(tensors, all_levels(rank == 0 ? "powersgd:2" : "powersgd:1"), comm);
         });
         FAIL() << "different levels accepted";
@@ -560,7 +535,7 @@ TEST_P(ExchangeRanks, WorkersThatDisagreeOnLevelsAreStopped) {
 
 TEST(Exchange, LoopbackStandsInForIdenticalWorkers) {
     // W identical workers average to one worker's result; allgather decodes W payloads.
-    auto tensors = small_model();
+    auto tensors = conv_matrix_vectors_scalar();
     for (const auto& text : {"topk:0.05", "qsgd:4", "powersgd:2", "none"}) {
         LoopbackCollectives four(4), one(1);
         GradientExchange a(tensors, all_levels(text), four), b(tensors, all_levels(text), one);

@@ -27,6 +27,7 @@
 using namespace acc::dist;
 using acc::comm::Collectives;
 using acc::test::error_of;
+using acc::test::thread_ranks;
 
 namespace {
 
@@ -34,11 +35,6 @@ std::vector<acc::compress::Spec> specs_of(const std::vector<std::string>& levels
     std::vector<acc::compress::Spec> out;
     for (const auto& l : levels) out.push_back(acc::compress::parse_spec(l));
     return out;
-}
-
-void ranks(int world, const std::function<void(int, Collectives&)>& body) {
-    acc::test::ThreadGroup group(world, 30);
-    group.run(body);
 }
 
 // A small network whose gradients depend on the rank's data.
@@ -131,7 +127,7 @@ TEST(Buckets, AverageOverRanksLaunchedDuringBackward) {
     const int world = 3;
     std::vector<std::vector<torch::Tensor>> local(world), averaged(world);
     std::vector<BucketStats> stats(world);
-    ranks(world, [&](int rank, Collectives& comm) {
+    thread_ranks(world, [&](int rank, Collectives& comm) {
         Net net(5);
         BucketOptions options;
         options.first_bucket_bytes = 60;
@@ -164,7 +160,7 @@ TEST(Buckets, AverageOverRanksLaunchedDuringBackward) {
 }
 
 TEST(Buckets, UnarmedAndUnusedParametersStillAverage) {
-    ranks(2, [&](int rank, Collectives& comm) {
+    thread_ranks(2, [&](int rank, Collectives& comm) {
         Net net(5);
         torch::Tensor unused = torch::ones({4}, torch::requires_grad());
         std::vector<torch::Tensor> params = net.parameters;
@@ -209,7 +205,7 @@ TEST(Exchange, MatchesTheCompressExchangeThroughLevelChanges) {
     const int world = 2;
     std::mutex mutex;
     std::vector<std::vector<std::vector<torch::Tensor>>> ours(world), reference(world);
-    ranks(world, [&](int rank, Collectives& comm) {
+    thread_ranks(world, [&](int rank, Collectives& comm) {
         Net a(9), b(9);
         ExchangeSetup setup;
         setup.buckets.first_bucket_bytes = 40;
@@ -257,7 +253,7 @@ TEST(Exchange, MatchesTheCompressExchangeThroughLevelChanges) {
 
 TEST(Exchange, StateRoundTripsAndCountsBytes) {
     const std::vector<std::string> levels = {"powersgd:1", "none", "topk:0.5", "none", "none", "none"};
-    ranks(2, [&](int rank, Collectives& comm) {
+    thread_ranks(2, [&](int rank, Collectives& comm) {
         Net a(4), b(4);
         DistExchange first(a.parameters, a.description(), comm, torch::kCPU, {}, specs_of(levels));
         for (std::int64_t step = 0; step < 2; ++step) {
@@ -311,7 +307,7 @@ TEST(State, PackGatherAndBroadcast) {
 
     std::vector<std::vector<acc::train::TensorMap>> gathered(2);
     std::vector<std::vector<std::uint8_t>> received(2);
-    ranks(2, [&](int rank, Collectives& comm) {
+    thread_ranks(2, [&](int rank, Collectives& comm) {
         acc::train::TensorMap mine = {{"x", torch::full({rank + 1}, static_cast<float>(rank))}};
         gathered[rank] = gather_maps(comm, mine);
         received[rank] = broadcast_bytes(comm, rank == 0 ? std::vector<std::uint8_t>{1, 2, 3} : std::vector<std::uint8_t>(), 0);
@@ -410,7 +406,7 @@ TEST(Trainer, RecorderSeesTheLocalGradientWhileBucketsOverlap) {
     }
     std::vector<std::vector<torch::Tensor>> with_exchange(world), without(world);
     std::vector<std::int64_t> early(world);
-    ranks(world, [&](int rank, Collectives& comm) {
+    thread_ranks(world, [&](int rank, Collectives& comm) {
         acc::train::Trainer trainer(models[rank], *data, options, {rank, world});
         acc::train::GradientRecorder recorder(trainer.parameter_tensors(), false);
         trainer.set_recorder(&recorder);
@@ -438,7 +434,7 @@ TEST(Trainer, RecorderSeesTheLocalGradientWhileBucketsOverlap) {
 // GravacSync hands the exchange the step's epoch, samples and start, and its records,
 // throughput rows, state and totals are the bare exchange's, field for field.
 TEST(GravacSync, IsTheExchangeWithTheTrainersStep) {
-    ranks(2, [&](int rank, Collectives& comm) {
+    thread_ranks(2, [&](int rank, Collectives& comm) {
         const std::vector<torch::Tensor> tensors = {torch::zeros({8, 16}), torch::zeros({8}), torch::zeros({4, 10})};
         std::vector<acc::io::Parameter> description;
         std::vector<acc::compress::TensorInfo> infos;

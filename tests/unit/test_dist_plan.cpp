@@ -20,7 +20,7 @@ using acc::test::usage_error_of;
 
 namespace {
 
-std::vector<Parameter> small_model() {
+std::vector<Parameter> conv8_fc_parameters() {
     return {{"conv.weight", {8, 3, 3, 3}}, {"conv.bias", {8}}, {"fc.weight", {10, 72}}, {"fc.bias", {10}}};
 }
 
@@ -31,7 +31,7 @@ std::string level_of(const RunPlan& plan, std::int64_t epoch, size_t p) {
 acc::io::Schedule compression_schedule(std::int64_t epochs) {
     acc::io::Schedule s;
     s.mode = "compression";
-    s.parameters = small_model();
+    s.parameters = conv8_fc_parameters();
     s.epochs = epochs;
     s.levels = {"none", "powersgd:2", "topk:0.1"};
     for (std::int64_t e = 0; e < epochs; ++e) {
@@ -47,7 +47,7 @@ acc::io::Schedule compression_schedule(std::int64_t epochs) {
 
 }  // namespace
 TEST(Plan, FixedLevelOnMatricesOnly) {
-    RunPlan plan = RunPlan::fixed(small_model(), parse_spec("powersgd:2"), 3);
+    RunPlan plan = RunPlan::fixed(conv8_fc_parameters(), parse_spec("powersgd:2"), 3);
     EXPECT_EQ(plan.level_names(), (std::vector<std::string>{"none", "powersgd:2"}));
     for (std::int64_t e = 0; e < 3; ++e) {
         EXPECT_EQ(level_of(plan, e, 0), "powersgd:2");
@@ -56,16 +56,16 @@ TEST(Plan, FixedLevelOnMatricesOnly) {
         EXPECT_EQ(level_of(plan, e, 3), "none");
     }
     EXPECT_FALSE(plan.batch_mode());
-    EXPECT_EQ(RunPlan::fixed(small_model(), parse_spec("none"), 1).level_names(), std::vector<std::string>{"none"});
+    EXPECT_EQ(RunPlan::fixed(conv8_fc_parameters(), parse_spec("none"), 1).level_names(), std::vector<std::string>{"none"});
     // Specs are canonical: "topk:.10" and "topk:0.1" are one level.
-    EXPECT_EQ(RunPlan::fixed(small_model(), parse_spec("topk:.10"), 1).level_names()[1], "topk:0.1");
+    EXPECT_EQ(RunPlan::fixed(conv8_fc_parameters(), parse_spec("topk:.10"), 1).level_names()[1], "topk:0.1");
     EXPECT_EQ(levels_summary(plan.levels(), plan.levels_of(0).level), "none x2, powersgd:2 x2");
 }
 
 TEST(Plan, ScheduleLevelsAndExtension) {
     acc::io::Schedule s = compression_schedule(3);
-    check_schedule(s, "sched.h5", small_model(), 3, false, 2, false);
-    RunPlan plan = RunPlan::from_schedule(s, small_model(), 5);
+    check_schedule(s, "sched.h5", conv8_fc_parameters(), 3, false, 2, false);
+    RunPlan plan = RunPlan::from_schedule(s, conv8_fc_parameters(), 5);
     EXPECT_EQ(level_of(plan, 0, 0), "powersgd:2");
     EXPECT_EQ(level_of(plan, 1, 0), "topk:0.1");
     EXPECT_EQ(level_of(plan, 2, 0), "powersgd:2");
@@ -83,7 +83,7 @@ TEST(Plan, ScheduleMismatchesAreAllNamed) {
     s.parameters[3].name = "head.bias";
     s.levels[2] = "topk:7";
     const std::string message =
-        usage_error_of([&] { check_schedule(s, "sched.h5", small_model(), 10, false, 2, false); });
+        usage_error_of([&] { check_schedule(s, "sched.h5", conv8_fc_parameters(), 10, false, 2, false); });
     EXPECT_CONTAINS(message, "sched.h5 does not fit this run: (1) ");
     EXPECT_CONTAINS(message, "'fc.weight' has shape 72x10, the model's is 10x72");
     EXPECT_CONTAINS(message, "the model's parameter 'fc.bias' is missing");
@@ -94,39 +94,39 @@ TEST(Plan, ScheduleMismatchesAreAllNamed) {
 
     acc::io::Schedule fewer = compression_schedule(3);
     fewer.parameters.pop_back();
-    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(fewer, "s.h5", small_model(), 3, false, 1, false); }),
+    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(fewer, "s.h5", conv8_fc_parameters(), 3, false, 1, false); }),
                     "it lists 3 parameters, the model has 4");
     acc::io::Schedule reordered = compression_schedule(3);
     std::swap(reordered.parameters[0], reordered.parameters[2]);
-    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(reordered, "s.h5", small_model(), 3, false, 1, false); }),
+    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(reordered, "s.h5", conv8_fc_parameters(), 3, false, 1, false); }),
                     "'conv.weight' is parameter 2 in the schedule but 0 in the model");
     // Extending is allowed when asked for.
-    check_schedule(compression_schedule(3), "s.h5", small_model(), 10, true, 1, false);
+    check_schedule(compression_schedule(3), "s.h5", conv8_fc_parameters(), 10, true, 1, false);
 }
 
 TEST(Plan, BatchScheduleSplitsOverRanks) {
     acc::io::Schedule s;
     s.mode = "batch";
-    s.parameters = small_model();
+    s.parameters = conv8_fc_parameters();
     s.epochs = 4;
     s.batch_size = {64, 64, 512, 512};
     s.lr_scale = {1, 1, 8, 8};
     s.critical.assign(16, 0);
     s.ratio.assign(16, 0);
     s.reason.assign(16, 0);
-    check_schedule(s, "b.h5", small_model(), 4, false, 4, false);
-    RunPlan plan = RunPlan::from_schedule(s, small_model(), 4);
+    check_schedule(s, "b.h5", conv8_fc_parameters(), 4, false, 4, false);
+    RunPlan plan = RunPlan::from_schedule(s, conv8_fc_parameters(), 4);
     EXPECT_TRUE(plan.batch_mode());
     EXPECT_EQ(plan.global_batch(2), 512);
     EXPECT_EQ(plan.lr_scale(2), 8.0);
     EXPECT_EQ(plan.level_names(), std::vector<std::string>{"none"});
     for (auto l : plan.levels_of(3).level) EXPECT_EQ(l, 0);
 
-    const std::string uneven = usage_error_of([&] { check_schedule(s, "b.h5", small_model(), 4, false, 3, true); });
+    const std::string uneven = usage_error_of([&] { check_schedule(s, "b.h5", conv8_fc_parameters(), 4, false, 3, true); });
     EXPECT_CONTAINS(uneven, "leave out --batch-size");
     EXPECT_CONTAINS(uneven, "does not split evenly over 3 ranks in 4 epochs (epoch 0: 64, epoch 1: 64, epoch 2: 512, ...)");
     s.mode = "other";
-    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(s, "b.h5", small_model(), 4, false, 1, false); }),
+    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(s, "b.h5", conv8_fc_parameters(), 4, false, 1, false); }),
                     "its mode is 'other'");
 }
 
@@ -143,7 +143,7 @@ TEST(Plan, OnlineAccordionDecidesAsTheOfflineRule) {
         config.high = parse_spec("powersgd:1");
         config.eta = 0.5;
         config.interval = interval;
-        RunPlan plan = RunPlan::accordion(small_model(), config, lr);
+        RunPlan plan = RunPlan::accordion(conv8_fc_parameters(), config, lr);
         acc::regime::NormTable table{epochs, 4, {}};
         for (std::int64_t i = 0; i < epochs * 4; ++i) table.values.push_back(i % 7 == 3 ? 0.0 : norm(random));
         acc::regime::Decisions offline = acc::regime::detect(table, lr, {0.5, interval});
@@ -170,7 +170,7 @@ TEST(Plan, OnlineAccordionByHand) {
     config.low = parse_spec("topk:0.1");
     config.high = parse_spec("topk:0.01");
     config.interval = 2;
-    RunPlan plan = RunPlan::accordion(small_model(), config, std::vector<double>(8, 0.1));
+    RunPlan plan = RunPlan::accordion(conv8_fc_parameters(), config, std::vector<double>(8, 0.1));
     EXPECT_EQ(plan.level_names(), (std::vector<std::string>{"none", "topk:0.1", "topk:0.01"}));
     // Epochs 0..2 are the first interval: low on matrices, none on vectors.
     EXPECT_EQ(level_of(plan, 0, 0), "topk:0.1");
@@ -193,7 +193,7 @@ TEST(Plan, OnlineLearningRateDecayMakesEveryLayerCritical) {
     AccordionConfig config;
     config.interval = 4;
     std::vector<double> lr = {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.01, 0.01, 0.01, 0.01};
-    RunPlan plan = RunPlan::accordion(small_model(), config, lr);
+    RunPlan plan = RunPlan::accordion(conv8_fc_parameters(), config, lr);
     for (std::int64_t e = 0; e < 6; ++e) plan.record_norms(e, {1, 1, 1, 1});
     EXPECT_EQ(level_of(plan, 5, 0), "powersgd:1");  // no change: high
     EXPECT_EQ(level_of(plan, 6, 0), "powersgd:2");  // the rate decays at epoch 6

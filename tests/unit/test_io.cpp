@@ -24,7 +24,7 @@ using acc::test::TempDir;
 
 namespace {
 
-std::vector<Parameter> small_model() {
+std::vector<Parameter> conv4_fc_parameters() {
     return {{"conv1.weight", {4, 3, 3, 3}}, {"conv1.bias", {4}}, {"fc.weight", {10, 36}}, {"fc.bias", {10}}};
 }
 
@@ -46,13 +46,14 @@ Provenance provenance() { return {"test_io 0.1.0", "test_io --gtest"}; }
 
 std::string write_grads(const TempDir& dir, int epochs, const std::string& name = "grads.h5") {
     std::string path = dir.file(name);
-    GradsWriter w(path, provenance(), {"tiny", "synthetic", 64, 2, 7}, small_model(), true);
+    GradsWriter w(path, provenance(), {"tiny", "synthetic", 64, 2, 7}, conv4_fc_parameters(), true);
     for (int e = 0; e < epochs; ++e) {
         w.add_step_norms(e * 2, {1, 2, 3, 4});
         w.add_step_norms(e * 2 + 1, {5, 6, 7, 8});
         if (e == 1)
-            for (size_t p = 0; p < small_model().size(); ++p)
-                w.add_snapshot(p, std::vector<float>(static_cast<size_t>(small_model()[p].numel()), 0.25f * (p + 1)));
+            for (size_t p = 0; p < conv4_fc_parameters().size(); ++p)
+                w.add_snapshot(p, std::vector<float>(static_cast<size_t>(conv4_fc_parameters()[p].numel()),
+                                                     0.25f * (p + 1)));
         w.append_epoch(epoch(e));
     }
     w.finish();
@@ -118,7 +119,7 @@ TEST(Grads, RoundTrip) {
 TEST(Grads, FileAppearsOnlyOnceTheFirstEpochIsComplete) {
     TempDir dir;
     std::string path = dir.file("grads.h5");
-    GradsWriter w(path, provenance(), {}, small_model(), false);
+    GradsWriter w(path, provenance(), {}, conv4_fc_parameters(), false);
     EXPECT_FALSE(fs::exists(path));
     w.append_epoch(epoch(0));
     EXPECT_TRUE(fs::exists(path));
@@ -140,7 +141,7 @@ TEST(Grads, KilledWriterLeavesEveryCompletedEpoch) {
     if (child == 0) {
         // The child records epochs until it is killed, reporting each completed one.
         close(ready[0]);
-        GradsWriter w(path, provenance(), {}, small_model(), true);
+        GradsWriter w(path, provenance(), {}, conv4_fc_parameters(), true);
         for (int e = 0;; ++e) {
             w.add_step_norms(e, {1, 2, 3, 4});
             w.append_epoch(epoch(e));
@@ -168,7 +169,7 @@ TEST(Grads, KilledWriterLeavesEveryCompletedEpoch) {
 TEST(Grads, ResumeDropsEpochsAfterTheCheckpoint) {
     TempDir dir;
     std::string path = write_grads(dir, 5);
-    GradsWriter w = GradsWriter::resume(path, small_model(), 2, true);
+    GradsWriter w = GradsWriter::resume(path, conv4_fc_parameters(), 2, true);
     EXPECT_EQ(w.epochs_written(), 2);
     EXPECT_FALSE(read_grads(path).complete);
     EXPECT_TRUE(read_grads(path).snapshot_epochs == std::vector<std::int64_t>{1});
@@ -188,12 +189,12 @@ TEST(Grads, ResumeDropsEpochsAfterTheCheckpoint) {
 TEST(Grads, ResumeRefusesAnotherModelOrTooFewEpochs) {
     TempDir dir;
     std::string path = write_grads(dir, 2);
-    auto other = small_model();
+    auto other = conv4_fc_parameters();
     other[2].shape = {10, 37};
     EXPECT_NE(error_of([&] { GradsWriter::resume(path, other, 1, false); })
                   .find("parameter 'fc.weight' has shape 10x36, expected 10x37"),
               std::string::npos);
-    EXPECT_NE(error_of([&] { GradsWriter::resume(path, small_model(), 5, false); }).find("holds 2 epochs"),
+    EXPECT_NE(error_of([&] { GradsWriter::resume(path, conv4_fc_parameters(), 5, false); }).find("holds 2 epochs"),
               std::string::npos);
 }
 
@@ -318,7 +319,7 @@ Schedule sample_schedule(const std::string& mode) {
     s.high = mode == "batch" ? "4096" : "powersgd:1";
     s.granularity = mode == "batch" ? "model" : "layer";
     s.source = "grads.h5";
-    s.parameters = small_model();
+    s.parameters = conv4_fc_parameters();
     s.epochs = 2;
     s.critical = {1, 1, 1, 1, 0, 1, 0, 0};
     s.ratio = {NAN, NAN, NAN, NAN, 0.1, 0.9, 0.2, 0.3};
@@ -428,7 +429,7 @@ TEST(Atomic, UncommittedFilesVanishAndCommitReplaces) {
 }
 
 TEST(Parameters, CompareNamesTheFirstDifference) {
-    auto a = small_model();
+    auto a = conv4_fc_parameters();
     EXPECT_EQ(compare_parameters(a, a), "");
     auto renamed = a;
     renamed[1].name = "conv1.b";

@@ -9,6 +9,7 @@
 #include "train/models.hpp"
 #include "train/trainer.hpp"
 
+#include "support/tiny_synthetic.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@ namespace fs = std::filesystem;
 using namespace acc::train;
 using acc::test::error_of;
 using acc::test::TempDir;
+using acc::test::tiny_synthetic;
 
 namespace {
 
@@ -39,15 +41,6 @@ std::vector<std::string> names(const torch::nn::Module& m) {
 
 const DataShape kCifar{{3, 32, 32}, 10};
 const DataShape kFashion{{1, 28, 28}, 10};
-
-std::unique_ptr<Dataset> tiny_synthetic(std::int64_t train = 256, std::int64_t test = 128) {
-    SyntheticOptions o;
-    o.shape = {1, 8, 8};
-    o.classes = 4;
-    o.train = train;
-    o.test = test;
-    return make_synthetic(o, 3);
-}
 
 TrainerOptions plain_sgd(std::int64_t batch = 32) {
     TrainerOptions o;
