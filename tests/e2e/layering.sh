@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The layers of docs/architecture.md, checked on the sources and the built
 # libraries: tools -> lib/app (drivers, options) -> areas -> base. An area never
-# includes a driver; comm and train do not include each other; exchange includes
-# neither train, io nor dist; only lib/app and lib/cli (and tools) see CLI11; only
-# lib/io (and lib/app) include HDF5's headers; the areas' libraries hold no CLI11 code.
+# includes a driver, nor does a unit test of an area (each is named for its area);
+# comm and train do not include each other; exchange includes neither train, io
+# nor dist; only lib/app and lib/cli (and tools) see CLI11; only lib/io (and
+# lib/app) include HDF5's headers; the areas' libraries hold no CLI11 code.
 source "$(dirname "$0")/common.sh"
 : "${ACC_BUILD_DIR:?set by ctest}"
 cd "$ACC_SOURCE"
@@ -43,6 +44,17 @@ done
 mapfile -t area_files < <(sources "${areas[@]}")
 [ "${#area_files[@]}" -ge 50 ] || fail "found only ${#area_files[@]} source files in the areas"
 forbid "an area includes a driver (lib/app)" 'app/' "${area_files[@]}"
+
+# The unit tests mirror the areas: tests/unit/test_<area>[_<topic>].cpp tests
+# lib/<area>, and only the tests of lib/app (test_app_*) include a driver.
+for file in tests/unit/test_*.cpp; do
+    name=${file#tests/unit/test_}
+    name=${name%.cpp}
+    [ -d "lib/${name%%_*}" ] || fail "$file: not named test_<area>[_<topic>] for an area under lib/"
+done
+mapfile -t area_tests < <(sources tests/unit tests/support | grep -v '^tests/unit/test_app_')
+[ "${#area_tests[@]}" -ge 20 ] || fail "found only ${#area_tests[@]} unit tests of the areas"
+forbid "a test of an area includes a driver (lib/app)" 'app/' "${area_tests[@]}"
 
 mapfile -t comm_files < <(sources lib/comm)
 mapfile -t train_files < <(sources lib/train)
