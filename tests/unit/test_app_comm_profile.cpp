@@ -190,8 +190,7 @@ TEST(CommProfile, MeasuresAndChecksASmallSweep) {
     }
 }
 
-// Every collective of the table runs and checks through comm-profile's sweep,
-// or is refused, on every rank alike, by a backend without it.
+// Every collective of the table runs and checks through comm-profile's sweep.
 TEST(CommProfile, SweepsEveryCollectiveOfTheTable) {
     for (Collective c : acc::perf::all_collectives()) {
         expect_all_ok(gloo_ranks(2, [c](ProcessGroupCollectives& comm) {
