@@ -167,7 +167,7 @@ void add_network_options(CLI::App& app, dist::TrainDistConfig& c) {
     const std::string& group = kCommunication;
     add_backend_option(app, c.backend, group);
     app.add_option("--bucket-mb", c.bucket_mb,
-                   "MiB of uncompressed gradients per allreduce that overlaps the backward pass")
+                   "MiB of gradients per bucket (allreduced, or compressed) launched during the backward pass")
         ->check(cli::number(0, kMaxBucketMb, true))
         ->group(group);
     app.add_option("--first-bucket-mb", c.first_bucket_mb, "MiB of the first (last layers') bucket")

@@ -38,7 +38,10 @@ double dgc_warmup_fraction(double fraction, std::int64_t epoch, std::int64_t war
     return std::min(1.0, std::max(fraction, warm));
 }
 
-GradientExchange::Impl::Impl(comm::Collectives& c, ExchangeOptions o) : comm(c), options(o), powersgd_rng(o.seed) {
+GradientExchange::Impl::Impl(comm::Collectives& c, ExchangeOptions o)
+    : comm(c),
+      options(o),
+      powersgd_rng(o.powersgd_rng ? o.powersgd_rng : std::make_shared<kernels::NumpyRandomState>(o.seed)) {
     codec_options.topk_selection = o.topk_selection;
     codec_options.dgc_momentum = o.dgc_momentum;
     codec_options.world = c.world_size();
@@ -47,7 +50,7 @@ GradientExchange::Impl::Impl(comm::Collectives& c, ExchangeOptions o) : comm(c),
 
 std::uint64_t GradientExchange::Impl::key_of(size_t i, const TensorCodec& codec) const {
     const std::uint64_t stream = codec.shared_stream() ? kSharedStream : static_cast<std::uint64_t>(comm.rank());
-    return k::stream_key(options.seed, static_cast<std::uint64_t>(step), i, stream);
+    return k::stream_key(options.seed, static_cast<std::uint64_t>(step), options.first_stream + i, stream);
 }
 
 // ------------------------------------------------------------ levels
@@ -353,7 +356,7 @@ std::vector<std::pair<std::string, at::Tensor>> GradientExchange::Impl::state() 
                 out.emplace_back(s.info.name + "/" + entry.first,
                                  floats(*entry.second, {static_cast<std::int64_t>(entry.second->size())}));
     }
-    auto words = powersgd_rng.state();
+    auto words = powersgd_rng->state();
     out.emplace_back("exchange/powersgd_rng", at::tensor(words, at::kLong));
     out.emplace_back("exchange/step", at::tensor(std::vector<std::int64_t>{step}, at::kLong));
     return out;
@@ -397,7 +400,7 @@ void GradientExchange::Impl::load_state(const std::vector<std::pair<std::string,
         if (name == "exchange/powersgd_rng") {
             at::Tensor c = tensor.to(at::kCPU).to(at::kLong).contiguous();
             std::vector<std::int64_t> words(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel());
-            if (!powersgd_rng.set_state(words)) state_error(name, "is not a RandomState");
+            if (!powersgd_rng->set_state(words)) state_error(name, "is not a RandomState");
             continue;
         }
         if (name == "exchange/step") {

@@ -37,6 +37,10 @@
 
 namespace acc::compress {
 
+namespace kernels {
+class NumpyRandomState;
+}
+
 /// Which PowerSGD the `powersgd` level runs.
 enum class PowerSgdVariant {
     /// PyTorch's powerSGD_hook: Q drawn from N(0, 1) and orthogonalized, the warm-started Q
@@ -56,6 +60,14 @@ struct ExchangeOptions {
     bool warm_start = true;
     /// PowerSGD's RandomState seed (the hook's random_seed); also seeds every other random stream.
     std::uint32_t seed = 0;
+    /// The first tensor's place among the random streams (tensor i draws stream first_stream + i).
+    /// Exchanges over the buckets of one model give each bucket the place of its first tensor
+    /// among all of them, so that a tensor draws the same numbers however the model is split.
+    std::uint64_t first_stream = 0;
+    /// PowerSGD's RandomState, shared by every exchange made with these options (one per
+    /// bucket draws from it in turn, as the hook's one RandomState serves every bucket);
+    /// empty: each exchange has its own, seeded with `seed`.
+    std::shared_ptr<kernels::NumpyRandomState> powersgd_rng;
     /// Error feedback for the compressors that have it (powersgd, topk, randomk, dgc, efsignsgd).
     bool error_feedback = true;
     TopkSelection topk_selection = TopkSelection::exact;

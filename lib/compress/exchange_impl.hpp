@@ -104,7 +104,7 @@ struct GradientExchange::Impl {
     std::vector<Slot> slots;
     std::int64_t epoch = 0;
     std::int64_t step = 0;
-    kernels::NumpyRandomState powersgd_rng;
+    std::shared_ptr<kernels::NumpyRandomState> powersgd_rng;  // options.powersgd_rng, or its own
     bool layout_dirty = true;
     // Which path runs the steps; chosen by the first step's gradients (or the option).
     bool device_path = false;

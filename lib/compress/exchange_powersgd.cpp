@@ -28,7 +28,7 @@ void GradientExchange::Impl::prepare_qs() {
     at::Generator generator;
     if (any_fresh) {
         // As the hook: one torch seed per randomization event, from RandomState(seed).
-        auto seed = static_cast<std::uint64_t>(powersgd_rng.randint(1000000000));
+        auto seed = static_cast<std::uint64_t>(powersgd_rng->randint(1000000000));
         generator = at::make_generator<at::CPUGeneratorImpl>(seed);
     }
     for (size_t i : powersgd_order) {

@@ -1,10 +1,10 @@
 #include "dist/exchange.hpp"
 
 #include "base/error.hpp"
+#include "compress/kernels.hpp"
 #include "exchange/staging.hpp"
 
 #include <algorithm>
-#include <map>
 
 namespace acc::dist {
 namespace {
@@ -22,6 +22,12 @@ bool starts_with(const std::string& text, const std::string& prefix) { return te
 
 torch::Tensor step_tensor(std::int64_t step) { return torch::tensor(std::vector<std::int64_t>{step}, torch::kLong); }
 
+// The parameter a per-parameter entry belongs to ("fc1.weight/error" -> "fc1.weight").
+std::string owner_of(const std::string& entry) {
+    const auto slash = entry.rfind('/');
+    return slash == std::string::npos ? std::string() : entry.substr(0, slash);
+}
+
 }  // namespace
 
 DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
@@ -36,148 +42,197 @@ DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io
         throw Error("internal error: " + std::to_string(levels.size()) + " levels and " +
                     std::to_string(description_.size()) + " descriptions for " + std::to_string(parameters_.size()) +
                     " parameters");
-    reducer_ = std::make_unique<BucketReducer>(parameters_, comm, device, setup_.buckets);
+    // One RandomState for every bucket's PowerSGD, kept across rebuilds.
+    if (!setup_.compression.powersgd_rng)
+        setup_.compression.powersgd_rng = std::make_shared<compress::kernels::NumpyRandomState>(setup_.compression.seed);
+    reducer_ = std::make_unique<BucketReducer>(parameters_, comm, device, setup_.buckets, static_cast<BucketExchange*>(this));
     levels_ = levels;
     compressed_ = compressed_of(levels_);
-    if (!compressed_.empty()) {
-        std::vector<io::Parameter> infos;
-        std::vector<compress::Spec> specs;
-        for (size_t i : compressed_) {
-            infos.push_back(description_[i]);
-            specs.push_back(levels_[i]);
-        }
-        compress_ = std::make_unique<compress::GradientExchange>(infos, specs, comm_, setup_.compression);
-    }
-    std::vector<bool> members;
-    for (const auto& level : levels_) members.push_back(is_none(level));
-    reducer_->set_members(members);
+    route(levels_);
+    make_exchanges(levels_, levels_, {}, {});
 }
 
 DistExchange::~DistExchange() = default;
+
+void DistExchange::route(const std::vector<compress::Spec>& levels) {
+    std::vector<Route> routes;
+    for (const auto& level : levels) routes.push_back(is_none(level) ? Route::allreduce : Route::compressed);
+    reducer_->set_routes(routes);
+}
+
+std::vector<size_t> DistExchange::members_of(size_t bucket) const {
+    std::vector<size_t> out = reducer_->buckets().at(bucket);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+bool DistExchange::any_exchange() const {
+    return std::any_of(exchanges_.begin(), exchanges_.end(), [](const auto& e) { return e != nullptr; });
+}
+
+// An exchange per compressed bucket at the `initial` levels, with the state each
+// bucket's parameters bring (`state`, by bucket) and the exchanges' own entries
+// (`shared`), then set to the `target` levels (a level change, where they differ).
+void DistExchange::make_exchanges(const std::vector<compress::Spec>& initial, const std::vector<compress::Spec>& target,
+                                  std::map<size_t, StateEntries> state, const StateEntries& shared) {
+    exchanges_.clear();
+    exchanges_.resize(reducer_->buckets().size());
+    for (size_t b = 0; b < exchanges_.size(); ++b) {
+        if (reducer_->bucket_routes()[b] != Route::compressed) continue;
+        const std::vector<size_t> members = members_of(b);
+        std::vector<io::Parameter> infos;
+        std::vector<compress::Spec> first, then;
+        for (size_t i : members) {
+            infos.push_back(description_[i]);
+            first.push_back(initial[i]);
+            then.push_back(target[i]);
+        }
+        compress::ExchangeOptions options = setup_.compression;
+        options.first_stream = static_cast<std::uint64_t>(
+            std::lower_bound(compressed_.begin(), compressed_.end(), members.front()) - compressed_.begin());
+        auto exchange = std::make_unique<compress::GradientExchange>(infos, first, comm_, options);
+        exchange->set_epoch(epoch_);
+        StateEntries entries = shared;
+        entries.emplace_back("exchange/step", step_tensor(steps_));
+        auto own = state.find(b);
+        if (own != state.end()) entries.insert(entries.end(), own->second.begin(), own->second.end());
+        exchange->load_state(entries);
+        if (!(then == first)) exchange->set_levels(then);
+        exchanges_[b] = std::move(exchange);
+    }
+}
 
 void DistExchange::set_levels(const std::vector<compress::Spec>& levels) {
     if (levels.size() != parameters_.size())
         throw Error("internal error: " + std::to_string(levels.size()) + " levels for " +
                     std::to_string(parameters_.size()) + " parameters");
     if (levels == levels_) return;
-    const std::vector<size_t> compressed = compressed_of(levels);
-    auto specs_of = [&](const std::vector<size_t>& indices, const std::vector<compress::Spec>& from) {
-        std::vector<compress::Spec> out;
-        for (size_t i : indices) out.push_back(from[i]);
-        return out;
-    };
-    if (compressed == compressed_) {
-        if (compress_) compress_->set_levels(specs_of(compressed, levels));
-    } else {
+    if (compressed_of(levels) != compressed_) {
         rebuild(levels);
+        return;
+    }
+    for (size_t b = 0; b < exchanges_.size(); ++b) {
+        if (!exchanges_[b]) continue;
+        std::vector<compress::Spec> specs;
+        for (size_t i : members_of(b)) specs.push_back(levels[i]);
+        exchanges_[b]->set_levels(specs);
     }
     levels_ = levels;
-    compressed_ = compressed;
-    std::vector<bool> members;
-    for (const auto& level : levels_) members.push_back(is_none(level));
-    reducer_->set_members(members);
 }
 
-// The set of compressed parameters changes: a new compressed exchange over the new
-// set takes over the state of the parameters it shares with the old one.
+// The set of compressed parameters changes: new buckets, new exchanges, each
+// parameter's state carried over by name.
 void DistExchange::rebuild(const std::vector<compress::Spec>& levels) {
-    const std::vector<size_t> compressed = compressed_of(levels);
     std::map<std::string, torch::Tensor> old_state;
-    if (compress_)
-        for (auto& [name, tensor] : compress_->state()) old_state[name] = tensor;
-    else
+    if (any_exchange()) {
+        for (const auto& exchange : exchanges_)
+            if (exchange)
+                for (auto& [name, tensor] : exchange->state()) old_state[name] = tensor;
+    } else {
         old_state = carried_;
+    }
+    const std::vector<size_t> compressed = compressed_of(levels);
     std::vector<bool> was(parameters_.size(), false), will(parameters_.size(), false);
     for (size_t i : compressed_) was[i] = true;
     for (size_t i : compressed) will[i] = true;
 
-    // Its random streams are keyed by the step: the new exchange continues the count.
-    std::vector<std::pair<std::string, at::Tensor>> state;
+    // The exchanges' own entries; the step is the one this exchange counts.
+    StateEntries shared;
     for (auto& [name, tensor] : old_state)
-        if (starts_with(name, "exchange/") && name != "exchange/step") state.emplace_back(name, tensor);
-    state.emplace_back("exchange/step", step_tensor(steps_));
-    std::vector<io::Parameter> infos;
-    std::vector<compress::Spec> initial, target;
+        if (starts_with(name, "exchange/") && name != "exchange/step") shared.emplace_back(name, tensor);
+    std::map<std::string, StateEntries> by_parameter;
+    std::vector<compress::Spec> initial = levels;
     for (size_t i = 0; i < parameters_.size(); ++i) {
         const std::string& name = description_[i].name;
-        const std::string error = name + "/error";
         if (was[i] && !will[i]) {
             // Leaves compression: what its memory held back goes out once with its next bucket.
-            auto it = old_state.find(error);
+            auto it = old_state.find(name + "/error");
             if (it != old_state.end()) reducer_->add_leftover(i, it->second);
-            continue;
-        }
-        if (!will[i]) continue;
-        infos.push_back(description_[i]);
-        target.push_back(levels[i]);
-        if (was[i]) {
-            // Stays compressed: starts at its old level with its old state, then set_levels
-            // below changes the level the way a level change always does.
-            initial.push_back(levels_[i]);
+        } else if (was[i]) {
+            // Stays compressed: starts at its old level with its old state, then the new
+            // level comes the way a level change always does.
+            initial[i] = levels_[i];
             for (auto& [entry, tensor] : old_state)
-                if (starts_with(entry, name + "/") && entry.find('/', name.size() + 1) == std::string::npos)
-                    state.emplace_back(entry, tensor);
-        } else {
-            initial.push_back(target.back());
+                if (owner_of(entry) == name) by_parameter[name].emplace_back(entry, tensor);
+        } else if (will[i]) {
             torch::Tensor leftover = reducer_->take_leftover(i);
-            if (leftover.defined()) state.emplace_back(error, leftover.to(torch::kCPU).view(parameters_[i].sizes()));
+            if (leftover.defined())
+                by_parameter[name].emplace_back(name + "/error", leftover.to(torch::kCPU).view(parameters_[i].sizes()));
         }
     }
-    compress_.reset();
+    exchanges_.clear();
     carried_.clear();
-    if (infos.empty()) {
-        for (auto& [name, tensor] : state) carried_[name] = tensor;
+    levels_ = levels;
+    compressed_ = compressed;
+    route(levels_);
+    if (compressed_.empty()) {
+        for (auto& [name, tensor] : shared) carried_[name] = tensor;
         return;
     }
-    compress_ = std::make_unique<compress::GradientExchange>(infos, initial, comm_, setup_.compression);
-    compress_->set_epoch(epoch_);
-    compress_->load_state(state);
-    compress_->set_levels(target);
+    std::map<size_t, StateEntries> state;
+    for (size_t b = 0; b < reducer_->buckets().size(); ++b)
+        for (size_t i : reducer_->buckets()[b]) {
+            auto it = by_parameter.find(description_[i].name);
+            if (it != by_parameter.end()) state[b].insert(state[b].end(), it->second.begin(), it->second.end());
+        }
+    make_exchanges(initial, levels_, std::move(state), shared);
 }
 
 void DistExchange::set_epoch(std::int64_t epoch) {
     epoch_ = epoch;
-    if (compress_) compress_->set_epoch(epoch);
+    for (auto& exchange : exchanges_)
+        if (exchange) exchange->set_epoch(epoch);
 }
 
 std::vector<bool> DistExchange::momentum_in_gradient() const {
     std::vector<bool> out(parameters_.size(), false);
-    for (size_t j = 0; j < compressed_.size(); ++j) out[compressed_[j]] = compress_->effective_level(j).info().momentum_in_gradient;
+    for (size_t b = 0; b < exchanges_.size(); ++b) {
+        if (!exchanges_[b]) continue;
+        const std::vector<size_t> members = members_of(b);
+        for (size_t j = 0; j < members.size(); ++j)
+            out[members[j]] = exchanges_[b]->effective_level(j).info().momentum_in_gradient;
+    }
     return out;
 }
 
 void DistExchange::before_backward(const train::StepInfo&, bool accumulated) { reducer_->arm(accumulated); }
 
 void DistExchange::settle() {
-    if (compress_) compress_->settle();
+    for (auto& exchange : exchanges_)
+        if (exchange) exchange->settle();
+}
+
+void DistExchange::start(size_t bucket, const std::vector<torch::Tensor>& gradients) {
+    exchanges_.at(bucket)->start(gradients);
+}
+
+void DistExchange::finish(size_t bucket) {
+    compress::GradientExchange& exchange = *exchanges_.at(bucket);
+    exchange.finish();
+    const compress::StepStats& s = exchange.last_step();
+    totals_.bytes += s.bytes;
+    totals_.encode_seconds += s.encode_seconds;
+    totals_.decode_seconds += s.decode_seconds;
+    totals_.communication_seconds += s.communication_seconds;
 }
 
 void DistExchange::exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo&) {
     reducer_->launch_rest(gradients);
-    std::vector<at::Tensor> compressed;
-    if (compress_) {
-        for (size_t i : compressed_) compressed.push_back(gradients[i]);
-        compress_->start(compressed);
-    }
     reducer_->finish(gradients);
-    if (compress_) {
-        compress_->finish();
-        const compress::StepStats& s = compress_->last_step();
-        totals_.bytes += s.bytes;
-        totals_.encode_seconds += s.encode_seconds;
-        totals_.decode_seconds += s.decode_seconds;
-        totals_.communication_seconds += s.communication_seconds;
-    }
     ++totals_.steps;
     ++steps_;
 }
 
 train::TensorMap DistExchange::state() const {
     train::TensorMap out;
-    if (compress_)
-        for (auto& [name, tensor] : compress_->state()) out[name] = tensor;
-    else
+    if (any_exchange()) {
+        // The exchanges' own entries are the same in each: one RandomState, one step count.
+        for (const auto& exchange : exchanges_)
+            if (exchange)
+                for (auto& [name, tensor] : exchange->state()) out[name] = tensor;
+    } else {
         out = carried_;
+    }
     out["exchange/step"] = step_tensor(steps_);
     for (size_t i = 0; i < parameters_.size(); ++i) {
         const torch::Tensor& leftover = reducer_->leftovers()[i];
@@ -189,10 +244,12 @@ train::TensorMap DistExchange::state() const {
 void DistExchange::load_state(const train::TensorMap& state) {
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < description_.size(); ++i) index[description_[i].name] = i;
-    std::vector<bool> compressed(parameters_.size(), false);
-    for (size_t i : compressed_) compressed[i] = true;
+    std::vector<size_t> bucket_of(parameters_.size(), 0);
+    for (size_t b = 0; b < reducer_->buckets().size(); ++b)
+        for (size_t i : reducer_->buckets()[b]) bucket_of[i] = b;
     for (size_t i = 0; i < parameters_.size(); ++i) reducer_->take_leftover(i);
-    std::vector<std::pair<std::string, at::Tensor>> entries;
+    StateEntries shared;
+    std::map<size_t, StateEntries> by_bucket;
     train::TensorMap exchange_entries;
     for (const auto& [name, tensor] : state) {
         if (starts_with(name, "exchange/")) {
@@ -200,15 +257,15 @@ void DistExchange::load_state(const train::TensorMap& state) {
                 if (tensor.numel() != 1) throw Error("exchange state 'exchange/step' must hold one number");
                 steps_ = tensor.to(torch::kCPU).to(torch::kLong).item<std::int64_t>();
             }
-            entries.emplace_back(name, tensor);
+            shared.emplace_back(name, tensor);
             exchange_entries[name] = tensor;
             continue;
         }
         const auto slash = name.rfind('/');
         auto it = slash == std::string::npos ? index.end() : index.find(name.substr(0, slash));
         if (it == index.end()) throw Error("exchange state '" + name + "' names no parameter of this model");
-        if (compressed[it->second]) {
-            entries.emplace_back(name, tensor);
+        if (!is_none(levels_[it->second])) {
+            by_bucket[bucket_of[it->second]].emplace_back(name, tensor);
         } else if (name.substr(slash + 1) == "error") {
             if (tensor.numel() != parameters_[it->second].numel())
                 throw Error("exchange state '" + name + "' has " + std::to_string(tensor.numel()) + " values, expected " +
@@ -219,10 +276,17 @@ void DistExchange::load_state(const train::TensorMap& state) {
                         "' is at level none");
         }
     }
-    if (compress_)
-        compress_->load_state(entries);
-    else
+    if (!any_exchange()) {
         carried_ = exchange_entries;
+        return;
+    }
+    for (size_t b = 0; b < exchanges_.size(); ++b) {
+        if (!exchanges_[b]) continue;
+        StateEntries entries = shared;
+        auto own = by_bucket.find(b);
+        if (own != by_bucket.end()) entries.insert(entries.end(), own->second.begin(), own->second.end());
+        exchanges_[b]->load_state(entries);
+    }
 }
 
 ExchangeTotals DistExchange::take_totals() {

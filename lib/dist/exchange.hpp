@@ -1,17 +1,22 @@
 // train-dist's gradient exchange: every parameter's gradient combined at its
 // own level, the levels changing from epoch to epoch.
 //
-// Parameters at level none go through the BucketReducer, whose allreduces overlap
-// the backward pass. The others go through one compress::GradientExchange over
-// just those parameters, after the backward pass: its start() (error feedback,
-// encoding, the first allreduces) runs while the last buckets are still in
-// flight, its finish() (allgathers, PowerSGD's second round, decoding) after
-// they are done. Collectives are issued in the same order on every rank: the
-// buckets in bucket order, then the compressed exchange's.
+// Every parameter goes through the BucketReducer, whose buckets are launched during
+// the backward pass: those at level none in allreduce buckets, the others in
+// compressed buckets, each averaged by a compress::GradientExchange of its own
+// (error feedback, encoding and the first collectives start in the backward pass;
+// the allgathers, PowerSGD's second round and decoding after it, bucket by bucket).
+// Collectives are issued in the same order on every rank: the buckets' launch order.
+// The bucket exchanges share one PowerSGD RandomState (drawn from bucket by bucket, as
+// PyTorch's PowerSGD hook does), and each tensor's random streams are keyed by its
+// place among all compressed parameters, so that how the buckets split the model
+// changes no random number but PowerSGD's Q.
 //
 // A level change keeps each parameter's error-feedback memory and resets its
 // compressor state (compress::GradientExchange::set_levels). A parameter that
 // changes to none sends its memory once, in its next bucket, and then keeps none.
+// When the set of compressed parameters changes, the compressed buckets are made
+// anew and each parameter's state follows it by name.
 #pragma once
 
 #include "compress/exchange.hpp"
@@ -21,8 +26,10 @@
 #include "train/trainer.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace acc::dist {
@@ -34,7 +41,7 @@ struct ExchangeSetup {
     compress::ExchangeOptions compression;
 };
 
-class DistExchange final : public train::GradientSync {
+class DistExchange final : public train::GradientSync, private BucketExchange {
 public:
     /// `parameters` (the model's, in model order) described by `description`;
     /// `levels` (one per parameter) for the first epoch. Collective.
@@ -67,18 +74,29 @@ public:
     const BucketReducer& reducer() const { return *reducer_; }
 
 private:
+    using StateEntries = std::vector<std::pair<std::string, at::Tensor>>;
+    void start(size_t bucket, const std::vector<torch::Tensor>& gradients) override;
+    void finish(size_t bucket) override;
+    void route(const std::vector<compress::Spec>& levels);
+    void make_exchanges(const std::vector<compress::Spec>& initial, const std::vector<compress::Spec>& target,
+                        std::map<size_t, StateEntries> state, const StateEntries& shared);
     void rebuild(const std::vector<compress::Spec>& levels);
+    /// A bucket's parameters in model order (the order its exchange takes them).
+    std::vector<size_t> members_of(size_t bucket) const;
+    bool any_exchange() const;
 
     std::vector<torch::Tensor> parameters_;
     std::vector<io::Parameter> description_;
     std::unique_ptr<comm::Collectives> staged_;  // host tensors over a device backend (NCCL)
-    comm::Collectives& comm_;                    // what the compressed exchange talks to
+    comm::Collectives& comm_;                    // what the compressed buckets' exchanges talk to
     ExchangeSetup setup_;
     std::vector<compress::Spec> levels_;
-    std::vector<size_t> compressed_;  // parameters in the compressed exchange, in model order
+    std::vector<size_t> compressed_;  // parameters at a compressed level, in model order
     std::unique_ptr<BucketReducer> reducer_;
-    std::unique_ptr<compress::GradientExchange> compress_;
-    train::TensorMap carried_;  // the compressed exchange's own state while there is none
+    // Per bucket of the reducer: the exchange of a compressed bucket (null for allreduce
+    // buckets). Declared after the reducer: destroyed before it.
+    std::vector<std::unique_ptr<compress::GradientExchange>> exchanges_;
+    train::TensorMap carried_;  // the exchanges' own entries ("exchange/...") while there is none
     std::int64_t epoch_ = 0;
     std::int64_t steps_ = 0;  // steps exchanged: the compressed exchange's step counter, kept while there is none
     ExchangeTotals totals_;

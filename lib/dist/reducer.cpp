@@ -3,6 +3,7 @@
 #include "base/error.hpp"
 
 #include <chrono>
+#include <map>
 
 namespace acc::dist {
 namespace {
@@ -14,12 +15,13 @@ double since(Clock::time_point start) { return std::chrono::duration<double>(Clo
 }  // namespace
 
 BucketReducer::BucketReducer(std::vector<torch::Tensor> parameters, comm::Collectives& comm, torch::Device device,
-                             BucketOptions options)
+                             BucketOptions options, BucketExchange* exchange)
     : parameters_(std::move(parameters)),
       comm_(comm),
       device_(device),
       options_(options),
-      members_(parameters_.size(), false),
+      exchange_(exchange),
+      routes_(parameters_.size(), Route::outside),
       bucket_of_(parameters_.size(), 0),
       offset_of_(parameters_.size(), 0),
       leftovers_(parameters_.size()),
@@ -44,37 +46,62 @@ BucketReducer::~BucketReducer() {
 }
 
 void BucketReducer::set_members(const std::vector<bool>& members) {
-    if (members.size() != parameters_.size())
-        throw Error("internal error: bucket members for " + std::to_string(members.size()) + " of " +
+    std::vector<Route> routes;
+    for (bool m : members) routes.push_back(m ? Route::allreduce : Route::outside);
+    set_routes(routes);
+}
+
+void BucketReducer::set_routes(const std::vector<Route>& routes) {
+    if (routes.size() != parameters_.size())
+        throw Error("internal error: bucket routes for " + std::to_string(routes.size()) + " of " +
                     std::to_string(parameters_.size()) + " parameters");
-    if (armed_ || next_launch_ != 0) throw Error("internal error: bucket members changed during a step");
-    if (members == members_ && !buckets_.empty()) return;
-    members_ = members;
-    buckets_.clear();
-    buffers_.clear();
-    std::int64_t filled = 0;
-    for (size_t k = parameters_.size(); k-- > 0;) {
-        if (!members_[k]) continue;
-        if (buckets_.empty() || filled >= (buckets_.size() == 1 ? options_.first_bucket_bytes : options_.bucket_bytes)) {
-            buckets_.emplace_back();
-            filled = 0;
-        }
-        bucket_of_[k] = buckets_.size() - 1;
-        offset_of_[k] = filled / 4;
-        buckets_.back().push_back(k);
-        filled += 4 * parameters_[k].numel();
+    if (armed_ || next_launch_ != 0) throw Error("internal error: bucket routes changed during a step");
+    if (routes == routes_ && !buckets_.empty()) return;
+    for (size_t k = 0; k < routes.size(); ++k) {
+        if (routes[k] == Route::compressed && !exchange_)
+            throw Error("internal error: a compressed bucket without an exchange");
+        if (routes[k] != Route::allreduce && leftovers_[k].defined())
+            throw Error("internal error: parameter " + std::to_string(k) + " left the allreduce with values to send");
     }
-    for (const auto& bucket : buckets_) {
+    routes_ = routes;
+    buckets_.clear();
+    bucket_routes_.clear();
+    buffers_.clear();
+    // Each route fills its own open bucket; a bucket's place in the launch order is
+    // where its first (last in model order) parameter comes.
+    struct Open {
+        size_t bucket = 0;
+        std::int64_t filled = 0;
+        size_t closed = 0;  // buckets of this route before the open one
+        bool any = false;
+    };
+    std::map<Route, Open> open;
+    for (size_t k = parameters_.size(); k-- > 0;) {
+        if (routes_[k] == Route::outside) continue;
+        Open& o = open[routes_[k]];
+        if (!o.any || o.filled >= (o.closed == 0 ? options_.first_bucket_bytes : options_.bucket_bytes)) {
+            if (o.any) ++o.closed;
+            o.any = true;
+            o.bucket = buckets_.size();
+            o.filled = 0;
+            buckets_.emplace_back();
+            bucket_routes_.push_back(routes_[k]);
+        }
+        bucket_of_[k] = o.bucket;
+        offset_of_[k] = o.filled / 4;
+        buckets_[o.bucket].push_back(k);
+        o.filled += 4 * parameters_[k].numel();
+    }
+    for (size_t b = 0; b < buckets_.size(); ++b) {
         std::int64_t n = 0;
-        for (size_t k : bucket) n += parameters_[k].numel();
-        buffers_.push_back(torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat32).device(device_)));
+        for (size_t k : buckets_[b]) n += parameters_[k].numel();
+        // Compressed buckets stay where the gradients are: the exchange decides where its collectives run.
+        const torch::Device on = bucket_routes_[b] == Route::compressed ? parameters_[buckets_[b].front()].device() : device_;
+        buffers_.push_back(torch::zeros({n}, torch::TensorOptions().dtype(torch::kFloat32).device(on)));
     }
     pending_.assign(buckets_.size(), 0);
     works_.clear();
     works_.resize(buckets_.size());
-    for (size_t k = 0; k < parameters_.size(); ++k)
-        if (!members_[k] && leftovers_[k].defined())
-            throw Error("internal error: parameter " + std::to_string(k) + " left the buckets with values to send");
 }
 
 void BucketReducer::add_leftover(size_t parameter, torch::Tensor values) {
@@ -102,7 +129,7 @@ void BucketReducer::arm(bool accumulated) {
 }
 
 void BucketReducer::on_gradient(size_t parameter, const torch::Tensor& gradient) {
-    if (!armed_ || !members_[parameter] || ready_[parameter] || error_) return;
+    if (!armed_ || routes_[parameter] == Route::outside || ready_[parameter] || error_) return;
     // An exception must not unwind through autograd's engine (it would come back
     // reworded); keep it for launch_rest, which runs right after the backward pass.
     try {
@@ -121,7 +148,7 @@ void BucketReducer::fill(size_t k, const torch::Tensor& gradient, const torch::T
     torch::Tensor slot = buffers_[bucket_of_[k]].narrow(0, offset_of_[k], n);
     torch::Tensor g = gradient.reshape({-1});
     if (earlier.defined())
-        torch::add_out(slot, earlier.reshape({-1}).to(device_), g.to(device_));
+        torch::add_out(slot, earlier.reshape({-1}).to(slot.device()), g.to(slot.device()));
     else
         slot.copy_(g);
     if (leftovers_[k].defined()) {
@@ -135,14 +162,26 @@ void BucketReducer::fill(size_t k, const torch::Tensor& gradient, const torch::T
 
 void BucketReducer::launch_ready() {
     while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
-        const auto t0 = Clock::now();
-        works_[next_launch_] = comm_.allreduce_async(buffers_[next_launch_], comm::ReduceOp::sum);
-        stats_.communication_seconds += since(t0);
-        stats_.bytes += static_cast<std::int64_t>(buffers_[next_launch_].nbytes());
-        stats_.collectives += 1;
+        launch(next_launch_);
         if (armed_) stats_.early_launches += 1;
         ++next_launch_;
     }
+}
+
+void BucketReducer::launch(size_t b) {
+    if (bucket_routes_[b] == Route::compressed) {
+        torch::NoGradGuard no_grad;  // inside autograd's hook: nothing here is differentiated
+        std::vector<torch::Tensor> views;
+        for (auto it = buckets_[b].rbegin(); it != buckets_[b].rend(); ++it)
+            views.push_back(buffers_[b].narrow(0, offset_of_[*it], parameters_[*it].numel()).view(parameters_[*it].sizes()));
+        exchange_->start(b, views);
+        return;
+    }
+    const auto t0 = Clock::now();
+    works_[b] = comm_.allreduce_async(buffers_[b], comm::ReduceOp::sum);
+    stats_.communication_seconds += since(t0);
+    stats_.bytes += static_cast<std::int64_t>(buffers_[b].nbytes());
+    stats_.collectives += 1;
 }
 
 void BucketReducer::launch_rest(const std::vector<torch::Tensor>& gradients) {
@@ -159,7 +198,7 @@ void BucketReducer::launch_rest(const std::vector<torch::Tensor>& gradients) {
         next_launch_ = 0;
     }
     for (size_t k = 0; k < parameters_.size(); ++k)
-        if (members_[k] && !ready_[k]) fill(k, gradients.at(k), torch::Tensor());
+        if (routes_[k] != Route::outside && !ready_[k]) fill(k, gradients.at(k), torch::Tensor());
     launch_ready();
 }
 
@@ -168,12 +207,16 @@ void BucketReducer::finish(std::vector<torch::Tensor>& gradients) {
     torch::NoGradGuard no_grad;
     const float world = static_cast<float>(comm_.world_size());
     for (size_t b = 0; b < buckets_.size(); ++b) {
-        const auto t0 = Clock::now();
-        works_[b]->wait();
-        works_[b].reset();
-        stats_.communication_seconds += since(t0);
+        if (bucket_routes_[b] == Route::compressed) {
+            exchange_->finish(b);
+        } else {
+            const auto t0 = Clock::now();
+            works_[b]->wait();
+            works_[b].reset();
+            stats_.communication_seconds += since(t0);
+        }
         const auto t1 = Clock::now();
-        buffers_[b].div_(world);
+        if (bucket_routes_[b] == Route::allreduce) buffers_[b].div_(world);
         for (size_t k : buckets_[b]) {
             torch::Tensor average =
                 buffers_[b].narrow(0, offset_of_[k], parameters_[k].numel()).view(parameters_[k].sizes());

@@ -20,6 +20,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -121,6 +122,21 @@ TEST(Buckets, ReverseOrderWithASmallFirstBucket) {
     BucketReducer standard(params, group.rank(0), torch::kCPU);
     standard.set_members(std::vector<bool>(7, true));
     EXPECT_EQ(standard.buckets().size(), 1u);
+
+    // Each route fills buckets of its own; both go out in the order their first
+    // parameters come in the backward pass.
+    struct Nothing : BucketExchange {
+        void start(size_t, const std::vector<torch::Tensor>&) override {}
+        void finish(size_t) override {}
+    } nothing;
+    BucketReducer mixed(params, group.rank(0), torch::kCPU, options, &nothing);
+    const Route a = Route::allreduce, c = Route::compressed;
+    mixed.set_routes({a, c, a, c, c, a, a});
+    // Allreduce: {6} reaches 400 >= 300, {5, 2, 0}. Compressed: {4} reaches 700 >= 300, {3, 1}.
+    EXPECT_EQ(mixed.buckets(), (std::vector<std::vector<size_t>>{{6}, {5, 2, 0}, {4}, {3, 1}}));
+    EXPECT_EQ(mixed.bucket_routes(), (std::vector<Route>{a, a, c, c}));
+    EXPECT_EQ(error_of([&] { reducer.set_routes({a, c, a, a, a, a, a}); }),
+              "internal error: a compressed bucket without an exchange");
 }
 
 TEST(Buckets, AverageOverRanksLaunchedDuringBackward) {
@@ -207,9 +223,7 @@ TEST(Exchange, MatchesTheCompressExchangeThroughLevelChanges) {
     std::vector<std::vector<std::vector<torch::Tensor>>> ours(world), reference(world);
     thread_ranks(world, [&](int rank, Collectives& comm) {
         Net a(9), b(9);
-        ExchangeSetup setup;
-        setup.buckets.first_bucket_bytes = 40;
-        setup.buckets.bucket_bytes = 100;
+        ExchangeSetup setup;  // DDP's bucket sizes: one bucket per route, PowerSGD draws as one exchange does
         setup.compression.seed = 3;
         DistExchange exchange(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(epochs[0]));
         const std::vector<acc::io::Parameter> infos = b.description();
@@ -249,6 +263,110 @@ TEST(Exchange, MatchesTheCompressExchangeThroughLevelChanges) {
             EXPECT_TRUE(torch::allclose(ours[0][s][p], reference[0][s][p], 1e-5, 1e-6))
                 << "step " << s << ", parameter " << p << ": " << ours[0][s][p] << " vs " << reference[0][s][p];
         }
+}
+
+// Small buckets: every compressed bucket starts while autograd still runs, and each
+// tensor draws the random numbers it draws in one exchange over the whole model
+// (its streams are keyed by its place among all compressed parameters), so the
+// averages equal that exchange's.
+TEST(Exchange, CompressedBucketsStartDuringTheBackwardPass) {
+    const std::vector<std::string> levels = {"randomk:0.5", "none", "topk:0.3", "none", "qsgd:16", "fp16"};
+    const int world = 2;
+    std::mutex mutex;
+    std::vector<std::vector<std::vector<torch::Tensor>>> ours(world), reference(world), compared(world);
+    std::vector<std::int64_t> early(world), buckets(world), compressed(world);
+    thread_ranks(world, [&](int rank, Collectives& comm) {
+        Net a(6), b(6);
+        ExchangeSetup setup;
+        setup.buckets.first_bucket_bytes = 40;
+        setup.buckets.bucket_bytes = 100;
+        setup.compression.seed = 5;
+        DistExchange exchange(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(levels));
+        // The reference: one exchange over the compressed parameters, in model order.
+        const std::vector<size_t> compressed_parameters = {0, 2, 4, 5};
+        std::vector<acc::io::Parameter> infos;
+        std::vector<std::string> compressed_levels;
+        for (size_t i : compressed_parameters) {
+            infos.push_back(b.description()[i]);
+            compressed_levels.push_back(levels[i]);
+        }
+        acc::compress::GradientExchange plain(infos, specs_of(compressed_levels), comm, setup.compression);
+        buckets[rank] = static_cast<std::int64_t>(exchange.reducer().buckets().size());
+        compressed[rank] = std::count(exchange.reducer().bucket_routes().begin(),
+                                      exchange.reducer().bucket_routes().end(), Route::compressed);
+        for (std::int64_t step = 0; step < 3; ++step) {
+            a.zero_grad();
+            exchange.before_backward({}, false);
+            a.loss(rank, step).backward();
+            std::vector<torch::Tensor> ga = a.grads();
+            exchange.exchange(ga, {});
+            b.zero_grad();
+            b.loss(rank, step).backward();
+            std::vector<torch::Tensor> gb;
+            for (size_t i : compressed_parameters) gb.push_back(b.parameters[i].grad());
+            plain.step(gb);
+            std::vector<torch::Tensor> gc;
+            for (size_t i : compressed_parameters) gc.push_back(ga[i]);
+            std::lock_guard<std::mutex> lock(mutex);
+            ours[rank].push_back(clones(ga));
+            reference[rank].push_back(clones(gb));
+            compared[rank].push_back(clones(gc));
+        }
+        early[rank] = exchange.take_totals().early_launches;
+    });
+    // From the last parameter: {fp16 4.bias, qsgd 4.weight} reaches 156 >= 40 bytes, then topk, then randomk.
+    EXPECT_EQ(compressed[0], 3);
+    EXPECT_EQ(early[0], 3 * buckets[0]);
+    for (size_t s = 0; s < ours[0].size(); ++s) {
+        for (size_t p = 0; p < ours[0][s].size(); ++p)
+            EXPECT_TRUE(torch::equal(ours[0][s][p], ours[1][s][p])) << "step " << s << ", parameter " << p;
+        for (size_t j = 0; j < compared[0][s].size(); ++j)
+            EXPECT_TRUE(torch::allclose(compared[0][s][j], reference[0][s][j], 1e-5, 1e-6))
+                << "step " << s << ", compressed parameter " << j << ": " << compared[0][s][j] << " vs "
+                << reference[0][s][j];
+    }
+}
+
+// PowerSGD and DGC over several buckets: the buckets share one RandomState, and a
+// resumed exchange (state through a checkpoint's bytes) continues bit for bit,
+// through a change of the compressed set.
+TEST(Exchange, BucketsResumeBitForBit) {
+    const std::vector<std::string> first_levels = {"powersgd:2", "none", "dgc:0.3", "none", "powersgd:1", "none"};
+    const std::vector<std::string> later_levels = {"powersgd:1", "none", "none", "none", "powersgd:2", "topk:0.5"};
+    thread_ranks(2, [&](int rank, Collectives& comm) {
+        ExchangeSetup setup;
+        setup.buckets.first_bucket_bytes = 40;
+        setup.buckets.bucket_bytes = 100;
+        setup.compression.seed = 7;
+        setup.compression.warm_start = false;  // a new Q every step: the shared RandomState matters
+        Net a(3), b(3);
+        DistExchange first(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(first_levels));
+        EXPECT_GT(std::count(first.reducer().bucket_routes().begin(), first.reducer().bucket_routes().end(),
+                             Route::compressed),
+                  2);
+        auto run = [&](Net& net, DistExchange& exchange, std::int64_t step) {
+            net.zero_grad();
+            exchange.before_backward({}, false);
+            net.loss(rank, step).backward();
+            std::vector<torch::Tensor> g = net.grads();
+            exchange.exchange(g, {});
+            return clones(g);
+        };
+        for (std::int64_t step = 0; step < 2; ++step) run(a, first, step);
+        acc::train::TensorMap state = unpack(pack(first.state()));
+        EXPECT_TRUE(state.count("exchange/powersgd_rng"));
+        EXPECT_TRUE(state.count("2.weight/dgc_momentum"));
+        DistExchange second(b.parameters, b.description(), comm, torch::kCPU, setup, specs_of(first_levels));
+        second.load_state(state);
+        for (std::int64_t step = 2; step < 6; ++step) {
+            if (step == 4) {
+                first.set_levels(specs_of(later_levels));
+                second.set_levels(specs_of(later_levels));
+            }
+            const auto ga = run(a, first, step), gb = run(b, second, step);
+            for (size_t p = 0; p < ga.size(); ++p) EXPECT_TRUE(torch::equal(ga[p], gb[p])) << "step " << step << ", " << p;
+        }
+    });
 }
 
 TEST(Exchange, StateRoundTripsAndCountsBytes) {
