@@ -58,9 +58,31 @@ void GradientExchange::Impl::settle_memory(Slot& s) {
     }
 }
 
+// Whether the fp32 sum channel can be allreduced where the gradients are: every tensor
+// in it sent as it is (no error feedback, no memory to add), and the tensors, in the
+// channel's order, back to back in one host buffer, as a DDP bucket's gradients are.
+// That saves copying them into the channel's buffer and back.
+bool GradientExchange::Impl::sums_in_place() const {
+    const float* next = nullptr;
+    const c10::StorageImpl* storage = nullptr;
+    for (const Slot& s : slots) {
+        if (s.codec->channel() != Channel::fp32_sum) continue;
+        if (s.error_feedback || s.memory_used || s.staged.defined() || s.n == 0) return false;
+        const c10::StorageImpl* own = s.original.storage().unsafeGetStorageImpl();
+        if (storage && (s.grad != next || own != storage)) return false;
+        storage = own;
+        next = s.grad + s.n;
+    }
+    return storage != nullptr;
+}
+
 void GradientExchange::Impl::encode_slot(size_t i, Slot& s) {
     TensorCodec& codec = *s.codec;
     if (codec.channel() == Channel::low_rank) return;  // both rounds run over all matrices together
+    if (codec.channel() == Channel::fp32_sum && sum_in_place.defined()) {
+        if (options.check_finite && !k::all_finite(s.grad, s.n)) not_finite(s);
+        return;
+    }
     if (!s.t_in_memory && options.check_finite && !codec.checks_finite() && !k::all_finite(s.t, s.n))
         not_finite(s);
     at::Tensor& b = channel_buffer(codec.channel());
@@ -74,6 +96,18 @@ void GradientExchange::Impl::start_host(const std::vector<at::Tensor>& grads) {
     bind(grads);
     if (layout_dirty) layout();
     current = StepStats();
+    sum_in_place = at::Tensor();
+    if (sums_in_place()) {
+        std::int64_t n = 0;
+        const Slot* first = nullptr;
+        for (const Slot& s : slots)
+            if (s.codec->channel() == Channel::fp32_sum) {
+                if (!first) first = &s;
+                n += s.n;
+            }
+        // A view of the first gradient's storage: the gradients (s.original) keep it alive.
+        sum_in_place = first->original.detach().view({-1}).as_strided({n}, {1});
+    }
     auto t0 = Clock::now();
     for (size_t i = 0; i < slots.size(); ++i) {
         Slot& s = slots[i];
@@ -82,7 +116,9 @@ void GradientExchange::Impl::start_host(const std::vector<at::Tensor>& grads) {
     }
     if (!powersgd_order.empty()) powersgd_first_round();
     current.encode_seconds += seconds_since(t0);
-    for (Channel c : kSumChannels) sum_work[static_cast<size_t>(c)] = launch(channel_buffer(c));
+    for (Channel c : kSumChannels)
+        sum_work[static_cast<size_t>(c)] =
+            launch(c == Channel::fp32_sum && sum_in_place.defined() ? sum_in_place : channel_buffer(c));
     p_work = launch(p);
     in_flight = true;
 }
@@ -131,11 +167,16 @@ void GradientExchange::Impl::decode_dense(int W) {
     for (auto& s : slots) {
         const Channel c = s.codec->channel();
         if (c == Channel::low_rank || c == Channel::gather) continue;
+        if (c == Channel::fp32_sum && sum_in_place.defined()) {
+            k::divide(s.grad, s.n, static_cast<float>(W), s.grad);  // the sum is already there
+            continue;
+        }
         at::Tensor& b = channel_buffer(c);
         const std::uint8_t* sum = b.defined() ? static_cast<const std::uint8_t*>(b.data_ptr()) + s.offset : nullptr;
         s.codec->decode_sum(sum, W, s.grad, s.error_feedback ? s.memory.data() : nullptr);
         settle_memory(s);
     }
+    sum_in_place = at::Tensor();
     current.decode_seconds += seconds_since(t0);
 }
 

@@ -120,6 +120,9 @@ struct GradientExchange::Impl {
     std::unique_ptr<comm::Work> p_work, q_work;
     bool in_flight = false;
     std::vector<float> qt;  // scratch: one Q transposed
+    // Host path: the fp32 sum channel's allreduce runs on the gradients themselves when
+    // they lie back to back in one buffer (a DDP bucket) and nothing is added to them.
+    at::Tensor sum_in_place;
 
     StepStats current, last, total;
     DeviceTimer timer;  // the device path's encode and decode times
@@ -156,6 +159,7 @@ struct GradientExchange::Impl {
 
     // exchange_host.cpp
     void bind(const std::vector<at::Tensor>& grads);
+    bool sums_in_place() const;
     float* memory_of(Slot& s);
     bool compensate(Slot& s);
     void settle_memory(Slot& s);

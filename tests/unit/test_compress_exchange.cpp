@@ -423,6 +423,54 @@ TEST_P(ExchangeRanks, OverlappedStepsGiveTheSameResult) {
         for (size_t i = 0; i < serial[part].size(); ++i) EXPECT_TRUE(serial[part][i].equal(overlapped[part][i]));
 }
 
+// A DDP bucket's gradients are views of one flat buffer. Where every uncompressed tensor
+// lies back to back in it, the exchange sums them where they are instead of copying:
+// the same averages bit for bit, the same bytes counted, a NaN still refused by name.
+TEST_P(ExchangeRanks, SumsABucketsGradientsWhereTheyLie) {
+    auto tensors = conv_matrix_vectors_scalar();
+    for (const std::string& text : {"none", "powersgd:2", "topk:0.5"}) {
+        std::vector<std::vector<at::Tensor>> apart(3), together(3);
+        std::vector<std::int64_t> bytes_apart(3), bytes_together(3);
+        for (bool bucket : {false, true})
+            run(3, [&](int rank, Collectives& comm) {
+                GradientExchange x(tensors, all_levels(text), comm);
+                std::vector<at::Tensor> g = gradients(tensors, rank, 0);
+                at::Tensor flat;
+                if (bucket) {
+                    std::vector<at::Tensor> parts;
+                    for (auto& t : g) parts.push_back(t.reshape({-1}));
+                    flat = at::cat(parts);
+                    std::int64_t at_offset = 0;
+                    for (size_t i = 0; i < g.size(); ++i) {
+                        g[i] = flat.narrow(0, at_offset, g[i].numel()).view(tensors[i].shape);
+                        at_offset += g[i].numel();
+                    }
+                }
+                x.step(g);
+                (bucket ? together : apart)[rank] = clones(g);
+                (bucket ? bytes_together : bytes_apart)[rank] = x.last_step().bytes;
+                if (bucket && text == "none") {
+                    // The views still share the bucket, which holds the averages.
+                    EXPECT_EQ(g[1].data_ptr<float>(), flat.data_ptr<float>() + 16 * 8 * 3 * 3);
+                    g[3][2] = std::numeric_limits<float>::quiet_NaN();
+                    try {
+                        x.step(g);
+                        ADD_FAILURE() << "NaN accepted";
+                    } catch (const acc::Error& e) {
+                        EXPECT_NE(std::string(e.what()).find("fc.bias: gradient holds NaN or infinity at step 1"),
+                                  std::string::npos)
+                            << e.what();
+                    }
+                }
+            });
+        for (int r = 0; r < 3; ++r) {
+            EXPECT_EQ(bytes_together[r], bytes_apart[r]) << text;
+            for (size_t i = 0; i < tensors.size(); ++i)
+                EXPECT_TRUE(together[r][i].equal(apart[r][i])) << text << ", rank " << r << ", " << tensors[i].name;
+        }
+    }
+}
+
 TEST_P(ExchangeRanks, StagesGradientsThatAreNotContiguous) {
     run(2, [&](int rank, Collectives& comm) {
         std::vector<TensorInfo> tensors = {{"w", {6, 4}}};
