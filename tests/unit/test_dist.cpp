@@ -77,6 +77,16 @@ struct Net {
     std::vector<torch::Tensor> parameters;
 };
 
+// One step of `net` through `exchange`, its bucket hooks armed: the averaged gradients.
+std::vector<torch::Tensor> exchanged(Net& net, DistExchange& exchange, std::int64_t rank, std::int64_t step) {
+    net.zero_grad();
+    exchange.before_backward({}, false);
+    net.loss(rank, step).backward();
+    std::vector<torch::Tensor> g = net.grads();
+    exchange.exchange(g, {});
+    return g;
+}
+
 // Synthetic one-channel side x side images in `classes` classes.
 std::unique_ptr<acc::train::Dataset> tiny_data(std::int64_t side, std::int64_t classes, std::int64_t train,
                                                std::int64_t test, std::uint64_t seed) {
@@ -239,11 +249,7 @@ TEST(Exchange, MatchesTheCompressExchangeThroughLevelChanges) {
             plain.set_levels(specs);
             plain.set_epoch(static_cast<std::int64_t>(e));
             for (int s = 0; s < 2; ++s, ++step) {
-                a.zero_grad();
-                exchange.before_backward({}, false);
-                a.loss(rank, step).backward();
-                std::vector<torch::Tensor> ga = a.grads();
-                exchange.exchange(ga, {});
+                std::vector<torch::Tensor> ga = exchanged(a, exchange, rank, step);
                 b.zero_grad();
                 b.loss(rank, step).backward();
                 std::vector<torch::Tensor> gb = b.grads();
@@ -295,11 +301,7 @@ TEST(Exchange, CompressedBucketsStartDuringTheBackwardPass) {
         compressed[rank] = std::count(exchange.reducer().bucket_routes().begin(),
                                       exchange.reducer().bucket_routes().end(), Route::compressed);
         for (std::int64_t step = 0; step < 3; ++step) {
-            a.zero_grad();
-            exchange.before_backward({}, false);
-            a.loss(rank, step).backward();
-            std::vector<torch::Tensor> ga = a.grads();
-            exchange.exchange(ga, {});
+            std::vector<torch::Tensor> ga = exchanged(a, exchange, rank, step);
             b.zero_grad();
             b.loss(rank, step).backward();
             std::vector<torch::Tensor> gb;
@@ -344,15 +346,7 @@ TEST(Exchange, BucketsResumeBitForBit) {
         EXPECT_GT(std::count(first.reducer().bucket_routes().begin(), first.reducer().bucket_routes().end(),
                              Route::compressed),
                   2);
-        auto run = [&](Net& net, DistExchange& exchange, std::int64_t step) {
-            net.zero_grad();
-            exchange.before_backward({}, false);
-            net.loss(rank, step).backward();
-            std::vector<torch::Tensor> g = net.grads();
-            exchange.exchange(g, {});
-            return clones(g);
-        };
-        for (std::int64_t step = 0; step < 2; ++step) run(a, first, step);
+        for (std::int64_t step = 0; step < 2; ++step) exchanged(a, first, rank, step);
         acc::train::TensorMap state = unpack(pack(first.state()));
         EXPECT_TRUE(state.count("exchange/powersgd_rng"));
         EXPECT_TRUE(state.count("2.weight/dgc_momentum"));
@@ -363,7 +357,7 @@ TEST(Exchange, BucketsResumeBitForBit) {
                 first.set_levels(specs_of(later_levels));
                 second.set_levels(specs_of(later_levels));
             }
-            const auto ga = run(a, first, step), gb = run(b, second, step);
+            const auto ga = clones(exchanged(a, first, rank, step)), gb = clones(exchanged(b, second, rank, step));
             for (size_t p = 0; p < ga.size(); ++p) EXPECT_TRUE(torch::equal(ga[p], gb[p])) << "step " << step << ", " << p;
         }
     });
