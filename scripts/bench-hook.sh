@@ -11,7 +11,9 @@
 # (scripts/shaped-link.sh), one rank in each: the speed-up of powersgd:2 over
 # uncompressed training, through the hook (DDP as it comes / the hook at
 # powersgd:2, SHAPED_STEPS timed steps, default 3) and through train-dist (its
-# second epoch's step time, 3 steps an epoch, uncompressed / powersgd:2).
+# second epoch's step time, SHAPED_STEPS steps an epoch, uncompressed / powersgd:2).
+# The four runs alternate, SHAPED_REPS times (default 3): a compressed step on the
+# link varies by 10-15% from run to run, so the speed-ups are of the medians.
 #   goal: the hook's speed-up within 10% of train-dist's
 # SHAPED=0 skips the link, LOOPBACK=0 the runs over loopback.
 #
@@ -31,6 +33,7 @@ reps=${REPS:-3}
 steps=${STEPS:-8}
 work=$(mktemp -d)
 shaped_steps=${SHAPED_STEPS:-3}
+shaped_reps=${SHAPED_REPS:-3}
 source scripts/shaped-link.sh
 # On every exit: no rank left running, the namespaces (and their veth pair) gone.
 trap 'kill -KILL $(jobs -p) 2>/dev/null || true; shaped_link_down; rm -rf "$work"' EXIT
@@ -72,13 +75,13 @@ if ! shaped_link_up 100mbit; then
     exit 0
 fi
 
-# ddp_shaped HOOK: rank 0's JSON line, a rank in each namespace (Gloo on the veth ends).
+# ddp_shaped HOOK REP: rank 0's JSON line, a rank in each namespace (Gloo on the veth ends).
 ddp_shaped() {
     local side pids=()
     for side in 1 0; do
         ip netns exec "${SHAPED_NS[$side]}" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME="${SHAPED_TAG}$side" \
             "$python" scripts/bench_train_dist_ddp.py --hook "$1" --rank "$side" --master-addr "${SHAPED_ADDR[0]}" \
-            --port 29541 --steps "$shaped_steps" --warmup 3 --rank-k 2 >"$work/shaped-$1.$side" 2>"$work/err.$side" &
+            --port 29541 --steps "$shaped_steps" --warmup 3 --rank-k 2 >"$work/shaped-$1-$2.$side" 2>"$work/err.$side" &
         pids+=($!)
     done
     for side in 0 1; do
@@ -89,31 +92,39 @@ ddp_shaped() {
         }
     done
 }
-for hook in none accordion-powersgd; do
-    echo "bench-hook.sh: shaped link: $hook" >&2
-    ddp_shaped "$hook"
-done
 model=(--model resnet18 --dataset synthetic --train-samples $((shaped_steps * 64)) --test-samples 64 --eval-every 0
        --batch-size 32 --epochs 2 --threads 1 --timeout 120 -q)
-for spec in none powersgd:2; do
-    echo "bench-hook.sh: shaped link: train-dist $spec" >&2
-    shaped_ranks "$bin/train-dist" "${model[@]}" --compress "$spec" --metrics "$work/td-$spec.h5" --checkpoint-dir "$work"
+for ((r = 1; r <= shaped_reps; r++)); do
+    for hook in none accordion-powersgd; do
+        echo "bench-hook.sh: shaped link, run $r of $shaped_reps: $hook" >&2
+        ddp_shaped "$hook" "$r"
+    done
+    for spec in none powersgd:2; do
+        echo "bench-hook.sh: shaped link, run $r of $shaped_reps: train-dist $spec" >&2
+        shaped_ranks "$bin/train-dist" "${model[@]}" --compress "$spec" --metrics "$work/td-$spec-$r.h5" \
+            --checkpoint-dir "$work"
+    done
 done
-"$python" - "$work" <<'PY'
-import json, sys, h5py
-work = sys.argv[1]
-def ddp(hook):
-    return json.loads(open(f"{work}/shaped-{hook}.0").readline())["median"]
-def train_dist(spec):
-    with h5py.File(f"{work}/td-{spec}.h5", "r") as f:
+"$python" - "$work" "$shaped_reps" <<'PY'
+import json, statistics, sys, h5py
+work, reps = sys.argv[1], int(sys.argv[2])
+def ddp(hook, r):
+    return json.loads(open(f"{work}/shaped-{hook}-{r}.0").readline())["median"]
+def train_dist(spec, r):
+    with h5py.File(f"{work}/td-{spec}-{r}.h5", "r") as f:
         return f["epochs/seconds"][1] / f["epochs/steps"][1]
-hook = ddp("none") / ddp("accordion-powersgd")
-ours = train_dist("none") / train_dist("powersgd:2")
-print("100 Mbit/s link (tc tbf) between two network namespaces, one rank in each:")
-print(f"  DDP as it comes {ddp('none'):.3f} s, the hook at powersgd:2 {ddp('accordion-powersgd'):.3f} s per step: "
-      f"{hook:.2f}x")
-print(f"  train-dist uncompressed {train_dist('none'):.3f} s, powersgd:2 {train_dist('powersgd:2'):.3f} s per step: "
-      f"{ours:.2f}x")
+runs = range(1, reps + 1)
+sides = {"ddp": [ddp("none", r) for r in runs], "hook": [ddp("accordion-powersgd", r) for r in runs],
+         "dense": [train_dist("none", r) for r in runs], "ours": [train_dist("powersgd:2", r) for r in runs]}
+m = {k: statistics.median(v) for k, v in sides.items()}
+hook, ours = m["ddp"] / m["hook"], m["dense"] / m["ours"]
+print(f"100 Mbit/s link (tc tbf) between two network namespaces, one rank in each; medians of {reps} runs:")
+print(f"  DDP as it comes {m['ddp']:.3f} s, the hook at powersgd:2 {m['hook']:.3f} s per step: {hook:.2f}x")
+print(f"  train-dist uncompressed {m['dense']:.3f} s, powersgd:2 {m['ours']:.3f} s per step: {ours:.2f}x")
+for r in runs:
+    i = r - 1
+    h, o = sides["ddp"][i] / sides["hook"][i], sides["dense"][i] / sides["ours"][i]
+    print(f"  run {r}: the hook {h:.2f}x, train-dist {o:.2f}x")
 print(f"  the hook's speed-up / train-dist's: {hook / ours:.3f} (goal within 10%: "
       f"{'met' if abs(hook / ours - 1) <= 0.10 else 'not met'})")
 PY
