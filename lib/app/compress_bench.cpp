@@ -9,9 +9,9 @@
 #include "cli/json.hpp"
 #include "cli/tool.hpp"
 #include "cli/progress.hpp"
-#include "compress/exchange.hpp"
 #include "compress/loopback.hpp"
 #include "compress/shapes.hpp"
+#include "exchange/gradient_exchange.hpp"
 #include "io/bench.hpp"
 #include "io/comm_profile.hpp"
 #include "io/grads.hpp"
@@ -449,7 +449,7 @@ private:
                              std::vector<at::Tensor>& work) {
         const Input& in = inputs_[input];
         LoopbackCollectives comm(static_cast<int>(w));
-        GradientExchange x(tensors_, levels, comm, options_);
+        exchange::GradientExchange x(tensors_, levels, comm, options_);
         copy_into(in, work);
         x.step(work);
         const Quality q = quality_of(in, on_host(work));
@@ -597,7 +597,7 @@ private:
     std::optional<io::ComputeProfile> profiled_compute_;
     perf::Compute compute_;
     double memcpy_bandwidth_ = 0;
-    ExchangeOptions options_;
+    exchange::ExchangeOptions options_;
     at::Device device_ = at::kCPU;
     io::BenchFile file_;
     std::map<std::int64_t, perf::Prediction> baseline_;

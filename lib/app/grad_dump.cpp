@@ -11,7 +11,7 @@
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
 #include "compress/spec.hpp"
-#include "dist/exchange.hpp"
+#include "exchange/trainer/bucket_sync.hpp"
 #include "io/grads.hpp"
 #include "io/h5.hpp"
 #include "io/output.hpp"
@@ -159,7 +159,7 @@ private:
     std::vector<io::OutputClaim> claims_;  // rank 0: the output and checkpoint, for the whole run
     spdlog::level::level_enum level_;  // rank 0's lines are info, the others' debug
     std::optional<GradientRecorder> recorder_;    // rank 0
-    std::unique_ptr<dist::DistExchange> exchange_;  // several ranks
+    std::unique_ptr<exchange::BucketSync> exchange_;  // several ranks
     std::optional<io::GradsWriter> writer_;       // rank 0
     std::vector<bool> snapshot_;
 };
@@ -182,8 +182,8 @@ DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* pg)
     }
     if (pg) {
         const std::vector<compress::Spec> none(tensors_.size(), compress::kNone);
-        exchange_ = std::make_unique<dist::DistExchange>(tensors_, trainer_->parameters(), *session_.comm(),
-                                                         session_.device(), dist::ExchangeSetup{}, none);
+        exchange_ = std::make_unique<exchange::BucketSync>(tensors_, trainer_->parameters(), *session_.comm(),
+                                                         session_.device(), exchange::ExchangeSetup{}, none);
         trainer_->set_exchange(exchange_.get());
     }
 }

@@ -4,8 +4,8 @@
 
 #include "base/error.hpp"
 #include "base/text.hpp"
-#include "dist/state.hpp"
 #include "exchange/staging.hpp"
+#include "exchange/trainer/state.hpp"
 #include "io/h5.hpp"
 #include "train/config.hpp"
 
@@ -99,13 +99,13 @@ std::vector<std::int64_t> RankSession::gather(std::int64_t value) {
 
 std::string RankSession::broadcast(const std::string& text) {
     if (!comm_) return text;
-    const auto bytes = dist::broadcast_bytes(*host(), std::vector<std::uint8_t>(text.begin(), text.end()), 0);
+    const auto bytes = exchange::broadcast_bytes(*host(), std::vector<std::uint8_t>(text.begin(), text.end()), 0);
     return std::string(bytes.begin(), bytes.end());
 }
 
 std::vector<std::uint8_t> RankSession::checkpoint_image(const std::string& path) {
     std::vector<std::uint8_t> image = leader() ? read_file(path) : std::vector<std::uint8_t>();
-    return comm_ ? dist::broadcast_bytes(*host(), std::move(image), 0) : image;
+    return comm_ ? exchange::broadcast_bytes(*host(), std::move(image), 0) : image;
 }
 
 torch::Tensor text_tensor(const std::string& text) {

@@ -130,6 +130,156 @@ ExchangeModel read_network(const std::string& path, const io::GradStats& grads, 
     return m;
 }
 
+// The gradient file holds what a plan needs: a profile, and Top-k tails at the
+// fractions of any Top-k level planned.
+void check_profile(const PlanConfig& plan, const Spec& low, const Spec& high, const std::string& grads_path,
+                   const io::GradStats& grads) {
+    if (!grads.has_profile)
+        throw FileError(grads_path, "holds no compressibility profile (/profile), which --plan needs; record one "
+                                    "with grad-dump --profile");
+    check_plannable("--low", low);
+    check_plannable("--high", high);
+    const auto& candidates = plan.candidates;
+    const bool uses_topk = std::any_of(candidates.begin(), candidates.end(), [](const Spec& s) { return s.name == "topk"; }) ||
+                           low.name == "topk" || high.name == "topk";
+    if (uses_topk && !std::equal(grads.profile.topk_fractions.begin(), grads.profile.topk_fractions.end(),
+                                 regime::kTopkFractions.begin(), regime::kTopkFractions.end()))
+        throw FileError(grads_path, "its profile's Top-k fractions (/profile/topk_fraction) are not the grid " +
+                                        grid_text() + " that Top-k levels are planned on");
+}
+
+// The planned layers: the matrix parameters, in model order.
+std::vector<size_t> matrices_of(const io::GradStats& grads) {
+    std::vector<size_t> out;
+    for (size_t p = 0; p < grads.parameters.size(); ++p)
+        if (grads.parameters[p].is_matrix()) out.push_back(p);
+    return out;
+}
+
+// The network, for the summary.
+std::string describe(const std::string& path, const ExchangeModel& network) {
+    return path + " (" + std::to_string(network.world) + " ranks): allreduce " +
+           short_number(network.allreduce.bandwidth / 1e6) + " MB/s, alpha " +
+           short_number(network.allreduce.alpha * 1e6) + " us per ring step" +
+           (network.has_allgather ? "; allgather " + short_number(network.allgather.bandwidth / 1e6) +
+                                        " MB/s, alpha " + short_number(network.allgather.alpha * 1e6) + " us"
+                                  : "");
+}
+
+// What the plan compares: every level's cost on every parameter (made once per
+// level), in floats, or in modelled seconds once a network is used.
+class PlanCosts {
+public:
+    explicit PlanCosts(const io::GradStats& grads) : grads_(grads) {}
+
+    /// `spec`'s cost on every parameter; the references stay valid.
+    const std::vector<LevelCost>& of(const Spec& spec) {
+        auto [it, added] = costs_.try_emplace(spec.text());
+        if (added) {
+            it->second.resize(grads_.parameters.size());
+            for (size_t p = 0; p < grads_.parameters.size(); ++p)
+                it->second[p] = level_cost(spec, grads_.parameters[p].shape);
+        }
+        return it->second;
+    }
+    void use(const ExchangeModel& network) {
+        network_ = network;
+        seconds_ = true;
+    }
+    /// The dynamic program's cost of one level on one parameter.
+    double layer(const LevelCost& c) const { return seconds_ ? network_.bandwidth_seconds(c.channel, c.bytes) : c.floats; }
+    /// The whole exchange of one step under per-parameter levels; `floats` what it sends.
+    double step(const std::vector<const LevelCost*>& chosen, double& floats) const {
+        floats = 0;
+        double cost = 0;
+        std::set<Channel> used;
+        for (const LevelCost* c : chosen) {
+            floats += c->floats;
+            cost += layer(*c);
+            used.insert(c->channel);
+        }
+        if (seconds_)
+            for (Channel ch : used) cost += network_.latency_seconds(ch);
+        return cost;
+    }
+
+private:
+    const io::GradStats& grads_;
+    std::map<std::string, std::vector<LevelCost>> costs_;  // by spec text, per parameter
+    ExchangeModel network_;
+    bool seconds_ = false;
+};
+
+struct PlanInputs {
+    const PlanConfig& plan;
+    const Spec& low;
+    const Spec& high;
+    const io::GradStats& grads;
+    const regime::Decisions& critical;
+    std::vector<size_t> matrices;
+};
+
+// One epoch: Accordion's levels (low where critical), then the cheapest levels
+// within the error budget, kept only where they cost less. `levels` gets the
+// chosen level of every parameter.
+PlannedEpoch plan_epoch(const PlanInputs& in, PlanCosts& costs, std::int64_t epoch, std::vector<Spec>& levels) {
+    const size_t P = in.grads.parameters.size();
+    const Spec& none = compress::kNone;
+    PlannedEpoch r;
+    r.epoch = epoch;
+    // The schedule is replayed: the epoch before is the latest one whose
+    // gradients are known when this one starts (epoch 0 has only itself).
+    const size_t q = epoch == 0 ? 0 : static_cast<size_t>(epoch - 1);
+    r.profile_epoch = static_cast<std::int64_t>(q);
+    std::vector<const LevelCost*> uniform(P, &costs.of(none)[0]), planned;
+    std::vector<Spec> uniform_level(P, none);
+    std::vector<std::vector<regime::Candidate>> layers, uniform_layers;
+    for (size_t p : in.matrices) {
+        const Spec& u = in.critical.critical[in.critical.at(epoch, static_cast<std::int64_t>(p))] ? in.low : in.high;
+        uniform[p] = &costs.of(u)[p];
+        uniform_level[p] = u;
+        uniform_layers.push_back(
+            {{costs.layer(*uniform[p]), regime::layer_error(residual_norm(u, in.grads, q, p), in.plan.error)}});
+        std::vector<regime::Candidate> options;
+        for (const Spec& spec : in.plan.candidates)
+            options.push_back({costs.layer(costs.of(spec)[p]),
+                               regime::layer_error(residual_norm(spec, in.grads, q, p), in.plan.error)});
+        layers.push_back(std::move(options));
+    }
+    for (size_t p = 0; p < P; ++p)
+        if (!in.grads.parameters[p].is_matrix()) uniform[p] = &costs.of(none)[p];
+    r.uniform_cost = costs.step(uniform, r.uniform_floats);
+    planned = uniform;
+    levels = uniform_level;
+    r.kept_uniform = true;
+    if (!in.matrices.empty()) {
+        const std::vector<std::int64_t> first(in.matrices.size(), 0);
+        r.uniform_error = regime::uniform_budget(uniform_layers, first, 1.0);
+        r.budget = regime::uniform_budget(uniform_layers, first, in.plan.budget_factor);
+        const regime::LevelPlan lp = regime::plan_levels(layers, r.budget, in.plan.bins);
+        r.status = lp.status;
+        std::vector<const LevelCost*> chosen = uniform;
+        std::vector<Spec> chosen_level = uniform_level;
+        for (size_t i = 0; i < in.matrices.size(); ++i) {
+            const Spec& spec = in.plan.candidates[static_cast<size_t>(lp.choice[i])];
+            chosen[in.matrices[i]] = &costs.of(spec)[in.matrices[i]];
+            chosen_level[in.matrices[i]] = spec;
+        }
+        double floats = 0;
+        const double cost = costs.step(chosen, floats);
+        // Never more than Accordion: a plan that is not cheaper keeps its levels.
+        if (lp.feasible() && cost < r.uniform_cost) {
+            planned = chosen;
+            levels = chosen_level;
+            r.kept_uniform = false;
+            r.error = lp.error;
+        }
+    }
+    if (r.kept_uniform) r.error = r.uniform_error;
+    r.cost = costs.step(planned, r.floats);
+    return r;
+}
+
 }  // namespace
 
 std::vector<Spec> parse_plan_candidates(const std::string& text) {
@@ -154,74 +304,27 @@ void check_plannable(const std::string& option, const Spec& spec) {
 PlannedSchedule plan_schedule(const PlanConfig& plan, const Spec& low_spec, const Spec& high_spec,
                               const std::string& grads_path, const io::GradStats& grads,
                               const regime::Decisions& critical) {
-    if (!grads.has_profile)
-        throw FileError(grads_path, "holds no compressibility profile (/profile), which --plan needs; record one "
-                                    "with grad-dump --profile");
-    const size_t P = grads.parameters.size(), E = grads.epochs.size();
-    const std::vector<Spec>& candidates = plan.candidates;
-    check_plannable("--low", low_spec);
-    check_plannable("--high", high_spec);
-    const Spec& none = compress::kNone;
-    const bool uses_topk = std::any_of(candidates.begin(), candidates.end(), [](const Spec& s) { return s.name == "topk"; }) ||
-                           low_spec.name == "topk" || high_spec.name == "topk";
-    if (uses_topk && !std::equal(grads.profile.topk_fractions.begin(), grads.profile.topk_fractions.end(),
-                                 regime::kTopkFractions.begin(), regime::kTopkFractions.end()))
-        throw FileError(grads_path, "its profile's Top-k fractions (/profile/topk_fraction) are not the grid " +
-                                        grid_text() + " that Top-k levels are planned on");
-
-    // Every level's cost on every parameter; the matrices are the planned layers.
-    std::vector<size_t> matrices;
-    for (size_t p = 0; p < P; ++p)
-        if (grads.parameters[p].is_matrix()) matrices.push_back(p);
-    std::map<std::string, std::vector<LevelCost>> costs;  // by spec text, per parameter
+    check_profile(plan, low_spec, high_spec, grads_path, grads);
+    const PlanInputs in{plan, low_spec, high_spec, grads, critical, matrices_of(grads)};
+    PlanCosts costs(grads);
+    // Every channel the levels may use, so that the network file is checked for each.
     std::set<Channel> channels;
-    auto cost_of = [&](const Spec& spec) -> const std::vector<LevelCost>& {
-        auto [it, added] = costs.try_emplace(spec.text());
-        if (added) {
-            it->second.resize(P);
-            for (size_t p = 0; p < P; ++p) it->second[p] = level_cost(spec, grads.parameters[p].shape);
-        }
-        return it->second;
-    };
-    for (const Spec& spec : candidates)
-        for (size_t p : matrices) channels.insert(cost_of(spec)[p].channel);
+    for (const Spec& spec : plan.candidates)
+        for (size_t p : in.matrices) channels.insert(costs.of(spec)[p].channel);
     for (const Spec* spec : {&low_spec, &high_spec})
-        for (size_t p : matrices) channels.insert(cost_of(*spec)[p].channel);
-    if (matrices.size() < P) channels.insert(cost_of(none)[0].channel);
+        for (size_t p : in.matrices) channels.insert(costs.of(*spec)[p].channel);
+    if (in.matrices.size() < grads.parameters.size()) channels.insert(costs.of(compress::kNone)[0].channel);
 
     PlannedSchedule out;
     out.seconds = !plan.comm.empty();
-    ExchangeModel network;
     if (out.seconds) {
-        network = read_network(plan.comm, grads, channels);
-        out.network = plan.comm + " (" + std::to_string(network.world) + " ranks): allreduce " +
-                      short_number(network.allreduce.bandwidth / 1e6) + " MB/s, alpha " +
-                      short_number(network.allreduce.alpha * 1e6) + " us per ring step" +
-                      (network.has_allgather ? "; allgather " + short_number(network.allgather.bandwidth / 1e6) +
-                                                   " MB/s, alpha " + short_number(network.allgather.alpha * 1e6) + " us"
-                                             : "");
+        const ExchangeModel network = read_network(plan.comm, grads, channels);
+        out.network = describe(plan.comm, network);
+        costs.use(network);
     }
-    // The dynamic program's cost of one level on one parameter.
-    auto layer_cost = [&](const LevelCost& c) {
-        return out.seconds ? network.bandwidth_seconds(c.channel, c.bytes) : c.floats;
-    };
-    // The whole exchange of one step under per-parameter levels.
-    auto step_cost = [&](const std::vector<const LevelCost*>& chosen, double& floats) {
-        floats = 0;
-        double cost = 0;
-        std::set<Channel> used;
-        for (const LevelCost* c : chosen) {
-            floats += c->floats;
-            cost += layer_cost(*c);
-            used.insert(c->channel);
-        }
-        if (out.seconds)
-            for (Channel ch : used) cost += network.latency_seconds(ch);
-        return cost;
-    };
-
-    std::map<std::string, std::int32_t> index{{none.text(), 0}};
-    out.levels = {none};
+    const size_t P = grads.parameters.size(), E = grads.epochs.size();
+    std::map<std::string, std::int32_t> index{{compress::kNone.text(), 0}};
+    out.levels = {compress::kNone};
     auto level_index = [&](const Spec& spec) {
         auto [it, added] = index.try_emplace(spec.text(), static_cast<std::int32_t>(out.levels.size()));
         if (added) out.levels.push_back(spec);
@@ -229,60 +332,9 @@ PlannedSchedule plan_schedule(const PlanConfig& plan, const Spec& low_spec, cons
     };
     out.level.assign(E * P, 0);
     for (size_t e = 0; e < E; ++e) {
-        PlannedEpoch r;
-        r.epoch = static_cast<std::int64_t>(e);
-        // The schedule is replayed: the epoch before is the latest one whose
-        // gradients are known when this one starts (epoch 0 has only itself).
-        const size_t q = e == 0 ? 0 : e - 1;
-        r.profile_epoch = static_cast<std::int64_t>(q);
-        std::vector<const LevelCost*> uniform(P, &cost_of(none)[0]), planned;
-        std::vector<Spec> uniform_level(P, none), planned_level;
-        std::vector<std::vector<regime::Candidate>> layers, uniform_layers;
-        for (size_t p : matrices) {
-            const Spec& u = critical.critical[critical.at(r.epoch, static_cast<std::int64_t>(p))] ? low_spec : high_spec;
-            uniform[p] = &cost_of(u)[p];
-            uniform_level[p] = u;
-            uniform_layers.push_back(
-                {{layer_cost(*uniform[p]), regime::layer_error(residual_norm(u, grads, q, p), plan.error)}});
-            std::vector<regime::Candidate> options;
-            for (const Spec& spec : candidates)
-                options.push_back(
-                    {layer_cost(cost_of(spec)[p]), regime::layer_error(residual_norm(spec, grads, q, p), plan.error)});
-            layers.push_back(std::move(options));
-        }
-        for (size_t p = 0; p < P; ++p)
-            if (!grads.parameters[p].is_matrix()) uniform[p] = &cost_of(none)[p];
-        r.uniform_cost = step_cost(uniform, r.uniform_floats);
-        planned = uniform;
-        planned_level = uniform_level;
-        r.kept_uniform = true;
-        if (!matrices.empty()) {
-            const std::vector<std::int64_t> first(matrices.size(), 0);
-            r.uniform_error = regime::uniform_budget(uniform_layers, first, 1.0);
-            r.budget = regime::uniform_budget(uniform_layers, first, plan.budget_factor);
-            const regime::LevelPlan lp = regime::plan_levels(layers, r.budget, plan.bins);
-            r.status = lp.status;
-            std::vector<const LevelCost*> chosen = uniform;
-            std::vector<Spec> chosen_level = uniform_level;
-            for (size_t i = 0; i < matrices.size(); ++i) {
-                const Spec& spec = candidates[static_cast<size_t>(lp.choice[i])];
-                chosen[matrices[i]] = &cost_of(spec)[matrices[i]];
-                chosen_level[matrices[i]] = spec;
-            }
-            double floats = 0;
-            const double cost = step_cost(chosen, floats);
-            // Never more than Accordion: a plan that is not cheaper keeps its levels.
-            if (lp.feasible() && cost < r.uniform_cost) {
-                planned = chosen;
-                planned_level = chosen_level;
-                r.kept_uniform = false;
-                r.error = lp.error;
-            }
-        }
-        if (r.kept_uniform) r.error = r.uniform_error;
-        r.cost = step_cost(planned, r.floats);
-        for (size_t p = 0; p < P; ++p) out.level[e * P + p] = level_index(planned_level[p]);
-        out.epochs.push_back(r);
+        std::vector<Spec> levels;
+        out.epochs.push_back(plan_epoch(in, costs, static_cast<std::int64_t>(e), levels));
+        for (size_t p = 0; p < P; ++p) out.level[e * P + p] = level_index(levels[p]);
     }
     return out;
 }

@@ -1,7 +1,9 @@
 #include "app/train_dist.hpp"
 
 #include "app/data_parallel.hpp"
+#include "app/train_dist_gravac.hpp"
 #include "app/train_dist_options.hpp"
+#include "app/train_dist_plan.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
@@ -9,10 +11,8 @@
 #include "cli/tool.hpp"
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
-#include "dist/exchange.hpp"
-#include "dist/gravac_exchange.hpp"
-#include "dist/run_plan.hpp"
-#include "dist/state.hpp"
+#include "exchange/trainer/bucket_sync.hpp"
+#include "exchange/trainer/state.hpp"
 #include "io/metrics.hpp"
 #include "io/output.hpp"
 #include "io/schedule.hpp"
@@ -37,13 +37,8 @@
 namespace acc::app {
 namespace {
 
-using dist::AccordionConfig;
-using dist::DistExchange;
-using dist::EpochLevels;
-using dist::ExchangeTotals;
-using dist::Mode;
-using dist::RunPlan;
-using dist::TrainDistConfig;
+using exchange::BucketSync;
+using exchange::ExchangeTotals;
 
 comm::Backend backend_of(const TrainDistConfig& c) {
     return comm::run_backend(c.backend, c.train.device);
@@ -93,7 +88,7 @@ RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& s
     case Mode::gravac: return RunPlan::fixed(parameters, compress::kNone, epochs);
     case Mode::schedule: {
         const io::Schedule& s = schedule.value();
-        dist::check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend_last, world, c.batch_size_given);
+        check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend_last, world, c.batch_size_given);
         return RunPlan::from_schedule(s, parameters, epochs);
     }
     case Mode::accordion: {
@@ -127,7 +122,7 @@ io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const 
         r.low = c.accordion_config.low.text();
         r.high = c.accordion_config.high.text();
     }
-    if (c.mode() == Mode::gravac) m.gravac = dist::gravac_metrics(c, world);
+    if (c.mode() == Mode::gravac) m.gravac = gravac_metrics(c, world);
     r.backend = comm::backend_name(backend);
     r.device = acc::device_name(c.train.device);
     m.parameters = parameters;
@@ -219,8 +214,8 @@ private:
     std::optional<RunPlan> plan_;  // rank 0
     LevelTable table_;
     EpochOrders orders_;  // this epoch's
-    std::unique_ptr<DistExchange> exchange_;
-    std::unique_ptr<dist::GravacSync> gravac_;            // --gravac: sends instead of exchange_
+    std::unique_ptr<BucketSync> exchange_;
+    std::unique_ptr<exchange::GravacSync> gravac_;            // --gravac: sends instead of exchange_
     std::vector<io::MetricsGravacStep> gravac_steps_;     // the epoch's GraVAC decisions
     std::optional<io::MetricsWriter> metrics_;           // rank 0
     std::unique_ptr<train::GradientRecorder> recorder_;  // rank 0, online Accordion
@@ -317,14 +312,14 @@ void DistRank::open_outputs(const Start& start) {
 }
 
 void DistRank::make_exchange(const Start& start) {
-    dist::ExchangeSetup setup;
+    exchange::ExchangeSetup setup;
     setup.buckets.bucket_bytes = static_cast<std::int64_t>(c_.bucket_mb * 1024 * 1024);
     setup.buckets.first_bucket_bytes = static_cast<std::int64_t>(c_.first_bucket_mb * 1024 * 1024);
     setup.compression.seed = static_cast<std::uint32_t>(train::mix_seed(t_.seed, 0xc0) & 0xffffffffu);
     setup.compression.dgc_warmup_epochs = c_.dgc_warmup_epochs;
-    exchange_ = std::make_unique<DistExchange>(tensors_, trainer_->parameters(), *session_.comm(),
+    exchange_ = std::make_unique<BucketSync>(tensors_, trainer_->parameters(), *session_.comm(),
                                                session_.device(), setup, table_.specs(start.level));
-    gravac_ = dist::make_gravac_exchange(c_, tensors_, trainer_->parameters(), *pg_, session_.world());
+    gravac_ = make_gravac_sync(c_, tensors_, trainer_->parameters(), *pg_, session_.world());
     if (c_.resume) gravac_ ? gravac_->load_state(start.exchange_state) : exchange_->load_state(start.exchange_state);
     trainer_->set_exchange(gravac_ ? static_cast<train::GradientSync*>(gravac_.get()) : exchange_.get());
 }
@@ -366,7 +361,7 @@ DataParallelRank::EpochPlan DistRank::begin_epoch(std::int64_t epoch) {
 
 void DistRank::end_epoch(const train::EpochResult&, const EpochSummary& all) {
     const ExchangeTotals sent = gravac_ ? gravac_->take_totals() : exchange_->take_totals();
-    if (gravac_) gravac_steps_ = dist::log_gravac_epoch(*gravac_, session_.rank(), all.epoch);
+    if (gravac_) gravac_steps_ = log_gravac_epoch(*gravac_, session_.rank(), all.epoch);
     io::MetricsEpoch m = epoch_metrics(all, sent);
     spdlog::debug("rank {}: {} of {} buckets launched during the backward pass", session_.rank(), sent.early_launches,
                   sent.steps * static_cast<std::int64_t>(exchange_->reducer().buckets().size()));
@@ -403,7 +398,7 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
     const std::int64_t epoch = all.epoch;
     const EpochOrders& o = orders_;
     std::vector<train::TensorMap> states =
-        dist::gather_maps(*session_.host(), gravac_ ? gravac_->state() : exchange_->state());
+        exchange::gather_maps(*session_.host(), gravac_ ? gravac_->state() : exchange_->state());
     if (!session_.leader()) return;
     const size_t count = tensors_.size();
     if (plan_->online()) {
@@ -432,8 +427,8 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
     checkpoint->commit();
     spdlog::info("{}{}", epoch_line(all, false),
                  epoch_tail(m, gravac_ ? std::string("gravac ") + regime::gravac_family_name(*c_.gravac) + ": " +
-                                             dist::gravac_summary(gravac_steps_)
-                                       : dist::levels_summary(table_.levels, o.level)));
+                                             gravac_summary(gravac_steps_)
+                                       : levels_summary(table_.levels, o.level)));
     history_.push_back(epoch_json(all, m, table_.levels));
 }
 

@@ -4,11 +4,9 @@
 // main() only parses options into a TrainDistConfig. No LibTorch in this header.
 #pragma once
 
-#include "dist/config.hpp"
+#include "app/train_dist_config.hpp"
 
 namespace acc::app {
-
-using dist::TrainDistConfig;
 
 /// Validates (UsageError), starts --nproc local ranks if asked (re-executing
 /// argv), and runs this rank's part. Returns the exit code.

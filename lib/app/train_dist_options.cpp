@@ -50,7 +50,7 @@ const std::string kCommunication = "Communication";
 
 // How each matrix's gradient is sent: one of --compress, --schedule, --accordion, --gravac.
 // Returns the options that --accordion's and --gravac's settings need.
-std::pair<CLI::Option*, CLI::Option*> add_level_options(CLI::App& app, dist::TrainDistConfig& c) {
+std::pair<CLI::Option*, CLI::Option*> add_level_options(CLI::App& app, TrainDistConfig& c) {
     const std::string& group = kCommunication;
     auto* compress = add_spec_option(app, "--compress",
                                      "Compress every matrix parameter's gradient with this level: " +
@@ -84,7 +84,7 @@ std::pair<CLI::Option*, CLI::Option*> add_level_options(CLI::App& app, dist::Tra
     return {accordion, gravac};
 }
 
-void add_accordion_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option* accordion) {
+void add_accordion_options(CLI::App& app, TrainDistConfig& c, CLI::Option* accordion) {
     const std::string accordion_group = "Accordion (with --accordion)";
     add_spec_option(app, "--low", "Level of critical regimes (little compression)",
                     [&c](compress::Spec s) { c.accordion_config.low = std::move(s); })
@@ -108,7 +108,7 @@ void add_accordion_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option*
 
 }
 
-void add_gravac_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option* gravac) {
+void add_gravac_options(CLI::App& app, TrainDistConfig& c, CLI::Option* gravac) {
     const std::string gravac_group = "GraVAC (with --gravac)";
     regime::GravacSettings& g = c.gravac_settings;
     g.smoothing = 0;
@@ -163,7 +163,7 @@ void add_gravac_options(CLI::App& app, dist::TrainDistConfig& c, CLI::Option* gr
 
 }
 
-void add_network_options(CLI::App& app, dist::TrainDistConfig& c) {
+void add_network_options(CLI::App& app, TrainDistConfig& c) {
     const std::string& group = kCommunication;
     add_backend_option(app, c.backend, group);
     app.add_option("--bucket-mb", c.bucket_mb,
@@ -180,7 +180,7 @@ void add_network_options(CLI::App& app, dist::TrainDistConfig& c) {
 
 }
 
-void add_output_options(CLI::App& app, dist::TrainDistConfig& c) {
+void add_output_options(CLI::App& app, TrainDistConfig& c) {
     const std::string output = "Output";
     app.add_option("--metrics", c.metrics, "Metrics file written after every epoch by rank 0 (accordion.metrics)")
         ->type_name("FILE")
@@ -196,7 +196,7 @@ void add_output_options(CLI::App& app, dist::TrainDistConfig& c) {
 }
 
 // GraVAC's rows: its numbers with all 17 digits, so that any change shows.
-void add_gravac_settings(Settings& s, const dist::TrainDistConfig& c) {
+void add_gravac_settings(Settings& s, const TrainDistConfig& c) {
     const regime::GravacSettings& g = c.gravac_settings;
     auto n = [](double v) {
         std::ostringstream out;
@@ -219,7 +219,7 @@ void add_gravac_settings(Settings& s, const dist::TrainDistConfig& c) {
 
 }  // namespace
 
-Settings train_dist_settings(const dist::TrainDistConfig& c, bool batch_mode) {
+Settings train_dist_settings(const TrainDistConfig& c, bool batch_mode) {
     Settings s;
     add_training_settings(s, c.train, !batch_mode);
     s.add("--dgc-warmup-epochs", std::to_string(c.dgc_warmup_epochs), true, true);
@@ -242,7 +242,7 @@ Settings train_dist_settings(const dist::TrainDistConfig& c, bool batch_mode) {
     return s;
 }
 
-void validate(const dist::TrainDistConfig& c) {
+void validate(const TrainDistConfig& c) {
     train::TrainConfig t = c.train;
     // A batch schedule may set batches larger than --batch-size, which micro-batches then split.
     if (!c.schedule.empty() && !c.batch_size_given) t.batch_size = std::max(t.batch_size, t.micro_batch_size);
@@ -253,7 +253,7 @@ void validate(const dist::TrainDistConfig& c) {
     if (c.gravac) regime::validate(gravac_settings(c, 1));
     if (c.schedule_extend_last && c.schedule.empty()) throw UsageError("--schedule-extend: needs --schedule");
     if (c.accordion) {
-        const dist::AccordionConfig& a = c.accordion_config;
+        const AccordionConfig& a = c.accordion_config;
         regime::validate(regime::Options{a.eta, a.interval});
     }
     comm::run_backend(c.backend, c.train.device);
@@ -265,7 +265,7 @@ void validate(const dist::TrainDistConfig& c) {
     check_distinct_files({{"--schedule", c.schedule}}, {{"--metrics", c.metrics}, {"checkpoint", checkpoint_path(c)}});
 }
 
-std::string checkpoint_path(const dist::TrainDistConfig& c) {
+std::string checkpoint_path(const TrainDistConfig& c) {
     // Named after the metrics file, so that runs sharing a directory keep their own.
     const std::filesystem::path metrics(c.metrics);
     const std::filesystem::path dir =
@@ -273,7 +273,7 @@ std::string checkpoint_path(const dist::TrainDistConfig& c) {
     return (dir / checkpoint_beside(metrics.filename().string())).string();
 }
 
-void add_train_dist_options(CLI::App& app, dist::TrainDistConfig& c) {
+void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
     add_train_options(app, c.train);
     CLI::Option* batch = app.get_option("--batch-size");
     batch->description("Samples per step and rank (text: parallel streams per rank); a batch schedule sets it");

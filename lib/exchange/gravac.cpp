@@ -16,7 +16,7 @@
 namespace acc::exchange {
 namespace {
 
-constexpr std::uint64_t kSharedStream = ~0ull;
+using compress::kernels::kSharedStream;
 
 double now_seconds() {
     return std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count();
@@ -82,10 +82,12 @@ GravacExchange::GravacExchange(std::vector<compress::TensorInfo> tensors, comm::
       staged_(device.is_cpu() ? nullptr : staged_collectives(comm, device)),
       comm_(staged_ ? *staged_ : comm),
       options_(std::move(options)) {
-    const auto& families = compress::gravac_families();
-    if (std::find(families.begin(), families.end(), options_.family) == families.end())
-        throw UsageError("--gravac: must be one of " + join(families, ", ") + ", not '" + options_.family + "'");
-    family_ = compress::find_compressor(options_.family);
+    const auto& families = regime::gravac_family_names();
+    const auto index = static_cast<size_t>(options_.family);
+    if (index >= families.size())
+        throw UsageError("--gravac: no family number " + std::to_string(static_cast<int>(options_.family)) +
+                         "; the families are " + join(families, ", "));
+    family_ = compress::find_compressor(families[index]);
     controller_ = std::make_unique<regime::GravacController>(options_.settings);
     for (size_t i = 0; i < tensors_.size(); ++i) {
         if (!tensors_[i].is_matrix()) {
@@ -738,7 +740,7 @@ void GravacExchange::load_state(const TensorMap& state) {
         else if (std::vector<float>* values = codec_state(s.feedback.get(), what))
             load_floats(tensor, *values, name, s.n);
         else
-            throw Error("exchange state '" + name + "' is not GraVAC state of --gravac " + options_.family);
+            throw Error("exchange state '" + name + "' is not GraVAC state of --gravac " + family_->name);
     }
 }
 
@@ -776,7 +778,7 @@ GravacLevelBytes GravacExchange::level_bytes() const {
             b.dense += 4 * s.n;
             continue;
         }
-        compress::Spec min{options_.family, regime::keep_fraction_for_factor(controller_->theta_min())};
+        compress::Spec min{family_->name, regime::keep_fraction_for_factor(controller_->theta_min())};
         compress::Spec cand{family_->gravac_candidate,
                             regime::keep_fraction_for_factor(controller_->candidate())};
         b.theta_min += compress::wire_bytes(min, s.shape);

@@ -73,7 +73,7 @@ namespace acc::exchange {
 using TensorMap = std::map<std::string, torch::Tensor>;
 
 struct GravacExchangeOptions {
-    std::string family = "topk";        ///< one of compress::gravac_families()
+    regime::GravacFamily family = regime::GravacFamily::topk;  ///< the compressor whose factor GraVAC chooses
     regime::GravacSettings settings;    ///< the controller's (smoothing already set for the world size)
     std::uint32_t seed = 0;             ///< random streams (randomk; powersgd's first Q)
     double dgc_momentum = 0.9;          ///< dgc's momentum correction factor

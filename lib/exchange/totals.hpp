@@ -1,5 +1,5 @@
 // What a gradient exchange did over some steps, for the metrics file's epoch rows
-// (train-dist's exchanges: dist::DistExchange, exchange::GravacExchange).
+// (the trainer's hooks: exchange::BucketSync, exchange::GravacSync; the Python package's hook).
 #pragma once
 
 #include <cstdint>

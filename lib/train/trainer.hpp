@@ -49,7 +49,7 @@ struct StepInfo {
 
 /// The hook between backward and the optimizer step that makes the ranks'
 /// gradients one: a data-parallel run aggregates them here (allreduce,
-/// compression, error feedback). Not compress::GradientExchange, which such a
+/// compression, error feedback). Not exchange::GradientExchange, which such a
 /// hook may use to do it.
 class GradientSync {
 public:

@@ -44,7 +44,7 @@ public:
                std::int64_t samples_per_step)
         : comm_(guarded([&] { return std::make_unique<comm::GroupCollectives>(std::move(group)); })) {
         guarded([&] {
-            options_.family = regime::gravac_family_name(regime::parse_gravac_family(family));
+            options_.family = regime::parse_gravac_family(family);
             regime::GravacSettings& s = options_.settings;
             s = regime::gravac_defaults(comm_->world_size());
             s.theta_min = theta_min;

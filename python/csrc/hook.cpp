@@ -1,5 +1,5 @@
 // The compressing exchange behind the package's DDP communication hook: the
-// toolkit's compress::GradientExchange (train-dist's compressors, error feedback,
+// toolkit's exchange::GradientExchange (train-dist's compressors, error feedback,
 // counting) run on DDP's buckets over the user's own process group.
 //
 // DDP calls the hook once per bucket, and rebuilds its buckets after the first
@@ -16,8 +16,8 @@
 
 #if TORCH_VERSION_MAJOR >= 2
 #include "comm/group.hpp"
-#include "compress/exchange.hpp"
 #include "compress/spec.hpp"
+#include "exchange/gradient_exchange.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/custom_class.h>
@@ -69,7 +69,7 @@ public:
                             " levels");
             std::vector<compress::Spec> specs;
             for (const auto& text : levels) specs.push_back(spec_of(text));
-            compress::GradientExchange& exchange = bucket(names, gradients, specs);
+            exchange::GradientExchange& exchange = bucket(names, gradients, specs);
             if (exchange.in_flight())
                 throw UsageError("bucket of " + names.front() + ": DDP handed it over twice in one step");
             if (!(exchange.levels() == specs)) exchange.set_levels(specs);
@@ -83,7 +83,7 @@ public:
     // started (the same on every rank): their gradients hold the averages.
     void finish() {
         guarded([&] {
-            std::vector<compress::GradientExchange*> pending;
+            std::vector<exchange::GradientExchange*> pending;
             pending.swap(pending_);
             for (auto* exchange : pending) exchange->finish();
             return 0;
@@ -149,7 +149,7 @@ private:
 
     // The exchange of this bucket, made on the bucket's first step with the state
     // its parameters carry from earlier buckets.
-    compress::GradientExchange& bucket(const std::vector<std::string>& names, const std::vector<at::Tensor>& gradients,
+    exchange::GradientExchange& bucket(const std::vector<std::string>& names, const std::vector<at::Tensor>& gradients,
                                        const std::vector<compress::Spec>& levels) {
         std::string key;
         for (const auto& n : names) key += n + '\n';
@@ -179,12 +179,12 @@ private:
             state.insert(state.end(), carried->second.begin(), carried->second.end());
             carried_.erase(carried);
         }
-        auto exchange = std::make_unique<compress::GradientExchange>(std::move(tensors), levels, *comm_, options_);
+        auto exchange = std::make_unique<exchange::GradientExchange>(std::move(tensors), levels, *comm_, options_);
         if (!state.empty()) exchange->load_state(state);
         return *buckets_.emplace(key, std::move(exchange)).first->second;
     }
 
-    void retire(compress::GradientExchange& exchange) {
+    void retire(exchange::GradientExchange& exchange) {
         exchange.settle();
         retired_bytes_ += exchange.total().bytes;
         for (auto& entry : exchange.state()) {
@@ -222,12 +222,12 @@ private:
     }
 
     std::unique_ptr<comm::GroupCollectives> comm_;
-    compress::ExchangeOptions options_;
+    exchange::ExchangeOptions options_;
     std::map<std::string, compress::Spec> specs_;
-    std::map<std::string, std::unique_ptr<compress::GradientExchange>> buckets_;  // by "name\n" of its parameters
+    std::map<std::string, std::unique_ptr<exchange::GradientExchange>> buckets_;  // by "name\n" of its parameters
     std::map<std::string, State> carried_;  // by parameter: state waiting for its next bucket
     std::int64_t retired_bytes_ = 0;        // sent by exchanges since dissolved
-    std::vector<compress::GradientExchange*> pending_;  // started, in order, not yet finished
+    std::vector<exchange::GradientExchange*> pending_;  // started, in order, not yet finished
 };
 
 }  // namespace

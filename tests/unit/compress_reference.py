@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""References for tests/unit/test_compress_parity.cpp, computed with PyTorch.
+"""References for tests/unit/test_exchange_parity.cpp, computed with PyTorch.
 
     compress_reference.py powersgd IN.h5 OUT_PREFIX   PyTorch's own powerSGD_hook on W Gloo ranks
     compress_reference.py topk IN.h5 OUT.h5           top-k with error feedback, in torch operations

@@ -1,8 +1,8 @@
 // train-dist's own options (lib/app/train_dist_options): its modes exclude each
 // other, levels are parsed where they are read, and the checkpoint's name.
+#include "app/train_dist_config.hpp"
 #include "app/train_dist_options.hpp"
 #include "compress/spec.hpp"
-#include "dist/config.hpp"
 
 #include "test_support.hpp"
 
@@ -18,7 +18,7 @@ using acc::test::usage_error_of;
 
 TEST(TrainDistOptions, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     auto parse = [](std::vector<std::string> args) {
-        dist::TrainDistConfig config;
+        app::TrainDistConfig config;
         CLI::App app;
         app::add_train_dist_options(app, config);
         args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
@@ -29,12 +29,12 @@ TEST(TrainDistOptions, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     EXPECT_THROW(parse({"--compress", "topk:0.1", "--accordion"}), CLI::ParseError);
     EXPECT_THROW(parse({"--compress", "topk:0.1", "--schedule", "s.h5"}), CLI::ParseError);
     EXPECT_THROW(parse({"--low", "topk:0.1"}), CLI::ParseError);
-    dist::TrainDistConfig accordion = parse({"--accordion", "--low", "topk:0.1", "--interval", "3"});
-    EXPECT_EQ(accordion.mode(), dist::Mode::accordion);
+    app::TrainDistConfig accordion = parse({"--accordion", "--low", "topk:0.1", "--interval", "3"});
+    EXPECT_EQ(accordion.mode(), app::Mode::accordion);
     EXPECT_EQ(accordion.accordion_config.interval, 3);
     EXPECT_FALSE(accordion.batch_size_given);
     EXPECT_TRUE(parse({"--batch-size", "64"}).batch_size_given);
-    EXPECT_EQ(parse({}).mode(), dist::Mode::fixed);
+    EXPECT_EQ(parse({}).mode(), app::Mode::fixed);
 
     // Levels are parsed where they are read, naming the option.
     try {
@@ -47,7 +47,7 @@ TEST(TrainDistOptions, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     EXPECT_EQ(parse({"--compress", "topk:.10"}).fixed_level(), compress::parse_spec("topk:0.1"));
     EXPECT_EQ(parse({}).fixed_level(), compress::parse_spec("none"));
     EXPECT_EQ(parse({"--accordion"}).accordion_config.low, compress::parse_spec("powersgd:2"));
-    dist::TrainDistConfig c = parse({"--backend", "nccl"});
+    app::TrainDistConfig c = parse({"--backend", "nccl"});
     EXPECT_CONTAINS(usage_error_of([&] { app::validate(c); }), "--backend nccl: needs --device cuda");
     c = parse({"--metrics", "out/m.h5"});
     EXPECT_EQ(app::checkpoint_path(c), "out/m.ckpt.h5");

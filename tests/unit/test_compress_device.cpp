@@ -8,8 +8,8 @@
 #include "base/error.hpp"
 #include "compress/codecs.hpp"
 #include "compress/device_codec.hpp"
-#include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
+#include "exchange/gradient_exchange.hpp"
 #include "support/thread_collectives.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -29,6 +29,7 @@
 #endif
 
 using namespace acc::compress;
+using namespace acc::exchange;
 
 namespace {
 

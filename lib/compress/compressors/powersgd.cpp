@@ -197,7 +197,7 @@ namespace acc::compress {
 namespace {
 
 // Both rounds run in the exchange over all matrices of one shape together (batched
-// products, compress/exchange_device.cpp); per tensor there is nothing to do.
+// products, exchange/gradient_exchange_device.cpp); per tensor there is nothing to do.
 class LowRankDeviceCodec : public DeviceCodec {
 public:
     explicit LowRankDeviceCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}

@@ -35,11 +35,11 @@
 #include <utility>
 #include <vector>
 
-namespace acc::compress {
-
-namespace kernels {
+namespace acc::compress::kernels {
 class NumpyRandomState;
 }
+
+namespace acc::exchange {
 
 /// Which PowerSGD the `powersgd` level runs.
 enum class PowerSgdVariant {
@@ -67,10 +67,10 @@ struct ExchangeOptions {
     /// PowerSGD's RandomState, shared by every exchange made with these options (one per
     /// bucket draws from it in turn, as the hook's one RandomState serves every bucket);
     /// empty: each exchange has its own, seeded with `seed`.
-    std::shared_ptr<kernels::NumpyRandomState> powersgd_rng;
+    std::shared_ptr<compress::kernels::NumpyRandomState> powersgd_rng;
     /// Error feedback for the compressors that have it (powersgd, topk, randomk, dgc, efsignsgd).
     bool error_feedback = true;
-    TopkSelection topk_selection = TopkSelection::exact;
+    compress::TopkSelection topk_selection = compress::TopkSelection::exact;
     double dgc_momentum = 0.9;
     /// DGC's sparsity warm-up: in epoch e < dgc_warmup_epochs a dgc:F level keeps
     /// max(F, F^((e + 1) / (dgc_warmup_epochs + 1))) of the entries. 0: no warm-up.
@@ -109,7 +109,7 @@ struct StepStats {
 
 /// One collective of a step: its kind and the bytes each worker hands in.
 struct PlannedCollective {
-    Collective kind = Collective::allreduce;
+    compress::Collective kind = compress::Collective::allreduce;
     std::int64_t bytes = 0;
 };
 
@@ -119,24 +119,24 @@ double dgc_warmup_fraction(double fraction, std::int64_t epoch, std::int64_t war
 class GradientExchange {
 public:
     /// Throws UsageError if the levels do not fit the tensors, acc::Error if workers disagree.
-    GradientExchange(std::vector<TensorInfo> tensors, std::vector<Spec> levels, comm::Collectives& comm,
+    GradientExchange(std::vector<compress::TensorInfo> tensors, std::vector<compress::Spec> levels, comm::Collectives& comm,
                      ExchangeOptions options = {});
     ~GradientExchange();
     GradientExchange(const GradientExchange&) = delete;
     GradientExchange& operator=(const GradientExchange&) = delete;
 
     size_t size() const;
-    const std::vector<TensorInfo>& tensors() const;
-    const std::vector<Spec>& levels() const;
+    const std::vector<compress::TensorInfo>& tensors() const;
+    const std::vector<compress::Spec>& levels() const;
     /// The level in force this epoch (DGC's warm-up applied).
-    Spec effective_level(size_t tensor) const;
+    compress::Spec effective_level(size_t tensor) const;
 
     /// New levels (e.g. each epoch, from a schedule). A tensor whose level changes starts
     /// fresh compressor state (a new PowerSGD Q) but keeps its error memory, as Accordion
     /// does; a level without error feedback sends the memory once and then keeps none.
     /// DGC keeps its momentum across a change of its fraction. Collective: checks that
     /// every worker passes the same levels.
-    void set_levels(const std::vector<Spec>& levels);
+    void set_levels(const std::vector<compress::Spec>& levels);
     /// The epoch about to run (for DGC's warm-up); 0 until called.
     void set_epoch(std::int64_t epoch);
 
@@ -170,4 +170,4 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace acc::compress
+}  // namespace acc::exchange

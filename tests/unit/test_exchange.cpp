@@ -8,10 +8,10 @@
 #include "base/error.hpp"
 #include "compress/codecs.hpp"
 #include "compress/device_timer.hpp"
-#include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
 #include "compress/loopback.hpp"
 #include "comm/process_group.hpp"
+#include "exchange/gradient_exchange.hpp"
 #include "support/gloo_ranks.hpp"
 #include "support/thread_collectives.hpp"
 
@@ -25,6 +25,7 @@
 #include <thread>
 
 using namespace acc::compress;
+using namespace acc::exchange;
 using acc::comm::Collectives;
 using acc::test::thread_ranks;
 
@@ -428,7 +429,7 @@ TEST_P(ExchangeRanks, OverlappedStepsGiveTheSameResult) {
 // the same averages bit for bit, the same bytes counted, a NaN still refused by name.
 TEST_P(ExchangeRanks, SumsABucketsGradientsWhereTheyLie) {
     auto tensors = conv_matrix_vectors_scalar();
-    for (const std::string& text : {"none", "powersgd:2", "topk:0.5"}) {
+    for (const std::string text : {"none", "powersgd:2", "topk:0.5"}) {
         std::vector<std::vector<at::Tensor>> apart(3), together(3);
         std::vector<std::int64_t> bytes_apart(3), bytes_together(3);
         for (bool bucket : {false, true})

@@ -1,9 +1,10 @@
-// train-dist's gradient exchange: every parameter's gradient combined at its
-// own level, the levels changing from epoch to epoch.
+// The trainer's gradient hook for training at chosen levels (train-dist's --compress,
+// --schedule and --accordion, and grad-dump at level none): every parameter's gradient
+// combined at its own level, the levels changing from epoch to epoch.
 //
 // Every parameter goes through the BucketReducer, whose buckets are launched during
 // the backward pass: those at level none in allreduce buckets, the others in
-// compressed buckets, each averaged by a compress::GradientExchange of its own
+// compressed buckets, each averaged by a GradientExchange of its own
 // (error feedback, encoding and the first collectives start in the backward pass;
 // the allgathers, PowerSGD's second round and decoding after it, bucket by bucket).
 // Collectives are issued in the same order on every rank: the buckets' launch order.
@@ -13,15 +14,15 @@
 // changes no random number but PowerSGD's Q.
 //
 // A level change keeps each parameter's error-feedback memory and resets its
-// compressor state (compress::GradientExchange::set_levels). A parameter that
+// compressor state (GradientExchange::set_levels). A parameter that
 // changes to none sends its memory once, in its next bucket, and then keeps none.
 // When the set of compressed parameters changes, the compressed buckets are made
 // anew and each parameter's state follows it by name.
 #pragma once
 
-#include "compress/exchange.hpp"
-#include "dist/reducer.hpp"
+#include "exchange/gradient_exchange.hpp"
 #include "exchange/totals.hpp"
+#include "exchange/trainer/reducer.hpp"
 #include "io/parameters.hpp"
 #include "train/trainer.hpp"
 
@@ -32,23 +33,21 @@
 #include <utility>
 #include <vector>
 
-namespace acc::dist {
-
-using ExchangeTotals = exchange::ExchangeTotals;
+namespace acc::exchange {
 
 struct ExchangeSetup {
     BucketOptions buckets;
-    compress::ExchangeOptions compression;
+    ExchangeOptions compression;
 };
 
-class DistExchange final : public train::GradientSync, private BucketExchange {
+class BucketSync final : public train::GradientSync, private BucketExchange {
 public:
     /// `parameters` (the model's, in model order) described by `description`;
     /// `levels` (one per parameter) for the first epoch. Collective.
-    DistExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
+    BucketSync(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
                  comm::Collectives& comm, torch::Device device, ExchangeSetup setup,
                  const std::vector<compress::Spec>& levels);
-    ~DistExchange() override;
+    ~BucketSync() override;
 
     /// New levels from the next step on. Collective: every rank passes the same.
     void set_levels(const std::vector<compress::Spec>& levels);
@@ -95,11 +94,11 @@ private:
     std::unique_ptr<BucketReducer> reducer_;
     // Per bucket of the reducer: the exchange of a compressed bucket (null for allreduce
     // buckets). Declared after the reducer: destroyed before it.
-    std::vector<std::unique_ptr<compress::GradientExchange>> exchanges_;
+    std::vector<std::unique_ptr<GradientExchange>> exchanges_;
     train::TensorMap carried_;  // the exchanges' own entries ("exchange/...") while there is none
     std::int64_t epoch_ = 0;
     std::int64_t steps_ = 0;  // steps exchanged: the compressed exchange's step counter, kept while there is none
     ExchangeTotals totals_;
 };
 
-}  // namespace acc::dist
+}  // namespace acc::exchange

@@ -1,7 +1,7 @@
 // GraVAC's settings for a run of train-dist.
-#include "dist/config.hpp"
+#include "app/train_dist_config.hpp"
 
-namespace acc::dist {
+namespace acc::app {
 
 regime::GravacSettings gravac_settings(const TrainDistConfig& c, std::int64_t world_size) {
     regime::GravacSettings s = c.gravac_settings;
@@ -9,4 +9,4 @@ regime::GravacSettings gravac_settings(const TrainDistConfig& c, std::int64_t wo
     return s;
 }
 
-}  // namespace acc::dist
+}  // namespace acc::app

@@ -1,9 +1,10 @@
-// lib/dist without LibTorch: the levels of each epoch from --compress, from a
-// schedule (checked against the model, every mismatch named), and from
-// Accordion's rule online, which must decide as regime-detect does offline.
+// train-dist's plan (lib/app/train_dist_plan), without LibTorch: the levels of each
+// epoch from --compress, from a schedule (checked against the model, every mismatch
+// named), and from Accordion's rule online, which must decide as regime-detect does
+// offline.
+#include "app/train_dist_config.hpp"
+#include "app/train_dist_plan.hpp"
 #include "base/error.hpp"
-#include "dist/config.hpp"
-#include "dist/run_plan.hpp"
 #include "regime/levels.hpp"
 
 #include "test_support.hpp"
@@ -13,7 +14,7 @@
 #include <cmath>
 #include <random>
 
-using namespace acc::dist;
+using namespace acc::app;
 using acc::compress::parse_spec;
 using acc::io::Parameter;
 using acc::test::usage_error_of;

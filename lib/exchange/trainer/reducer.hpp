@@ -25,7 +25,7 @@
 #include <memory>
 #include <vector>
 
-namespace acc::dist {
+namespace acc::exchange {
 
 /// How a parameter's gradient is averaged.
 enum class Route : std::uint8_t {
@@ -135,4 +135,4 @@ private:
     BucketStats stats_;
 };
 
-}  // namespace acc::dist
+}  // namespace acc::exchange

@@ -6,13 +6,13 @@
 // in one batched product per round.
 #include "base/clock.hpp"
 #include "base/error.hpp"
-#include "compress/exchange_impl.hpp"
+#include "exchange/gradient_exchange_impl.hpp"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <thread>
 
-namespace acc::compress {
+namespace acc::exchange {
 
 void GradientExchange::Impl::bind_device(const std::vector<at::Tensor>& grads) {
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -47,9 +47,9 @@ void GradientExchange::Impl::compensate_device(size_t i, Slot& s) {
         s.device_t = s.device_memory;
         s.t_in_memory = true;
         s.device_t.add_(s.device_grad);
-        s.input_finite = device::all_finite(s.device_t);
+        s.input_finite = compress::device::all_finite(s.device_t);
     } else if (!codec.checks_finite()) {
-        s.input_finite = device::all_finite(s.device_t);
+        s.input_finite = compress::device::all_finite(s.device_t);
     }
     if (!options.check_finite) s.input_finite = at::Tensor();
     at::Tensor payload = slice_of(s);
@@ -271,7 +271,7 @@ void GradientExchange::Impl::powersgd_first_round_device() {
         std::vector<at::Tensor> qs;
         for (size_t i : g.slots) qs.push_back(slots[i].device_q);
         at::Tensor qg = at::stack(qs);
-        if (hook) device::orthogonalize(qg, gram_schmidt_at(g.rank), options.orthogonalization_epsilon);
+        if (hook) compress::device::orthogonalize(qg, gram_schmidt_at(g.rank), options.orthogonalization_epsilon);
         at::Tensor pg = p.narrow(0, g.p_offset, B * g.rows * g.rank).view({B, g.rows, g.rank});
         at::bmm_out(pg, g.m, qg);
     }
@@ -282,7 +282,7 @@ void GradientExchange::Impl::powersgd_second_round_device() {
     for (auto& g : groups) {
         const auto B = static_cast<std::int64_t>(g.slots.size());
         at::Tensor pg = p.narrow(0, g.p_offset, B * g.rows * g.rank).view({B, g.rows, g.rank});
-        device::orthogonalize(pg, gram_schmidt_at(g.rank), options.orthogonalization_epsilon);
+        compress::device::orthogonalize(pg, gram_schmidt_at(g.rank), options.orthogonalization_epsilon);
         at::Tensor qg = q.narrow(0, g.q_offset, B * g.cols * g.rank).view({B, g.cols, g.rank});
         at::bmm_out(qg, g.m.transpose(1, 2), pg);
     }
@@ -307,4 +307,4 @@ void GradientExchange::Impl::powersgd_decode_device(int W) {
     }
 }
 
-}  // namespace acc::compress
+}  // namespace acc::exchange

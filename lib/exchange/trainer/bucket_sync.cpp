@@ -1,4 +1,4 @@
-#include "dist/exchange.hpp"
+#include "exchange/trainer/bucket_sync.hpp"
 
 #include "base/error.hpp"
 #include "compress/kernels.hpp"
@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-namespace acc::dist {
+namespace acc::exchange {
 namespace {
 
 bool is_none(const compress::Spec& level) { return level.name == "none"; }
@@ -30,12 +30,12 @@ std::string owner_of(const std::string& entry) {
 
 }  // namespace
 
-DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
+BucketSync::BucketSync(std::vector<torch::Tensor> parameters, std::vector<io::Parameter> description,
                            comm::Collectives& comm, torch::Device device, ExchangeSetup setup,
                            const std::vector<compress::Spec>& levels)
     : parameters_(std::move(parameters)),
       description_(std::move(description)),
-      staged_(device.is_cpu() ? nullptr : exchange::staged_collectives(comm, device)),
+      staged_(device.is_cpu() ? nullptr : staged_collectives(comm, device)),
       comm_(staged_ ? *staged_ : comm),
       setup_(setup) {
     if (levels.size() != parameters_.size() || description_.size() != parameters_.size())
@@ -52,28 +52,28 @@ DistExchange::DistExchange(std::vector<torch::Tensor> parameters, std::vector<io
     make_exchanges(levels_, levels_, {}, {});
 }
 
-DistExchange::~DistExchange() = default;
+BucketSync::~BucketSync() = default;
 
-void DistExchange::route(const std::vector<compress::Spec>& levels) {
+void BucketSync::route(const std::vector<compress::Spec>& levels) {
     std::vector<Route> routes;
     for (const auto& level : levels) routes.push_back(is_none(level) ? Route::allreduce : Route::compressed);
     reducer_->set_routes(routes);
 }
 
-std::vector<size_t> DistExchange::members_of(size_t bucket) const {
+std::vector<size_t> BucketSync::members_of(size_t bucket) const {
     std::vector<size_t> out = reducer_->buckets().at(bucket);
     std::sort(out.begin(), out.end());
     return out;
 }
 
-bool DistExchange::any_exchange() const {
+bool BucketSync::any_exchange() const {
     return std::any_of(exchanges_.begin(), exchanges_.end(), [](const auto& e) { return e != nullptr; });
 }
 
 // An exchange per compressed bucket at the `initial` levels, with the state each
 // bucket's parameters bring (`state`, by bucket) and the exchanges' own entries
 // (`shared`), then set to the `target` levels (a level change, where they differ).
-void DistExchange::make_exchanges(const std::vector<compress::Spec>& initial, const std::vector<compress::Spec>& target,
+void BucketSync::make_exchanges(const std::vector<compress::Spec>& initial, const std::vector<compress::Spec>& target,
                                   std::map<size_t, StateEntries> state, const StateEntries& shared) {
     exchanges_.clear();
     exchanges_.resize(reducer_->buckets().size());
@@ -87,10 +87,10 @@ void DistExchange::make_exchanges(const std::vector<compress::Spec>& initial, co
             first.push_back(initial[i]);
             then.push_back(target[i]);
         }
-        compress::ExchangeOptions options = setup_.compression;
+        ExchangeOptions options = setup_.compression;
         options.first_stream = static_cast<std::uint64_t>(
             std::lower_bound(compressed_.begin(), compressed_.end(), members.front()) - compressed_.begin());
-        auto exchange = std::make_unique<compress::GradientExchange>(infos, first, comm_, options);
+        auto exchange = std::make_unique<GradientExchange>(infos, first, comm_, options);
         exchange->set_epoch(epoch_);
         StateEntries entries = shared;
         entries.emplace_back("exchange/step", step_tensor(steps_));
@@ -102,7 +102,7 @@ void DistExchange::make_exchanges(const std::vector<compress::Spec>& initial, co
     }
 }
 
-void DistExchange::set_levels(const std::vector<compress::Spec>& levels) {
+void BucketSync::set_levels(const std::vector<compress::Spec>& levels) {
     if (levels.size() != parameters_.size())
         throw Error("internal error: " + std::to_string(levels.size()) + " levels for " +
                     std::to_string(parameters_.size()) + " parameters");
@@ -122,7 +122,7 @@ void DistExchange::set_levels(const std::vector<compress::Spec>& levels) {
 
 // The set of compressed parameters changes: new buckets, new exchanges, each
 // parameter's state carried over by name.
-void DistExchange::rebuild(const std::vector<compress::Spec>& levels) {
+void BucketSync::rebuild(const std::vector<compress::Spec>& levels) {
     std::map<std::string, torch::Tensor> old_state;
     if (any_exchange()) {
         for (const auto& exchange : exchanges_)
@@ -178,13 +178,13 @@ void DistExchange::rebuild(const std::vector<compress::Spec>& levels) {
     make_exchanges(initial, levels_, std::move(state), shared);
 }
 
-void DistExchange::set_epoch(std::int64_t epoch) {
+void BucketSync::set_epoch(std::int64_t epoch) {
     epoch_ = epoch;
     for (auto& exchange : exchanges_)
         if (exchange) exchange->set_epoch(epoch);
 }
 
-std::vector<bool> DistExchange::momentum_in_gradient() const {
+std::vector<bool> BucketSync::momentum_in_gradient() const {
     std::vector<bool> out(parameters_.size(), false);
     for (size_t b = 0; b < exchanges_.size(); ++b) {
         if (!exchanges_[b]) continue;
@@ -195,35 +195,35 @@ std::vector<bool> DistExchange::momentum_in_gradient() const {
     return out;
 }
 
-void DistExchange::before_backward(const train::StepInfo&, bool accumulated) { reducer_->arm(accumulated); }
+void BucketSync::before_backward(const train::StepInfo&, bool accumulated) { reducer_->arm(accumulated); }
 
-void DistExchange::settle() {
+void BucketSync::settle() {
     for (auto& exchange : exchanges_)
         if (exchange) exchange->settle();
 }
 
-void DistExchange::start(size_t bucket, const std::vector<torch::Tensor>& gradients) {
+void BucketSync::start(size_t bucket, const std::vector<torch::Tensor>& gradients) {
     exchanges_.at(bucket)->start(gradients);
 }
 
-void DistExchange::finish(size_t bucket) {
-    compress::GradientExchange& exchange = *exchanges_.at(bucket);
+void BucketSync::finish(size_t bucket) {
+    GradientExchange& exchange = *exchanges_.at(bucket);
     exchange.finish();
-    const compress::StepStats& s = exchange.last_step();
+    const StepStats& s = exchange.last_step();
     totals_.bytes += s.bytes;
     totals_.encode_seconds += s.encode_seconds;
     totals_.decode_seconds += s.decode_seconds;
     totals_.communication_seconds += s.communication_seconds;
 }
 
-void DistExchange::exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo&) {
+void BucketSync::exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo&) {
     reducer_->launch_rest(gradients);
     reducer_->finish(gradients);
     ++totals_.steps;
     ++steps_;
 }
 
-train::TensorMap DistExchange::state() const {
+train::TensorMap BucketSync::state() const {
     train::TensorMap out;
     if (any_exchange()) {
         // The exchanges' own entries are the same in each: one RandomState, one step count.
@@ -241,7 +241,7 @@ train::TensorMap DistExchange::state() const {
     return out;
 }
 
-void DistExchange::load_state(const train::TensorMap& state) {
+void BucketSync::load_state(const train::TensorMap& state) {
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < description_.size(); ++i) index[description_[i].name] = i;
     std::vector<size_t> bucket_of(parameters_.size(), 0);
@@ -289,7 +289,7 @@ void DistExchange::load_state(const train::TensorMap& state) {
     }
 }
 
-ExchangeTotals DistExchange::take_totals() {
+ExchangeTotals BucketSync::take_totals() {
     ExchangeTotals out = totals_;
     const BucketStats& b = reducer_->stats();
     out.bytes += b.bytes;
@@ -300,4 +300,4 @@ ExchangeTotals DistExchange::take_totals() {
     return out;
 }
 
-}  // namespace acc::dist
+}  // namespace acc::exchange

@@ -1,4 +1,4 @@
-#include "dist/run_plan.hpp"
+#include "app/train_dist_plan.hpp"
 
 #include "base/error.hpp"
 #include "base/text.hpp"
@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <map>
 
-namespace acc::dist {
+namespace acc::app {
 namespace {
 
 std::vector<bool> matrices(const std::vector<io::Parameter>& parameters) {
@@ -216,4 +216,4 @@ std::string levels_summary(const std::vector<compress::Spec>& levels, const std:
     return join(parts, ", ");
 }
 
-}  // namespace acc::dist
+}  // namespace acc::app

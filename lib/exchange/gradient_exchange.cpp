@@ -1,18 +1,17 @@
-#include "compress/exchange.hpp"
+#include "exchange/gradient_exchange.hpp"
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/hash.hpp"
-#include "compress/exchange_impl.hpp"
 #include "compress/kernels.hpp"
+#include "exchange/gradient_exchange_impl.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
 
-namespace acc::compress {
-namespace k = kernels;
+namespace acc::exchange {
 
 at::ScalarType channel_dtype(Channel c) {
     switch (c) {
@@ -41,7 +40,7 @@ double dgc_warmup_fraction(double fraction, std::int64_t epoch, std::int64_t war
 GradientExchange::Impl::Impl(comm::Collectives& c, ExchangeOptions o)
     : comm(c),
       options(o),
-      powersgd_rng(o.powersgd_rng ? o.powersgd_rng : std::make_shared<kernels::NumpyRandomState>(o.seed)) {
+      powersgd_rng(o.powersgd_rng ? o.powersgd_rng : std::make_shared<k::NumpyRandomState>(o.seed)) {
     codec_options.topk_selection = o.topk_selection;
     codec_options.dgc_momentum = o.dgc_momentum;
     codec_options.world = c.world_size();
@@ -558,4 +557,4 @@ void GradientExchange::load_state(const std::vector<std::pair<std::string, at::T
     impl_->load_state(state);
 }
 
-}  // namespace acc::compress
+}  // namespace acc::exchange

@@ -2,12 +2,11 @@
 // gradients (or host copies of them), flat buffers in host memory.
 #include "base/clock.hpp"
 #include "base/error.hpp"
-#include "compress/exchange_impl.hpp"
+#include "exchange/gradient_exchange_impl.hpp"
 
 #include <algorithm>
 
-namespace acc::compress {
-namespace k = kernels;
+namespace acc::exchange {
 
 void GradientExchange::Impl::bind(const std::vector<at::Tensor>& grads) {
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -180,4 +179,4 @@ void GradientExchange::Impl::decode_dense(int W) {
     current.decode_seconds += seconds_since(t0);
 }
 
-}  // namespace acc::compress
+}  // namespace acc::exchange

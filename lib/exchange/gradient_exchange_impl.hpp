@@ -1,14 +1,14 @@
-// GradientExchange's inside, private to lib/compress, in parts:
-//   exchange.cpp           levels, layout of the flat buffers, state, the public API
-//   exchange_host.cpp      a step on host memory (raw float loops, compress/codecs.hpp)
-//   exchange_device.cpp    a step on the gradients' device (ATen ops, compress/device_codec.hpp)
-//   exchange_powersgd.cpp  PowerSGD's two rounds on the host, and its Q matrices
+// GradientExchange's inside, private to lib/exchange, in parts:
+//   gradient_exchange.cpp           levels, layout of the flat buffers, state, the public API
+//   gradient_exchange_host.cpp      a step on host memory (raw float loops, compress/codecs.hpp)
+//   gradient_exchange_device.cpp    a step on the gradients' device (ATen ops, compress/device_codec.hpp)
+//   gradient_exchange_powersgd.cpp  PowerSGD's two rounds on the host, and its Q matrices
 #pragma once
 
 #include "compress/device_codec.hpp"
 #include "compress/device_timer.hpp"
-#include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
+#include "exchange/gradient_exchange.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <c10/core/Event.h>
@@ -20,7 +20,19 @@
 #include <string>
 #include <vector>
 
-namespace acc::compress {
+namespace acc::exchange {
+
+// The compressors' codecs and loops, which every part of the exchange drives.
+namespace k = compress::kernels;
+using compress::Channel;
+using compress::CodecOptions;
+using compress::Collective;
+using compress::DeviceCodec;
+using compress::DeviceTimer;
+using compress::LowRank;
+using compress::Spec;
+using compress::TensorCodec;
+using compress::TensorInfo;
 
 // The channels with a flat buffer of their own, in the order a step launches them:
 // the summed ones (before PowerSGD's P), then the allgather. PowerSGD's low_rank channel
@@ -28,8 +40,7 @@ namespace acc::compress {
 inline constexpr std::array<Channel, 3> kSumChannels = {Channel::fp32_sum, Channel::fp16_sum, Channel::sparse_sum};
 inline constexpr size_t kChannels = 5;
 
-// The stream every worker shares (randomk's indices), as opposed to one per rank.
-inline constexpr std::uint64_t kSharedStream = ~0ull;
+using compress::kernels::kSharedStream;
 
 at::ScalarType channel_dtype(Channel c);
 
@@ -104,7 +115,7 @@ struct GradientExchange::Impl {
     std::vector<Slot> slots;
     std::int64_t epoch = 0;
     std::int64_t step = 0;
-    std::shared_ptr<kernels::NumpyRandomState> powersgd_rng;  // options.powersgd_rng, or its own
+    std::shared_ptr<k::NumpyRandomState> powersgd_rng;  // options.powersgd_rng, or its own
     bool layout_dirty = true;
     // Which path runs the steps; chosen by the first step's gradients (or the option).
     bool device_path = false;
@@ -198,4 +209,4 @@ struct GradientExchange::Impl {
     at::Tensor slice_of(Slot& s);
 };
 
-}  // namespace acc::compress
+}  // namespace acc::exchange

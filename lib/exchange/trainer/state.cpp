@@ -1,10 +1,10 @@
-#include "dist/state.hpp"
+#include "exchange/trainer/state.hpp"
 
 #include "base/error.hpp"
 
 #include <cstring>
 
-namespace acc::dist {
+namespace acc::exchange {
 namespace {
 
 // Layout: u64 count, then per tensor: u32 name length, name, i32 dtype, u32 ndim,
@@ -111,4 +111,4 @@ std::vector<std::uint8_t> broadcast_bytes(comm::Collectives& comm, std::vector<s
     return std::vector<std::uint8_t>(p, p + n);
 }
 
-}  // namespace acc::dist
+}  // namespace acc::exchange

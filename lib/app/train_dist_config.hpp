@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-namespace acc::dist {
+namespace acc::app {
 
 /// How the gradient of each parameter is combined, epoch by epoch.
 enum class Mode {
@@ -67,4 +67,4 @@ struct TrainDistConfig {
 /// min(1, N / 100) unless --gravac-smoothing was given.
 regime::GravacSettings gravac_settings(const TrainDistConfig& config, std::int64_t world_size);
 
-}  // namespace acc::dist
+}  // namespace acc::app

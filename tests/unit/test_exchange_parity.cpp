@@ -3,8 +3,8 @@
 // initial Q), top-k and QSGD against references written with torch operations.
 // Data goes through HDF5 files; tests/unit/compress_reference.py computes the references.
 #include "compress/codecs.hpp"
-#include "compress/exchange.hpp"
 #include "compress/kernels.hpp"
+#include "exchange/gradient_exchange.hpp"
 #include "io/h5.hpp"
 #include "support/thread_collectives.hpp"
 
@@ -16,6 +16,7 @@
 #include <map>
 
 using namespace acc::compress;
+using namespace acc::exchange;
 namespace fs = std::filesystem;
 
 namespace {

@@ -1,11 +1,10 @@
 // PowerSGD's two rounds on the host, matrix by matrix, and its Q matrices: drawn as
 // PyTorch's hook draws them (both paths), orthogonalized as the variant says.
-#include "compress/exchange_impl.hpp"
+#include "exchange/gradient_exchange_impl.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 
-namespace acc::compress {
-namespace k = kernels;
+namespace acc::exchange {
 
 // Gram-Schmidt at rank <= 2 (as the hook) and always in the Accordion reference; QR otherwise.
 bool GradientExchange::Impl::gram_schmidt_at(int r) const { return r <= 2 || options.powersgd_variant == PowerSgdVariant::accordion; }
@@ -106,4 +105,4 @@ void GradientExchange::Impl::powersgd_decode(int W) {
     }
 }
 
-}  // namespace acc::compress
+}  // namespace acc::exchange

@@ -1,11 +1,11 @@
-#include "dist/reducer.hpp"
+#include "exchange/trainer/reducer.hpp"
 
 #include "base/error.hpp"
 
 #include <chrono>
 #include <map>
 
-namespace acc::dist {
+namespace acc::exchange {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -228,4 +228,4 @@ void BucketReducer::finish(std::vector<torch::Tensor>& gradients) {
     next_launch_ = 0;
 }
 
-}  // namespace acc::dist
+}  // namespace acc::exchange

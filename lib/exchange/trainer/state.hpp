@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace acc::dist {
+namespace acc::exchange {
 
 /// Named tensors as one byte tensor (names, dtypes, shapes and values), and back.
 /// unpack throws acc::Error on bytes that pack did not write.
@@ -23,4 +23,4 @@ std::vector<train::TensorMap> gather_maps(comm::Collectives& comm, const train::
 /// Root's `bytes` on every rank (its length first, then the bytes). Collective.
 std::vector<std::uint8_t> broadcast_bytes(comm::Collectives& comm, std::vector<std::uint8_t> bytes, int root);
 
-}  // namespace acc::dist
+}  // namespace acc::exchange

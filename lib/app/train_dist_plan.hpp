@@ -6,7 +6,7 @@
 #pragma once
 
 #include "compress/spec.hpp"
-#include "dist/config.hpp"
+#include "app/train_dist_config.hpp"
 #include "io/parameters.hpp"
 #include "io/schedule.hpp"
 #include "regime/detect.hpp"
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-namespace acc::dist {
+namespace acc::app {
 
 /// The levels in force in one epoch, with Accordion's decision behind them.
 struct EpochLevels {
@@ -87,4 +87,4 @@ void check_schedule(const io::Schedule& schedule, const std::string& path, const
 /// "none x41, powersgd:2 x21": how many parameters use each level of `levels`, in its order.
 std::string levels_summary(const std::vector<compress::Spec>& levels, const std::vector<std::int32_t>& level);
 
-}  // namespace acc::dist
+}  // namespace acc::app

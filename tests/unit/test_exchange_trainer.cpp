@@ -1,15 +1,15 @@
-// lib/dist with LibTorch, on ranks that are threads of this process: the
-// bucketed reducer (DDP's bucket layout, averages, launches during the backward
-// pass), the exchange (identical results on every rank, the same results as
-// lib/compress's exchange through level changes, state that round-trips), state
-// transfer, DGC's optimizer rule, the trainer's hooks and GraVAC's hook over
-// lib/exchange.
+// The trainer's hooks over the exchanges (lib/exchange/trainer), on ranks that are
+// threads of this process: the bucketed reducer (DDP's bucket layout, averages,
+// launches during the backward pass), BucketSync (identical results on every rank,
+// the same results as one exchange::GradientExchange through level changes, state
+// that round-trips), state transfer, DGC's optimizer rule, the trainer's calls of
+// its hook and GravacSync over GraVAC's exchange.
 #include "base/error.hpp"
-#include "compress/exchange.hpp"
-#include "dist/exchange.hpp"
-#include "dist/gravac_exchange.hpp"
-#include "dist/reducer.hpp"
-#include "dist/state.hpp"
+#include "exchange/gradient_exchange.hpp"
+#include "exchange/trainer/bucket_sync.hpp"
+#include "exchange/trainer/gravac_sync.hpp"
+#include "exchange/trainer/reducer.hpp"
+#include "exchange/trainer/state.hpp"
 #include "support/thread_collectives.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
@@ -25,7 +25,7 @@
 #include <cmath>
 #include <mutex>
 
-using namespace acc::dist;
+using namespace acc::exchange;
 using acc::comm::Collectives;
 using acc::test::error_of;
 using acc::test::thread_ranks;
@@ -78,7 +78,7 @@ struct Net {
 };
 
 // One step of `net` through `exchange`, its bucket hooks armed: the averaged gradients.
-std::vector<torch::Tensor> exchanged(Net& net, DistExchange& exchange, std::int64_t rank, std::int64_t step) {
+std::vector<torch::Tensor> exchanged(Net& net, BucketSync& exchange, std::int64_t rank, std::int64_t step) {
     net.zero_grad();
     exchange.before_backward({}, false);
     net.loss(rank, step).backward();
@@ -235,11 +235,11 @@ TEST(Exchange, MatchesTheCompressExchangeThroughLevelChanges) {
         Net a(9), b(9);
         ExchangeSetup setup;  // DDP's bucket sizes: one bucket per route, PowerSGD draws as one exchange does
         setup.compression.seed = 3;
-        DistExchange exchange(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(epochs[0]));
+        BucketSync exchange(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(epochs[0]));
         const std::vector<acc::io::Parameter> infos = b.description();
         std::vector<acc::compress::Spec> specs;
         for (const auto& l : epochs[0]) specs.push_back(acc::compress::parse_spec(l));
-        acc::compress::GradientExchange plain(infos, specs, comm, setup.compression);
+        acc::exchange::GradientExchange plain(infos, specs, comm, setup.compression);
         std::int64_t step = 0;
         for (size_t e = 0; e < epochs.size(); ++e) {
             exchange.set_levels(specs_of(epochs[e]));
@@ -287,7 +287,7 @@ TEST(Exchange, CompressedBucketsStartDuringTheBackwardPass) {
         setup.buckets.first_bucket_bytes = 40;
         setup.buckets.bucket_bytes = 100;
         setup.compression.seed = 5;
-        DistExchange exchange(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(levels));
+        BucketSync exchange(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(levels));
         // The reference: one exchange over the compressed parameters, in model order.
         const std::vector<size_t> compressed_parameters = {0, 2, 4, 5};
         std::vector<acc::io::Parameter> infos;
@@ -296,7 +296,7 @@ TEST(Exchange, CompressedBucketsStartDuringTheBackwardPass) {
             infos.push_back(b.description()[i]);
             compressed_levels.push_back(levels[i]);
         }
-        acc::compress::GradientExchange plain(infos, specs_of(compressed_levels), comm, setup.compression);
+        acc::exchange::GradientExchange plain(infos, specs_of(compressed_levels), comm, setup.compression);
         buckets[rank] = static_cast<std::int64_t>(exchange.reducer().buckets().size());
         compressed[rank] = std::count(exchange.reducer().bucket_routes().begin(),
                                       exchange.reducer().bucket_routes().end(), Route::compressed);
@@ -342,7 +342,7 @@ TEST(Exchange, BucketsResumeBitForBit) {
         setup.compression.seed = 7;
         setup.compression.warm_start = false;  // a new Q every step: the shared RandomState matters
         Net a(3), b(3);
-        DistExchange first(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(first_levels));
+        BucketSync first(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(first_levels));
         EXPECT_GT(std::count(first.reducer().bucket_routes().begin(), first.reducer().bucket_routes().end(),
                              Route::compressed),
                   2);
@@ -350,7 +350,7 @@ TEST(Exchange, BucketsResumeBitForBit) {
         acc::train::TensorMap state = unpack(pack(first.state()));
         EXPECT_TRUE(state.count("exchange/powersgd_rng"));
         EXPECT_TRUE(state.count("2.weight/dgc_momentum"));
-        DistExchange second(b.parameters, b.description(), comm, torch::kCPU, setup, specs_of(first_levels));
+        BucketSync second(b.parameters, b.description(), comm, torch::kCPU, setup, specs_of(first_levels));
         second.load_state(state);
         for (std::int64_t step = 2; step < 6; ++step) {
             if (step == 4) {
@@ -367,7 +367,7 @@ TEST(Exchange, StateRoundTripsAndCountsBytes) {
     const std::vector<std::string> levels = {"powersgd:1", "none", "topk:0.5", "none", "none", "none"};
     thread_ranks(2, [&](int rank, Collectives& comm) {
         Net a(4), b(4);
-        DistExchange first(a.parameters, a.description(), comm, torch::kCPU, {}, specs_of(levels));
+        BucketSync first(a.parameters, a.description(), comm, torch::kCPU, {}, specs_of(levels));
         for (std::int64_t step = 0; step < 2; ++step) {
             a.zero_grad();
             a.loss(rank, step).backward();
@@ -383,7 +383,7 @@ TEST(Exchange, StateRoundTripsAndCountsBytes) {
         EXPECT_TRUE(state.count("0.weight/error"));
         EXPECT_TRUE(state.count("0.weight/powersgd_q"));
         EXPECT_TRUE(state.count("exchange/step"));
-        DistExchange second(b.parameters, b.description(), comm, torch::kCPU, {}, specs_of(levels));
+        BucketSync second(b.parameters, b.description(), comm, torch::kCPU, {}, specs_of(levels));
         second.load_state(state);
         a.zero_grad();
         a.loss(rank, 5).backward();
@@ -523,7 +523,7 @@ TEST(Trainer, RecorderSeesTheLocalGradientWhileBucketsOverlap) {
         acc::train::GradientRecorder recorder(trainer.parameter_tensors(), false);
         trainer.set_recorder(&recorder);
         std::vector<acc::compress::Spec> levels(trainer.parameters().size(), acc::compress::parse_spec("none"));
-        DistExchange exchange(trainer.parameter_tensors(), trainer.parameters(), comm, torch::kCPU, {}, levels);
+        BucketSync exchange(trainer.parameter_tensors(), trainer.parameters(), comm, torch::kCPU, {}, levels);
         trainer.set_exchange(&exchange);
         trainer.train_epoch(0, 0.0);
         with_exchange[rank] = clones(recorder.sums());
