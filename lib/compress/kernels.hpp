@@ -29,9 +29,9 @@ SimdLevel limit_simd(SimdLevel cap);
 /// SplitMix64's finalizer: a bijective 64-bit mix.
 std::uint64_t mix64(std::uint64_t x);
 
-/// One key per (seed, step, parameter, rank): the stream a stochastic compressor draws from.
-/// `rank` kSharedStream: the stream every worker shares (randomk's indices).
+/// stream_key's `rank` of the stream every worker shares (randomk's indices).
 inline constexpr std::uint64_t kSharedStream = ~0ull;
+/// One key per (seed, step, parameter, rank): the stream a stochastic compressor draws from.
 std::uint64_t stream_key(std::uint64_t seed, std::uint64_t step, std::uint64_t parameter, std::uint64_t rank);
 
 /// The uniform number in [0, 1) that element `index` of stream `key` uses (24 random bits).
