@@ -215,7 +215,7 @@ private:
     LevelTable table_;
     EpochOrders orders_;  // this epoch's
     std::unique_ptr<BucketSync> exchange_;
-    std::unique_ptr<exchange::GravacSync> gravac_;            // --gravac: sends instead of exchange_
+    std::unique_ptr<exchange::GravacSync> gravac_;        // --gravac: sends instead of exchange_
     std::vector<io::MetricsGravacStep> gravac_steps_;     // the epoch's GraVAC decisions
     std::optional<io::MetricsWriter> metrics_;           // rank 0
     std::unique_ptr<train::GradientRecorder> recorder_;  // rank 0, online Accordion
@@ -317,8 +317,8 @@ void DistRank::make_exchange(const Start& start) {
     setup.buckets.first_bucket_bytes = static_cast<std::int64_t>(c_.first_bucket_mb * 1024 * 1024);
     setup.compression.seed = static_cast<std::uint32_t>(train::mix_seed(t_.seed, 0xc0) & 0xffffffffu);
     setup.compression.dgc_warmup_epochs = c_.dgc_warmup_epochs;
-    exchange_ = std::make_unique<BucketSync>(tensors_, trainer_->parameters(), *session_.comm(),
-                                               session_.device(), setup, table_.specs(start.level));
+    exchange_ = std::make_unique<BucketSync>(tensors_, trainer_->parameters(), *session_.comm(), session_.device(),
+                                             setup, table_.specs(start.level));
     gravac_ = make_gravac_sync(c_, tensors_, trainer_->parameters(), *pg_, session_.world());
     if (c_.resume) gravac_ ? gravac_->load_state(start.exchange_state) : exchange_->load_state(start.exchange_state);
     trainer_->set_exchange(gravac_ ? static_cast<train::GradientSync*>(gravac_.get()) : exchange_.get());

@@ -10,9 +10,10 @@
 
 namespace acc::app {
 
-std::unique_ptr<exchange::GravacSync> make_gravac_sync(const TrainDistConfig& c, const std::vector<torch::Tensor>& parameters,
-                                                 const std::vector<io::Parameter>& description,
-                                                 comm::ProcessGroupCollectives& pg, int world) {
+std::unique_ptr<exchange::GravacSync> make_gravac_sync(const TrainDistConfig& c,
+                                                       const std::vector<torch::Tensor>& parameters,
+                                                       const std::vector<io::Parameter>& description,
+                                                       comm::ProcessGroupCollectives& pg, int world) {
     if (!c.gravac) return nullptr;
     exchange::GravacExchangeOptions o;
     o.family = *c.gravac;

@@ -18,9 +18,9 @@ namespace acc::app {
 
 /// train-dist's GraVAC exchange over `parameters`, or nullptr without --gravac. Collective.
 std::unique_ptr<exchange::GravacSync> make_gravac_sync(const TrainDistConfig& config,
-                                                           const std::vector<torch::Tensor>& parameters,
-                                                           const std::vector<io::Parameter>& description,
-                                                           comm::ProcessGroupCollectives& pg, int world);
+                                                       const std::vector<torch::Tensor>& parameters,
+                                                       const std::vector<io::Parameter>& description,
+                                                       comm::ProcessGroupCollectives& pg, int world);
 /// The settings part of the metrics file's /gravac.
 io::MetricsGravac gravac_metrics(const TrainDistConfig& config, int world);
 /// Takes the epoch's step records and logs (debug) a digest of its decisions, so that

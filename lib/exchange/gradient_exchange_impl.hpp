@@ -33,14 +33,13 @@ using compress::LowRank;
 using compress::Spec;
 using compress::TensorCodec;
 using compress::TensorInfo;
+using compress::kernels::kSharedStream;
 
 // The channels with a flat buffer of their own, in the order a step launches them:
 // the summed ones (before PowerSGD's P), then the allgather. PowerSGD's low_rank channel
 // has its P and Q buffers instead.
 inline constexpr std::array<Channel, 3> kSumChannels = {Channel::fp32_sum, Channel::fp16_sum, Channel::sparse_sum};
 inline constexpr size_t kChannels = 5;
-
-using compress::kernels::kSharedStream;
 
 at::ScalarType channel_dtype(Channel c);
 
