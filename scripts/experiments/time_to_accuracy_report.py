@@ -1,8 +1,8 @@
 """The tables of the time-to-accuracy study (scripts/experiments/time-to-accuracy.sh):
-per link and model, each variant's final test accuracy (mean over seeds, with half
-the spread between the best and the worst seed), floats sent per worker, training
-time, and the time to reach the target accuracy (dense's final accuracy, mean over
-seeds, minus a gap), with the speed-ups over dense."""
+per link and model, each variant's final test accuracy, floats sent per worker,
+training time, and the time to reach the target accuracy (dense's final accuracy,
+mean over seeds, minus a gap), with the speed-ups over dense. Accuracy and times are
+means over seeds, with half the spread between the highest and the lowest seed."""
 import argparse
 import os
 import statistics
@@ -22,6 +22,11 @@ def run(path):
         total += s
         elapsed.append(total)
     return {"accuracy": accuracy, "elapsed": elapsed, "floats": floats, "communication": communication}
+
+
+def mean_spread(values, digits, unit=""):
+    """'mean (±half the spread)', the form of every per-seed value in the tables."""
+    return f"{statistics.mean(values):.{digits}f}{unit} (±{(max(values) - min(values)) / 2:.{digits}f})"
 
 
 def time_to(r, target):
@@ -62,13 +67,14 @@ def main():
             print("|---|---|---|---|---|---|---|---|---|---|")
             for v, rs in runs.items():
                 final = [r["accuracy"][-1] for r in rs]
-                total = statistics.mean(r["elapsed"][-1] for r in rs)
+                totals = [r["elapsed"][-1] for r in rs]
+                total = statistics.mean(totals)
                 times = [t for t in (time_to(r, target) for r in rs) if t is not None]
                 tta = statistics.mean(times) if times else None
-                tta_text = f"{tta:.1f}" if tta is not None else "not reached"
+                tta_text = mean_spread(times, 1) if times else "not reached"
                 speedup = f"{dense_tta / tta:.2f}x" if tta and dense_tta else "-"
-                print(f"| {v} | {len(rs)} | {statistics.mean(final):.2f}% (±{(max(final) - min(final)) / 2:.2f}) "
-                      f"| {statistics.mean(r['floats'] for r in rs) / 1e6:.2f} | {total:.1f} "
+                print(f"| {v} | {len(rs)} | {mean_spread(final, 2, '%')} "
+                      f"| {statistics.mean(r['floats'] for r in rs) / 1e6:.2f} | {mean_spread(totals, 1)} "
                       f"| {statistics.mean(r['communication'] for r in rs):.1f} | {dense_time / total:.2f}x "
                       f"| {tta_text} | {len(times)}/{len(rs)} | {speedup} |")
 
