@@ -4,6 +4,7 @@
 #
 #   source scripts/shaped-link.sh
 #   shaped_link_up 100mbit || echo "no shaped link here: $SHAPED_WHY"
+#   shaped_link_up 20mbit 100ms 5ms  # the same, every packet also held 5 ms each way
 #   shaped_ranks PROGRAM OPTIONS...   # rank 1 in the second namespace, rank 0 in the first
 #   shaped_link_down                  # put it in the caller's EXIT trap too
 #
@@ -16,10 +17,12 @@ SHAPED_NS=("${SHAPED_TAG}a" "${SHAPED_TAG}b")
 SHAPED_ADDR=(10.231.9.1 10.231.9.2)
 SHAPED_WHY=""
 
-# shaped_link_up RATE [LATENCY]: RATE as tc writes it (100mbit); LATENCY is the
-# most a packet may wait in the bucket [100ms].
+# shaped_link_up RATE [LATENCY] [DELAY]: RATE as tc writes it (100mbit); LATENCY
+# is the most a packet may wait in the bucket [100ms]; DELAY (5ms), when given,
+# holds every packet that long on each side, through tc's netem with the bucket
+# under it (kernels without netem are refused: no link is left half made).
 shaped_link_up() {
-    local rate=$1 latency=${2:-100ms} side
+    local rate=$1 latency=${2:-100ms} delay=${3:-} side
     if [ "$(id -u)" != 0 ]; then SHAPED_WHY="needs root"; return 1; fi
     if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then SHAPED_WHY="needs ip and tc (iproute2)"; return 1; fi
     if ! ip netns add "${SHAPED_NS[0]}" 2>/dev/null; then SHAPED_WHY="cannot create network namespaces here"; return 1; fi
@@ -30,7 +33,16 @@ shaped_link_up() {
         "${in_ns[@]}" ip addr add "${SHAPED_ADDR[$side]}/24" dev "${SHAPED_TAG}$side"
         "${in_ns[@]}" ip link set dev lo up
         "${in_ns[@]}" ip link set dev "${SHAPED_TAG}$side" up
-        if ! "${in_ns[@]}" tc qdisc add dev "${SHAPED_TAG}$side" root tbf rate "$rate" burst 32kb latency "$latency"; then
+        local bucket_at=(root)
+        if [ -n "$delay" ]; then
+            if ! "${in_ns[@]}" tc qdisc add dev "${SHAPED_TAG}$side" root handle 1: netem delay "$delay" 2>/dev/null; then
+                SHAPED_WHY="cannot delay packets by $delay: tc's netem is not in this kernel"
+                shaped_link_down
+                return 1
+            fi
+            bucket_at=(parent 1:1)
+        fi
+        if ! "${in_ns[@]}" tc qdisc add dev "${SHAPED_TAG}$side" "${bucket_at[@]}" tbf rate "$rate" burst 32kb latency "$latency"; then
             SHAPED_WHY="tc cannot add a tbf qdisc here"
             shaped_link_down
             return 1

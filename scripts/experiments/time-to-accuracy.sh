@@ -20,6 +20,8 @@
 #
 #   scripts/experiments/time-to-accuracy.sh [OUT] [SEEDS] [MODELS] [LINKS] [VARIANTS]
 #       defaults: build/time-to-accuracy "1 2 3" "mlp cnn" "100mbit 20mbit" (every variant)
+# A link is a rate as tc writes it, with +DELAY to hold every packet that long each
+# way (20mbit+5ms; needs tc's netem in the kernel).
 # TTA_EXTRA_<model>: more training options for that model, e.g. TTA_EXTRA_cnn="--train-samples 12000".
 set -euo pipefail
 # One function, read whole before it runs: an edit during a study does not reach it.
@@ -55,7 +57,9 @@ main() {
         [ -n "${args[$v]+x}" ] || { echo "time-to-accuracy.sh: error: no variant '$v' (one of: $all)" >&2; exit 2; }
     done
     for link in $links; do
-        shaped_link_up "$link" || { echo "time-to-accuracy.sh: error: no shaped link: $SHAPED_WHY" >&2; exit 1; }
+        delay=
+        [[ $link == *+* ]] && delay=${link#*+}
+        shaped_link_up "${link%%+*}" 100ms $delay || { echo "time-to-accuracy.sh: error: no shaped link: $SHAPED_WHY" >&2; exit 1; }
         for model in $models; do
             extra_name=TTA_EXTRA_$model
             # shellcheck disable=SC2206
