@@ -6,17 +6,7 @@
 # Needs root; all traffic stays inside the namespaces the test creates, which
 # it removes on every exit path.
 source "$(dirname "$0")/common.sh"
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
-command -v ip >/dev/null && command -v tc >/dev/null || skip "needs ip and tc (iproute2)"
-
-source "$ACC_SOURCE/scripts/shaped-link.sh"
-cleanup() {
-    kill -KILL $(jobs -p) 2>/dev/null || true
-    shaped_link_down
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+use_shaped_link
 shaped_link_up 200mbit 50ms || skip "$SHAPED_WHY"
 
 cd "$WORK"

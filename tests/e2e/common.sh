@@ -80,3 +80,19 @@ memory_limit_kib() {
     wait "$pid" 2>/dev/null || true
     echo $((vm + extra))
 }
+
+# use_shaped_link: for the tests over scripts/shaped-link.sh. Skips the test
+# (exit 77) where it cannot make network namespaces; otherwise loads the script
+# and removes the link, the test's background jobs and $WORK on every exit path.
+skip() { echo "SKIP: $*"; exit 77; }
+use_shaped_link() {
+    [ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
+    command -v ip >/dev/null && command -v tc >/dev/null || skip "needs ip and tc (iproute2)"
+    source "$ACC_SOURCE/scripts/shaped-link.sh"
+    trap shaped_link_cleanup EXIT
+}
+shaped_link_cleanup() {
+    kill -KILL $(jobs -p) 2>/dev/null || true
+    shaped_link_down
+    rm -rf "$WORK"
+}

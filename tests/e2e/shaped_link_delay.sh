@@ -4,17 +4,7 @@
 # latency; where it has not, the link must be refused with that reason and no
 # network namespace left behind.
 source "$(dirname "$0")/common.sh"
-skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
-command -v ip >/dev/null && command -v tc >/dev/null || skip "needs ip and tc (iproute2)"
-
-source "$ACC_SOURCE/scripts/shaped-link.sh"
-cleanup() {
-    kill -KILL $(jobs -p) 2>/dev/null || true
-    shaped_link_down
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+use_shaped_link
 ip netns add "${SHAPED_TAG}probe" 2>/dev/null || skip "cannot create network namespaces here"
 ip netns del "${SHAPED_TAG}probe"
 
