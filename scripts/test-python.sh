@@ -45,4 +45,13 @@ pip)
     ;;
 esac
 echo "test-python.sh: installed in $(($(date +%s) - start)) s; running tests/python against $torch's torch" >&2
-ACC_BIN="$build/bin" "$python" -m pytest -p no:cacheprovider -q tests/python "$@"
+# A test that hangs ends the run with every thread's stack (tests/python/conftest.py);
+# this limit is for a hang outside any test.
+limit=${ACC_PYTEST_SECONDS:-1800}
+status=0
+ACC_BIN="$build/bin" timeout --kill-after=30 "$limit" "$python" -m pytest -p no:cacheprovider -q --durations=5 \
+    tests/python "$@" || status=$?
+if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    echo "test-python.sh: error: pytest still running after $limit s (ACC_PYTEST_SECONDS); stopped" >&2
+fi
+exit "$status"

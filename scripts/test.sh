@@ -16,13 +16,31 @@ if [ "${1:-}" = "--all" ]; then
     select=() suite="every test"
     shift
 fi
+# Each part's time is printed as it ends: a run stopped from outside (CI's limit)
+# still shows where its time went.
+start=$(date +%s) mark=$(date +%s) times=()
+part_done() {
+    local now
+    now=$(date +%s)
+    times+=("$1 $((now - mark)) s")
+    echo "test.sh: $1 took $((now - mark)) s ($((now - start)) s since the start)" >&2
+    mark=$now
+}
 echo "test.sh: checking the Debian packages (scripts/setup.sh)" >&2
 scripts/setup.sh
+part_done "set-up"
 ACC_BUILD_DIR=$build scripts/build.sh --torch "$torch"
+part_done "build"
 echo "test.sh: running $suite against $torch's LibTorch with ctest; a failing test's output is shown in full" >&2
 ctest --test-dir "$build" --output-on-failure -j "${ACC_JOBS:-$(nproc)}" "${select[@]}" "$@"
+part_done "ctest"
 # The Python package against the same torch; not when ctest was given a selection.
 if [ $# -eq 0 ]; then
     echo "test.sh: testing the Python package (scripts/test-python.sh --torch $torch)" >&2
     ACC_BUILD_DIR=$build scripts/test-python.sh --torch "$torch"
+    part_done "Python package"
 fi
+summary=$(printf '%s, ' "${times[@]}")
+label="pip's torch"
+[ "$torch" = debian ] && label="Debian's LibTorch"
+echo "test.sh: $label passed in $(($(date +%s) - start)) s (${summary%, })" >&2

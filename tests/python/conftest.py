@@ -6,6 +6,7 @@ Environment: ACC_BIN, the folder of the built programs (regime-detect); default
 build/bin of this tree.
 """
 
+import faulthandler
 import os
 import socket
 import subprocess
@@ -29,6 +30,19 @@ needs_hook = pytest.mark.skipif(not hasattr(dist.ProcessGroup, "boxed"),
                                        "test_hook.py checks the error this torch gives")
 # A run that has not ended by then waits for a rank that will not come: a hang.
 RUN_SECONDS = 120
+# A test (set-up and tear-down included) still going by then hangs in this process:
+# every thread's stack is printed and pytest ends with a failure instead of waiting.
+TEST_SECONDS = float(os.environ.get("ACC_TEST_SECONDS", 600))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    # To file descriptor 2 itself: pytest.ini keeps pytest from capturing it.
+    faulthandler.dump_traceback_later(TEST_SECONDS, exit=True, file=2)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 class Ranks:
