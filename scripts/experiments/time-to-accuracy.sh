@@ -13,7 +13,9 @@
 #   gravac-FAMILY-POLICY           GraVAC (topk, dgc, powersgd; exp, geo) at epsilon 0.7,
 #                                  its window 50 steps, not tied to an epoch's end
 # Every run's metrics file goes to OUT/<link>/<model>/<variant>/seed<S>.h5 (finished
-# runs are kept, so the script resumes); the tables to OUT/time-to-accuracy.md.
+# runs are kept, so the script resumes); the tables to OUT/time-to-accuracy.md, the
+# runs they use, epoch by epoch, to OUT/runs.csv. TTA_RUNS: such CSV files (e.g.
+# docs/results/time-to-accuracy-runs.csv) whose runs count where OUT has no file.
 # Time is training time without evaluation (the metrics' per-epoch seconds);
 # the target accuracy is dense's final test accuracy, mean over seeds, minus
 # TARGET_GAP points [0.5].
@@ -86,8 +88,13 @@ main() {
         done
         shaped_link_down
     done
+    saved=()
+    for f in ${TTA_RUNS:-}; do
+        saved+=(--runs "$f")
+    done
     "$python" "$here/scripts/experiments/time_to_accuracy_report.py" --out "$out" --seeds "$seeds" --models "$models" \
-        --links "$links" --variants "$variants" --target-gap "${TARGET_GAP:-0.5}" | tee "$out/time-to-accuracy.md"
+        --links "$links" --variants "$variants" --target-gap "${TARGET_GAP:-0.5}" "${saved[@]+"${saved[@]}"}" \
+        --save-runs "$out/runs.csv" | tee "$out/time-to-accuracy.md"
 }
 
 main "$@"
