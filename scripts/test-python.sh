@@ -48,6 +48,8 @@ echo "test-python.sh: installed in $(($(date +%s) - start)) s; running tests/pyt
 # A test that hangs ends the run with every thread's stack (tests/python/conftest.py);
 # this limit is for a hang outside any test.
 limit=${ACC_PYTEST_SECONDS:-1800}
+[[ $limit =~ ^[1-9][0-9]*$ ]] ||
+    { echo "test-python.sh: error: ACC_PYTEST_SECONDS: must be a whole number of seconds, not '$limit'" >&2; exit 2; }
 status=0
 ACC_BIN="$build/bin" timeout --kill-after=30 "$limit" "$python" -m pytest -p no:cacheprovider -q --durations=5 \
     tests/python "$@" || status=$?

@@ -7,6 +7,7 @@ build/bin of this tree.
 """
 
 import faulthandler
+import math
 import os
 import socket
 import subprocess
@@ -30,9 +31,22 @@ needs_hook = pytest.mark.skipif(not hasattr(dist.ProcessGroup, "boxed"),
                                        "test_hook.py checks the error this torch gives")
 # A run that has not ended by then waits for a rank that will not come: a hang.
 RUN_SECONDS = 120
+
+
+def _seconds(name, default):
+    text = os.environ.get(name, str(default))
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (value > 0 and math.isfinite(value)):
+        raise pytest.UsageError(f"{name}: must be a finite number of seconds above 0, not '{text}'")
+    return value
+
+
 # A test (set-up and tear-down included) still going by then hangs in this process:
 # every thread's stack is printed and pytest ends with a failure instead of waiting.
-TEST_SECONDS = float(os.environ.get("ACC_TEST_SECONDS", 600))
+TEST_SECONDS = _seconds("ACC_TEST_SECONDS", 600)
 
 
 @pytest.hookimpl(hookwrapper=True)
