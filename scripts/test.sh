@@ -18,7 +18,8 @@ if [ "${1:-}" = "--all" ]; then
 fi
 # Each part's time is printed as it ends: a run stopped from outside (CI's limit)
 # still shows where its time went.
-start=$(date +%s) mark=$(date +%s) times=()
+start=$(date +%s)
+mark=$start times=()
 part_done() {
     local now
     now=$(date +%s)

@@ -9,6 +9,7 @@ reads such a file back for the runs whose metrics files are not there, so the ta
 can be made again, and seeds measured elsewhere added, without the runs' files."""
 import argparse
 import csv
+import itertools
 import os
 import statistics
 
@@ -22,13 +23,14 @@ def run(path):
         seconds = [float(s) for s in e["seconds"][()]]
         communication_seconds = [float(c) for c in e["communication_seconds"][()]]
         floats_sent_total = [float(n) for n in e["floats_sent_total"][()]]
-    elapsed, total = [], 0.0
-    for s in seconds:
-        total += s
-        elapsed.append(total)
-    return {"accuracy": accuracy, "elapsed": elapsed, "seconds": seconds, "communication_seconds": communication_seconds,
-            "floats_sent_total": floats_sent_total, "floats": floats_sent_total[-1],
-            "communication": sum(communication_seconds)}
+    return make_run(accuracy, seconds, communication_seconds, floats_sent_total)
+
+
+def make_run(accuracy, seconds, communication_seconds, floats_sent_total):
+    """One run's epochs (accuracy in percent), with the totals the tables use."""
+    return {"accuracy": accuracy, "elapsed": list(itertools.accumulate(seconds)), "seconds": seconds,
+            "communication_seconds": communication_seconds, "floats_sent_total": floats_sent_total,
+            "floats": floats_sent_total[-1], "communication": sum(communication_seconds)}
 
 
 COLUMNS = ["link", "model", "variant", "seed", "epoch", "test_accuracy_percent", "seconds", "communication_seconds",
@@ -47,16 +49,7 @@ def read_runs(path):
     runs = {}
     for key, epochs in rows.items():
         epochs.sort(key=lambda row: int(row["epoch"]))
-        elapsed, total = [], 0.0
-        for row in epochs:
-            total += float(row["seconds"])
-            elapsed.append(total)
-        runs[key] = {"accuracy": [float(row["test_accuracy_percent"]) for row in epochs], "elapsed": elapsed,
-                     "seconds": [float(row["seconds"]) for row in epochs],
-                     "communication_seconds": [float(row["communication_seconds"]) for row in epochs],
-                     "floats_sent_total": [float(row["floats_sent_total"]) for row in epochs]}
-        runs[key]["floats"] = runs[key]["floats_sent_total"][-1]
-        runs[key]["communication"] = sum(runs[key]["communication_seconds"])
+        runs[key] = make_run(*([float(row[c]) for row in epochs] for c in COLUMNS[5:]))
     return runs
 
 
