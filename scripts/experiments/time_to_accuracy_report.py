@@ -40,6 +40,8 @@ COLUMNS = ["link", "model", "variant", "seed", "epoch", "test_accuracy_percent",
 def read_runs(path):
     """{(link, model, variant, seed): run} from a --save-runs file."""
     rows = {}
+    if not os.path.isfile(path):
+        raise SystemExit(f"time_to_accuracy_report.py: error: {path}: no such file (a --save-runs file)")
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames != COLUMNS:
