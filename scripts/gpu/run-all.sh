@@ -3,9 +3,10 @@
 # (docs/gpu.md), from the project's root with the GPU kit in .gpu-kit
 # (scripts/gpu/make-kit.sh makes it):
 #   scripts/gpu/run-all.sh [all] [OUTDIR]       configure + build against pip's LibTorch,
-#       `ctest -LE 'slow|gpu'` (the default suite), `ctest -L gpu`, scripts/gpu/bench-train.sh,
-#       scripts/gpu/bench-compress.sh and figures.md (the tables of docs/benchmarks.md's GPU section)
-#   scripts/gpu/run-all.sh build-test [OUTDIR]  the build and the two test runs only
+#       `ctest -L gpu`, scripts/gpu/bench-train.sh, scripts/gpu/bench-compress.sh, then
+#       `ctest -LE 'slow|gpu'` (the default suite, which CI runs anyway, last) and figures.md
+#       (the tables of docs/benchmarks.md's GPU section)
+#   scripts/gpu/run-all.sh build-test [OUTDIR]  the build and the two test runs only (GPU tests first)
 #   scripts/gpu/run-all.sh bench [OUTDIR]       the build (a fresh machine rebuilds) and the benchmarks
 #   scripts/gpu/run-all.sh cpu-check [OUTDIR]   the whole flow on the CPU, in seconds, so that it is
 #       checked between GPU sessions (tests/e2e/gpu_flow.sh): no configure or build (B, default
@@ -233,15 +234,21 @@ build() {
     return 1
 }
 
-tests() {
-    # The default suite as CI runs it (without the GPU tests, which come next on their
-    # own, one at a time: they share the one GPU), then the GPU tests.
-    local extra
-    read -r -a extra <<<"${CTEST_ARGS:-}"
-    [ "$mode" != cpu-check ] || extra+=(-R "$check_tests")
+ctest_extra=()
+read -r -a ctest_extra <<<"${CTEST_ARGS:-}"
+[ "$mode" != cpu-check ] || ctest_extra+=(-R "$check_tests")
+
+# The GPU tests, one at a time: they share the one GPU.
+gpu_tests() {
+    step "ctest -L gpu" ctest-gpu.log ctest --test-dir "$B" -L gpu -j 1 --output-on-failure -V "${ctest_extra[@]}" || true
+}
+
+# The default suite as CI runs it, without the GPU tests. It comes last: CI runs it on
+# every change, while the GPU tests and benchmarks run only where a GPU is lent, so
+# they get the time budget first.
+default_tests() {
     step "ctest -LE 'slow|gpu'" ctest-default.log \
-        ctest --test-dir "$B" -LE 'slow|gpu' -j 12 --output-on-failure "${extra[@]}" || true
-    step "ctest -L gpu" ctest-gpu.log ctest --test-dir "$B" -L gpu -j 1 --output-on-failure -V "${extra[@]}" || true
+        ctest --test-dir "$B" -LE 'slow|gpu' -j 12 --output-on-failure "${ctest_extra[@]}" || true
 }
 
 bench() {
@@ -251,13 +258,13 @@ bench() {
 
 case $mode in
 build-test)
-    build && tests
+    build && gpu_tests && default_tests
     ;;
 bench)
     build && bench
     ;;
 all | cpu-check)
-    build && tests && bench
+    build && gpu_tests && bench && default_tests
     ;;
 esac
 publish final
