@@ -50,7 +50,8 @@ add_library(acc_torch_pch STATIC ${PROJECT_SOURCE_DIR}/cmake/torch_pch.cpp)
 # fmt and spdlog before LibTorch: pip's LibTorch bundles its own fmt (a newer
 # major version) under its include directory, and spdlog must see the fmt it was
 # built against. The order of the link items sets the order of -isystem.
-target_link_libraries(acc_torch_pch PUBLIC fmt::fmt spdlog::spdlog ${TORCH_LIBRARIES})
+# -lstdc++ before LibTorch too: see the note on libstdc++ below.
+target_link_libraries(acc_torch_pch PUBLIC fmt::fmt spdlog::spdlog -lstdc++ ${TORCH_LIBRARIES})
 target_compile_definitions(acc_torch_pch PUBLIC ${ACC_TORCH_DEFINITIONS})
 if(ACC_HAVE_CUDA)
   target_include_directories(acc_torch_pch SYSTEM PUBLIC ${ACC_NCCL_INCLUDE_DIR})
@@ -81,7 +82,11 @@ target_precompile_headers(acc_torch_pch PRIVATE <torch/torch.h>)
 # dynamic linker binds each symbol to the first library in load order that
 # defines it: with libtorch listed before libstdc++, our calls went to that
 # older copy and std::filesystem::remove_all crashed. --no-as-needed keeps the
-# early entry even though nothing before it refers to libstdc++ yet.
+# early entry even though nothing before it refers to libstdc++ yet. A compiler
+# that links libstdc++ statically (no libstdc++.so to put first) needs the
+# archive searched after our libraries and before LibTorch, so that our
+# references are resolved in it rather than bound to LibTorch's copy: hence the
+# -lstdc++ link item before ${TORCH_LIBRARIES} above (a no-op for a shared one).
 target_link_options(acc_torch_pch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 
 function(acc_use_torch target)

@@ -22,7 +22,7 @@ variant=${2:-powersgd}
 out=${3:-$here/build/cifar10-$variant}
 workers=${WORKERS:-4} device=${DEVICE:-cuda}
 [ -f "$data/data_batch_1.bin" ] || { echo "cifar10-resnet18.sh: error: $data: no data_batch_1.bin (the CIFAR-10 binary version)" >&2; exit 2; }
-lr=$(/usr/bin/python3 -c "print(0.1 * $workers)")
+lr=$(awk -v workers="$workers" 'BEGIN { print 0.1 * workers }')
 training=(--data-dir "$data" --device "$device" --lr "$lr" --warmup-epochs 5 --warmup-lr 0.1
           --lr-decay-epochs 150,250 --nesterov --momentum 0.9 --weight-decay 1e-4 --threads 4)
 case $variant in

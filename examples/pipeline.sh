@@ -25,9 +25,11 @@
 # --lr 0.1 --lr-decay-epochs 5; the defaults are --lr 0.05 --lr-decay-epochs 6
 # --threads 1 --batch-size 128 (per rank; not in batch mode), and for mlp --hidden-size 128.
 #
-# The programs come from ${ACC_BUILD_DIR:-build}/bin when built there, else from PATH.
+# The programs come from ${ACC_BUILD_DIR:-build}/bin when built there, else from PATH;
+# the Python scripts run with $ACC_PYTHON, else the first python3 with h5py and torch.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
+python=$(source "$here/scripts/python.sh" && acc_python)
 out=build/example model=mlp dataset=fashion-mnist epochs=8 mode=compression
 low="" high="" eta=0.5 interval=2 nproc=2 seed=42 online=0 plots=0 monotone=()
 usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -78,7 +80,7 @@ scale_option() {
     local i
     scaled=("${training[@]}")
     for ((i = 0; i < ${#scaled[@]} - 1; i++)); do
-        if [ "${scaled[i]}" = "$1" ]; then scaled[i + 1]=$(/usr/bin/python3 -c "print(${scaled[i + 1]} * $2)"); fi
+        if [ "${scaled[i]}" = "$1" ]; then scaled[i + 1]=$("$python" -c "print(${scaled[i + 1]} * $2)"); fi
     done
 }
 
@@ -121,10 +123,10 @@ fi
 step "$model on $dataset, $nproc ranks, $epochs epochs: low $low, high $high, Accordion eta $eta interval $interval"
 runs=("low $low=low.h5" "high $high=high.h5" "accordion=accordion.h5")
 [ "$online" = 0 ] || runs+=("online=online.h5")
-/usr/bin/python3 "$here/scripts/compare_runs.py" "${runs[@]}" | tee table.txt
+"$python" "$here/scripts/compare_runs.py" "${runs[@]}" | tee table.txt
 if [ "$plots" = 1 ]; then
-    /usr/bin/python3 "$here/scripts/plot_regimes.py" grads.h5 sched.h5 -o regimes.png
-    /usr/bin/python3 "$here/scripts/plot_runs.py" "${runs[@]}" -o runs.png \
+    "$python" "$here/scripts/plot_regimes.py" grads.h5 sched.h5 -o regimes.png
+    "$python" "$here/scripts/plot_runs.py" "${runs[@]}" -o runs.png \
         --title "$model on $dataset, $nproc ranks: Accordion between $low and $high"
 fi
 echo "files in $out; pipeline took $(( $(date +%s) - started )) s" >&2

@@ -80,6 +80,7 @@ struct Child {
     pid_t pid = -1;
     bool running = true;
     int status = 0;  // exit code, or 128 + signal
+    bool ended = false;  // ended by the launcher because another rank failed
     Stream out, err;
     std::string errors;     // the rank's "<tool>[r]: error: " lines, held until it exits
     bool reported = false;  // `errors` passed on (or dropped)
@@ -343,7 +344,8 @@ std::vector<Child> start_ranks(const RendezvousConfig& config, const std::vector
 
 // Until every rank has ended and its output is forwarded: forwards signals to the
 // ranks, ends the others `grace_seconds` after one fails, and kills what is left 3 s
-// after that. Returns the worst exit status.
+// after that. Returns the worst exit status of the ranks that ended by themselves:
+// the 143 of a rank ended because another failed says nothing about the failure.
 int supervise(std::vector<Child>& children, SignalGuard& signals, Forwarder& forwarder, double grace_seconds) {
     std::optional<Clock::time_point> failed_at, terminated_at;
     bool killed = false;
@@ -397,6 +399,7 @@ int supervise(std::vector<Child>& children, SignalGuard& signals, Forwarder& for
                 spdlog::warn("rank {} is still running {:.0f} s after another rank failed; ending it", c.rank,
                              grace_seconds);
                 ::kill(c.pid, SIGTERM);
+                c.ended = true;
             }
             terminated_at = now;
         }
@@ -408,7 +411,8 @@ int supervise(std::vector<Child>& children, SignalGuard& signals, Forwarder& for
     }
     for (Child& c : children) forwarder.report(c);
     int worst = 0;
-    for (const Child& c : children) worst = std::max(worst, c.status);
+    for (const Child& c : children)
+        if (!c.ended) worst = std::max(worst, c.status);
     return worst;
 }
 

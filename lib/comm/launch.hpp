@@ -14,7 +14,8 @@ namespace acc::comm {
 /// MASTER_PORT set, a free port on 127.0.0.1 unless --master-port is given;
 /// the ranks know from ACC_NPROC_LAUNCHER, this process's pid, that they are
 /// not to launch again), forwards their output and returns the worst
-/// exit code (a rank killed by signal S counts as 128 + S). Lines a rank
+/// exit code (a rank killed by signal S counts as 128 + S) of the ranks that
+/// ended by themselves, not of those it ended after a failure. Lines a rank
 /// writes to standard error, and lines ranks other than 0 write to standard
 /// output, are prefixed with "[r] " unless `tool`'s own rank tag "<tool>[r]:"
 /// already starts them. When a rank fails, the others get `grace_seconds` to

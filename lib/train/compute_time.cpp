@@ -3,6 +3,7 @@
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "train/models.hpp"
+#include "train/trainer.hpp"
 
 namespace acc::train {
 
@@ -15,7 +16,7 @@ ComputeTimes time_compute(const ComputeTimingConfig& c, const std::function<void
     const bool text = model_info(c.model).text;
     const torch::Device device =
         c.device == Device::cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(c.device_index)) : torch::kCPU;
-    torch::manual_seed(c.seed);
+    seed_generators(c.seed, device);
     auto model = make_model(c.model, DataShape{text ? std::vector<std::int64_t>{} : in.shape, in.classes}, {});
     model->to(device);
     model->train();

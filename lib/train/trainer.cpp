@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <mutex>
 
 namespace acc::train {
 
@@ -391,8 +392,9 @@ void Trainer::step_gradients(std::vector<torch::Tensor>& gradients) const {
 EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallback& on_step) {
     const auto start = std::chrono::steady_clock::now();
     // Dropout draws from a stream of its own per epoch and rank, so a resumed run repeats it exactly.
-    torch::manual_seed(
-        mix_seed(options_.seed, 0xd0, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(shard_.rank)));
+    seed_generators(
+        mix_seed(options_.seed, 0xd0, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(shard_.rank)),
+        options_.device);
     model_->train();
     model_->reset_state();
     if (recorder_) recorder_->reset();
@@ -558,6 +560,16 @@ CheckpointInfo Trainer::load_checkpoint_from(const io::H5File& f, TensorMap* ext
     if (extra) *extra = std::move(stored);
     global_step_ = info.global_step;
     return info;
+}
+
+void seed_generators(std::uint64_t seed, const torch::Device& device) {
+    if (device.is_cuda()) {
+        torch::manual_seed(seed);
+        return;
+    }
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(seed);
 }
 
 }  // namespace acc::train

@@ -166,6 +166,12 @@ struct TrainerOptions {
 /// The loop's options from a run's configuration.
 TrainerOptions trainer_options(const TrainConfig& config);
 
+/// Seeds LibTorch's random generators for work on `device`: the CPU's alone for
+/// the CPU (torch::manual_seed would ask CUDA for its devices, which on a GPU
+/// machine costs start-up time and warns when CUDA cannot start), the CPU's and
+/// CUDA's for a GPU.
+void seed_generators(std::uint64_t seed, const torch::Device& device);
+
 class Trainer {
 public:
     Trainer(std::shared_ptr<Model> model, const Dataset& data, TrainerOptions options, Shard shard = {});

@@ -141,7 +141,10 @@ publish() {
         echo "everything (logs/, steps.tsv, *.jsonl, figures.md): gpu-results.tar.gz"
         echo
         echo "steps (status, seconds, log):"
-        column -t -s $'\t' "$res/steps.tsv" 2>/dev/null || cat "$res/steps.tsv"
+        # aligned columns (awk: `column` is missing on some images)
+        awk -F'\t' '{ for (i = 1; i <= NF; i++) { cell[NR, i] = $i; if (length($i) > w[i]) w[i] = length($i) }; n[NR] = NF }
+            END { for (r = 1; r <= NR; r++) { line = ""; for (i = 1; i <= n[r]; i++)
+                line = line (i < n[r] ? sprintf("%-" w[i] + 2 "s", cell[r, i]) : cell[r, i]); print line } }' "$res/steps.tsv"
         local name status log
         while IFS=$'\t' read -r name status _ log; do
             case $status in FAILED*)

@@ -8,8 +8,36 @@ cd "$WORK"
 trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 long=(-b 8 -e 32M -n 300 -w 1 --collectives allreduce)
 
-# listening PORT: the local addresses something listens on at PORT, one a line.
-listening() { ss -ltnH "sport = :$1" | awk '{print $4}'; }
+# listening PORT: the local addresses something listens on at PORT, one a line,
+# as ss writes them; from /proc/net/tcp{,6} where ss (iproute2) is missing.
+listening() {
+    if command -v ss >/dev/null; then
+        ss -ltnH "sport = :$1" | awk '{print $4}'
+        return
+    fi
+    "$ACC_PYTHON" - "$1" <<'PY'
+import ipaddress, sys
+port = int(sys.argv[1])
+for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+    try:
+        lines = open(table).read().splitlines()[1:]
+    except OSError:
+        continue
+    for line in lines:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if state != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+            continue
+        raw = bytes.fromhex(address)  # 32-bit words, each written in the host's byte order
+        if sys.byteorder == "little":
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, width, 4))
+        ip = ipaddress.ip_address(raw)
+        if width == 4:
+            print(f"{ip}:{port}")
+        else:
+            print(f"[::ffff:{ip.ipv4_mapped}]:{port}" if ip.ipv4_mapped else f"[{ip}]:{port}")
+PY
+}
 
 # stranger HOST PORT ACTION: a foreign client of the store (PyTorch's own TCPStore)
 # that knows the toolkit's key layout, including the key names of the default

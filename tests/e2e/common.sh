@@ -85,6 +85,14 @@ memory_limit_kib() {
 # (exit 77) where it cannot make network namespaces; otherwise loads the script
 # and removes the link, the test's background jobs and $WORK on every exit path.
 skip() { echo "SKIP: $*"; exit 77; }
+
+# man_renders: whether `man -l` renders a page here; some images have no man, or
+# one that only says the system was minimized.
+man_renders() {
+    local probe=$WORK/probe.1
+    printf '.TH PROBE 1\n.SH NAME\nprobe \\- a page\n' >"$probe"
+    MANWIDTH=80 man -l "$probe" 2>/dev/null | grep -q "^NAME"
+}
 use_shaped_link() {
     [ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
     command -v ip >/dev/null && command -v tc >/dev/null || skip "needs ip and tc (iproute2)"

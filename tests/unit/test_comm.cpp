@@ -11,8 +11,13 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <map>
+#include <string>
 #include <thread>
+
+#include <unistd.h>
 
 using namespace acc::comm;
 using acc::test::expect_all_ok;
@@ -107,6 +112,27 @@ TEST(Launch, WithoutNprocRunsInThisProcess) {
     config.rank = 0;
     EXPECT_THROW(run_ranks(config, 1, argv, "comm-profile", [] { return 7; }), acc::UsageError);
     EXPECT_GT(free_local_port(), 0);
+}
+
+// Run as its own ranks by --nproc's launcher: rank 1 fails at once with status 3,
+// rank 0 waits (as a rank blocked in a rendezvous or a collective would) until
+// the launcher ends it. The launcher's status is rank 1's, not the 143 of the
+// rank it ended.
+TEST(Launch, ReturnsTheFailedRanksStatusNotThatOfTheRanksItEnded) {
+    const char* launcher = std::getenv("ACC_NPROC_LAUNCHER");
+    if (launcher && std::to_string(::getppid()) == launcher) {
+        if (std::string(std::getenv("RANK")) == "1") std::_Exit(3);
+        std::this_thread::sleep_for(std::chrono::seconds(60));
+        std::_Exit(0);
+    }
+    RendezvousConfig config;
+    config.nproc = 2;
+    std::string self = "test_comm";
+    std::string filter = "--gtest_filter=Launch.ReturnsTheFailedRanksStatusNotThatOfTheRanksItEnded";
+    char* argv[] = {self.data(), filter.data(), nullptr};
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(run_ranks(config, 2, argv, "test_comm", [] { return 0; }, 1.0), 3);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));  // not rank 0's 60 s
 }
 
 TEST(ProcessGroup, TheBackendFollowsTheDeviceUnlessChosen) {

@@ -58,6 +58,17 @@ bool same_parameters(Model& a, Model& b) {
 
 }  // namespace
 
+// A CPU run seeds the CPU's generator alone, to the same stream as torch::manual_seed.
+TEST(Seeding, TheCpusGeneratorAsTorchManualSeedDoes) {
+    seed_generators(11, torch::kCPU);
+    const torch::Tensor ours = torch::randn({16});
+    torch::manual_seed(11);
+    const torch::Tensor torchs = torch::randn({16});
+    EXPECT_TRUE(torch::equal(ours, torchs));
+    seed_generators(12, torch::kCPU);
+    EXPECT_FALSE(torch::equal(torch::randn({16}), torchs));
+}
+
 TEST(Models, ResNet18MatchesThePaperAndSynthGrads) {
     torch::manual_seed(0);
     auto model = make_model("resnet18", kCifar, {});
