@@ -4,8 +4,34 @@
 # reuses one precompiled header: call acc_use_torch(<target>) instead of linking
 # torch directly. Keep LibTorch out of targets that do not need it.
 
+# TorchConfig.cmake finds its own libraries with find_library(... PATHS <its>/lib),
+# which searches the system's directories first: with Debian's LibTorch installed
+# too, a pip build would take c10 and torch from Debian's. Its lib directory goes
+# first, and the libraries found are checked to be its own.
+find_file(ACC_TORCH_CONFIG Torch/TorchConfig.cmake PATHS ${Torch_DIR}/.. ${CMAKE_PREFIX_PATH} NO_DEFAULT_PATH)
+if(ACC_TORCH_CONFIG)
+  get_filename_component(acc_torch_root "${ACC_TORCH_CONFIG}/../../../.." ABSOLUTE)
+  list(PREPEND CMAKE_LIBRARY_PATH "${acc_torch_root}/lib")
+  # A build directory configured before keeps what it found then: found again.
+  foreach(acc_torch_library IN ITEMS TORCH_LIBRARY c10_LIBRARY)
+    string(FIND "${${acc_torch_library}}" "${acc_torch_root}/" acc_torch_at)
+    if(DEFINED CACHE{${acc_torch_library}} AND NOT acc_torch_at EQUAL 0)
+      unset(${acc_torch_library} CACHE)
+    endif()
+  endforeach()
+endif()
 find_package(Torch REQUIRED)
 message(STATUS "LibTorch ${Torch_VERSION}")
+foreach(acc_torch_library IN ITEMS TORCH_LIBRARY c10_LIBRARY)
+  get_filename_component(acc_torch_found "${${acc_torch_library}}" REALPATH)
+  get_filename_component(acc_torch_prefix "${TORCH_INSTALL_PREFIX}" REALPATH)
+  string(FIND "${acc_torch_found}" "${acc_torch_prefix}/" acc_torch_at)
+  if(NOT acc_torch_at EQUAL 0)
+    message(FATAL_ERROR "${acc_torch_library}=${${acc_torch_library}} is not a library of the LibTorch at "
+                        "${TORCH_INSTALL_PREFIX}: configure a new build directory, or pass "
+                        "-D${acc_torch_library}=<that LibTorch's library>")
+  endif()
+endforeach()
 
 # c10d's Gloo and NCCL process-group headers are guarded by these definitions,
 # which TorchConfig.cmake does not set.

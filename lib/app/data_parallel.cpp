@@ -58,7 +58,8 @@ void DataParallelRank::build(const std::function<void(const train::Dataset&)>& o
     data_ = train::open_dataset(t_.data, t_.seed);
     text_ = data_->info().shape.input.empty();
     if (opened) opened(*data_);
-    train::seed_generators(t_.seed, t_.device == acc::Device::cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU));
+    train::seed_generators(t_.seed,
+                           t_.device == acc::Device::cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU));
     std::optional<Doing> building(std::in_place, "building the model (--model " + t_.model + ")");
     model_ = train::make_model(t_.model, data_->info().shape, t_.model_options);
     train::TrainerOptions options = train::trainer_options(t_);

@@ -39,6 +39,20 @@ bindings=$(cat "$WORK"/bind.* | grep -E "binding file [^ ]*grad-dump .*symbol \`
 wrong=$(echo "$bindings" | grep -v '^$' | grep -v ' to [^ ]*libstdc++\.so' || true)
 [ -z "$wrong" ] || fail "std::filesystem bound outside libstdc++: $(echo "$wrong" | head -3)"
 
+# The libraries linked are those of the LibTorch configured, not another one's
+# (pip's TorchConfig.cmake searches the system's directories first, where
+# Debian's LibTorch may be): both lie under its prefix, Torch_DIR/../../.. as
+# TorchConfig.cmake computes it.
+cached() { sed -n "s/^$1:[A-Z]*=//p" "$ACC_BUILD_DIR/CMakeCache.txt"; }
+prefix=$(realpath -m "$(cached Torch_DIR)/../../..")
+for variable in TORCH_LIBRARY c10_LIBRARY; do
+    library=$(realpath -m "$(cached "$variable")")
+    case $library in
+    "$prefix"/*) ;;
+    *) fail "$variable is $library, outside the configured LibTorch ($prefix)" ;;
+    esac
+done
+
 # Installed programs start with no LD_LIBRARY_PATH: every library is found.
 cmake --install "$ACC_BUILD_DIR" --prefix "$WORK/prefix" >/dev/null || fail "cmake --install"
 for tool in grad-dump train-dist comm-profile compress-bench regime-detect; do
