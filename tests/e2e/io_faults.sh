@@ -73,9 +73,10 @@ PY
 
 # Two runs given one output: the second stops at once and names the first, which
 # finishes its file whole (epoch rows 0 1 2, complete).
-wait_for_lock() {  # wait_for_lock LOCKFILE: until a run has written its line there
+wait_for_lock() {  # wait_for_lock LOCKFILE PID: until run PID has written its line there
     for _ in $(seq 600); do
         [ -s "$1" ] && return 0
+        kill -0 "$2" 2>/dev/null || { fail "the run ended before its lock file $1 was seen"; return 1; }
         sleep 0.05
     done
     fail "no lock file $1 appeared"
@@ -85,7 +86,7 @@ wait_for_lock() {  # wait_for_lock LOCKFILE: until a run has written its line th
 run=(--model mlp --epochs 3 --train-samples 512 --test-samples 64 --threads 1 -q)
 grad-dump "${run[@]}" --seed 1 -o c.h5 &
 first=$!
-wait_for_lock .c.h5.lock
+wait_for_lock .c.h5.lock "$first"
 kill -STOP "$first"
 expect_exit 1 "^grad-dump: error: c.h5: is being written by grad-dump \(process $first on [^,]+, started [0-9-]+ [0-9:]+ UTC\); wait until that run ends, or write to another name$" -- \
     grad-dump "${run[@]}" --seed 2 -o c.h5
@@ -99,9 +100,11 @@ PY
 [ ! -e .c.h5.lock ] || fail "the lock file was left: $(ls -A)"
 train=(--model mlp --hidden-size 16 --dataset synthetic --train-samples 64 --test-samples 16 --batch-size 16
        --threads 1 --epochs 2 --compress topk:0.5 -q)
-train-dist "${train[@]}" --metrics m.h5 &
+# The first run is long enough that its lock is seen on a loaded machine too.
+train-dist --model mlp --hidden-size 16 --dataset synthetic --train-samples 4096 --test-samples 16 --batch-size 16 \
+    --threads 1 --epochs 2 --compress topk:0.5 -q --metrics m.h5 &
 first=$!
-wait_for_lock .m.h5.lock
+wait_for_lock .m.h5.lock "$first"
 kill -STOP "$first"
 expect_exit 1 "^train-dist: error: m.h5: is being written by train-dist \(process $first on" -- \
     train-dist "${train[@]}" --metrics m.h5 --seed 9

@@ -7,7 +7,7 @@
 source "$(dirname "$0")/common.sh"
 cd "$WORK"
 mkdir -p tree/scripts tree/examples fake stubs
-cp "$ACC_SOURCE/scripts/build.sh" "$ACC_SOURCE/scripts/torch-choice.sh" tree/scripts/
+cp "$ACC_SOURCE/scripts/build.sh" "$ACC_SOURCE/scripts/torch-choice.sh" "$ACC_SOURCE/scripts/python.sh" tree/scripts/
 cp "$ACC_SOURCE/examples/quickstart.sh" "$ACC_SOURCE/examples/pipeline.sh" tree/examples/
 
 # A cmake that fails to configure, printing on stdout as cmake does.

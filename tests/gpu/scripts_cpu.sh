@@ -72,7 +72,7 @@ got=0
 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh build-test "$WORK/ra" >/dev/null \
     2>"$WORK/ra.err" || got=$?
 [ "$got" = 1 ] || fail "run-all.sh build-test with a failing test run: exit $got, expected 1"
-printf 'build\tok\nctest -LE '"'"'slow|gpu'"'"'\tFAILED (exit 8)\nctest -L gpu\tok\n' >"$WORK/want"
+printf 'build\tok\nctest -L gpu\tok\nctest -LE '"'"'slow|gpu'"'"'\tFAILED (exit 8)\n' >"$WORK/want"
 cut -f1,2 "$WORK/ra/steps.tsv" | diff "$WORK/want" - >&2 || fail "run-all.sh recorded the wrong steps"
 grep -qF "| ctest -LE 'slow\|gpu' | FAILED (exit 8) |" "$WORK/ra/figures.md" || fail "figures.md lacks the failed step"
 grep -q "configure: -- CUDA LibTorch" "$WORK/ra.err" || fail "run-all.sh did not report the configure line"
