@@ -66,6 +66,11 @@ done
 bin=${ACC_BUILD_DIR:-$here/build}/bin
 if [ -x "$bin/train-dist" ]; then PATH=$bin:$PATH; fi
 command -v train-dist >/dev/null || die "train-dist not found: build with scripts/build.sh or install the toolkit"
+# The comparison at the end needs h5py and numpy (the plots matplotlib): say so before training.
+needs="h5py, numpy"
+[ "$plots" = 0 ] || needs+=", matplotlib"
+"$python" -c "import $needs" 2>/dev/null ||
+    die "$python cannot import $needs, which the comparison needs: set ACC_PYTHON to a Python that can"
 mkdir -p "$out"
 cd "$out"
 # On a terminal the programs show their progress and a line per epoch; in a
