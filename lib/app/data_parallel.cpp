@@ -58,13 +58,12 @@ void DataParallelRank::build(const std::function<void(const train::Dataset&)>& o
     data_ = train::open_dataset(t_.data, t_.seed);
     text_ = data_->info().shape.input.empty();
     if (opened) opened(*data_);
-    train::seed_generators(t_.seed,
-                           t_.device == acc::Device::cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU));
-    std::optional<Doing> building(std::in_place, "building the model (--model " + t_.model + ")");
-    model_ = train::make_model(t_.model, data_->info().shape, t_.model_options);
     train::TrainerOptions options = train::trainer_options(t_);
     if (pg_ && t_.device == acc::Device::cuda)
         options.device = comm::rank_gpu(pg_->rank(), pg_->local_rank(), pg_->backend());
+    train::seed_generators(t_.seed, options.device);
+    std::optional<Doing> building(std::in_place, "building the model (--model " + t_.model + ")");
+    model_ = train::make_model(t_.model, data_->info().shape, t_.model_options);
     trainer_ = std::make_unique<train::Trainer>(model_, *data_, options, train::Shard{session_.rank(), session_.world()});
     tensors_ = trainer_->parameter_tensors();
 }

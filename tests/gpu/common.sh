@@ -36,3 +36,14 @@ no_teardown_warning() {
         grep -m3 "destroy_process_group" "$1" | sed 's/^/    /' >&2
     fi
 }
+
+# same_first_epoch GPU_JSON CPU_JSON: the two runs' first epochs agree (loss within
+# 2%, the same samples and steps): the device computes what the CPU does.
+same_first_epoch() {
+    "$ACC_PYTHON" - "$1" "$2" <<'PY'
+import json, sys
+gpu, cpu = (json.load(open(p))["trained"][0] for p in sys.argv[1:3])
+assert abs(gpu["loss"] - cpu["loss"]) <= 0.02 * cpu["loss"], (gpu["loss"], cpu["loss"])
+assert gpu["samples"] == cpu["samples"] and gpu["steps"] == cpu["steps"]
+PY
+}
