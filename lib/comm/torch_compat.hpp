@@ -22,6 +22,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>  // needs USE_C10D_NCCL
 #endif
 
+#include <ATen/ATen.h>
 #include <c10/core/Event.h>
 
 #include <chrono>
@@ -29,6 +30,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace acc::comm::compat {
 
@@ -161,5 +163,15 @@ inline double elapsed_ms(const c10::Event& start, const c10::Event& end) {
 
 /// "1.13.0"
 inline std::string torch_version() { return TORCH_VERSION; }
+
+/// dst[i] = src[i] for every i: one multi-tensor kernel where LibTorch has one (2.1 on),
+/// else a copy each.
+inline void copy_each(std::vector<at::Tensor>& dst, const std::vector<at::Tensor>& src) {
+#if ACC_TORCH_AT_LEAST(2, 1)
+    at::_foreach_copy_(dst, src);
+#else
+    for (size_t i = 0; i < dst.size(); ++i) dst[i].copy_(src[i]);
+#endif
+}
 
 }  // namespace acc::comm::compat

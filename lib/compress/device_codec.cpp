@@ -6,6 +6,7 @@
 #include "compress/kernels.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace acc::compress {
 
@@ -39,7 +40,13 @@ at::Tensor uniform(std::uint64_t key, std::int64_t begin, std::int64_t n, const 
     return h.__rshift__(8).to(at::kFloat) * (1.0f / 16777216.0f);
 }
 
-at::Tensor all_finite(const at::Tensor& x) { return at::isfinite(x).all(); }
+at::Tensor all_finite(const at::Tensor& x) {
+    // One reduction and no temporary: a sum in double of float values cannot overflow, so
+    // it is finite exactly when every value is (infinity stays, opposite ones give NaN).
+    if (x.scalar_type() == at::kFloat || x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16)
+        return at::isfinite(at::sum(x, at::kDouble));
+    return at::isfinite(x).all();
+}
 
 at::Tensor bytes_of(const at::Tensor& x) { return x.contiguous().reshape({-1}).view(at::kByte); }
 
@@ -126,19 +133,26 @@ void orthogonalize(at::Tensor& m, bool gram_schmidt, float epsilon) {
         m.copy_(std::get<0>(at::linalg_qr(m)));
         return;
     }
-    // The host's modified Gram-Schmidt, all matrices at once; sums in double as there.
+    // The host's modified Gram-Schmidt, all matrices at once, in few operations (each is
+    // a kernel launch on a GPU); norms and dot products summed in double as there. A zero
+    // divisor becomes infinity: the column it divides is zero, and stays zero, as on the host.
     const std::int64_t r = m.size(2);
     for (std::int64_t i = 0; i < r; ++i) {
         at::Tensor column = m.select(2, i);
-        at::Tensor norm = column.to(at::kDouble).square().sum(1).sqrt().to(at::kFloat);
-        at::Tensor divisor = epsilon > 0 ? norm + epsilon : norm;
-        at::Tensor positive = divisor.gt(0).unsqueeze(1);
-        column.copy_(at::where(positive, column / divisor.unsqueeze(1), at::zeros_like(column)));
+        at::Tensor divisor = at::linalg_vector_norm(column, 2, std::vector<std::int64_t>{1}, true, at::kDouble);
+        if (epsilon > 0) divisor.add_(epsilon);
+        column.div_(at::where(divisor.gt(0), divisor, std::numeric_limits<double>::infinity()));
         if (i + 1 == r) break;
         at::Tensor rest = m.narrow(2, i + 1, r - i - 1);
-        at::Tensor dot = (column.to(at::kDouble).unsqueeze(2) * rest.to(at::kDouble)).sum(1).to(at::kFloat);
-        rest.sub_(dot.unsqueeze(1) * column.unsqueeze(2));
+        at::Tensor dot = at::sum(column.unsqueeze(2) * rest, {1}, true, at::kDouble);
+        rest.sub_(column.unsqueeze(2) * dot);
     }
+}
+
+at::Tensor finite_parts(const at::Tensor& values, const at::Tensor& ends) {
+    // Non-finite values counted up to each part's end; a part's own count is the difference.
+    at::Tensor counts = at::cumsum(at::isfinite(values).logical_not_(), 0, at::kInt).index_select(0, ends);
+    return at::diff(counts, 1, 0, at::zeros({1}, counts.options())).eq(0);
 }
 
 }  // namespace device

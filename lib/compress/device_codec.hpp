@@ -38,6 +38,9 @@ public:
     bool error_feedback() const { return host_->error_feedback(); }
     bool checks_finite() const { return host_->checks_finite(); }
     bool shared_stream() const { return host_->shared_stream(); }
+    /// Whether the payload is the input itself (float32) and decode_sum its mean, with
+    /// error feedback memory -= mean: then the exchange may treat many such tensors as one.
+    virtual bool sends_values() const { return false; }
 
     /// Error feedback: memory += g, or memory = g when memory_zero (1-D float32 views of
     /// numel() values). Returns a 0-dim bool tensor: whether the result is finite.
@@ -129,6 +132,11 @@ at::Tensor stochastic_codes(const at::Tensor& x, const at::Tensor& scale, int le
 /// Orthogonalizes the columns of each n x r matrix of m [B, n, r] in place: modified
 /// Gram-Schmidt (the host's gram_schmidt, epsilon as there) when gram_schmidt, else QR.
 void orthogonalize(at::Tensor& m, bool gram_schmidt, float epsilon);
+
+/// Whether each part of `values` (1-D) is finite, the parts back to back and part k
+/// ending at element ends[k] (int64, ascending): a [parts] bool tensor, in a few
+/// operations whatever the number of parts.
+at::Tensor finite_parts(const at::Tensor& values, const at::Tensor& ends);
 
 }  // namespace device
 }  // namespace acc::compress

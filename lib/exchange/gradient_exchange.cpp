@@ -194,7 +194,16 @@ void GradientExchange::Impl::layout() {
     p = make(p_n, at::kFloat);
     q = make(q_n, at::kFloat);
     groups.clear();
-    if (device_path) group_powersgd();
+    q_state = at::Tensor();
+    p_batches.clear();
+    q_batches.clear();
+    runs.clear();
+    for (auto& s : slots) s.run = -1;
+    if (device_path) {
+        group_powersgd();
+        layout_powersgd_device();
+        layout_runs_device();
+    }
     layout_dirty = false;
 }
 

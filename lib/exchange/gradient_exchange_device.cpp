@@ -6,10 +6,13 @@
 // in one batched product per round.
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "comm/torch_compat.hpp"
 #include "exchange/gradient_exchange_impl.hpp"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <algorithm>
+#include <map>
 #include <thread>
 
 namespace acc::exchange {
@@ -20,7 +23,8 @@ void GradientExchange::Impl::bind_device(const std::vector<at::Tensor>& grads) {
         const at::Tensor& g = grads[i];
         s.original = g;
         s.staged = g.is_contiguous() ? at::Tensor() : g.detach().contiguous();
-        s.device_grad = (s.staged.defined() ? s.staged : g.detach()).view({-1});
+        // Gradients seldom require grad themselves; detach() would be one more operation each.
+        s.device_grad = (s.staged.defined() ? s.staged : g.requires_grad() ? g.detach() : g).view({-1});
         s.input_finite = at::Tensor();
         s.encode_finite = at::Tensor();
     }
@@ -30,6 +34,107 @@ at::Tensor& GradientExchange::Impl::device_memory_of(Slot& s) {
     if (!s.device_memory.defined()) s.device_memory = at::zeros({s.n}, at::TensorOptions().dtype(at::kFloat).device(device));
     return s.device_memory;
 }
+
+// ------------------------------------------------------------ runs of small dense tensors
+
+namespace {
+
+// Tensors up to this many values join a run: above it one tensor's kernels cost more
+// than their launches, and a run's temporaries stay small.
+constexpr std::int64_t kRunTensorValues = std::int64_t{1} << 16;
+constexpr std::int64_t kRunValues = std::int64_t{1} << 28;
+
+}  // namespace
+
+// Maximal runs (two tensors or more) of small slots that send their values, in the fp32
+// buffer back to back, with the same error feedback; a run's memory adopts the slots'.
+void GradientExchange::Impl::layout_runs_device() {
+    world_divisor = at::scalar_tensor(static_cast<float>(world()), at::TensorOptions().dtype(at::kFloat).device(device));
+    std::vector<DenseRun> found;
+    DenseRun r;
+    auto close = [&] {
+        if (r.slots.size() >= 2) found.push_back(std::move(r));
+        r = DenseRun();
+    };
+    for (size_t i = 0; i < slots.size(); ++i) {
+        const Slot& s = slots[i];
+        const bool fits = s.codec->channel() == Channel::fp32_sum && s.device_codec->sends_values() && s.n > 0 &&
+                          s.n <= kRunTensorValues && s.codec->buffer_bytes() == 4 * s.n &&
+                          !s.codec->encode_failure_fatal();
+        if (!fits) {
+            if (s.codec->channel() == Channel::fp32_sum) close();  // the buffer's next values are not the run's
+            continue;
+        }
+        if (!r.slots.empty() && (s.offset != 4 * (r.offset + r.n) || s.error_feedback != r.error_feedback ||
+                                 r.n + s.n > kRunValues))
+            close();
+        if (r.slots.empty()) {
+            r.offset = s.offset / 4;
+            r.error_feedback = s.error_feedback;
+        }
+        r.slots.push_back(i);
+        r.sizes.push_back(s.n);
+        r.n += s.n;
+    }
+    close();
+    const auto on = at::TensorOptions().device(device);
+    for (size_t k = 0; k < found.size(); ++k) {
+        DenseRun& run = found[k];
+        std::vector<std::int64_t> ends;
+        std::int64_t end = 0;
+        for (auto n : run.sizes) ends.push_back(end += n);
+        for (auto& e : ends) e -= 1;
+        run.ends = at::tensor(ends, at::kLong).to(device);
+        if (run.error_feedback) run.memory = at::zeros({run.n}, on.dtype(at::kFloat));
+        std::int64_t at = 0;
+        for (size_t j = 0; j < run.slots.size(); ++j) {
+            Slot& s = slots[run.slots[j]];
+            s.run = static_cast<int>(k);
+            if (run.memory.defined()) {
+                at::Tensor memory_of = run.memory.narrow(0, at, s.n);
+                if (s.device_memory.defined() && s.memory_used) memory_of.copy_(s.device_memory);
+                s.device_memory = memory_of;
+            }
+            at += s.n;
+        }
+    }
+    runs = std::move(found);
+}
+
+// A run's values into the fp32 buffer: the gradients, or (error feedback) the memories
+// plus the gradients; one flag per slot.
+void GradientExchange::Impl::encode_run(DenseRun& r) {
+    std::vector<at::Tensor> grads;
+    for (size_t i : r.slots) grads.push_back(slots[i].device_grad);
+    at::Tensor values = channel_buffer(Channel::fp32_sum).narrow(0, r.offset, r.n);
+    if (r.error_feedback) {
+        std::vector<at::Tensor> memories;
+        for (size_t i : r.slots) {
+            Slot& s = slots[i];
+            memories.push_back(s.device_memory);
+            s.memory_used = true;
+            s.t_in_memory = true;
+        }
+        at::_foreach_add_(memories, grads);
+        values.copy_(r.memory);
+    } else {
+        at::cat_out(values, grads);
+    }
+    if (options.check_finite)
+        step_run_checks.push_back({r.slots, DeviceCheck::Kind::input_finite, compress::device::finite_parts(values, r.ends)});
+}
+
+// The mean from the sum, into the gradients (and out of the memories).
+void GradientExchange::Impl::decode_run(DenseRun& r) {
+    at::Tensor values = channel_buffer(Channel::fp32_sum).narrow(0, r.offset, r.n);
+    at::div_out(values, values, world_divisor);
+    if (r.error_feedback) r.memory.sub_(values);
+    std::vector<at::Tensor> grads;
+    for (size_t i : r.slots) grads.push_back(slots[i].device_grad);
+    comm::compat::copy_each(grads, values.split_with_sizes(r.sizes));
+}
+
+// ------------------------------------------------------------ a step
 
 // The device form of compensate(): where the step's input lives, and whether it is finite.
 void GradientExchange::Impl::compensate_device(size_t i, Slot& s) {
@@ -82,7 +187,19 @@ void GradientExchange::Impl::start_device(const std::vector<at::Tensor>& grads) 
     current = StepStats();
     timer.begin_step(device, options.time_device_work);
     auto t0 = timer.start();
-    for (size_t i = 0; i < slots.size(); ++i) compensate_device(i, slots[i]);
+    // A run without error feedback goes one by one while a slot's memory still holds values.
+    for (auto& r : runs) {
+        r.active = true;
+        for (size_t i : r.slots) r.active = r.active && (r.error_feedback || !slots[i].memory_used);
+    }
+    step_run_checks.clear();
+    for (size_t i = 0; i < slots.size(); ++i) {
+        Slot& s = slots[i];
+        if (s.run >= 0 && runs[static_cast<size_t>(s.run)].active) continue;
+        compensate_device(i, s);
+    }
+    for (auto& r : runs)
+        if (r.active) encode_run(r);
     if (!groups.empty()) powersgd_first_round_device();
     check_flags_device();
     timer.stop(t0, current.encode_seconds);
@@ -96,14 +213,13 @@ void GradientExchange::Impl::start_device(const std::vector<at::Tensor>& grads) 
 void GradientExchange::Impl::check_flags_device() {
     std::vector<DeviceCheck> checks;
     for (size_t i = 0; i < slots.size(); ++i) {
-        if (slots[i].input_finite.defined()) checks.push_back({i, DeviceCheck::Kind::input_finite, slots[i].input_finite});
+        if (slots[i].input_finite.defined()) checks.push_back({{i}, DeviceCheck::Kind::input_finite, slots[i].input_finite});
         if (slots[i].encode_finite.defined())
-            checks.push_back({i, DeviceCheck::Kind::encode_finite, slots[i].encode_finite});
+            checks.push_back({{i}, DeviceCheck::Kind::encode_finite, slots[i].encode_finite});
     }
+    checks.insert(checks.end(), step_run_checks.begin(), step_run_checks.end());
     for (auto& g : groups)
-        if (g.finite.defined())
-            for (size_t b = 0; b < g.slots.size(); ++b)
-                checks.push_back({g.slots[b], DeviceCheck::Kind::input_finite, g.finite[static_cast<std::int64_t>(b)]});
+        if (g.finite.defined()) checks.push_back({g.slots, DeviceCheck::Kind::input_finite, g.finite});
     if (deferring_checks())
         step_checks.insert(step_checks.end(), checks.begin(), checks.end());
     else
@@ -124,7 +240,7 @@ namespace {
 // Whether every flag is true, as a 0-dim bool on their device (no read).
 at::Tensor all_true(const std::vector<DeviceCheck>& checks) {
     std::vector<at::Tensor> flags;
-    for (const DeviceCheck& c : checks) flags.push_back(c.flag.view({1}));
+    for (const DeviceCheck& c : checks) flags.push_back(c.flag.view({-1}));
     return at::cat(flags).all();
 }
 
@@ -133,12 +249,15 @@ at::Tensor all_true(const std::vector<DeviceCheck>& checks) {
 void GradientExchange::Impl::check_now(const std::vector<DeviceCheck>& checks, std::int64_t at_step) {
     if (checks.empty() || all_true(checks).item<bool>()) return;
     for (const DeviceCheck& c : checks) {
-        if (c.flag.item<bool>()) continue;
-        const Slot& s = slots[c.slot];
-        switch (c.kind) {
-        case DeviceCheck::Kind::input_finite: not_finite_at(s, at_step, "");
-        case DeviceCheck::Kind::encode_finite: not_finite_at(s, at_step, s.codec->encode_failure_detail());
-        case DeviceCheck::Kind::well_formed: malformed_at(s, at_step);
+        at::Tensor flags = c.flag.view({-1}).to(at::kCPU);
+        for (size_t k = 0; k < c.slots.size(); ++k) {
+            if (flags[static_cast<std::int64_t>(k)].item<bool>()) continue;
+            const Slot& s = slots[c.slots[k]];
+            switch (c.kind) {
+            case DeviceCheck::Kind::input_finite: not_finite_at(s, at_step, "");
+            case DeviceCheck::Kind::encode_finite: not_finite_at(s, at_step, s.codec->encode_failure_detail());
+            case DeviceCheck::Kind::well_formed: malformed_at(s, at_step);
+            }
         }
     }
 }
@@ -203,7 +322,7 @@ void GradientExchange::Impl::decode_gather_device() {
         Slot& s = slots[i];
         if (s.codec->channel() != Channel::gather) continue;
         for (size_t w = 0; w < received.size(); ++w) payloads[w] = received[w].narrow(0, s.offset, s.bytes);
-        checks.push_back({i, DeviceCheck::Kind::well_formed, s.device_codec->decode(payloads, s.device_grad)});
+        checks.push_back({{i}, DeviceCheck::Kind::well_formed, s.device_codec->decode(payloads, s.device_grad)});
         settle_memory_device(s);
     }
     if (deferring_checks())
@@ -219,41 +338,142 @@ void GradientExchange::Impl::decode_dense_device(int W) {
     for (auto& s : slots) {
         const Channel c = s.codec->channel();
         if (c == Channel::low_rank || c == Channel::gather) continue;
+        if (s.run >= 0 && runs[static_cast<size_t>(s.run)].active) continue;
         s.device_codec->decode_sum(slice_of(s), W, s.device_grad, s.error_feedback ? &s.device_memory : nullptr);
         settle_memory_device(s);
     }
+    for (auto& r : runs)
+        if (r.active) decode_run(r);
     timer.stop(t0, current.decode_seconds);
 }
 
 // ------------------------------------------------------------ PowerSGD, batched
 
-void GradientExchange::Impl::powersgd_first_round_device() {
-    // Q drawn on the host as the host path draws them, orthogonalized a group at a time
-    // below (the hook orthogonalizes drawn and warm-started Q alike).
-    prepare_qs();
-    const bool hook = options.powersgd_variant == PowerSgdVariant::pytorch_hook;
+namespace {
+
+// Orthogonalization batches of the groups' matrices in one flat buffer (P: `rows` rows
+// each, Q: `cols`): per rank, the longest matrices first, each batch as long as its
+// longest matrix; a batch takes the next group while its padding stays within the real
+// values plus 1 Mi floats (one batch for every rank in common networks).
+std::vector<PaddedBatch> padded_batches(const std::vector<PowerGroup>& groups, bool columns, const at::Device& device) {
+    struct Part {
+        size_t group;
+        std::int64_t length, offset, count;
+    };
+    std::map<int, std::vector<Part>> by_rank;
+    std::int64_t total = 0;
+    for (size_t i = 0; i < groups.size(); ++i) {
+        const PowerGroup& g = groups[i];
+        const auto count = static_cast<std::int64_t>(g.slots.size());
+        const std::int64_t length = columns ? g.cols : g.rows;
+        by_rank[g.rank].push_back({i, length, columns ? g.q_offset : g.p_offset, count});
+        total += count * length * g.rank;
+    }
+    std::vector<PaddedBatch> batches;
+    for (auto& [rank, parts] : by_rank) {
+        std::stable_sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.length > b.length; });
+        for (size_t first = 0; first < parts.size();) {
+            const std::int64_t longest = parts[first].length;
+            std::int64_t matrices = 0, values = 0;
+            size_t end = first;
+            for (; end < parts.size(); ++end) {
+                const std::int64_t m = matrices + parts[end].count;
+                const std::int64_t v = values + parts[end].count * parts[end].length * rank;
+                if (end > first && m * longest * rank > 2 * v + (std::int64_t{1} << 20)) break;
+                matrices = m;
+                values = v;
+            }
+            std::vector<std::int64_t> to, from;
+            std::int64_t matrix = 0;
+            for (size_t k = first; k < end; ++k) {
+                const Part& part = parts[k];
+                for (std::int64_t b = 0; b < part.count; ++b, ++matrix)
+                    for (std::int64_t e = 0; e < part.length * rank; ++e) {
+                        from.push_back(part.offset + b * part.length * rank + e);
+                        to.push_back(matrix * longest * rank + e);
+                    }
+            }
+            PaddedBatch batch;
+            batch.rank = rank;
+            const auto on = at::TensorOptions().device(device);
+            batch.padded = at::zeros({matrices, longest, rank}, on.dtype(at::kFloat));
+            batch.to = at::tensor(to, at::kLong).to(device);
+            // All of the buffer, in order: no gather needed on the way in or out.
+            bool whole = static_cast<std::int64_t>(from.size()) == total;
+            for (size_t e = 0; whole && e < from.size(); ++e) whole = from[e] == static_cast<std::int64_t>(e);
+            if (!whole) batch.from = at::tensor(from, at::kLong).to(device);
+            batches.push_back(std::move(batch));
+            first = end;
+        }
+    }
+    return batches;
+}
+
+}  // namespace
+
+// The groups' views of P, Q and the warm-start Q, the error memories (each slot's a view
+// of its group's, keeping what it held), and the orthogonalization batches.
+void GradientExchange::Impl::layout_powersgd_device() {
+    if (groups.empty()) return;
+    const auto on = at::TensorOptions().dtype(at::kFloat).device(device);
+    q_state = at::zeros({q.numel()}, on);
     for (auto& g : groups) {
         const auto B = static_cast<std::int64_t>(g.slots.size());
-        // M: the memories (kept as one [B, rows, cols] tensor, so that M needs no copy)
-        // plus the gradients; without error feedback the gradients stacked.
-        const bool in_memory = options.error_feedback;
-        if (in_memory) {
-            if (!g.memory.defined()) {
-                g.memory = at::zeros({B, g.rows, g.cols}, at::TensorOptions().dtype(at::kFloat).device(device));
-                for (std::int64_t b = 0; b < B; ++b) {
-                    Slot& s = slots[g.slots[static_cast<size_t>(b)]];
-                    if (s.device_memory.defined()) g.memory[b].view({-1}).copy_(s.device_memory);
-                    s.device_memory = g.memory[b].view({-1});
-                }
-            }
-            for (size_t b = 0; b < g.slots.size(); ++b) {
-                Slot& s = slots[g.slots[b]];
-                s.device_memory.add_(s.device_grad);
+        g.p_view = p.narrow(0, g.p_offset, B * g.rows * g.rank).view({B, g.rows, g.rank});
+        g.q_view = q.narrow(0, g.q_offset, B * g.cols * g.rank).view({B, g.cols, g.rank});
+        g.q_warm = q_state.narrow(0, g.q_offset, B * g.cols * g.rank).view({B, g.cols, g.rank});
+        if (options.error_feedback) g.memory = at::zeros({B, g.rows, g.cols}, on);
+        for (std::int64_t b = 0; b < B; ++b) {
+            Slot& s = slots[g.slots[static_cast<size_t>(b)]];
+            at::Tensor q_of = g.q_warm[b];
+            if (s.device_q.defined()) q_of.copy_(s.device_q.view({g.cols, g.rank}));
+            s.device_q = q_of;
+            if (!g.memory.defined()) continue;
+            at::Tensor memory_of = g.memory[b].view({-1});
+            if (s.device_memory.defined()) memory_of.copy_(s.device_memory);
+            s.device_memory = memory_of;
+        }
+    }
+    p_batches = padded_batches(groups, false, device);
+    q_batches = padded_batches(groups, true, device);
+}
+
+// Orthogonalizes every matrix in the flat buffer (P or Q) through the padded batches.
+void GradientExchange::Impl::orthogonalize_device(std::vector<PaddedBatch>& batches, at::Tensor& flat) {
+    for (PaddedBatch& b : batches) {
+        at::Tensor padded = b.padded.view({-1});
+        padded.zero_();  // a NaN orthogonalized into the padding would stay there
+        padded.index_copy_(0, b.to, b.from.defined() ? flat.index_select(0, b.from) : flat);
+        compress::device::orthogonalize(b.padded, gram_schmidt_at(b.rank), options.orthogonalization_epsilon);
+        if (b.from.defined())
+            flat.index_copy_(0, b.from, padded.index_select(0, b.to));
+        else
+            at::index_select_out(flat, padded, 0, b.to);
+    }
+}
+
+void GradientExchange::Impl::powersgd_first_round_device() {
+    // Q drawn on the host as the host path draws them, orthogonalized with the others
+    // below (the hook orthogonalizes drawn and warm-started Q alike).
+    prepare_qs();
+    if (options.error_feedback) {
+        // M: the memories (one [B, rows, cols] tensor per group) plus the gradients, all
+        // added in one multi-tensor operation.
+        std::vector<at::Tensor> memories, grads;
+        for (auto& g : groups) {
+            for (size_t i : g.slots) {
+                Slot& s = slots[i];
+                memories.push_back(s.device_memory);
+                grads.push_back(s.device_grad);
                 s.memory_used = true;
                 s.t_in_memory = true;
             }
             g.m = g.memory;
-        } else {
+        }
+        at::_foreach_add_(memories, grads);
+    } else {
+        // Without error feedback the gradients stacked (plus what a memory still holds).
+        for (auto& g : groups) {
             std::vector<at::Tensor> inputs;
             for (size_t i : g.slots) {
                 Slot& s = slots[i];
@@ -265,46 +485,41 @@ void GradientExchange::Impl::powersgd_first_round_device() {
                     inputs.push_back(s.device_grad);
                 }
             }
-            g.m = at::stack(inputs).view({B, g.rows, g.cols});
+            g.m = at::stack(inputs).view({static_cast<std::int64_t>(g.slots.size()), g.rows, g.cols});
         }
-        if (options.check_finite) g.finite = at::isfinite(g.m).view({B, -1}).all(1);
-        std::vector<at::Tensor> qs;
-        for (size_t i : g.slots) qs.push_back(slots[i].device_q);
-        at::Tensor qg = at::stack(qs);
-        if (hook) compress::device::orthogonalize(qg, gram_schmidt_at(g.rank), options.orthogonalization_epsilon);
-        at::Tensor pg = p.narrow(0, g.p_offset, B * g.rows * g.rank).view({B, g.rows, g.rank});
-        at::bmm_out(pg, g.m, qg);
     }
+    for (auto& g : groups)
+        if (options.check_finite) g.finite = at::isfinite(g.m).flatten(1).all(1);
+    if (options.powersgd_variant == PowerSgdVariant::pytorch_hook) orthogonalize_device(q_batches, q_state);
+    for (auto& g : groups) at::bmm_out(g.p_view, g.m, g.q_warm);
 }
 
-// After P's allreduce: each group's P orthogonalized, Q = M^T P into the Q buffer.
+// After P's allreduce: P orthogonalized, each group's Q = M^T P into the Q buffer.
 void GradientExchange::Impl::powersgd_second_round_device() {
-    for (auto& g : groups) {
-        const auto B = static_cast<std::int64_t>(g.slots.size());
-        at::Tensor pg = p.narrow(0, g.p_offset, B * g.rows * g.rank).view({B, g.rows, g.rank});
-        compress::device::orthogonalize(pg, gram_schmidt_at(g.rank), options.orthogonalization_epsilon);
-        at::Tensor qg = q.narrow(0, g.q_offset, B * g.cols * g.rank).view({B, g.cols, g.rank});
-        at::bmm_out(qg, g.m.transpose(1, 2), pg);
-    }
+    orthogonalize_device(p_batches, p);
+    for (auto& g : groups) at::bmm_out(g.q_view, g.m.transpose(1, 2), g.p_view);
 }
 
-// After Q's allreduce: each gradient becomes P Q^T (Q the mean), the memories lose it.
+// After Q's allreduce: each gradient becomes P Q^T (Q the mean), the memories lose it,
+// and Q is the next step's warm start.
 void GradientExchange::Impl::powersgd_decode_device(int W) {
-    q.div_(at::scalar_tensor(static_cast<float>(W), q.options()));
+    q.div_(static_cast<double>(W));
+    std::vector<at::Tensor> grads, approximations;
     for (auto& g : groups) {
-        const auto B = static_cast<std::int64_t>(g.slots.size());
-        at::Tensor pg = p.narrow(0, g.p_offset, B * g.rows * g.rank).view({B, g.rows, g.rank});
-        at::Tensor qg = q.narrow(0, g.q_offset, B * g.cols * g.rank).view({B, g.cols, g.rank});
-        at::Tensor out = at::bmm(pg, qg.transpose(1, 2));
-        if (options.error_feedback && g.memory.defined()) g.memory.sub_(out);
-        for (std::int64_t b = 0; b < B; ++b) {
-            Slot& s = slots[g.slots[static_cast<size_t>(b)]];
-            s.device_grad.copy_(out[b].view({-1}));
-            s.device_q = qg[b].clone();
+        at::Tensor out = at::bmm(g.p_view, g.q_view.transpose(1, 2));
+        if (options.error_feedback) g.memory.sub_(out);
+        std::vector<at::Tensor> parts = out.flatten(1).unbind(0);
+        approximations.insert(approximations.end(), parts.begin(), parts.end());
+        for (size_t i : g.slots) grads.push_back(slots[i].device_grad);
+    }
+    comm::compat::copy_each(grads, approximations);
+    q_state.copy_(q);
+    for (auto& g : groups)
+        for (size_t i : g.slots) {
+            Slot& s = slots[i];
             if (!options.warm_start) s.fresh_q = true;
             settle_memory_device(s);
         }
-    }
 }
 
 }  // namespace acc::exchange

@@ -54,6 +54,7 @@ struct Slot {
     // PowerSGD: the matrix view and the warm-start Q (cols x rank, row-major).
     std::int64_t rows = 0, cols = 0;
     int rank = 0;
+    int run = -1;                  // device path: its DenseRun, if any
     std::vector<float> q;          // host path
     bool fresh_q = true;
     // Place in its channel's flat buffer (bytes), and in P and Q (elements).
@@ -81,17 +82,44 @@ struct PowerGroup {
     std::int64_t rows = 0, cols = 0;
     int rank = 0;
     std::int64_t p_offset = 0, q_offset = 0;  // elements
+    at::Tensor p_view, q_view;  // [B, rows, rank], [B, cols, rank]: the group's part of P and Q
+    at::Tensor q_warm;  // [B, cols, rank]: the group's part of the warm-start Q (the slots' device_q)
     at::Tensor memory;  // [B, rows, cols]: the slots' error memories
     at::Tensor m;       // [B, rows, cols]: this step's compensated input
     at::Tensor finite;  // [B] bool: whether each input is finite
 };
 
-// Device path: a flag of a step, kept to be read later (ExchangeOptions::check_timing).
+// Device path: matrices of one rank from several PowerSGD groups, back to back in a flat
+// buffer (P or Q), orthogonalized as one zero-padded batch [count, longest, rank]: a few
+// kernels per round instead of a few per group.
+struct PaddedBatch {
+    int rank = 0;
+    at::Tensor padded;  // [count, longest, rank]; zero where no matrix reaches
+    at::Tensor to;      // [elements]: where in `padded` (flat) each element of the batch goes
+    at::Tensor from;    // [elements]: the elements of the flat buffer; undefined: all, in order
+};
+
+// Device path: small tensors whose payload is their values (DeviceCodec::sends_values),
+// back to back in the fp32 buffer, handled as one: one copy in (or one addition to their
+// memories), one finiteness check with a flag per tensor, one division and one copy out
+// per step, where each tensor alone would take a few kernels.
+struct DenseRun {
+    std::vector<size_t> slots;
+    std::int64_t offset = 0, n = 0;    // elements of the fp32 buffer
+    bool error_feedback = false;
+    std::vector<std::int64_t> sizes;   // the slots' values
+    at::Tensor ends;                   // [slots] int64: each slot's last element in the run
+    at::Tensor memory;                 // [n]: the slots' error memories (with error feedback)
+    bool active = false;               // this step: the run, else its slots one by one
+};
+
+// Device path: a flag of a step, kept to be read later (ExchangeOptions::check_timing);
+// a flag of several slots holds one value per slot.
 struct DeviceCheck {
     enum class Kind { input_finite, encode_finite, well_formed };
-    size_t slot = 0;
+    std::vector<size_t> slots;
     Kind kind = Kind::input_finite;
-    at::Tensor flag;  // 0-dim bool on the device
+    at::Tensor flag;  // bool on the device: 0-dim for one slot, else one per slot
 };
 
 // A step's flags on their way to the host: their AND, copied without waiting, and on a
@@ -126,6 +154,10 @@ struct GradientExchange::Impl {
     at::Tensor p, q;
     std::vector<size_t> powersgd_order;
     std::vector<PowerGroup> groups;  // device path
+    at::Tensor q_state;              // device path: the warm-start Q of every matrix, in Q's layout
+    std::vector<PaddedBatch> p_batches, q_batches;  // device path: P's and Q's orthogonalization
+    std::vector<DenseRun> runs;      // device path
+    at::Tensor world_divisor;        // device path: W as a 0-dim float on the device (exact division)
     std::array<std::unique_ptr<comm::Work>, kChannels> sum_work;
     std::unique_ptr<comm::Work> p_work, q_work;
     bool in_flight = false;
@@ -138,6 +170,7 @@ struct GradientExchange::Impl {
     DeviceTimer timer;  // the device path's encode and decode times
     std::vector<std::int64_t> tensor_bytes;
     std::vector<DeviceCheck> step_checks;  // the device path's flags of the current step
+    std::vector<DeviceCheck> step_run_checks;  // the runs' flags, before check_flags_device
     std::vector<PendingChecks> pending;    // earlier steps' flags not read yet
 
     Impl(comm::Collectives& c, ExchangeOptions o);
@@ -191,7 +224,10 @@ struct GradientExchange::Impl {
     // exchange_device.cpp
     void bind_device(const std::vector<at::Tensor>& grads);
     at::Tensor& device_memory_of(Slot& s);
+    void layout_runs_device();
     void compensate_device(size_t i, Slot& s);
+    void encode_run(DenseRun& r);
+    void decode_run(DenseRun& r);
     void settle_memory_device(Slot& s);
     void start_device(const std::vector<at::Tensor>& grads);
     void check_flags_device();
@@ -202,6 +238,8 @@ struct GradientExchange::Impl {
     void finish_device();
     void decode_gather_device();
     void decode_dense_device(int W);
+    void layout_powersgd_device();
+    void orthogonalize_device(std::vector<PaddedBatch>& batches, at::Tensor& flat);
     void powersgd_first_round_device();
     void powersgd_second_round_device();
     void powersgd_decode_device(int W);

@@ -38,16 +38,16 @@ void GradientExchange::Impl::prepare_qs() {
             at::Tensor drawn = at::randn({s.cols, s.rank}, generator, at::TensorOptions().dtype(at::kFloat));
             s.fresh_q = false;
             if (device_path) {
+                // Into the slot's view of the warm-start Q (exchange_device.cpp). Through
+                // pinned memory the copy is queued instead of making the host wait for
+                // the GPU (a new Q every step without warm start).
+                at::Tensor source = drawn;
                 if (device.is_cuda()) {
-                    // Through pinned memory the copy is queued instead of making the host
-                    // wait for the GPU (a new Q every step without warm start).
-                    at::Tensor pinned = at::empty_like(drawn, at::TensorOptions().pinned_memory(true));
-                    pinned.copy_(drawn);
-                    s.device_q = pinned.to(at::TensorOptions().device(device), /*non_blocking=*/true);
-                } else {
-                    s.device_q = drawn.to(device);
+                    source = at::empty_like(drawn, at::TensorOptions().pinned_memory(true));
+                    source.copy_(drawn);
                 }
-                continue;  // orthogonalized with its group
+                s.device_q.copy_(source, /*non_blocking=*/device.is_cuda());
+                continue;  // orthogonalized with the others
             }
             s.q.assign(drawn.data_ptr<float>(), drawn.data_ptr<float>() + drawn.numel());
         }

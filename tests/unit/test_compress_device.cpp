@@ -9,10 +9,12 @@
 #include "compress/codecs.hpp"
 #include "compress/device_codec.hpp"
 #include "compress/kernels.hpp"
+#include "compress/shapes.hpp"
 #include "exchange/gradient_exchange.hpp"
 #include "support/thread_collectives.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <gtest/gtest.h>
 #include <torch/library.h>
 
@@ -618,6 +620,79 @@ TEST(DeviceExchange, MixedLevelsAndBothPowerSgdVariants) {
     }
 }
 
+TEST(DeviceExchange, PowerSgdMatricesOfVeryDifferentLengthsEqualTheHostPath) {
+    // P's matrices are orthogonalized in zero-padded batches; a tall matrix beside short
+    // ones would pad too much, so they go in batches of their own. (Its 600,000-term sums
+    // differ from the host's in float rounding.)
+    const std::vector<TensorInfo> tensors = {{"tall", {600000, 3}}, {"s1", {40, 30}}, {"s2", {50, 30}}, {"s3", {40, 30}}};
+    std::vector<std::vector<at::Tensor>> results(2);
+    acc::test::ThreadGroup group(2, 60);
+    for (int device_path = 0; device_path < 2; ++device_path)
+        group.run([&](int rank, acc::comm::Collectives& comm) {
+            ExchangeOptions o;
+            o.device_path_on_cpu = device_path == 1;
+            GradientExchange ex(tensors, std::vector<Spec>(tensors.size(), parse_spec("powersgd:1")), comm, o);
+            std::vector<at::Tensor> out;
+            for (int step = 0; step < 2; ++step) {
+                std::vector<at::Tensor> g;
+                for (size_t i = 0; i < tensors.size(); ++i)
+                    g.push_back(at::randn(tensors[i].shape,
+                                          at::make_generator<at::CPUGeneratorImpl>(100 * rank + 10 * step + i)));
+                ex.step(g);
+                for (auto& t : g) out.push_back(t.clone());
+            }
+            if (rank == 0) results[static_cast<size_t>(device_path)] = out;
+        });
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i)
+        EXPECT_TRUE(at::allclose(results[0][i], results[1][i], 1e-4, 1e-4)) << "step " << i / 4 << " tensor " << i % 4 << " differs by " << (results[0][i] - results[1][i]).abs().max().item<float>() << " of " << results[0][i].abs().max().item<float>();
+}
+
+namespace {
+
+// ATen operations our code calls in one step (the ones they call inside not counted):
+// on a GPU each costs a launch or more, which at ResNet-18's size is most of the time.
+thread_local int operation_depth = 0;
+thread_local std::int64_t operations = 0;
+
+std::int64_t operations_per_step(const std::string& level) {
+    std::int64_t counted = -1;
+    acc::test::ThreadGroup group(1, 60);
+    group.run([&](int, acc::comm::Collectives& comm) {
+        const auto tensors = acc::compress::preset_shapes("resnet18");
+        ExchangeOptions o;
+        o.device_path_on_cpu = true;
+        GradientExchange ex(tensors, std::vector<Spec>(tensors.size(), parse_spec(level)), comm, o);
+        std::vector<at::Tensor> grads;
+        for (const auto& t : tensors) grads.push_back(at::randn(t.shape));
+        ex.step(grads);  // the first step lays out buffers and draws Q
+        operations = 0;
+        auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(
+            [](const at::RecordFunction&) -> std::unique_ptr<at::ObserverContext> {
+                if (operation_depth++ == 0) ++operations;
+                return nullptr;
+            },
+            [](const at::RecordFunction&, at::ObserverContext*) { --operation_depth; }));
+        ex.step(grads);
+        at::removeCallback(handle);
+        counted = operations;
+    });
+    return counted;
+}
+
+}  // namespace
+
+TEST(DeviceExchange, ResNet18StepTakesFewOperations) {
+    // Batched: PowerSGD's orthogonalizations in one padded batch per round, its memories
+    // added in one multi-tensor operation, and the 41 small tensors sent as values in one
+    // run; per tensor one kernel or so remains (2,000 operations per step before).
+    const std::int64_t powersgd = operations_per_step("powersgd:2"), none = operations_per_step("none");
+    std::cout << "operations per step over ResNet-18's 62 tensors: powersgd:2 " << powersgd << ", none " << none
+              << std::endl;
+    EXPECT_LE(powersgd, 400);
+    EXPECT_LE(none, 460);
+}
+
 TEST(DeviceExchange, RefusesNaNAndNamesTheTensor) {
     acc::test::ThreadGroup group(1, 30);
     for (const std::string level : {"signsgd", "topk:0.1", "powersgd:2", "fp16"}) {
@@ -636,6 +711,76 @@ TEST(DeviceExchange, RefusesNaNAndNamesTheTensor) {
         });
         EXPECT_NE(message.find("w: gradient holds NaN or infinity"), std::string::npos) << level << ": " << message;
     }
+}
+
+TEST(DeviceExchange, SmallTensorsSentAsTheyAreNameTheOneThatHoldsNaN) {
+    // Small tensors sent as values go as one run (one copy, one finiteness check with a
+    // flag per tensor); the NaN's tensor is named, read at once or a step later.
+    acc::test::ThreadGroup group(1, 30);
+    const std::vector<TensorInfo> tensors = {{"a", {5}}, {"b", {6}}, {"m", {12, 9}}, {"c", {7}}};
+    for (const std::string level : {"none", "powersgd:2"})
+        for (auto timing : {ExchangeOptions::CheckTiming::immediate, ExchangeOptions::CheckTiming::deferred}) {
+            std::string message;
+            group.run([&](int, acc::comm::Collectives& comm) {
+                ExchangeOptions o;
+                o.device_path_on_cpu = true;
+                o.check_timing = timing;
+                GradientExchange ex(tensors, std::vector<Spec>(tensors.size(), parse_spec(level)), comm, o);
+                auto grads = [&] {
+                    std::vector<at::Tensor> g;
+                    for (const auto& t : tensors) g.push_back(at::ones(t.shape));
+                    return g;
+                };
+                try {
+                    ex.step(grads());
+                    auto bad = grads();
+                    bad[3][4] = std::numeric_limits<float>::infinity();
+                    ex.step(bad);
+                    ex.settle();
+                } catch (const acc::Error& e) {
+                    message = e.what();
+                }
+            });
+            EXPECT_NE(message.find("c: gradient holds NaN or infinity at step 1"), std::string::npos)
+                << level << ": " << message;
+        }
+}
+
+TEST(DeviceExchange, SmallTensorsLeavingErrorFeedbackSendTheirMemoryFirst) {
+    // topk keeps error memories; under none the next step sends them (one by one, then as
+    // a run again), as the host path does.
+    const std::vector<TensorInfo> tensors = {{"a", {15}}, {"b", {16}}, {"c", {17}}};
+    std::vector<std::vector<at::Tensor>> results(2);
+    acc::test::ThreadGroup group(2, 30);
+    for (int device_path = 0; device_path < 2; ++device_path)
+        group.run([&](int rank, acc::comm::Collectives& comm) {
+            ExchangeOptions o;
+            o.device_path_on_cpu = device_path == 1;
+            GradientExchange ex(tensors, std::vector<Spec>(tensors.size(), parse_spec("topk:0.2")), comm, o);
+            std::vector<at::Tensor> out;
+            for (int step = 0; step < 4; ++step) {
+                if (step == 2) ex.set_levels(std::vector<Spec>(tensors.size(), parse_spec("none")));
+                std::vector<at::Tensor> g;
+                for (size_t i = 0; i < tensors.size(); ++i)
+                    g.push_back(at::randn(tensors[i].shape,
+                                          at::make_generator<at::CPUGeneratorImpl>(100 * rank + 10 * step + i)));
+                ex.step(g);
+                for (auto& t : g) out.push_back(t.clone());
+            }
+            if (rank == 0) results[static_cast<size_t>(device_path)] = out;
+        });
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i)
+        EXPECT_TRUE(at::allclose(results[0][i], results[1][i], 1e-5, 1e-6)) << "step " << i / 3 << " tensor " << i % 3;
+}
+
+TEST(DeviceCodec, FiniteFlagsPerPartOfOneBuffer) {
+    at::Tensor v = at::ones({10});
+    v[0] = std::numeric_limits<float>::quiet_NaN();
+    v[6] = -std::numeric_limits<float>::infinity();
+    at::Tensor flags = acc::compress::device::finite_parts(v, at::tensor(std::vector<std::int64_t>{0, 3, 5, 6, 9}));
+    EXPECT_EQ(std::vector<bool>({false, true, true, false, true}),
+              std::vector<bool>(flags.data_ptr<bool>(), flags.data_ptr<bool>() + flags.numel()));
 }
 
 TEST(DeviceExchange, DeferredChecksNameTheStepWhenTheNextStepStartsOrAtSettle) {

@@ -172,8 +172,8 @@ public:
         // The float32 quotient, rounded to nearest even as the host's float_to_half, written
         // straight into the payload (on a GPU one pass, without a float32 copy of t).
         at::div_out(payload, t, divisor_);
-        // Quotients of 65520 and above became infinity; NaN fails the comparison too.
-        return payload.abs().lt(std::numeric_limits<float>::infinity()).all();
+        // Quotients of 65520 and above became infinity; NaN stays NaN.
+        return device::all_finite(payload);
     }
     void decode_sum(const at::Tensor& sum, int, at::Tensor& out, at::Tensor*) override { out.copy_(sum); }
 

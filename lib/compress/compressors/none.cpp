@@ -61,6 +61,7 @@ namespace {
 class DenseDeviceCodec : public DeviceCodec {
 public:
     explicit DenseDeviceCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}
+    bool sends_values() const override { return true; }
     at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor& payload) override {
         payload.copy_(t);
         return device::all_finite(t);
