@@ -5,7 +5,13 @@
 #include "base/error.hpp"
 #include "compress/kernels.hpp"
 
+#if ACC_CUDA_KERNELS
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 namespace acc::compress {
@@ -38,6 +44,28 @@ at::Tensor uniform(std::uint64_t key, std::int64_t begin, std::int64_t n, const 
     h = mul_low32(h, 0x846ca68bu);
     h = h.bitwise_xor(h.__rshift__(16));
     return h.__rshift__(8).to(at::kFloat) * (1.0f / 16777216.0f);
+}
+
+bool cuda_kernels_for(const at::Tensor& x) {
+#if ACC_CUDA_KERNELS
+    static const bool wanted = [] {
+        const char* v = std::getenv("ACC_CUDA_KERNELS");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return wanted && x.is_cuda();
+#else
+    (void)x;
+    return false;
+#endif
+}
+
+void* cuda_stream_of(const at::Tensor& x) {
+#if ACC_CUDA_KERNELS
+    return c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
+#else
+    (void)x;
+    return nullptr;
+#endif
 }
 
 at::Tensor all_finite(const at::Tensor& x) {

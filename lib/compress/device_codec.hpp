@@ -92,6 +92,12 @@ namespace device {
 at::Tensor uniform(std::uint64_t key, std::int64_t begin, std::int64_t n, const at::Device& device);
 /// A 0-dim bool tensor holding `value`.
 at::Tensor flag(bool value, const at::Device& device);
+/// Whether the CUDA kernels of compress/cuda/encoders.hpp encode x: built with them
+/// (ACC_CUDA_KERNELS), x on a CUDA device, and the environment variable ACC_CUDA_KERNELS
+/// not 0 (which runs the ATen operations instead, to compare or measure them).
+bool cuda_kernels_for(const at::Tensor& x);
+/// The current CUDA stream of x's device, as the kernels take it (nullptr without them).
+void* cuda_stream_of(const at::Tensor& x);
 /// A 0-dim bool tensor: every value of x is finite.
 at::Tensor all_finite(const at::Tensor& x);
 /// The bytes of x (any dtype, contiguous) as a 1-D uint8 tensor.

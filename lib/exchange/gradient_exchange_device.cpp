@@ -121,7 +121,8 @@ void GradientExchange::Impl::encode_run(DenseRun& r) {
         at::cat_out(values, grads);
     }
     if (options.check_finite)
-        step_run_checks.push_back({r.slots, DeviceCheck::Kind::input_finite, compress::device::finite_parts(values, r.ends)});
+        step_run_checks.push_back(
+            {r.slots, DeviceCheck::Kind::input_finite, compress::device::finite_parts(values, r.ends)});
 }
 
 // The mean from the sum, into the gradients (and out of the memories).
@@ -213,7 +214,8 @@ void GradientExchange::Impl::start_device(const std::vector<at::Tensor>& grads) 
 void GradientExchange::Impl::check_flags_device() {
     std::vector<DeviceCheck> checks;
     for (size_t i = 0; i < slots.size(); ++i) {
-        if (slots[i].input_finite.defined()) checks.push_back({{i}, DeviceCheck::Kind::input_finite, slots[i].input_finite});
+        if (slots[i].input_finite.defined())
+            checks.push_back({{i}, DeviceCheck::Kind::input_finite, slots[i].input_finite});
         if (slots[i].encode_finite.defined())
             checks.push_back({{i}, DeviceCheck::Kind::encode_finite, slots[i].encode_finite});
     }

@@ -57,6 +57,15 @@ if "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp
 else
     fail flat compress-bench-flat.log
 fi
+# The same encoders with ATen operations instead of the CUDA kernels (ACC_CUDA_KERNELS=0
+# in the environment; a build without the kernels measures the same path twice).
+echo "bench-compress: ACC_CUDA_KERNELS=0 compress-bench ${ours[*]} --from FLAT.h5 --compressors signsgd,qsgd:127" >&2
+if ACC_CUDA_KERNELS=0 "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors signsgd,qsgd:127 \
+    >"$work/aten.json" 2>"$out/logs/compress-bench-aten.log" && ours_line "$work/aten.json" aten; then
+    :
+else
+    fail aten compress-bench-aten.log
+fi
 echo "bench-compress: compress-bench ${ours[*]} --shapes $shapes --compressors powersgd:2" >&2
 # SHAPES=tiny: the three small tensors that bench_compress_torch.py --shapes tiny uses.
 preset=$shapes

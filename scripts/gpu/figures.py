@@ -110,6 +110,7 @@ def compress_table(rows):
                  f"<= 1.0 | {verdict(ratio, 1.0, False)} |")
     copy = ref.get("copy_bandwidth")
     gradient = 4.0 * values if values else None
+    aten = {item["compressor"]: item for item in sides.get("aten", {}).get("results", [])}
     for name in ("signsgd", "fp16", "qsgd:127"):
         e = seconds(results.get(name), "encode_seconds")
         rate = gradient / e if e and gradient else None
@@ -117,6 +118,14 @@ def compress_table(rows):
         lines.append(f"| {name} encode | {fmt(rate and rate / 1e9, '.1f')} GB/s | "
                      f"{fmt(copy and copy / 1e9, '.1f')} GB/s (copy) | {fmt(share and 100 * share, '.0f')}% | "
                      f">= 50% | {verdict(share, 0.5, True)} |")
+        # The ATen operations the CUDA kernels replace, for comparison (no goal of their own).
+        e = seconds(aten.get(name), "encode_seconds")
+        if e and gradient:
+            rate = gradient / e
+            share = rate / copy if copy else None
+            lines.append(f"| {name} encode, ATen operations (ACC_CUDA_KERNELS=0) | {fmt(rate / 1e9, '.1f')} GB/s | "
+                         f"{fmt(copy and copy / 1e9, '.1f')} GB/s (copy) | {fmt(share and 100 * share, '.0f')}% | "
+                         f"- | - |")
     if errors:
         lines.append("")
         lines.append("Failed: " + errors)

@@ -20,10 +20,11 @@ assert runs == ["PyTorch eager", "grad-dump", "train-dist --compress none", "tra
 for r in train:
     assert r["batch"] == 2 and r["images_per_second"] > 0 and "error" not in r, r
 compress = {r["side"]: r for r in map(json.loads, open(out + "/compress.jsonl"))}
-assert set(compress) == {"flat", "shapes", "pytorch"}, list(compress)
+assert set(compress) == {"flat", "aten", "shapes", "pytorch"}, list(compress)
 assert all("error" not in r for r in compress.values()), compress
 names = [r["compressor"] for r in compress["flat"]["results"]] + [r["compressor"] for r in compress["shapes"]["results"]]
 assert names == ["topk:0.01", "signsgd", "fp16", "qsgd:127", "powersgd:2"], names
+assert [r["compressor"] for r in compress["aten"]["results"]] == ["signsgd", "qsgd:127"], compress["aten"]
 torch = compress["pytorch"]
 assert torch["values"] == 20000 and torch["k"] == 200 and torch["copy_bandwidth"] > 0, torch
 assert torch["topk"]["min"] > 0 and torch["powersgd2"]["min"] > 0
@@ -31,7 +32,8 @@ PY
 "$ACC_PYTHON" scripts/gpu/figures.py "$out" >"$WORK/figures.md" || fail "figures.py failed"
 for row in "| 2 | PyTorch eager |" "| 2 | grad-dump |" "| 2 | train-dist --compress none |" \
     "| 2 | train-dist --compress powersgd:2 |" "| powersgd:2 encode+decode" "| topk:0.01 encode, 20,000 floats" \
-    "| signsgd encode" "| fp16 encode" "| qsgd:127 encode"; do
+    "| signsgd encode" "| fp16 encode" "| qsgd:127 encode" "| signsgd encode, ATen operations (ACC_CUDA_KERNELS=0)" \
+    "| qsgd:127 encode, ATen operations (ACC_CUDA_KERNELS=0)"; do
     grep -qF -- "$row" "$WORK/figures.md" || fail "figures.md lacks the row '$row'"
 done
 # Every goal has a ratio: nothing is "not measured" (whether it is met on this CPU does not matter).

@@ -2,7 +2,10 @@
 // the program says so and exits 77, which CTest reports as skipped.
 #include "base/error.hpp"
 #include "comm/torch_compat.hpp"
+#include "compress/codecs.hpp"
+#include "compress/device_codec.hpp"
 #include "compress/device_timer.hpp"
+#include "compress/spec.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -14,6 +17,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -170,6 +175,44 @@ TEST(DeviceTimerOnCuda, PartsHoldTheDevicesWork) {
     EXPECT_LE(encode + decode, wall);
     timer.begin_step(kGpu, false);  // training: the host's clock, no waits
     EXPECT_EQ(timer.method(), DeviceTimer::Method::host_clock);
+}
+
+// The CUDA kernels (ACC_CUDA_KERNELS) encode as the host codecs do, byte for byte, into
+// payloads that start at any byte, and refuse NaN and infinity as they do.
+TEST(CudaKernels, PayloadsEqualTheHostCodecs) {
+    namespace c = acc::compress;
+    if (!c::device::cuda_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
+        GTEST_SKIP() << "built without ACC_CUDA_KERNELS, or ACC_CUDA_KERNELS=0 in the environment";
+    const std::uint64_t key = 0x1234567890abcdefull;
+    for (const std::string level : {"signsgd", "qsgd:2", "qsgd:127", "qsgd:32767"})
+        for (std::int64_t n : {1, 31, 33, 4099, 1000003}) {
+            const std::string what = level + " on " + std::to_string(n) + " values";
+            c::CodecOptions o;
+            o.world = 2;
+            const c::Spec spec = c::parse_spec(level);
+            auto host = c::make_codec(spec, {n}, o);
+            auto dev = c::make_device_codec(spec, {n}, o);
+            torch::Tensor x = torch::randn({n}, torch::TensorOptions().dtype(torch::kFloat)) * 3.0;
+            x[n / 2] = 0.0;
+            for (int bad = 0; bad < 2; ++bad) {
+                if (bad) x[n - 1] = std::numeric_limits<float>::quiet_NaN();
+                std::vector<std::uint8_t> expected(static_cast<size_t>(host->buffer_bytes()));
+                std::vector<float> values(x.data_ptr<float>(), x.data_ptr<float>() + n);
+                const bool host_ok = host->encode(values.data(), false, key, expected.data());
+                torch::Tensor t = x.to(kGpu);
+                // One byte in: the kernels write payloads at any alignment.
+                torch::Tensor buffer =
+                    torch::zeros({host->buffer_bytes() + 1}, torch::TensorOptions().dtype(torch::kUInt8).device(kGpu));
+                torch::Tensor payload = buffer.narrow(0, 1, host->buffer_bytes());
+                const bool dev_ok = dev->encode(t, false, key, payload).item<bool>();
+                EXPECT_EQ(host_ok, dev_ok) << what << (bad ? " with a NaN" : "");
+                if (bad) continue;
+                torch::Tensor got = payload.cpu();
+                const std::uint8_t* bytes = got.data_ptr<std::uint8_t>();
+                EXPECT_EQ(expected, std::vector<std::uint8_t>(bytes, bytes + got.numel())) << what;
+                EXPECT_EQ(buffer[0].item<int>(), 0) << what << ": a byte before the payload was written";
+            }
+        }
 }
 
 int main(int argc, char** argv) {

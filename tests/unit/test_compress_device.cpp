@@ -645,7 +645,9 @@ TEST(DeviceExchange, PowerSgdMatricesOfVeryDifferentLengthsEqualTheHostPath) {
         });
     ASSERT_EQ(results[0].size(), results[1].size());
     for (size_t i = 0; i < results[0].size(); ++i)
-        EXPECT_TRUE(at::allclose(results[0][i], results[1][i], 1e-4, 1e-4)) << "step " << i / 4 << " tensor " << i % 4 << " differs by " << (results[0][i] - results[1][i]).abs().max().item<float>() << " of " << results[0][i].abs().max().item<float>();
+        EXPECT_TRUE(at::allclose(results[0][i], results[1][i], 1e-4, 1e-4))
+            << "step " << i / 4 << " tensor " << i % 4 << " differs by "
+            << (results[0][i] - results[1][i]).abs().max().item<float>();
 }
 
 namespace {

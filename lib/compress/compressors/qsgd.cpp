@@ -323,6 +323,10 @@ const CompressorInfo& qsgd_compressor() {
 #else  // -------------------------------------------------------------- device section
 // Compiled into the LibTorch library only (acc_compress_device): the device codec.
 
+#if ACC_CUDA_KERNELS
+#include "compress/cuda/encoders.hpp"
+#endif
+
 namespace acc::compress {
 
 namespace {
@@ -336,6 +340,14 @@ public:
     at::Tensor encode(at::Tensor& t, bool, std::uint64_t key, at::Tensor& payload) override {
         const std::int64_t n = numel(), buckets = codec_util::ceil_div(n, k::kQsgdBucket);
         if (n == 0) return device::flag(true, t.device());
+#if ACC_CUDA_KERNELS
+        if (device::cuda_kernels_for(t)) {
+            at::Tensor bad = at::zeros({}, t.options().dtype(at::kInt));
+            cuda::qsgd_codes(t.data_ptr<float>(), n, levels_, static_cast<std::uint32_t>(key),
+                             payload.data_ptr<std::uint8_t>(), bad.data_ptr<int>(), device::cuda_stream_of(t));
+            return bad.eq(0);
+        }
+#endif
         at::Tensor x = at::constant_pad_nd(t, {0, buckets * k::kQsgdBucket - n}, 0).view({buckets, k::kQsgdBucket});
         // Norms in double as the host sums them, rounded to float32.
         at::Tensor norms = x.to(at::kDouble).square().sum(1).sqrt().to(at::kFloat);

@@ -168,6 +168,10 @@ const CompressorInfo& signsgd_compressor() {
 #else  // -------------------------------------------------------------- device section
 // Compiled into the LibTorch library only (acc_compress_device): the device codec.
 
+#if ACC_CUDA_KERNELS
+#include "compress/cuda/encoders.hpp"
+#endif
+
 namespace acc::compress {
 
 namespace {
@@ -176,6 +180,14 @@ class SignDeviceCodec : public DeviceCodec {
 public:
     explicit SignDeviceCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}
     at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor& payload) override {
+#if ACC_CUDA_KERNELS
+        if (device::cuda_kernels_for(t) && numel() > 0) {
+            at::Tensor bad = at::zeros({}, t.options().dtype(at::kInt));
+            cuda::sign_bits(t.data_ptr<float>(), numel(), payload.data_ptr<std::uint8_t>(), bad.data_ptr<int>(),
+                            device::cuda_stream_of(t));
+            return bad.eq(0);
+        }
+#endif
         payload.copy_(device::pack_bits(t.lt(0)));
         return device::all_finite(t);
     }
