@@ -342,10 +342,11 @@ public:
         if (n == 0) return device::flag(true, t.device());
 #if ACC_CUDA_KERNELS
         if (device::cuda_kernels_for(t)) {
-            at::Tensor bad = at::zeros({}, t.options().dtype(at::kInt));
+            // The kernel sets the flag itself: no ATen operation around it.
+            at::Tensor ok = at::empty({}, t.options().dtype(at::kBool));
             cuda::qsgd_codes(t.data_ptr<float>(), n, levels_, static_cast<std::uint32_t>(key),
-                             payload.data_ptr<std::uint8_t>(), bad.data_ptr<int>(), device::cuda_stream_of(t));
-            return bad.eq(0);
+                             payload.data_ptr<std::uint8_t>(), ok.data_ptr<bool>(), device::cuda_stream_of(t));
+            return ok;
         }
 #endif
         at::Tensor x = at::constant_pad_nd(t, {0, buckets * k::kQsgdBucket - n}, 0).view({buckets, k::kQsgdBucket});

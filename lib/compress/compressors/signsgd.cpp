@@ -182,10 +182,11 @@ public:
     at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor& payload) override {
 #if ACC_CUDA_KERNELS
         if (device::cuda_kernels_for(t) && numel() > 0) {
-            at::Tensor bad = at::zeros({}, t.options().dtype(at::kInt));
-            cuda::sign_bits(t.data_ptr<float>(), numel(), payload.data_ptr<std::uint8_t>(), bad.data_ptr<int>(),
+            // The kernel sets the flag itself: no ATen operation around it.
+            at::Tensor ok = at::empty({}, t.options().dtype(at::kBool));
+            cuda::sign_bits(t.data_ptr<float>(), numel(), payload.data_ptr<std::uint8_t>(), ok.data_ptr<bool>(),
                             device::cuda_stream_of(t));
-            return bad.eq(0);
+            return ok;
         }
 #endif
         payload.copy_(device::pack_bits(t.lt(0)));

@@ -21,7 +21,7 @@ void check(cudaError_t status, const char* what) {
 }
 
 // One warp packs the signs of 32 consecutive values into one 32-bit word (little endian).
-__global__ void sign_bits_kernel(const float* x, std::int64_t n, std::uint8_t* packed, int* bad) {
+__global__ void sign_bits_kernel(const float* x, std::int64_t n, std::uint8_t* packed, bool* ok) {
     const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     const std::int64_t word = i / 32;
     const std::int64_t words = (n + 31) / 32;
@@ -29,7 +29,7 @@ __global__ void sign_bits_kernel(const float* x, std::int64_t n, std::uint8_t* p
     const float v = i < n ? x[i] : 0.0f;
     const unsigned mask = __ballot_sync(0xffffffffu, i < n && v < 0.0f);
     const bool finite = i >= n || isfinite(v);
-    if (__any_sync(0xffffffffu, !finite) && threadIdx.x % 32 == 0) atomicOr(bad, 1);
+    if (__any_sync(0xffffffffu, !finite) && threadIdx.x % 32 == 0) *ok = false;  // every writer writes false
     const unsigned lane = threadIdx.x % 32;
     if (lane < 4) packed[4 * word + lane] = static_cast<std::uint8_t>(mask >> (8 * lane));
 }
@@ -48,7 +48,7 @@ __device__ std::uint32_t hash32(std::uint32_t x) {
 // codes its own values.
 template <class Code>
 __global__ void qsgd_kernel(const float* x, std::int64_t n, int levels, std::uint32_t key32, std::uint8_t* payload,
-                            std::int64_t buckets, int* bad) {
+                            std::int64_t buckets, bool* ok) {
     const std::int64_t bucket = static_cast<std::int64_t>(blockIdx.x) * kBucketsPerBlock + threadIdx.x / kLanes;
     const int lane = threadIdx.x % kLanes;
     const std::int64_t begin = bucket * kBucket;
@@ -65,7 +65,7 @@ __global__ void qsgd_kernel(const float* x, std::int64_t n, int levels, std::uin
     const double squares = __dadd_rn(__dadd_rn(__dadd_rn(s[0], s[4]), __dadd_rn(s[2], s[6])),
                                      __dadd_rn(__dadd_rn(s[1], s[5]), __dadd_rn(s[3], s[7])));
     if (!isfinite(squares)) {
-        if (lane == 0) atomicOr(bad, 1);
+        if (lane == 0) *ok = false;
         return;
     }
     const float norm = static_cast<float>(sqrt(squares));
@@ -95,24 +95,27 @@ __global__ void qsgd_kernel(const float* x, std::int64_t n, int levels, std::uin
 
 }  // namespace
 
-void sign_bits(const float* x, std::int64_t n, std::uint8_t* packed, int* bad, void* stream) {
+void sign_bits(const float* x, std::int64_t n, std::uint8_t* packed, bool* ok, void* stream) {
+    auto s = static_cast<cudaStream_t>(stream);
+    check(cudaMemsetAsync(ok, 1, 1, s), "signSGD's CUDA kernel");
     if (n <= 0) return;
     const std::int64_t threads = (n + 31) / 32 * 32;
     const auto blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
-    sign_bits_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, n, packed, bad);
+    sign_bits_kernel<<<blocks, kThreads, 0, s>>>(x, n, packed, ok);
     check(cudaGetLastError(), "signSGD's CUDA kernel");
 }
 
-void qsgd_codes(const float* x, std::int64_t n, int levels, std::uint32_t key32, std::uint8_t* payload, int* bad,
+void qsgd_codes(const float* x, std::int64_t n, int levels, std::uint32_t key32, std::uint8_t* payload, bool* ok,
                 void* stream) {
+    auto s = static_cast<cudaStream_t>(stream);
+    check(cudaMemsetAsync(ok, 1, 1, s), "QSGD's CUDA kernel");
     if (n <= 0) return;
     const std::int64_t buckets = (n + kBucket - 1) / kBucket;
     const auto blocks = static_cast<unsigned>((buckets + kBucketsPerBlock - 1) / kBucketsPerBlock);
-    auto s = static_cast<cudaStream_t>(stream);
     if (levels < 128)
-        qsgd_kernel<std::int8_t><<<blocks, kThreads, 0, s>>>(x, n, levels, key32, payload, buckets, bad);
+        qsgd_kernel<std::int8_t><<<blocks, kThreads, 0, s>>>(x, n, levels, key32, payload, buckets, ok);
     else
-        qsgd_kernel<std::int16_t><<<blocks, kThreads, 0, s>>>(x, n, levels, key32, payload, buckets, bad);
+        qsgd_kernel<std::int16_t><<<blocks, kThreads, 0, s>>>(x, n, levels, key32, payload, buckets, ok);
     check(cudaGetLastError(), "QSGD's CUDA kernel");
 }
 

@@ -9,16 +9,16 @@
 namespace acc::compress::cuda {
 
 /// signSGD: bit i of `packed` (byte i / 8, bit i % 8) is 1 where x[i] < 0; the bits up
-/// to the next multiple of 32 are zero ((n + 31) / 32 * 4 bytes). `*bad` gets 1 if any
-/// x[i] is NaN or infinite (it is not cleared).
-void sign_bits(const float* x, std::int64_t n, std::uint8_t* packed, int* bad, void* stream);
+/// to the next multiple of 32 are zero ((n + 31) / 32 * 4 bytes). `*ok` (one byte on
+/// the device, a bool) becomes whether every x[i] is finite.
+void sign_bits(const float* x, std::int64_t n, std::uint8_t* packed, bool* ok, void* stream);
 
 /// QSGD with `levels` levels (1..32767) over buckets of 128 values: each bucket's norm
 /// (float32, from the sum of squares in double over eight lanes combined as the host
 /// combines them), then a code per value (int8 below 128 levels, else int16), rounded
-/// stochastically with uniform_from(key32, index). `*bad` gets 1 if a bucket's sum of
-/// squares is not finite.
-void qsgd_codes(const float* x, std::int64_t n, int levels, std::uint32_t key32, std::uint8_t* payload, int* bad,
+/// stochastically with uniform_from(key32, index). `*ok` becomes whether every bucket's
+/// sum of squares is finite.
+void qsgd_codes(const float* x, std::int64_t n, int levels, std::uint32_t key32, std::uint8_t* payload, bool* ok,
                 void* stream);
 
 }  // namespace acc::compress::cuda
