@@ -68,9 +68,10 @@ void* cuda_stream_of(const at::Tensor& x) {
 #endif
 }
 
-// (A sum in double would be one pass without a temporary, but on an H200 it took four
-// times as long as these two kernels.)
-at::Tensor all_finite(const at::Tensor& x) { return at::isfinite(x).all(); }
+// |x| < infinity (false for NaN too): three kernels, where isfinite() takes four before
+// all() (on an H200 the fp16 encoder checked this way ran at twice the rate; a sum in
+// double, one pass without temporaries, was slower still).
+at::Tensor all_finite(const at::Tensor& x) { return x.abs().lt(std::numeric_limits<double>::infinity()).all(); }
 
 at::Tensor bytes_of(const at::Tensor& x) { return x.contiguous().reshape({-1}).view(at::kByte); }
 
