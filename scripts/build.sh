@@ -36,7 +36,7 @@ if ! cmake -S . -B "$build" "${generator[@]}" "${launcher[@]}" -DCMAKE_BUILD_TYP
     exit 1
 fi
 # What configure found: LibTorch's version, CUDA and NCCL, Gloo.
-grep -E '^-- (LibTorch|CUDA LibTorch|NCCL|Gloo|fmt)' "$build/configure.log" | sed 's/^-- /build.sh: /' >&2 || true
+grep -E '^-- (LibTorch|CUDA LibTorch|CUDA kernels|NCCL|Gloo|fmt)' "$build/configure.log" | sed 's/^-- /build.sh: /' >&2 || true
 # A first build takes minutes (LibTorch's headers alone take ~14 s a file); a
 # rebuild with nothing to do takes a second.
 echo "build.sh: building $build with $jobs job(s); the programs go to $build/bin" >&2
