@@ -98,6 +98,8 @@ at::Tensor flag(bool value, const at::Device& device);
 bool cuda_kernels_for(const at::Tensor& x);
 /// The current CUDA stream of x's device, as the kernels take it (nullptr without them).
 void* cuda_stream_of(const at::Tensor& x);
+/// |x| < infinity, elementwise (false for NaN): two kernels, where ATen's isfinite() takes four.
+at::Tensor finite_mask(const at::Tensor& x);
 /// A 0-dim bool tensor: every value of x is finite.
 at::Tensor all_finite(const at::Tensor& x);
 /// The bytes of x (any dtype, contiguous) as a 1-D uint8 tensor.

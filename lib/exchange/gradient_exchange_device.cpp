@@ -121,7 +121,7 @@ void GradientExchange::Impl::encode_run(DenseRun& r) {
         at::cat_out(values, grads);
     }
     if (options.check_finite)
-        step_run_checks.push_back(
+        step_batched_checks.push_back(
             {r.slots, DeviceCheck::Kind::input_finite, compress::device::finite_parts(values, r.ends)});
 }
 
@@ -193,7 +193,7 @@ void GradientExchange::Impl::start_device(const std::vector<at::Tensor>& grads) 
         r.active = true;
         for (size_t i : r.slots) r.active = r.active && (r.error_feedback || !slots[i].memory_used);
     }
-    step_run_checks.clear();
+    step_batched_checks.clear();
     for (size_t i = 0; i < slots.size(); ++i) {
         Slot& s = slots[i];
         if (s.run >= 0 && runs[static_cast<size_t>(s.run)].active) continue;
@@ -219,9 +219,7 @@ void GradientExchange::Impl::check_flags_device() {
         if (slots[i].encode_finite.defined())
             checks.push_back({{i}, DeviceCheck::Kind::encode_finite, slots[i].encode_finite});
     }
-    checks.insert(checks.end(), step_run_checks.begin(), step_run_checks.end());
-    for (auto& g : groups)
-        if (g.finite.defined()) checks.push_back({g.slots, DeviceCheck::Kind::input_finite, g.finite});
+    checks.insert(checks.end(), step_batched_checks.begin(), step_batched_checks.end());
     if (deferring_checks())
         step_checks.insert(step_checks.end(), checks.begin(), checks.end());
     else
@@ -419,12 +417,26 @@ void GradientExchange::Impl::layout_powersgd_device() {
     if (groups.empty()) return;
     const auto on = at::TensorOptions().dtype(at::kFloat).device(device);
     q_state = at::zeros({q.numel()}, on);
+    powersgd_memory = at::Tensor();
+    powersgd_memory_slots.clear();
+    std::vector<std::int64_t> ends;
+    std::int64_t memory_n = 0;
+    for (auto& g : groups) memory_n += static_cast<std::int64_t>(g.slots.size()) * g.rows * g.cols;
+    if (options.error_feedback) powersgd_memory = at::zeros({memory_n}, on);
+    std::int64_t memory_at = 0;
     for (auto& g : groups) {
         const auto B = static_cast<std::int64_t>(g.slots.size());
         g.p_view = p.narrow(0, g.p_offset, B * g.rows * g.rank).view({B, g.rows, g.rank});
         g.q_view = q.narrow(0, g.q_offset, B * g.cols * g.rank).view({B, g.cols, g.rank});
         g.q_warm = q_state.narrow(0, g.q_offset, B * g.cols * g.rank).view({B, g.cols, g.rank});
-        if (options.error_feedback) g.memory = at::zeros({B, g.rows, g.cols}, on);
+        if (options.error_feedback) {
+            g.memory = powersgd_memory.narrow(0, memory_at, B * g.rows * g.cols).view({B, g.rows, g.cols});
+            for (size_t i : g.slots) {
+                memory_at += g.rows * g.cols;
+                ends.push_back(memory_at - 1);
+                powersgd_memory_slots.push_back(i);
+            }
+        }
         for (std::int64_t b = 0; b < B; ++b) {
             Slot& s = slots[g.slots[static_cast<size_t>(b)]];
             at::Tensor q_of = g.q_warm[b];
@@ -436,6 +448,7 @@ void GradientExchange::Impl::layout_powersgd_device() {
             s.device_memory = memory_of;
         }
     }
+    if (!ends.empty()) powersgd_memory_ends = at::tensor(ends, at::kLong).to(device);
     p_batches = padded_batches(groups, false, device);
     q_batches = padded_batches(groups, true, device);
 }
@@ -490,8 +503,14 @@ void GradientExchange::Impl::powersgd_first_round_device() {
             g.m = at::stack(inputs).view({static_cast<std::int64_t>(g.slots.size()), g.rows, g.cols});
         }
     }
-    for (auto& g : groups)
-        if (options.check_finite) g.finite = at::isfinite(g.m).flatten(1).all(1);
+    // Whether each input is finite: one pass over all memories, or one per group.
+    if (options.check_finite && options.error_feedback)
+        step_batched_checks.push_back({powersgd_memory_slots, DeviceCheck::Kind::input_finite,
+                                       compress::device::finite_parts(powersgd_memory, powersgd_memory_ends)});
+    else if (options.check_finite)
+        for (auto& g : groups)
+            step_batched_checks.push_back(
+                {g.slots, DeviceCheck::Kind::input_finite, compress::device::finite_mask(g.m).flatten(1).all(1)});
     if (options.powersgd_variant == PowerSgdVariant::pytorch_hook) orthogonalize_device(q_batches, q_state);
     for (auto& g : groups) at::bmm_out(g.p_view, g.m, g.q_warm);
 }
@@ -506,14 +525,18 @@ void GradientExchange::Impl::powersgd_second_round_device() {
 // and Q is the next step's warm start.
 void GradientExchange::Impl::powersgd_decode_device(int W) {
     q.div_(static_cast<double>(W));
-    std::vector<at::Tensor> grads, approximations;
+    std::vector<at::Tensor> grads, approximations, memories, outs;
     for (auto& g : groups) {
         at::Tensor out = at::bmm(g.p_view, g.q_view.transpose(1, 2));
-        if (options.error_feedback) g.memory.sub_(out);
+        if (options.error_feedback) {
+            memories.push_back(g.memory);
+            outs.push_back(out);
+        }
         std::vector<at::Tensor> parts = out.flatten(1).unbind(0);
         approximations.insert(approximations.end(), parts.begin(), parts.end());
         for (size_t i : g.slots) grads.push_back(slots[i].device_grad);
     }
+    if (!memories.empty()) at::_foreach_sub_(memories, outs);
     comm::compat::copy_each(grads, approximations);
     q_state.copy_(q);
     for (auto& g : groups)

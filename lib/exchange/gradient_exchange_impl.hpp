@@ -84,9 +84,8 @@ struct PowerGroup {
     std::int64_t p_offset = 0, q_offset = 0;  // elements
     at::Tensor p_view, q_view;  // [B, rows, rank], [B, cols, rank]: the group's part of P and Q
     at::Tensor q_warm;  // [B, cols, rank]: the group's part of the warm-start Q (the slots' device_q)
-    at::Tensor memory;  // [B, rows, cols]: the slots' error memories
+    at::Tensor memory;  // [B, rows, cols]: the slots' error memories (a view of powersgd_memory)
     at::Tensor m;       // [B, rows, cols]: this step's compensated input
-    at::Tensor finite;  // [B] bool: whether each input is finite
 };
 
 // Device path: matrices of one rank from several PowerSGD groups, back to back in a flat
@@ -155,6 +154,10 @@ struct GradientExchange::Impl {
     std::vector<size_t> powersgd_order;
     std::vector<PowerGroup> groups;  // device path
     at::Tensor q_state;              // device path: the warm-start Q of every matrix, in Q's layout
+    // Device path, with error feedback: every group's memory in one tensor, and the slots
+    // in its order with the last element of each (for one finiteness pass over all).
+    at::Tensor powersgd_memory, powersgd_memory_ends;
+    std::vector<size_t> powersgd_memory_slots;
     std::vector<PaddedBatch> p_batches, q_batches;  // device path: P's and Q's orthogonalization
     std::vector<DenseRun> runs;      // device path
     at::Tensor world_divisor;        // device path: W as a 0-dim float on the device (exact division)
@@ -170,7 +173,7 @@ struct GradientExchange::Impl {
     DeviceTimer timer;  // the device path's encode and decode times
     std::vector<std::int64_t> tensor_bytes;
     std::vector<DeviceCheck> step_checks;  // the device path's flags of the current step
-    std::vector<DeviceCheck> step_run_checks;  // the runs' flags, before check_flags_device
+    std::vector<DeviceCheck> step_batched_checks;  // flags of several slots each (runs, PowerSGD)
     std::vector<PendingChecks> pending;    // earlier steps' flags not read yet
 
     Impl(comm::Collectives& c, ExchangeOptions o);
