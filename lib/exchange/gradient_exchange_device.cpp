@@ -357,16 +357,14 @@ namespace {
 // values plus 1 Mi floats (one batch for every rank in common networks).
 std::vector<PaddedBatch> padded_batches(const std::vector<PowerGroup>& groups, bool columns, const at::Device& device) {
     struct Part {
-        size_t group;
         std::int64_t length, offset, count;
     };
     std::map<int, std::vector<Part>> by_rank;
     std::int64_t total = 0;
-    for (size_t i = 0; i < groups.size(); ++i) {
-        const PowerGroup& g = groups[i];
+    for (const PowerGroup& g : groups) {
         const auto count = static_cast<std::int64_t>(g.slots.size());
         const std::int64_t length = columns ? g.cols : g.rows;
-        by_rank[g.rank].push_back({i, length, columns ? g.q_offset : g.p_offset, count});
+        by_rank[g.rank].push_back({length, columns ? g.q_offset : g.p_offset, count});
         total += count * length * g.rank;
     }
     std::vector<PaddedBatch> batches;

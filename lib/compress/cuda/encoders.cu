@@ -3,9 +3,10 @@
 // an FMA and change the last bit.
 #include "compress/cuda/encoders.hpp"
 
+#include "base/error.hpp"
+
 #include <cuda_runtime.h>
 
-#include <stdexcept>
 #include <string>
 
 namespace acc::compress::cuda {
@@ -17,7 +18,7 @@ constexpr int kThreads = 256;
 constexpr int kBucketsPerBlock = kThreads / kLanes;
 
 void check(cudaError_t status, const char* what) {
-    if (status != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(status));
+    if (status != cudaSuccess) throw acc::Error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
 // One warp packs the signs of 32 consecutive values into one 32-bit word (little endian).
