@@ -5,6 +5,7 @@
 // (compressors/<name>.cpp); kernels.cpp keeps the shared ones.
 #pragma once
 
+#include "compress/counter_random.hpp"
 #include "compress/kernels.hpp"
 
 #include <algorithm>
@@ -54,22 +55,7 @@ ACC_INLINE std::uint32_t magnitude_key(float v) { return bits_of(v) & 0x7fffffff
 
 constexpr std::uint32_t kInfKey = 0x7f800000u;
 
-// lowbias32 (Chris Wellons' hash): a cheap, well-mixed 32-bit bijection.
-ACC_INLINE std::uint32_t hash32(std::uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
-constexpr std::uint32_t kGolden = 0x9e3779b9u;
-constexpr float kTwoPowMinus24 = 1.0f / 16777216.0f;
-
-ACC_INLINE float uniform_from(std::uint32_t key32, std::uint32_t index) {
-    return static_cast<float>(hash32(key32 + kGolden * index) >> 8) * kTwoPowMinus24;
-}
+// hash32, kGolden and uniform_from: compress/counter_random.hpp.
 
 // ------------------------------------------------------------ generic loop bodies
 // Written once, compiled twice: plainly, and inlined into the AVX2 wrappers below.

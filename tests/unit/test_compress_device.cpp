@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 #include <torch/library.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -596,6 +597,42 @@ void expect_same_runs(const ExchangeRun& host, const ExchangeRun& dev, double to
     }
 }
 
+// Rank 0's gradients after each of `steps` steps of two ranks, on the host path [0] and
+// the device path on the CPU [1]: every tensor at `level`, from step `switch_step` on at
+// `later` (if given). Rank r's gradients are seeded by (r, step, tensor).
+std::array<std::vector<at::Tensor>, 2> on_both_paths(const std::vector<TensorInfo>& tensors, const std::string& level,
+                                                     int steps, const std::string& later = "", int switch_step = -1) {
+    std::array<std::vector<at::Tensor>, 2> results;
+    acc::test::ThreadGroup group(2, 60);
+    for (int device_path = 0; device_path < 2; ++device_path)
+        group.run([&](int rank, acc::comm::Collectives& comm) {
+            ExchangeOptions o;
+            o.device_path_on_cpu = device_path == 1;
+            GradientExchange ex(tensors, std::vector<Spec>(tensors.size(), parse_spec(level)), comm, o);
+            std::vector<at::Tensor> out;
+            for (int step = 0; step < steps; ++step) {
+                if (step == switch_step) ex.set_levels(std::vector<Spec>(tensors.size(), parse_spec(later)));
+                std::vector<at::Tensor> g;
+                for (size_t i = 0; i < tensors.size(); ++i)
+                    g.push_back(at::randn(tensors[i].shape,
+                                          at::make_generator<at::CPUGeneratorImpl>(100 * rank + 10 * step + i)));
+                ex.step(g);
+                for (auto& t : g) out.push_back(t.clone());
+            }
+            if (rank == 0) results[static_cast<size_t>(device_path)] = out;
+        });
+    return results;
+}
+
+void expect_paths_agree(const std::array<std::vector<at::Tensor>, 2>& results, size_t tensors, double rtol,
+                        double atol) {
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i)
+        EXPECT_TRUE(at::allclose(results[0][i], results[1][i], rtol, atol))
+            << "step " << i / tensors << " tensor " << i % tensors << " differs by "
+            << (results[0][i] - results[1][i]).abs().max().item<float>();
+}
+
 }  // namespace
 
 TEST(DeviceExchange, DevicePathEqualsHostPathForEveryCompressor) {
@@ -625,29 +662,7 @@ TEST(DeviceExchange, PowerSgdMatricesOfVeryDifferentLengthsEqualTheHostPath) {
     // ones would pad too much, so they go in batches of their own. (Its 600,000-term sums
     // differ from the host's in float rounding.)
     const std::vector<TensorInfo> tensors = {{"tall", {600000, 3}}, {"s1", {40, 30}}, {"s2", {50, 30}}, {"s3", {40, 30}}};
-    std::vector<std::vector<at::Tensor>> results(2);
-    acc::test::ThreadGroup group(2, 60);
-    for (int device_path = 0; device_path < 2; ++device_path)
-        group.run([&](int rank, acc::comm::Collectives& comm) {
-            ExchangeOptions o;
-            o.device_path_on_cpu = device_path == 1;
-            GradientExchange ex(tensors, std::vector<Spec>(tensors.size(), parse_spec("powersgd:1")), comm, o);
-            std::vector<at::Tensor> out;
-            for (int step = 0; step < 2; ++step) {
-                std::vector<at::Tensor> g;
-                for (size_t i = 0; i < tensors.size(); ++i)
-                    g.push_back(at::randn(tensors[i].shape,
-                                          at::make_generator<at::CPUGeneratorImpl>(100 * rank + 10 * step + i)));
-                ex.step(g);
-                for (auto& t : g) out.push_back(t.clone());
-            }
-            if (rank == 0) results[static_cast<size_t>(device_path)] = out;
-        });
-    ASSERT_EQ(results[0].size(), results[1].size());
-    for (size_t i = 0; i < results[0].size(); ++i)
-        EXPECT_TRUE(at::allclose(results[0][i], results[1][i], 1e-4, 1e-4))
-            << "step " << i / 4 << " tensor " << i % 4 << " differs by "
-            << (results[0][i] - results[1][i]).abs().max().item<float>();
+    expect_paths_agree(on_both_paths(tensors, "powersgd:1", 2), tensors.size(), 1e-4, 1e-4);
 }
 
 namespace {
@@ -752,28 +767,7 @@ TEST(DeviceExchange, SmallTensorsLeavingErrorFeedbackSendTheirMemoryFirst) {
     // topk keeps error memories; under none the next step sends them (one by one, then as
     // a run again), as the host path does.
     const std::vector<TensorInfo> tensors = {{"a", {15}}, {"b", {16}}, {"c", {17}}};
-    std::vector<std::vector<at::Tensor>> results(2);
-    acc::test::ThreadGroup group(2, 30);
-    for (int device_path = 0; device_path < 2; ++device_path)
-        group.run([&](int rank, acc::comm::Collectives& comm) {
-            ExchangeOptions o;
-            o.device_path_on_cpu = device_path == 1;
-            GradientExchange ex(tensors, std::vector<Spec>(tensors.size(), parse_spec("topk:0.2")), comm, o);
-            std::vector<at::Tensor> out;
-            for (int step = 0; step < 4; ++step) {
-                if (step == 2) ex.set_levels(std::vector<Spec>(tensors.size(), parse_spec("none")));
-                std::vector<at::Tensor> g;
-                for (size_t i = 0; i < tensors.size(); ++i)
-                    g.push_back(at::randn(tensors[i].shape,
-                                          at::make_generator<at::CPUGeneratorImpl>(100 * rank + 10 * step + i)));
-                ex.step(g);
-                for (auto& t : g) out.push_back(t.clone());
-            }
-            if (rank == 0) results[static_cast<size_t>(device_path)] = out;
-        });
-    ASSERT_EQ(results[0].size(), results[1].size());
-    for (size_t i = 0; i < results[0].size(); ++i)
-        EXPECT_TRUE(at::allclose(results[0][i], results[1][i], 1e-5, 1e-6)) << "step " << i / 3 << " tensor " << i % 3;
+    expect_paths_agree(on_both_paths(tensors, "topk:0.2", 4, "none", 2), tensors.size(), 1e-5, 1e-6);
 }
 
 TEST(DeviceCodec, FiniteFlagsPerPartOfOneBuffer) {

@@ -4,6 +4,7 @@
 #include "compress/cuda/encoders.hpp"
 
 #include "base/error.hpp"
+#include "compress/counter_random.hpp"
 
 #include <cuda_runtime.h>
 
@@ -33,15 +34,6 @@ __global__ void sign_bits_kernel(const float* x, std::int64_t n, std::uint8_t* p
     if (__any_sync(0xffffffffu, !finite) && threadIdx.x % 32 == 0) *ok = false;  // every writer writes false
     const unsigned lane = threadIdx.x % 32;
     if (lane < 4) packed[4 * word + lane] = static_cast<std::uint8_t>(mask >> (8 * lane));
-}
-
-__device__ std::uint32_t hash32(std::uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
 }
 
 // Eight threads per bucket: thread `lane` sums values lane, lane + 8, ... in order (the
@@ -84,7 +76,7 @@ __global__ void qsgd_kernel(const float* x, std::int64_t n, int levels, std::uin
             const float l = __fmul_rn(fabsf(v), scale);
             const float f = floorf(l);
             const auto index = static_cast<std::uint32_t>(begin + e);
-            const float u = __fmul_rn(static_cast<float>(hash32(key32 + 0x9e3779b9u * index) >> 8), 1.0f / 16777216.0f);
+            const float u = kernels::detail::uniform_from(key32, index);
             const float q = fminf(top, __fadd_rn(f, u < __fsub_rn(l, f) ? 1.0f : 0.0f));
             code = static_cast<Code>(v < 0.0f ? -q : q);
         }
