@@ -2,8 +2,10 @@
 // operations), error memories, Q, DGC's momentum and the flat buffers all on that
 // device, handed to the collectives there. NaN and infinity come back as flags on the
 // device, read once per step, or on a GPU a step later (ExchangeOptions::check_timing),
-// so that no step waits for the GPU. PowerSGD multiplies all matrices of one shape and rank
-// in one batched product per round.
+// so that no step waits for the GPU. Each ATen operation costs a GPU a launch, so work is
+// batched: PowerSGD multiplies all matrices of one shape and rank in one product per
+// round and orthogonalizes all shapes in one padded batch; small tensors sent as their
+// values go as one run.
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "comm/torch_compat.hpp"
