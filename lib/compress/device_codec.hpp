@@ -42,14 +42,19 @@ public:
     /// error feedback memory -= mean: then the exchange may treat many such tensors as one.
     virtual bool sends_values() const { return false; }
 
+    /// Whether encode()'s flag also says whether t is finite, so that neither the caller
+    /// nor compensate() needs a pass over t to check it: top-k by magnitude always chooses
+    /// a NaN or an infinity where t holds one.
+    virtual bool finite_in_encode() const { return false; }
     /// Error feedback: memory += g, or memory = g when memory_zero (1-D float32 views of
-    /// numel() values). Returns a 0-dim bool tensor: whether the result is finite.
+    /// numel() values). Returns a 0-dim bool tensor: whether the result is finite; an
+    /// undefined tensor where finite_in_encode() (encode() tells).
     virtual at::Tensor compensate(const at::Tensor& g, at::Tensor& memory, bool memory_zero);
     /// Encodes t into `payload`, a 1-D slice of its channel's buffer on t's device (uint8
     /// for the gather channel, float32 for fp32_sum and sparse_sum, float16 for fp16_sum).
     /// With update_error, t becomes t - decode(payload). Returns a 0-dim bool tensor
     /// (false: t held NaN or infinity, or fp16 overflowed); always true when the codec
-    /// does not check (checks_finite() false).
+    /// does not check (checks_finite() and finite_in_encode() false).
     virtual at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) = 0;
     /// Allgather channel: out = aggregate of the W workers' payloads (uint8, payload_bytes()
     /// each). Returns a 0-dim bool tensor: whether every payload was well formed.
@@ -98,6 +103,10 @@ at::Tensor flag(bool value, const at::Device& device);
 bool cuda_kernels_for(const at::Tensor& x);
 /// The current CUDA stream of x's device, as the kernels take it (nullptr without them).
 void* cuda_stream_of(const at::Tensor& x);
+/// A CUDA kernel's flag: a 0-dim bool tensor on x's device, true until the kernel that
+/// `launch(flag, stream)` queues on x's current stream writes false (no ATen operation
+/// around the kernel).
+at::Tensor kernel_flag(const at::Tensor& x, const std::function<void(bool* flag, void* stream)>& launch);
 /// |x| < infinity, elementwise (false for NaN): two kernels, where ATen's isfinite() takes four.
 at::Tensor finite_mask(const at::Tensor& x);
 /// A 0-dim bool tensor: every value of x is finite.

@@ -155,8 +155,8 @@ void GradientExchange::Impl::compensate_device(size_t i, Slot& s) {
         s.device_t = s.device_memory;
         s.t_in_memory = true;
         s.device_t.add_(s.device_grad);
-        s.input_finite = compress::device::all_finite(s.device_t);
-    } else if (!codec.checks_finite()) {
+        if (!codec.finite_in_encode()) s.input_finite = compress::device::all_finite(s.device_t);
+    } else if (!codec.checks_finite() && !codec.finite_in_encode()) {
         s.input_finite = compress::device::all_finite(s.device_t);
     }
     if (!options.check_finite) s.input_finite = at::Tensor();

@@ -59,8 +59,8 @@ else
 fi
 # The same encoders with ATen operations instead of the CUDA kernels (ACC_CUDA_KERNELS=0
 # in the environment; a build without the kernels measures the same path twice).
-echo "bench-compress: ACC_CUDA_KERNELS=0 compress-bench ${ours[*]} --from FLAT.h5 --compressors signsgd,qsgd:127" >&2
-if ACC_CUDA_KERNELS=0 "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors signsgd,qsgd:127 \
+echo "bench-compress: ACC_CUDA_KERNELS=0 compress-bench ${ours[*]} --from FLAT.h5 --compressors signsgd,fp16,qsgd:127" >&2
+if ACC_CUDA_KERNELS=0 "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors signsgd,fp16,qsgd:127 \
     >"$work/aten.json" 2>"$out/logs/compress-bench-aten.log" && ours_line "$work/aten.json" aten; then
     :
 else

@@ -178,13 +178,14 @@ TEST(DeviceTimerOnCuda, PartsHoldTheDevicesWork) {
 }
 
 // The CUDA kernels (ACC_CUDA_KERNELS) encode as the host codecs do, byte for byte, into
-// payloads that start at any byte, and refuse NaN and infinity as they do.
+// payloads that start at any byte (fp16: any half), and refuse NaN, and fp16's overflow,
+// as they do.
 TEST(CudaKernels, PayloadsEqualTheHostCodecs) {
     namespace c = acc::compress;
     if (!c::device::cuda_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
         GTEST_SKIP() << "built without ACC_CUDA_KERNELS, or ACC_CUDA_KERNELS=0 in the environment";
     const std::uint64_t key = 0x1234567890abcdefull;
-    for (const std::string level : {"signsgd", "qsgd:2", "qsgd:127", "qsgd:32767"})
+    for (const std::string level : {"signsgd", "qsgd:2", "qsgd:127", "qsgd:32767", "fp16"})
         for (std::int64_t n : {1, 31, 33, 4099, 1000003}) {
             const std::string what = level + " on " + std::to_string(n) + " values";
             c::CodecOptions o;
@@ -194,25 +195,53 @@ TEST(CudaKernels, PayloadsEqualTheHostCodecs) {
             auto dev = c::make_device_codec(spec, {n}, o);
             torch::Tensor x = torch::randn({n}, torch::TensorOptions().dtype(torch::kFloat)) * 3.0;
             x[n / 2] = 0.0;
-            for (int bad = 0; bad < 2; ++bad) {
-                if (bad) x[n - 1] = std::numeric_limits<float>::quiet_NaN();
+            if (n > 2) x[1] = 1e-6f;  // fp16: a subnormal half after dividing
+            // fp16's payload lies in its channel's half-precision buffer.
+            const bool half = dev->channel() == c::Channel::fp16_sum;
+            const auto type = half ? torch::kHalf : torch::kUInt8;
+            const std::int64_t elements = host->buffer_bytes() / (half ? 2 : 1);
+            // The last value: as drawn, NaN, then beyond fp16's range (finite for the others).
+            for (const float last : {x[n - 1].item<float>(), std::numeric_limits<float>::quiet_NaN(), 2e5f}) {
+                x[n - 1] = last;
+                const std::string case_ = what + ", last value " + std::to_string(last);
                 std::vector<std::uint8_t> expected(static_cast<size_t>(host->buffer_bytes()));
                 std::vector<float> values(x.data_ptr<float>(), x.data_ptr<float>() + n);
                 const bool host_ok = host->encode(values.data(), false, key, expected.data());
                 torch::Tensor t = x.to(kGpu);
-                // One byte in: the kernels write payloads at any alignment.
-                torch::Tensor buffer =
-                    torch::zeros({host->buffer_bytes() + 1}, torch::TensorOptions().dtype(torch::kUInt8).device(kGpu));
-                torch::Tensor payload = buffer.narrow(0, 1, host->buffer_bytes());
+                // One element in: the kernels write payloads at any alignment of their type.
+                torch::Tensor buffer = torch::zeros({elements + 1}, torch::TensorOptions().dtype(type).device(kGpu));
+                torch::Tensor payload = buffer.narrow(0, 1, elements);
                 const bool dev_ok = dev->encode(t, false, key, payload).item<bool>();
-                EXPECT_EQ(host_ok, dev_ok) << what << (bad ? " with a NaN" : "");
-                if (bad) continue;
-                torch::Tensor got = payload.cpu();
+                EXPECT_EQ(host_ok, dev_ok) << case_;
+                if (!host_ok) continue;
+                torch::Tensor got = c::device::bytes_of(payload.cpu());
                 const std::uint8_t* bytes = got.data_ptr<std::uint8_t>();
-                EXPECT_EQ(expected, std::vector<std::uint8_t>(bytes, bytes + got.numel())) << what;
-                EXPECT_EQ(buffer[0].item<int>(), 0) << what << ": a byte before the payload was written";
+                EXPECT_EQ(expected, std::vector<std::uint8_t>(bytes, bytes + got.numel())) << case_;
+                EXPECT_EQ(buffer[0].item<double>(), 0.0) << case_ << ": an element before the payload was written";
             }
         }
+}
+
+// Top-k and DGC check only the magnitudes they choose for NaN and infinity: CUDA's
+// top-k must choose a NaN (of either sign bit) or an infinity wherever it lies.
+TEST(TopkOnCuda, ChoosesNaNAndInfinityWhereverTheyLie) {
+    namespace c = acc::compress;
+    const std::int64_t n = 1000003;
+    const float negative_nan = -std::numeric_limits<float>::quiet_NaN();
+    for (const std::string level : {"topk:0.01", "dgc:0.01"})
+        for (const float bad : {std::numeric_limits<float>::quiet_NaN(), negative_nan,
+                                std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})
+            for (const std::int64_t at : {std::int64_t{0}, n / 3, n - 1}) {
+                c::CodecOptions o;
+                auto dev = c::make_device_codec(c::parse_spec(level), {n}, o);
+                torch::Tensor t = torch::randn({n}, torch::TensorOptions().device(kGpu)) * 100.0;
+                torch::Tensor payload = torch::empty({dev->host().buffer_bytes()},
+                                                     torch::TensorOptions().dtype(torch::kUInt8).device(kGpu));
+                torch::Tensor clean = t.clone();
+                EXPECT_TRUE(dev->encode(clean, true, 1, payload).item<bool>()) << level;
+                t[at] = bad;
+                EXPECT_FALSE(dev->encode(t, true, 1, payload).item<bool>()) << level << ", " << bad << " at " << at;
+            }
 }
 
 int main(int argc, char** argv) {

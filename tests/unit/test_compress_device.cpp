@@ -84,6 +84,13 @@ Pair make_pair_of(const std::string& level, const std::vector<std::int64_t>& sha
     return {make_codec(spec, shape, o), make_device_codec(spec, shape, o)};
 }
 
+// compensate()'s flag, or true where encode()'s flag tells instead (finite_in_encode()).
+bool compensated_finite(DeviceCodec& c, const at::Tensor& g, at::Tensor& memory, bool memory_zero) {
+    at::Tensor ok = c.compensate(g, memory, memory_zero);
+    EXPECT_EQ(ok.defined(), !c.finite_in_encode());
+    return !ok.defined() || ok.item<bool>();
+}
+
 void check_level(const std::string& level, const std::vector<std::int64_t>& shape) {
     const std::int64_t n = acc::shape_numel(shape);
     const std::string what = level + " on " + std::to_string(n) + " values";
@@ -98,7 +105,7 @@ void check_level(const std::string& level, const std::vector<std::int64_t>& shap
         std::vector<float> g = normal(n, 10 + static_cast<std::uint64_t>(step));
         const std::uint64_t key = kernels::stream_key(7, static_cast<std::uint64_t>(step), 1, 0);
         ASSERT_TRUE(c.host->compensate(g.data(), memory.data(), step == 0)) << what;
-        ASSERT_TRUE(c.dev->compensate(tensor_of(g), dmemory, step == 0).item<bool>()) << what;
+        ASSERT_TRUE(compensated_finite(*c.dev, tensor_of(g), dmemory, step == 0)) << what;
         expect_near(memory, dmemory, 1e-5f, what + " compensated memory");
         ASSERT_TRUE(c.host->encode(memory.data(), ef, key, host_payload.data())) << what;
         ASSERT_TRUE(c.dev->encode(dmemory, ef, key, dpayload).item<bool>()) << what;
@@ -183,15 +190,23 @@ TEST(DeviceCodec, RefusesNaNAndInfinityAsTheHostDoes) {
             x[40] = bad;
             std::vector<float> memory(70, 0.0f);
             at::Tensor dmemory = at::zeros({70});
-            EXPECT_EQ(c.host->compensate(x.data(), memory.data(), false),
-                      c.dev->compensate(tensor_of(x), dmemory, false).item<bool>())
-                << level;
-            EXPECT_FALSE(c.dev->compensate(tensor_of(x), dmemory, true).item<bool>()) << level;
+            const bool host_compensated = c.host->compensate(x.data(), memory.data(), false);
+            at::Tensor compensated = c.dev->compensate(tensor_of(x), dmemory, false);
             std::vector<std::uint8_t> p(static_cast<size_t>(c.host->buffer_bytes()));
             at::Tensor dp = payload_buffer(*c.dev);
             at::Tensor t = tensor_of(x);
             const bool host_ok = c.host->encode(x.data(), false, 1, p.data());
-            EXPECT_EQ(host_ok, c.dev->encode(t, false, 1, dp).item<bool>()) << level;
+            const bool dev_ok = c.dev->encode(t, false, 1, dp).item<bool>();
+            if (c.dev->finite_in_encode()) {
+                // Top-k: encode() tells for both (its choice holds the NaN or infinity).
+                EXPECT_FALSE(host_compensated) << level;
+                EXPECT_FALSE(compensated.defined()) << level;
+                EXPECT_FALSE(dev_ok) << level;
+                continue;
+            }
+            EXPECT_EQ(host_compensated, compensated.item<bool>()) << level;
+            EXPECT_FALSE(c.dev->compensate(tensor_of(x), dmemory, true).item<bool>()) << level;
+            EXPECT_EQ(host_ok, dev_ok) << level;
             if (c.host->checks_finite()) {
                 EXPECT_FALSE(host_ok) << level;
             }
@@ -455,7 +470,7 @@ TEST(DeviceCodec, DgcSendsTheExactTopKOfItsMomentumCorrectedMemory) {
         at::Tensor g = tensor_of(normal(200, 20 + static_cast<std::uint64_t>(step)));
         u = u * 0.5f + g;
         at::Tensor expected = memory + u;
-        ASSERT_TRUE(dev->compensate(g, memory, false).item<bool>());
+        ASSERT_TRUE(compensated_finite(*dev, g, memory, false));
         ASSERT_TRUE(at::allclose(memory, expected));
         at::Tensor before = memory.clone();
         dev->encode(memory, true, 0, payload);
@@ -484,7 +499,7 @@ TEST(DeviceCodec, DgcMasksItsMomentumWhereAnotherLevelSent) {
     std::vector<float> g = normal(50, 31), memory(50, 0.0f);
     at::Tensor dmemory = at::zeros({50}), smemory = at::zeros({50});
     ASSERT_TRUE(host->compensate(g.data(), memory.data(), false));
-    ASSERT_TRUE(dev->compensate(tensor_of(g), dmemory, false).item<bool>());
+    ASSERT_TRUE(compensated_finite(*dev, tensor_of(g), dmemory, false));
     ASSERT_TRUE(staged->compensate(tensor_of(g), smemory, false).item<bool>());
     std::vector<float> residual = memory;
     for (size_t i : {3, 17, 40}) residual[i] = 0.0f;
@@ -703,11 +718,15 @@ TEST(DeviceExchange, ResNet18StepTakesFewOperations) {
     // Batched: PowerSGD's orthogonalizations in one padded batch per round, its memories
     // added in one multi-tensor operation, and the 41 small tensors sent as values in one
     // run; per tensor one kernel or so remains (2,000 operations per step before).
-    const std::int64_t powersgd = operations_per_step("powersgd:2"), none = operations_per_step("none");
+    // Top-k takes 41 per tensor (counting views): about 16 to encode, the finite check on the
+    // k chosen magnitudes only, and about 25 to decode, one tensor at a time.
+    const std::int64_t powersgd = operations_per_step("powersgd:2"), none = operations_per_step("none"),
+                       topk = operations_per_step("topk:0.01");
     std::cout << "operations per step over ResNet-18's 62 tensors: powersgd:2 " << powersgd << ", none " << none
-              << std::endl;
+              << ", topk:0.01 " << topk << std::endl;
     EXPECT_LE(powersgd, 400);
     EXPECT_LE(none, 460);
+    EXPECT_LE(topk, 62 * 42);
 }
 
 TEST(DeviceExchange, RefusesNaNAndNamesTheTensor) {
@@ -728,6 +747,39 @@ TEST(DeviceExchange, RefusesNaNAndNamesTheTensor) {
         });
         EXPECT_NE(message.find("w: gradient holds NaN or infinity"), std::string::npos) << level << ": " << message;
     }
+}
+
+TEST(DeviceExchange, TopkFindsNaNAndInfinityAmongWhatItChooses) {
+    // Top-k checks only the k magnitudes it chose: wherever a NaN or an infinity lies,
+    // however many there are, in the first step or once the error memory holds values.
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    acc::test::ThreadGroup group(1, 30);
+    for (const std::string level : {"topk:0.05", "dgc:0.05"})
+        for (int bad_step : {0, 2})
+            for (int many : {1, 40})
+                for (float bad : {nan, inf, -inf}) {
+                    std::string message;
+                    group.run([&](int, acc::comm::Collectives& comm) {
+                        ExchangeOptions o;
+                        o.device_path_on_cpu = true;
+                        GradientExchange ex({{"a", {200}}, {"w", {6, 5}}}, {parse_spec(level), parse_spec(level)},
+                                            comm, o);
+                        try {
+                            for (int step = 0; step <= bad_step; ++step) {
+                                at::Tensor a = at::randn({200}), w = at::randn({6, 5});
+                                if (step == bad_step)
+                                    for (int j = 0; j < many; ++j) w.view({-1})[(7 * j + 29) % 30] = bad;
+                                ex.step({a, w});
+                            }
+                            ex.settle();
+                        } catch (const acc::Error& e) {
+                            message = e.what();
+                        }
+                    });
+                    const std::string expected = "w: gradient holds NaN or infinity at step " + std::to_string(bad_step);
+                    EXPECT_NE(message.find(expected), std::string::npos)
+                        << level << ", step " << bad_step << ", " << many << " x " << bad << ": " << message;
+                }
 }
 
 TEST(DeviceExchange, SmallTensorsSentAsTheyAreNameTheOneThatHoldsNaN) {

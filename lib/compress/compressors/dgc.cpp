@@ -106,7 +106,7 @@ public:
             memory.copy_(momentum_u_);
         else
             memory.add_(momentum_u_);
-        return device::all_finite(memory);
+        return finite_in_encode() ? at::Tensor() : device::all_finite(memory);
     }
 
     at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) override {

@@ -158,6 +158,10 @@ const CompressorInfo& fp16_compressor() {
 #else  // -------------------------------------------------------------- device section
 // Compiled into the LibTorch library only (acc_compress_device): the device codec.
 
+#if ACC_CUDA_KERNELS
+#include "compress/cuda/encoders.hpp"
+#endif
+
 namespace acc::compress {
 
 namespace {
@@ -166,6 +170,13 @@ class Fp16DeviceCodec : public DeviceCodec {
 public:
     Fp16DeviceCodec(std::unique_ptr<TensorCodec> host, int world) : DeviceCodec(std::move(host)), world_(world) {}
     at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor& payload) override {
+#if ACC_CUDA_KERNELS
+        if (device::cuda_kernels_for(t) && numel() > 0)
+            return device::kernel_flag(t, [&](bool* ok, void* stream) {
+                cuda::half_quotients(t.data_ptr<float>(), numel(), static_cast<float>(world_),
+                                     reinterpret_cast<std::uint16_t*>(payload.data_ptr<at::Half>()), ok, stream);
+            });
+#endif
         // The divisor on t's device: CUDA would multiply by the reciprocal of a host scalar.
         if (!divisor_.defined() || divisor_.device() != t.device())
             divisor_ = at::scalar_tensor(static_cast<float>(world_), t.options());

@@ -341,13 +341,11 @@ public:
         const std::int64_t n = numel(), buckets = codec_util::ceil_div(n, k::kQsgdBucket);
         if (n == 0) return device::flag(true, t.device());
 #if ACC_CUDA_KERNELS
-        if (device::cuda_kernels_for(t)) {
-            // The kernel sets the flag itself: no ATen operation around it.
-            at::Tensor ok = at::empty({}, t.options().dtype(at::kBool));
-            cuda::qsgd_codes(t.data_ptr<float>(), n, levels_, static_cast<std::uint32_t>(key),
-                             payload.data_ptr<std::uint8_t>(), ok.data_ptr<bool>(), device::cuda_stream_of(t));
-            return ok;
-        }
+        if (device::cuda_kernels_for(t))
+            return device::kernel_flag(t, [&](bool* ok, void* stream) {
+                cuda::qsgd_codes(t.data_ptr<float>(), n, levels_, static_cast<std::uint32_t>(key),
+                                 payload.data_ptr<std::uint8_t>(), ok, stream);
+            });
 #endif
         at::Tensor x = at::constant_pad_nd(t, {0, buckets * k::kQsgdBucket - n}, 0).view({buckets, k::kQsgdBucket});
         // Norms in double as the host sums them, rounded to float32.

@@ -181,13 +181,10 @@ public:
     explicit SignDeviceCodec(std::unique_ptr<TensorCodec> host) : DeviceCodec(std::move(host)) {}
     at::Tensor encode(at::Tensor& t, bool, std::uint64_t, at::Tensor& payload) override {
 #if ACC_CUDA_KERNELS
-        if (device::cuda_kernels_for(t) && numel() > 0) {
-            // The kernel sets the flag itself: no ATen operation around it.
-            at::Tensor ok = at::empty({}, t.options().dtype(at::kBool));
-            cuda::sign_bits(t.data_ptr<float>(), numel(), payload.data_ptr<std::uint8_t>(), ok.data_ptr<bool>(),
-                            device::cuda_stream_of(t));
-            return ok;
-        }
+        if (device::cuda_kernels_for(t) && numel() > 0)
+            return device::kernel_flag(t, [&](bool* ok, void* stream) {
+                cuda::sign_bits(t.data_ptr<float>(), numel(), payload.data_ptr<std::uint8_t>(), ok, stream);
+            });
 #endif
         payload.copy_(device::pack_bits(t.lt(0)));
         return device::all_finite(t);

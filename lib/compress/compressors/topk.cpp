@@ -271,12 +271,14 @@ at::Tensor SparseDeviceCodec::encode(at::Tensor& t, bool update_error, std::uint
     if (k_ == 0) return device::flag(true, t.device());
     // The exact top k by magnitude (NaN counts as the largest, as on the host), in
     // ascending index order. Among equal magnitudes the choice may differ from the host's.
-    at::Tensor chosen = std::get<1>(at::topk(t.abs(), k_, 0, true, false));
+    // A NaN or an infinity in t is among them, so their magnitudes tell whether t is
+    // finite: k values checked instead of a pass over all of t.
+    auto [magnitudes, chosen] = at::topk(t.abs(), k_, 0, true, false);
     indices_ = std::get<0>(at::sort(chosen));
     payload.narrow(0, 0, 4 * k_).copy_(device::bytes_of(t.index_select(0, indices_)));
     payload.narrow(0, 4 * k_, 4 * k_).copy_(device::bytes_of(indices_.to(at::kInt)));
     if (update_error) t.index_fill_(0, indices_, 0.0);
-    return device::flag(true, t.device());
+    return magnitudes.lt(std::numeric_limits<double>::infinity()).all();
 }
 
 at::Tensor SparseDeviceCodec::decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) {

@@ -6,6 +6,7 @@
 #include "base/error.hpp"
 #include "compress/counter_random.hpp"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -34,6 +35,18 @@ __global__ void sign_bits_kernel(const float* x, std::int64_t n, std::uint8_t* p
     if (__any_sync(0xffffffffu, !finite) && threadIdx.x % 32 == 0) *ok = false;  // every writer writes false
     const unsigned lane = threadIdx.x % 32;
     if (lane < 4) packed[4 * word + lane] = static_cast<std::uint8_t>(mask >> (8 * lane));
+}
+
+// One thread per value; a block that holds a quotient out of range writes false once.
+__global__ void half_quotients_kernel(const float* x, std::int64_t n, float divisor, __half* out, bool* ok) {
+    const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    bool fits = true;
+    if (i < n) {
+        const float q = __fdiv_rn(x[i], divisor);
+        fits = (__float_as_uint(q) & 0x7fffffffu) < 0x477ff000u;  // below 65520; NaN's bits lie above
+        out[i] = __float2half_rn(q);
+    }
+    if (__syncthreads_or(!fits) && threadIdx.x == 0) *ok = false;  // every thread reaches the barrier
 }
 
 // Eight threads per bucket: thread `lane` sums values lane, lane + 8, ... in order (the
@@ -96,6 +109,15 @@ void sign_bits(const float* x, std::int64_t n, std::uint8_t* packed, bool* ok, v
     const auto blocks = static_cast<unsigned>((threads + kThreads - 1) / kThreads);
     sign_bits_kernel<<<blocks, kThreads, 0, s>>>(x, n, packed, ok);
     check(cudaGetLastError(), "signSGD's CUDA kernel");
+}
+
+void half_quotients(const float* x, std::int64_t n, float divisor, std::uint16_t* out, bool* ok, void* stream) {
+    auto s = static_cast<cudaStream_t>(stream);
+    check(cudaMemsetAsync(ok, 1, 1, s), "fp16's CUDA kernel");
+    if (n <= 0) return;
+    const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+    half_quotients_kernel<<<blocks, kThreads, 0, s>>>(x, n, divisor, reinterpret_cast<__half*>(out), ok);
+    check(cudaGetLastError(), "fp16's CUDA kernel");
 }
 
 void qsgd_codes(const float* x, std::int64_t n, int levels, std::uint32_t key32, std::uint8_t* payload, bool* ok,

@@ -1,7 +1,8 @@
 // Encoders in one pass each on a CUDA device, where ATen takes many (ACC_CUDA_KERNELS):
 // raw device pointers and a cudaStream_t passed as void*, so that no C++ file of the
 // toolkit needs CUDA's headers. Payloads are byte-identical to the host codecs'
-// (compress/kernels.hpp); they may start at any byte, as in the channels' buffers.
+// (compress/kernels.hpp); they may start at any byte (fp16's at any half), as in the
+// channels' buffers.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,11 @@ namespace acc::compress::cuda {
 /// to the next multiple of 32 are zero ((n + 31) / 32 * 4 bytes). `*ok` (one byte on
 /// the device, a bool) becomes whether every x[i] is finite.
 void sign_bits(const float* x, std::int64_t n, std::uint8_t* packed, bool* ok, void* stream);
+
+/// fp16: out[i] is the float32 quotient x[i] / divisor rounded to nearest even in half
+/// precision (IEEE binary16 bits, the host's float_to_half). `*ok` becomes whether every
+/// quotient is finite and below 65520 in magnitude (from there it rounds to infinity).
+void half_quotients(const float* x, std::int64_t n, float divisor, std::uint16_t* out, bool* ok, void* stream);
 
 /// QSGD with `levels` levels (1..32767) over buckets of 128 values: each bucket's norm
 /// (float32, from the sum of squares in double over eight lanes combined as the host
