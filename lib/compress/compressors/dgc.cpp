@@ -102,11 +102,7 @@ public:
             momentum_u_ = momentum_u_.defined() ? momentum_u_.to(g.device()) : at::zeros_like(g);
         // u = m u + g as the host rounds it: the product, then the sum.
         momentum_u_.mul_(static_cast<float>(momentum_)).add_(g);
-        if (memory_zero)
-            memory.copy_(momentum_u_);
-        else
-            memory.add_(momentum_u_);
-        return finite_in_encode() ? at::Tensor() : device::all_finite(memory);
+        return SparseDeviceCodec::compensate(momentum_u_, memory, memory_zero);
     }
 
     at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) override {
