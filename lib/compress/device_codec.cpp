@@ -181,9 +181,11 @@ void orthogonalize(at::Tensor& m, bool gram_schmidt, float epsilon) {
     }
 }
 
-at::Tensor finite_parts(const at::Tensor& values, const at::Tensor& ends) {
-    // Non-finite values counted up to each part's end; a part's own count is the difference.
-    at::Tensor counts = at::cumsum(finite_mask(values).logical_not_(), 0, at::kInt).index_select(0, ends);
+at::Tensor finite_parts(const at::Tensor& values, const at::Tensor& ends) { return true_parts(finite_mask(values), ends); }
+
+at::Tensor true_parts(const at::Tensor& mask, const at::Tensor& ends) {
+    // False values counted up to each part's end; a part's own count is the difference.
+    at::Tensor counts = at::cumsum(mask.logical_not(), 0, at::kInt).index_select(0, ends);
     return at::diff(counts, 1, 0, at::zeros({1}, counts.options())).eq(0);
 }
 

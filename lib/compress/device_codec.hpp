@@ -41,6 +41,15 @@ public:
     /// Whether the payload is the input itself (float32) and decode_sum its mean, with
     /// error feedback memory -= mean: then the exchange may treat many such tensors as one.
     virtual bool sends_values() const { return false; }
+    /// k where the payload is k float32 values followed by their k int32 indices and
+    /// decode() the mean of every worker's scatter (top-k, DGC), else -1: then the exchange
+    /// may decode many such tensors as one (device::SparseBatch).
+    virtual std::int64_t sparse_pairs() const { return -1; }
+    /// Whether compensate() only adds g to the memory and encode() only sends the
+    /// sparse_pairs() largest magnitudes of t in ascending index order (error feedback
+    /// zeroing them in t), flagging NaN and infinity: then the exchange may encode many
+    /// such tensors as one (device::TopkBatch).
+    virtual bool sends_largest() const { return false; }
 
     /// Whether encode()'s flag also says whether t is finite, so that neither the caller
     /// nor compensate() needs a pass over t to check it: top-k by magnitude always chooses
@@ -154,6 +163,69 @@ void orthogonalize(at::Tensor& m, bool gram_schmidt, float epsilon);
 /// ending at element ends[k] (int64, ascending): a [parts] bool tensor, in a few
 /// operations whatever the number of parts.
 at::Tensor finite_parts(const at::Tensor& values, const at::Tensor& ends);
+/// The same for a bool tensor `mask`: whether each part is all true.
+at::Tensor true_parts(const at::Tensor& mask, const at::Tensor& ends);
+
+/// The payloads of many tensors' sparse codecs (DeviceCodec::sparse_pairs) decoded
+/// together: about 20 operations and one scatter per worker for all of them, where each
+/// tensor alone takes about 25. Each tensor's mean equals its codec's decode() bit for bit
+/// (the workers added in worker order).
+class SparseBatch {
+public:
+    struct Part {
+        std::int64_t offset = 0;  ///< the payload's first byte in each worker's buffer (a multiple of 4)
+        std::int64_t pairs = 0;   ///< k >= 1 value and index pairs
+        std::int64_t numel = 0;   ///< the tensor's values
+    };
+    SparseBatch(const std::vector<Part>& parts, const at::Device& device);
+    /// Values of all parts together.
+    std::int64_t numel() const { return numel_; }
+    /// Each part's values, in order.
+    const std::vector<std::int64_t>& sizes() const { return sizes_; }
+    /// rows: [W, bytes] uint8, worker w's buffer in row w; means: 1-D float32 of numel()
+    /// values on the device, overwritten with the parts' means back to back. Returns a
+    /// [parts] bool tensor: whether part i's payloads were well formed (every index inside
+    /// its tensor).
+    at::Tensor decode(const at::Tensor& rows, at::Tensor& means) const;
+
+private:
+    std::vector<std::int64_t> sizes_;
+    std::int64_t numel_ = 0, bytes_ = 0;  // bytes_: the end of the last payload
+    // Per pair ([K], all parts' pairs back to back): its value's and index's 32-bit word in a
+    // worker's buffer, its tensor's size and its tensor's start in `means`; per part, its
+    // last pair.
+    at::Tensor value_words_, index_words_, limit_, base_, ends_;
+};
+
+/// The exact top k of many small tensors' values by magnitude at once, each payload as its
+/// sparse codec (DeviceCodec::sends_largest) writes it, among equal magnitudes perhaps
+/// another choice: their magnitudes in one [tensors, longest] matrix padded with -1, one
+/// topk over its rows. About 15 operations for all of them, where each tensor alone takes
+/// about 20. The padding costs (tensors x longest - values) floats, so that tensors of
+/// similar sizes make a batch.
+class TopkBatch {
+public:
+    struct Part {
+        std::int64_t offset = 0;  ///< the payload's first byte in the channel buffer (a multiple of 4)
+        std::int64_t pairs = 0;   ///< k, 1 <= k <= numel
+        std::int64_t numel = 0;   ///< the tensor's values
+    };
+    TopkBatch(const std::vector<Part>& parts, const at::Device& device);
+    /// Values of all parts together.
+    std::int64_t numel() const { return numel_; }
+    /// t: the parts' inputs back to back (1-D float32, numel() values); buffer: the uint8
+    /// channel buffer holding every part's payload. With update_error, the values sent
+    /// become 0 in t. Returns a [parts] bool tensor: whether part i's input was finite.
+    at::Tensor encode(at::Tensor& t, bool update_error, at::Tensor& buffer) const;
+
+private:
+    std::int64_t numel_ = 0, rows_ = 0, longest_ = 0, widest_ = 0, bytes_ = 0;  // widest_: the largest k
+    at::Tensor to_;       // [numel_]: each value's place in the padded [rows_, longest_] matrix
+    at::Tensor unused_;   // [rows_, widest_] bool: column j >= the row's k
+    at::Tensor chosen_;   // [K]: place of each sent pair in [rows_, widest_], rows one after another
+    at::Tensor start_;    // [K]: its tensor's first value in t
+    at::Tensor value_words_, index_words_;  // [K]: its value's and index's 32-bit word in the buffer
+};
 
 }  // namespace device
 }  // namespace acc::compress

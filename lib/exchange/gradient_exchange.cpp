@@ -198,11 +198,16 @@ void GradientExchange::Impl::layout() {
     p_batches.clear();
     q_batches.clear();
     runs.clear();
-    for (auto& s : slots) s.run = -1;
+    sparse_batches.clear();
+    sparse_means = at::Tensor();
+    topk_batches.clear();
+    for (auto& s : slots) s.run = s.sparse_batch = s.topk_batch = -1;
     if (device_path) {
         group_powersgd();
         layout_powersgd_device();
         layout_runs_device();
+        layout_sparse_device();
+        layout_topk_device();
     }
     layout_dirty = false;
 }

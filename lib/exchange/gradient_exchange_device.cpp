@@ -198,11 +198,12 @@ void GradientExchange::Impl::start_device(const std::vector<at::Tensor>& grads) 
     step_batched_checks.clear();
     for (size_t i = 0; i < slots.size(); ++i) {
         Slot& s = slots[i];
-        if (s.run >= 0 && runs[static_cast<size_t>(s.run)].active) continue;
+        if ((s.run >= 0 && runs[static_cast<size_t>(s.run)].active) || s.topk_batch >= 0) continue;
         compensate_device(i, s);
     }
     for (auto& r : runs)
         if (r.active) encode_run(r);
+    for (auto& b : topk_batches) encode_topk_batch(b);
     if (!groups.empty()) powersgd_first_round_device();
     check_flags_device();
     timer.stop(t0, current.encode_seconds);
@@ -320,9 +321,17 @@ void GradientExchange::Impl::decode_gather_device() {
     auto t1 = timer.start();
     std::vector<at::Tensor> payloads(received.size());
     std::vector<DeviceCheck> checks;
+    // Every worker's buffer as one [W, bytes] tensor for the sparse batches.
+    const at::Tensor rows = sparse_batches.empty() ? at::Tensor() : at::stack(received);
     for (size_t i = 0; i < slots.size(); ++i) {
         Slot& s = slots[i];
         if (s.codec->channel() != Channel::gather) continue;
+        if (s.sparse_batch >= 0) {
+            // The batch at its first slot, so that flags keep the slots' order where they can.
+            const SparseDecodeBatch& b = sparse_batches[static_cast<size_t>(s.sparse_batch)];
+            if (b.slots.front() == i) decode_sparse_batch(b, rows, checks);
+            continue;
+        }
         for (size_t w = 0; w < received.size(); ++w) payloads[w] = received[w].narrow(0, s.offset, s.bytes);
         checks.push_back({{i}, DeviceCheck::Kind::well_formed, s.device_codec->decode(payloads, s.device_grad)});
         settle_memory_device(s);

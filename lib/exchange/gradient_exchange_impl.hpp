@@ -3,6 +3,7 @@
 //   gradient_exchange_host.cpp      a step on host memory (raw float loops, compress/codecs.hpp)
 //   gradient_exchange_device.cpp    a step on the gradients' device (ATen ops, compress/device_codec.hpp)
 //   gradient_exchange_powersgd.cpp  PowerSGD's two rounds on the host, and its Q matrices
+//   gradient_exchange_sparse.cpp    the device path's batches of top-k and DGC tensors
 #pragma once
 
 #include "compress/device_codec.hpp"
@@ -55,6 +56,8 @@ struct Slot {
     std::int64_t rows = 0, cols = 0;
     int rank = 0;
     int run = -1;                  // device path: its DenseRun, if any
+    int sparse_batch = -1;         // device path: its SparseDecodeBatch, if any
+    int topk_batch = -1;           // device path: its TopkEncodeBatch, if any
     std::vector<float> q;          // host path
     bool fresh_q = true;
     // Place in its channel's flat buffer (bytes), and in P and Q (elements).
@@ -112,6 +115,23 @@ struct DenseRun {
     bool active = false;               // this step: the run, else its slots one by one
 };
 
+// Device path: slots of the allgather whose payloads are sparse pairs (top-k, DGC), decoded
+// as one: about 20 operations and a scatter per worker for all of them, instead of about 25
+// per slot.
+struct SparseDecodeBatch {
+    std::vector<size_t> slots;
+    compress::device::SparseBatch batch;
+};
+
+// Device path: small top-k slots of similar sizes (DeviceCodec::sends_largest) encoded as
+// one: their error memories one tensor, one multi-tensor addition of the gradients and
+// about 15 operations for the selection and the payloads, instead of about 20 per slot.
+struct TopkEncodeBatch {
+    std::vector<size_t> slots;
+    compress::device::TopkBatch batch;
+    at::Tensor memory;  // the slots' error memories back to back, in `slots` order
+};
+
 // Device path: a flag of a step, kept to be read later (ExchangeOptions::check_timing);
 // a flag of several slots holds one value per slot.
 struct DeviceCheck {
@@ -160,6 +180,9 @@ struct GradientExchange::Impl {
     std::vector<size_t> powersgd_memory_slots;
     std::vector<PaddedBatch> p_batches, q_batches;  // device path: P's and Q's orthogonalization
     std::vector<DenseRun> runs;      // device path
+    std::vector<SparseDecodeBatch> sparse_batches;  // device path
+    std::vector<TopkEncodeBatch> topk_batches;      // device path
+    at::Tensor sparse_means;         // device path: room for the largest sparse batch's means
     at::Tensor world_divisor;        // device path: W as a 0-dim float on the device (exact division)
     std::array<std::unique_ptr<comm::Work>, kChannels> sum_work;
     std::unique_ptr<comm::Work> p_work, q_work;
@@ -247,6 +270,12 @@ struct GradientExchange::Impl {
     void powersgd_second_round_device();
     void powersgd_decode_device(int W);
     at::Tensor slice_of(Slot& s);
+
+    // exchange_sparse.cpp
+    void layout_sparse_device();
+    void decode_sparse_batch(const SparseDecodeBatch& b, const at::Tensor& rows, std::vector<DeviceCheck>& checks);
+    void layout_topk_device();
+    void encode_topk_batch(TopkEncodeBatch& b);
 };
 
 }  // namespace acc::exchange

@@ -4,6 +4,7 @@
 #   powersgd:2 encode + decode, ResNet-18's shapes   goal <= 0.5x PyTorch's batched PowerSGD (same math)
 #   topk:0.01 encode                                 goal <= 1.0x torch.topk (1% of the values)
 #   signsgd, fp16, qsgd:127 encode                   goal >= 50% of the GPU's copy bandwidth
+#   topk:0.01, dgc:0.01 encode + decode, ResNet-18's shapes (their batches of tensors; no goal)
 # The toolkit's side is `compress-bench --device cuda` with the options and JSON
 # output it has on the CPU; PyTorch's side and the copy bandwidth (a device-to-device
 # copy of the same bytes) come from scripts/gpu/bench_compress_torch.py. Each
@@ -66,14 +67,14 @@ if ACC_CUDA_KERNELS=0 "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors s
 else
     fail aten compress-bench-aten.log
 fi
-echo "bench-compress: compress-bench ${ours[*]} --shapes $shapes --compressors powersgd:2" >&2
+echo "bench-compress: compress-bench ${ours[*]} --shapes $shapes --compressors powersgd:2,topk:0.01,dgc:0.01" >&2
 # SHAPES=tiny: the three small tensors that bench_compress_torch.py --shapes tiny uses.
 preset=$shapes
 if [ "$preset" = tiny ]; then
     printf 'a 16x8x3x3\nb 16x8x3x3\nc 16\n' >"$work/tiny.shapes"
     preset=$work/tiny.shapes
 fi
-if "$bin" "${ours[@]}" --shapes "$preset" --compressors powersgd:2 \
+if "$bin" "${ours[@]}" --shapes "$preset" --compressors powersgd:2,topk:0.01,dgc:0.01 \
     >"$work/shapes.json" 2>"$out/logs/compress-bench-shapes.log" && ours_line "$work/shapes.json" shapes; then
     :
 else

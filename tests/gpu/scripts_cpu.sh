@@ -23,7 +23,7 @@ compress = {r["side"]: r for r in map(json.loads, open(out + "/compress.jsonl"))
 assert set(compress) == {"flat", "aten", "shapes", "pytorch"}, list(compress)
 assert all("error" not in r for r in compress.values()), compress
 names = [r["compressor"] for r in compress["flat"]["results"]] + [r["compressor"] for r in compress["shapes"]["results"]]
-assert names == ["topk:0.01", "signsgd", "fp16", "qsgd:127", "powersgd:2"], names
+assert names == ["topk:0.01", "signsgd", "fp16", "qsgd:127", "powersgd:2", "topk:0.01", "dgc:0.01"], names
 assert [r["compressor"] for r in compress["aten"]["results"]] == ["signsgd", "fp16", "qsgd:127"], compress["aten"]
 torch = compress["pytorch"]
 assert torch["values"] == 20000 and torch["k"] == 200 and torch["copy_bandwidth"] > 0, torch
@@ -33,7 +33,8 @@ PY
 for row in "| 2 | PyTorch eager |" "| 2 | grad-dump |" "| 2 | train-dist --compress none |" \
     "| 2 | train-dist --compress powersgd:2 |" "| powersgd:2 encode+decode" "| topk:0.01 encode, 20,000 floats" \
     "| signsgd encode" "| fp16 encode" "| qsgd:127 encode" "| signsgd encode, ATen operations (ACC_CUDA_KERNELS=0)" \
-    "| fp16 encode, ATen operations (ACC_CUDA_KERNELS=0)" "| qsgd:127 encode, ATen operations (ACC_CUDA_KERNELS=0)"; do
+    "| fp16 encode, ATen operations (ACC_CUDA_KERNELS=0)" "| qsgd:127 encode, ATen operations (ACC_CUDA_KERNELS=0)" \
+    "| topk:0.01 encode+decode, tiny shapes |" "| dgc:0.01 encode+decode, tiny shapes |"; do
     grep -qF -- "$row" "$WORK/figures.md" || fail "figures.md lacks the row '$row'"
 done
 # Every goal has a ratio: nothing is "not measured" (whether it is met on this CPU does not matter).

@@ -97,6 +97,8 @@ public:
     DgcDeviceCodec(std::unique_ptr<TensorCodec> host, std::int64_t k, double momentum)
         : SparseDeviceCodec(std::move(host), k), momentum_(momentum) {}
 
+    bool sends_largest() const override { return false; }  // its momentum goes with it
+
     at::Tensor compensate(const at::Tensor& g, at::Tensor& memory, bool memory_zero) override {
         if (!momentum_u_.defined() || momentum_u_.device() != g.device())
             momentum_u_ = momentum_u_.defined() ? momentum_u_.to(g.device()) : at::zeros_like(g);

@@ -2,6 +2,7 @@
 // error feedback keeps the rest.
 #include "compress/compressors/topk.hpp"
 
+#include "base/error.hpp"
 #include "compress/kernel_support.hpp"
 
 #include <limits>
@@ -281,25 +282,138 @@ at::Tensor SparseDeviceCodec::encode(at::Tensor& t, bool update_error, std::uint
     return magnitudes.lt(std::numeric_limits<double>::infinity()).all();
 }
 
+namespace {
+
+// out += the mean of W workers' pairs, worker after worker as the host adds them:
+// values [W, K] float32 and indices [W, K] int32, each index counted from `base` ([K]
+// int64, or undefined for 0) and valid below `limit` (a [K] int64 tensor, or a number).
+// Returns [W, K] bool: which indices were valid. An invalid one (a malformed payload) adds
+// nothing, at its tensor's first entry.
+template <typename Limit>
+at::Tensor scatter_mean(const at::Tensor& values, const at::Tensor& indices, const Limit& limit,
+                        const at::Tensor& base, int workers, at::Tensor& out) {
+    const float weight = codec_util::inverse_world(static_cast<size_t>(workers));
+    at::Tensor local = indices.to(at::kLong);
+    at::Tensor inside = local.ge(0).logical_and_(local.lt(limit));
+    at::Tensor place = base.defined() ? at::where(inside, local.add_(base), base) : local.mul_(inside);
+    at::Tensor terms = at::where(inside, values * weight, at::zeros({}, values.options()));
+    // A worker's indices are distinct (padding adds 0 to entry 0), while several workers
+    // often pick the same entry, whose terms a single scatter over all W would add in any
+    // order (CUDA's atomics), so that ranks would round the sum differently and their
+    // weights drift apart: one scatter per worker, in worker order.
+    for (std::int64_t w = 0; w < place.size(0); ++w) out.index_add_(0, place[w], terms[w]);
+    return inside;
+}
+
+}  // namespace
+
 at::Tensor SparseDeviceCodec::decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) {
     out.zero_();
     if (k_ == 0 || payloads.empty()) return device::flag(true, out.device());
     // The pairs of all workers at once ([W, k], no larger than what the allgather received).
     at::Tensor all = at::stack(payloads);
-    const float weight = codec_util::inverse_world(payloads.size());
-    at::Tensor values = device::columns_as(all, 0, k_, at::kFloat) * weight;
-    at::Tensor indices = device::columns_as(all, 4 * k_, k_, at::kInt).to(at::kLong);
-    // An index outside the tensor is a malformed payload: reported, and kept out of bounds.
-    at::Tensor inside = indices.ge(0).logical_and(indices.lt(numel()));
-    at::Tensor safe = at::where(inside, indices, at::zeros_like(indices));
-    values = at::where(inside, values, at::zeros_like(values));
-    // One worker at a time, in worker order as the host adds them: a worker's indices are
-    // distinct (padding adds 0 to entry 0), while several workers often pick the same
-    // entry, whose terms a single scatter over all W would add in any order (CUDA's
-    // atomics), so that ranks would round the sum differently and their weights drift apart.
-    for (std::int64_t w = 0; w < all.size(0); ++w) out.index_add_(0, safe[w], values[w]);
-    return inside.all();
+    at::Tensor values = device::columns_as(all, 0, k_, at::kFloat);
+    at::Tensor indices = device::columns_as(all, 4 * k_, k_, at::kInt);
+    return scatter_mean(values, indices, at::Scalar(numel()), at::Tensor(), static_cast<int>(payloads.size()), out)
+        .all();
 }
+
+namespace device {
+
+SparseBatch::SparseBatch(const std::vector<Part>& parts, const at::Device& device) {
+    std::vector<std::int64_t> value_words, index_words, limit, base, ends;
+    for (const Part& p : parts) {
+        if (p.offset % 4 != 0 || p.pairs < 1 || p.numel < 1)
+            throw Error("internal error: a sparse batch part at byte " + std::to_string(p.offset) + " with " +
+                        std::to_string(p.pairs) + " pairs of " + std::to_string(p.numel) + " values");
+        for (std::int64_t j = 0; j < p.pairs; ++j) {
+            value_words.push_back(p.offset / 4 + j);
+            index_words.push_back(p.offset / 4 + p.pairs + j);
+            limit.push_back(p.numel);
+            base.push_back(numel_);
+        }
+        ends.push_back(static_cast<std::int64_t>(value_words.size()) - 1);
+        sizes_.push_back(p.numel);
+        numel_ += p.numel;
+        bytes_ = std::max(bytes_, p.offset + 8 * p.pairs);
+    }
+    auto on_device = [&](const std::vector<std::int64_t>& v) { return at::tensor(v, at::kLong).to(device); };
+    value_words_ = on_device(value_words);
+    index_words_ = on_device(index_words);
+    limit_ = on_device(limit);
+    base_ = on_device(base);
+    ends_ = on_device(ends);
+}
+
+at::Tensor SparseBatch::decode(const at::Tensor& rows, at::Tensor& means) const {
+    if (rows.dim() != 2 || rows.scalar_type() != at::kByte || rows.size(1) < bytes_ || means.numel() != numel_)
+        throw Error("internal error: a sparse batch of " + std::to_string(numel_) + " values decoding into " +
+                    std::to_string(means.numel()) + " from rows of " + std::to_string(rows.size(-1)) + " bytes");
+    // 32-bit words of each worker's buffer (rows padded to whole words where needed).
+    at::Tensor words = rows.is_contiguous() ? rows : rows.contiguous();
+    if (words.size(1) % 4 != 0) words = at::constant_pad_nd(words, {0, 4 - words.size(1) % 4});
+    at::Tensor values = words.view(at::kFloat).index_select(1, value_words_);
+    at::Tensor indices = words.view(at::kInt).index_select(1, index_words_);
+    means.zero_();
+    at::Tensor inside = scatter_mean(values, indices, limit_, base_, static_cast<int>(rows.size(0)), means);
+    return true_parts(inside.all(0), ends_);
+}
+
+TopkBatch::TopkBatch(const std::vector<Part>& parts, const at::Device& device) {
+    for (const Part& p : parts) {
+        if (p.offset % 4 != 0 || p.pairs < 1 || p.pairs > p.numel)
+            throw Error("internal error: a top-k batch part at byte " + std::to_string(p.offset) + " with " +
+                        std::to_string(p.pairs) + " pairs of " + std::to_string(p.numel) + " values");
+        longest_ = std::max(longest_, p.numel);
+        widest_ = std::max(widest_, p.pairs);
+    }
+    rows_ = static_cast<std::int64_t>(parts.size());
+    std::vector<std::int64_t> to, chosen, start, value_words, index_words;
+    std::vector<std::uint8_t> unused(static_cast<size_t>(rows_ * widest_), 0);
+    for (std::int64_t b = 0; b < rows_; ++b) {
+        const Part& p = parts[static_cast<size_t>(b)];
+        for (std::int64_t i = 0; i < p.numel; ++i) to.push_back(b * longest_ + i);
+        for (std::int64_t j = 0; j < widest_; ++j) unused[static_cast<size_t>(b * widest_ + j)] = j >= p.pairs;
+        for (std::int64_t j = 0; j < p.pairs; ++j) {
+            chosen.push_back(b * widest_ + j);
+            start.push_back(numel_);
+            value_words.push_back(p.offset / 4 + j);
+            index_words.push_back(p.offset / 4 + p.pairs + j);
+        }
+        numel_ += p.numel;
+        bytes_ = std::max(bytes_, p.offset + 8 * p.pairs);
+    }
+    auto on_device = [&](const std::vector<std::int64_t>& v) { return at::tensor(v, at::kLong).to(device); };
+    to_ = on_device(to);
+    chosen_ = on_device(chosen);
+    start_ = on_device(start);
+    value_words_ = on_device(value_words);
+    index_words_ = on_device(index_words);
+    unused_ = at::from_blob(unused.data(), {rows_, widest_}, at::kByte).to(at::kBool).to(device);
+}
+
+at::Tensor TopkBatch::encode(at::Tensor& t, bool update_error, at::Tensor& buffer) const {
+    if (t.dim() != 1 || t.numel() != numel_ || buffer.scalar_type() != at::kByte || buffer.numel() < bytes_)
+        throw Error("internal error: a top-k batch of " + std::to_string(numel_) + " values encoding " +
+                    std::to_string(t.numel()) + " into a buffer of " + std::to_string(buffer.numel()) + " bytes");
+    // Magnitudes row by row, -1 after each row's values so that padding is never chosen
+    // (NaN counts as the largest, as in each tensor's own top k).
+    at::Tensor padded = at::full({rows_, longest_}, -1.0f, t.options());
+    padded.view({-1}).index_copy_(0, to_, t.abs());
+    auto [magnitudes, places] = at::topk(padded, widest_, 1, true, true);
+    // A row's k largest come first; in ascending order, the unused columns last.
+    at::Tensor ascending = std::get<0>(at::sort(places.masked_fill(unused_, longest_), 1));
+    at::Tensor local = ascending.view({-1}).index_select(0, chosen_);
+    at::Tensor place = local + start_;
+    at::Tensor words = buffer.narrow(0, 0, buffer.numel() / 4 * 4);
+    words.view(at::kFloat).index_copy_(0, value_words_, t.index_select(0, place));
+    words.view(at::kInt).index_copy_(0, index_words_, local.to(at::kInt));
+    if (update_error) t.index_fill_(0, place, 0.0);
+    // Columns past a row's k hold smaller magnitudes: non-finite only where its k are too.
+    return magnitudes.lt(std::numeric_limits<double>::infinity()).all(1);
+}
+
+}  // namespace device
 
 namespace {
 

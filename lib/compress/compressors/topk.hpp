@@ -34,6 +34,8 @@ public:
     SparseDeviceCodec(std::unique_ptr<TensorCodec> host, std::int64_t k);
     /// The k largest magnitudes are finite only if all are (k > 0).
     bool finite_in_encode() const override { return k_ > 0; }
+    std::int64_t sparse_pairs() const override { return k_; }
+    bool sends_largest() const override { return k_ > 0; }
     at::Tensor encode(at::Tensor& t, bool update_error, std::uint64_t key, at::Tensor& payload) override;
     at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override;
 

@@ -1,0 +1,139 @@
+// The device path's batches for sparse codecs (top-k, DGC): their payloads decoded as
+// one, and top-k's selection of small tensors made as one, since on a GPU each of their
+// ATen operations costs a launch.
+#include "comm/torch_compat.hpp"
+#include "exchange/gradient_exchange_impl.hpp"
+
+#include <algorithm>
+
+namespace acc::exchange {
+
+// ------------------------------------------------------------ sparse payloads decoded as one
+
+namespace {
+
+// Tensors up to this many values join a sparse batch, whose means go through a scratch
+// tensor: a zeroing and a copy of their values, where alone each is zeroed and takes
+// about 25 operations. On a GPU those launches cost more than the copy up to millions of
+// values; on a CPU (measured on ResNet-18's shapes) only for small tensors. A batch holds
+// at most kSparseBatchValues values, so that the scratch stays within 64 MiB.
+constexpr std::int64_t kSparseBatchTensorValuesGpu = std::int64_t{1} << 22;
+constexpr std::int64_t kSparseBatchTensorValuesCpu = std::int64_t{1} << 16;
+constexpr std::int64_t kSparseBatchValues = std::int64_t{1} << 24;
+
+}  // namespace
+
+void GradientExchange::Impl::layout_sparse_device() {
+    const std::int64_t largest_member = device.is_cpu() ? kSparseBatchTensorValuesCpu : kSparseBatchTensorValuesGpu;
+    std::vector<std::vector<size_t>> found(1);
+    std::int64_t values = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+        const Slot& s = slots[i];
+        if (s.codec->channel() != Channel::gather || s.device_codec->sparse_pairs() < 1 || s.offset % 4 != 0 ||
+            s.n > largest_member)
+            continue;
+        if (values + s.n > kSparseBatchValues) {
+            found.emplace_back();
+            values = 0;
+        }
+        found.back().push_back(i);
+        values += s.n;
+    }
+    std::int64_t largest = 0;
+    for (auto& members : found) {
+        if (members.size() < 2) continue;  // one tensor decodes as well alone
+        std::vector<compress::device::SparseBatch::Part> parts;
+        for (size_t i : members) {
+            const Slot& s = slots[i];
+            parts.push_back({s.offset, s.device_codec->sparse_pairs(), s.n});
+            slots[i].sparse_batch = static_cast<int>(sparse_batches.size());
+        }
+        sparse_batches.push_back({members, compress::device::SparseBatch(parts, device)});
+        largest = std::max(largest, sparse_batches.back().batch.numel());
+    }
+    if (largest > 0) sparse_means = at::empty({largest}, at::TensorOptions().dtype(at::kFloat).device(device));
+}
+
+// The batch's means into its slots' gradients; its flag (one per slot) into `checks`.
+void GradientExchange::Impl::decode_sparse_batch(const SparseDecodeBatch& b, const at::Tensor& rows,
+                                                 std::vector<DeviceCheck>& checks) {
+    at::Tensor means = sparse_means.narrow(0, 0, b.batch.numel());
+    checks.push_back({b.slots, DeviceCheck::Kind::well_formed, b.batch.decode(rows, means)});
+    std::vector<at::Tensor> grads;
+    for (size_t i : b.slots) grads.push_back(slots[i].device_grad);
+    comm::compat::copy_each(grads, means.split_with_sizes(b.batch.sizes()));
+    for (size_t i : b.slots) settle_memory_device(slots[i]);
+}
+
+// ------------------------------------------------------------ small top-k tensors encoded as one
+
+namespace {
+
+// Tensors up to this many values join a top-k batch: above it one tensor's top k costs
+// more than its launches. A batch's padding stays within its values plus 1 Mi floats.
+constexpr std::int64_t kTopkBatchTensorValues = std::int64_t{1} << 16;
+constexpr std::int64_t kTopkBatchPadding = std::int64_t{1} << 20;
+
+}  // namespace
+
+// Batches of top-k slots of similar sizes, the longest first; a batch's error memory is one
+// tensor, the slots' memories views of it (keeping what they held).
+void GradientExchange::Impl::layout_topk_device() {
+    std::vector<size_t> candidates;
+    for (size_t i = 0; i < slots.size(); ++i) {
+        const Slot& s = slots[i];
+        if (s.codec->channel() == Channel::gather && s.device_codec->sends_largest() && s.error_feedback &&
+            s.offset % 4 == 0 && s.n <= kTopkBatchTensorValues)
+            candidates.push_back(i);
+    }
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [&](size_t a, size_t b) { return slots[a].n > slots[b].n; });
+    for (size_t first = 0; first < candidates.size();) {
+        const std::int64_t longest = slots[candidates[first]].n;
+        std::int64_t values = 0;
+        size_t end = first;
+        for (; end < candidates.size(); ++end) {
+            const std::int64_t v = values + slots[candidates[end]].n;
+            const auto rows = static_cast<std::int64_t>(end - first + 1);
+            if (end > first && rows * longest > v + kTopkBatchPadding) break;
+            values = v;
+        }
+        if (end - first >= 2) {
+            std::vector<size_t> members(candidates.begin() + static_cast<std::ptrdiff_t>(first),
+                                        candidates.begin() + static_cast<std::ptrdiff_t>(end));
+            std::vector<compress::device::TopkBatch::Part> parts;
+            for (size_t i : members) parts.push_back({slots[i].offset, slots[i].device_codec->sparse_pairs(), slots[i].n});
+            TopkEncodeBatch b{members, compress::device::TopkBatch(parts, device),
+                              at::zeros({values}, at::TensorOptions().dtype(at::kFloat).device(device))};
+            std::int64_t start = 0;
+            for (size_t i : members) {
+                Slot& s = slots[i];
+                s.topk_batch = static_cast<int>(topk_batches.size());
+                at::Tensor memory_of = b.memory.narrow(0, start, s.n);
+                if (s.device_memory.defined() && s.memory_used) memory_of.copy_(s.device_memory);
+                s.device_memory = memory_of;
+                start += s.n;
+            }
+            topk_batches.push_back(std::move(b));
+        }
+        first = end;
+    }
+}
+
+// The batch's gradients added to its memories, then its payloads and finite flags.
+void GradientExchange::Impl::encode_topk_batch(TopkEncodeBatch& b) {
+    std::vector<at::Tensor> memories, grads;
+    for (size_t i : b.slots) {
+        Slot& s = slots[i];
+        memories.push_back(s.device_memory);
+        grads.push_back(s.device_grad);
+        s.device_t = s.device_memory;
+        s.memory_used = true;
+        s.t_in_memory = true;
+    }
+    at::_foreach_add_(memories, grads);
+    at::Tensor finite = b.batch.encode(b.memory, true, channel_buffer(Channel::gather));
+    if (options.check_finite) step_batched_checks.push_back({b.slots, DeviceCheck::Kind::encode_finite, finite});
+}
+
+}  // namespace acc::exchange
