@@ -50,6 +50,13 @@ public:
     /// zeroing them in t), flagging NaN and infinity: then the exchange may encode many
     /// such tensors as one (device::TopkBatch).
     virtual bool sends_largest() const { return false; }
+    /// Where sends_largest(): the momentum the codec corrects its input with first
+    /// (u = factor u + g, then memory += u) and clears where encode() sent (DGC), with its
+    /// factor; nullptr where there is none. The tensor is undefined until first used.
+    virtual at::Tensor* momentum(float* factor) {
+        (void)factor;
+        return nullptr;
+    }
 
     /// Whether encode()'s flag also says whether t is finite, so that neither the caller
     /// nor compensate() needs a pass over t to check it: top-k by magnitude always chooses
@@ -215,8 +222,9 @@ public:
     std::int64_t numel() const { return numel_; }
     /// t: the parts' inputs back to back (1-D float32, numel() values); buffer: the uint8
     /// channel buffer holding every part's payload. With update_error, the values sent
-    /// become 0 in t. Returns a [parts] bool tensor: whether part i's input was finite.
-    at::Tensor encode(at::Tensor& t, bool update_error, at::Tensor& buffer) const;
+    /// become 0 in t; `sent`, if given, gets their places in t (int64). Returns a [parts]
+    /// bool tensor: whether part i's input was finite.
+    at::Tensor encode(at::Tensor& t, bool update_error, at::Tensor& buffer, at::Tensor* sent = nullptr) const;
 
 private:
     std::int64_t numel_ = 0, rows_ = 0, longest_ = 0, widest_ = 0, bytes_ = 0;  // widest_: the largest k

@@ -123,13 +123,17 @@ struct SparseDecodeBatch {
     compress::device::SparseBatch batch;
 };
 
-// Device path: small top-k slots of similar sizes (DeviceCodec::sends_largest) encoded as
-// one: their error memories one tensor, one multi-tensor addition of the gradients and
-// about 15 operations for the selection and the payloads, instead of about 20 per slot.
+// Device path: small top-k or DGC slots of similar sizes (DeviceCodec::sends_largest)
+// encoded as one: their error memories (and DGC's momenta) one tensor each, one
+// multi-tensor addition of the gradients and about 15 operations for the selection and
+// the payloads, instead of about 20 per slot.
 struct TopkEncodeBatch {
     std::vector<size_t> slots;
     compress::device::TopkBatch batch;
-    at::Tensor memory;  // the slots' error memories back to back, in `slots` order
+    at::Tensor memory;    // the slots' error memories back to back, in `slots` order
+    at::Tensor momentum;  // DGC: the slots' momenta the same way (undefined for top-k)
+    std::vector<at::Tensor> momenta;  // DGC: each slot's part of `momentum`
+    float momentum_factor = 0;
 };
 
 // Device path: a flag of a step, kept to be read later (ExchangeOptions::check_timing);

@@ -65,7 +65,7 @@ void GradientExchange::Impl::decode_sparse_batch(const SparseDecodeBatch& b, con
     for (size_t i : b.slots) settle_memory_device(slots[i]);
 }
 
-// ------------------------------------------------------------ small top-k tensors encoded as one
+// ------------------------------------------------------------ small top-k and DGC tensors encoded as one
 
 namespace {
 
@@ -74,44 +74,69 @@ namespace {
 constexpr std::int64_t kTopkBatchTensorValues = std::int64_t{1} << 16;
 constexpr std::int64_t kTopkBatchPadding = std::int64_t{1} << 20;
 
+// Moves a slot's state into its part of a batch's tensor: `part` takes what `state` holds
+// (where it holds values), and `state` becomes that view.
+void adopt(at::Tensor& state, bool holds_values, const at::Tensor& part) {
+    if (state.defined() && holds_values) part.copy_(state);
+    state = part;
+}
+
 }  // namespace
 
-// Batches of top-k slots of similar sizes, the longest first; a batch's error memory is one
-// tensor, the slots' memories views of it (keeping what they held).
+// Batches of top-k (or DGC, with one momentum factor) slots of similar sizes, the longest
+// first; a batch's error memories (and momenta) are one tensor, the slots' views of it.
 void GradientExchange::Impl::layout_topk_device() {
-    std::vector<size_t> candidates;
+    struct Candidate {
+        size_t slot;
+        float factor;  // DGC's momentum, -1 for none
+    };
+    std::vector<Candidate> candidates;
     for (size_t i = 0; i < slots.size(); ++i) {
-        const Slot& s = slots[i];
-        if (s.codec->channel() == Channel::gather && s.device_codec->sends_largest() && s.error_feedback &&
-            s.offset % 4 == 0 && s.n <= kTopkBatchTensorValues)
-            candidates.push_back(i);
+        Slot& s = slots[i];
+        if (s.codec->channel() != Channel::gather || !s.device_codec->sends_largest() || !s.error_feedback ||
+            s.offset % 4 != 0 || s.n > kTopkBatchTensorValues)
+            continue;
+        float factor = -1;
+        s.device_codec->momentum(&factor);
+        candidates.push_back({i, factor});
     }
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [&](size_t a, size_t b) { return slots[a].n > slots[b].n; });
+    std::stable_sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
+        return a.factor != b.factor ? a.factor < b.factor : slots[a.slot].n > slots[b.slot].n;
+    });
+    const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
     for (size_t first = 0; first < candidates.size();) {
-        const std::int64_t longest = slots[candidates[first]].n;
+        const std::int64_t longest = slots[candidates[first].slot].n;
+        const float factor = candidates[first].factor;
         std::int64_t values = 0;
         size_t end = first;
-        for (; end < candidates.size(); ++end) {
-            const std::int64_t v = values + slots[candidates[end]].n;
+        for (; end < candidates.size() && candidates[end].factor == factor; ++end) {
+            const std::int64_t v = values + slots[candidates[end].slot].n;
             const auto rows = static_cast<std::int64_t>(end - first + 1);
             if (end > first && rows * longest > v + kTopkBatchPadding) break;
             values = v;
         }
         if (end - first >= 2) {
-            std::vector<size_t> members(candidates.begin() + static_cast<std::ptrdiff_t>(first),
-                                        candidates.begin() + static_cast<std::ptrdiff_t>(end));
+            std::vector<size_t> members;
             std::vector<compress::device::TopkBatch::Part> parts;
-            for (size_t i : members) parts.push_back({slots[i].offset, slots[i].device_codec->sparse_pairs(), slots[i].n});
-            TopkEncodeBatch b{members, compress::device::TopkBatch(parts, device),
-                              at::zeros({values}, at::TensorOptions().dtype(at::kFloat).device(device))};
+            for (size_t c = first; c < end; ++c) {
+                const Slot& s = slots[candidates[c].slot];
+                members.push_back(candidates[c].slot);
+                parts.push_back({s.offset, s.device_codec->sparse_pairs(), s.n});
+            }
+            const bool dgc = factor >= 0;
+            TopkEncodeBatch b{members, compress::device::TopkBatch(parts, device), at::zeros({values}, floats),
+                              dgc ? at::zeros({values}, floats) : at::Tensor(), {}, dgc ? factor : 0.0f};
             std::int64_t start = 0;
             for (size_t i : members) {
                 Slot& s = slots[i];
                 s.topk_batch = static_cast<int>(topk_batches.size());
-                at::Tensor memory_of = b.memory.narrow(0, start, s.n);
-                if (s.device_memory.defined() && s.memory_used) memory_of.copy_(s.device_memory);
-                s.device_memory = memory_of;
+                adopt(s.device_memory, s.memory_used, b.memory.narrow(0, start, s.n));
+                if (b.momentum.defined()) {
+                    float unused = 0;
+                    at::Tensor* u = s.device_codec->momentum(&unused);
+                    adopt(*u, true, b.momentum.narrow(0, start, s.n));
+                    b.momenta.push_back(*u);
+                }
                 start += s.n;
             }
             topk_batches.push_back(std::move(b));
@@ -120,7 +145,8 @@ void GradientExchange::Impl::layout_topk_device() {
     }
 }
 
-// The batch's gradients added to its memories, then its payloads and finite flags.
+// The batch's gradients into its memories (through DGC's momenta), then its payloads and
+// finite flags; DGC's momenta cleared where they sent.
 void GradientExchange::Impl::encode_topk_batch(TopkEncodeBatch& b) {
     std::vector<at::Tensor> memories, grads;
     for (size_t i : b.slots) {
@@ -131,8 +157,17 @@ void GradientExchange::Impl::encode_topk_batch(TopkEncodeBatch& b) {
         s.memory_used = true;
         s.t_in_memory = true;
     }
-    at::_foreach_add_(memories, grads);
-    at::Tensor finite = b.batch.encode(b.memory, true, channel_buffer(Channel::gather));
+    if (b.momentum.defined()) {
+        // As each codec rounds it: u = factor u, u += g, memory += u.
+        b.momentum.mul_(b.momentum_factor);
+        at::_foreach_add_(b.momenta, grads);
+        b.memory.add_(b.momentum);
+    } else {
+        at::_foreach_add_(memories, grads);
+    }
+    at::Tensor sent;
+    at::Tensor finite = b.batch.encode(b.memory, true, channel_buffer(Channel::gather), &sent);
+    if (b.momentum.defined()) b.momentum.index_fill_(0, sent, 0.0);
     if (options.check_finite) step_batched_checks.push_back({b.slots, DeviceCheck::Kind::encode_finite, finite});
 }
 

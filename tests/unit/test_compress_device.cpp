@@ -25,6 +25,7 @@
 #include <iostream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <sstream>
 #ifdef __GLIBC__
@@ -840,6 +841,53 @@ TEST(DeviceExchange, SparseTensorsDecodedTogetherOrAloneEqualTheHostPath) {
     }
 }
 
+TEST(DeviceExchange, SmallTopkAndDgcTensorsEncodedTogetherEqualEachAlone) {
+    // The exchange encodes these tensors in one batch (DGC's momenta in one tensor too);
+    // on one rank its mean is what each tensor's own codec sends, step after step, and its
+    // state what each codec keeps.
+    const std::vector<TensorInfo> tensors = {{"conv", {8, 3, 3, 3}}, {"fc", {20, 30}}, {"bias", {37}}, {"one", {1}}};
+    for (const std::string level : {"topk:0.1", "dgc:0.1"}) {
+        acc::test::ThreadGroup group(1, 30);
+        group.run([&](int, acc::comm::Collectives& comm) {
+            ExchangeOptions o;
+            o.device_path_on_cpu = true;
+            GradientExchange ex(tensors, std::vector<Spec>(tensors.size(), parse_spec(level)), comm, o);
+            CodecOptions co;
+            co.world = 1;
+            std::vector<std::unique_ptr<DeviceCodec>> alone;
+            std::vector<at::Tensor> memories;
+            for (const auto& t : tensors) {
+                alone.push_back(make_device_codec(parse_spec(level), t.shape, co));
+                memories.push_back(at::zeros({acc::shape_numel(t.shape)}));
+            }
+            for (int step = 0; step < 4; ++step) {
+                std::vector<at::Tensor> grads;
+                for (size_t i = 0; i < tensors.size(); ++i)
+                    grads.push_back(at::randn(tensors[i].shape, at::make_generator<at::CPUGeneratorImpl>(10 * step + i)));
+                std::vector<at::Tensor> mine;
+                for (auto& g : grads) mine.push_back(g.clone());
+                ex.step(mine);
+                for (size_t i = 0; i < tensors.size(); ++i) {
+                    DeviceCodec& c = *alone[i];
+                    c.compensate(grads[i].view({-1}), memories[i], step == 0);
+                    at::Tensor payload = payload_buffer(c), out = at::empty({c.numel()});
+                    ASSERT_TRUE(c.encode(memories[i], true, 0, payload).item<bool>());
+                    ASSERT_TRUE(c.decode({payload}, out).item<bool>());
+                    EXPECT_EQ(float_bits(out), float_bits(mine[i])) << level << ", step " << step << ", " << tensors[i].name;
+                }
+            }
+            std::map<std::string, at::Tensor> state;
+            for (auto& [name, t] : ex.state()) state[name] = t;
+            for (size_t i = 0; i < tensors.size(); ++i) {
+                const std::string& name = tensors[i].name;
+                EXPECT_EQ(float_bits(memories[i]), float_bits(state.at(name + "/error"))) << level << " " << name;
+                for (auto& [what, t] : alone[i]->state())
+                    EXPECT_EQ(float_bits(*t), float_bits(state.at(name + "/" + what))) << level << " " << name;
+            }
+        });
+    }
+}
+
 TEST(DeviceExchange, MixedLevelsAndBothPowerSgdVariants) {
     // Two tensors of one shape share a batched product; QR above rank 2.
     const std::vector<std::string> levels = {"powersgd:4", "powersgd:4", "powersgd:4", "qsgd:3", "signsgd", "powersgd:2"};
@@ -901,12 +949,13 @@ TEST(DeviceExchange, ResNet18StepTakesFewOperations) {
     // has no multi-tensor copy); each of the 13 larger ones takes about 20 to encode and
     // 25 to decode (on a GPU they decode in the batch too). 2,550 operations before.
     const std::int64_t powersgd = operations_per_step("powersgd:2"), none = operations_per_step("none"),
-                       topk = operations_per_step("topk:0.01");
+                       topk = operations_per_step("topk:0.01"), dgc = operations_per_step("dgc:0.01");
     std::cout << "operations per step over ResNet-18's 62 tensors: powersgd:2 " << powersgd << ", none " << none
-              << ", topk:0.01 " << topk << std::endl;
+              << ", topk:0.01 " << topk << ", dgc:0.01 " << dgc << std::endl;
     EXPECT_LE(powersgd, 400);
     EXPECT_LE(none, 460);
     EXPECT_LE(topk, 760);
+    EXPECT_LE(dgc, 760 + 13 * 4);  // DGC's momentum: a few more for each larger tensor
 }
 
 TEST(DeviceExchange, RefusesNaNAndNamesTheTensor) {

@@ -97,7 +97,10 @@ public:
     DgcDeviceCodec(std::unique_ptr<TensorCodec> host, std::int64_t k, double momentum)
         : SparseDeviceCodec(std::move(host), k), momentum_(momentum) {}
 
-    bool sends_largest() const override { return false; }  // its momentum goes with it
+    at::Tensor* momentum(float* factor) override {
+        *factor = static_cast<float>(momentum_);
+        return &momentum_u_;
+    }
 
     at::Tensor compensate(const at::Tensor& g, at::Tensor& memory, bool memory_zero) override {
         if (!momentum_u_.defined() || momentum_u_.device() != g.device())

@@ -392,7 +392,7 @@ TopkBatch::TopkBatch(const std::vector<Part>& parts, const at::Device& device) {
     unused_ = at::from_blob(unused.data(), {rows_, widest_}, at::kByte).to(at::kBool).to(device);
 }
 
-at::Tensor TopkBatch::encode(at::Tensor& t, bool update_error, at::Tensor& buffer) const {
+at::Tensor TopkBatch::encode(at::Tensor& t, bool update_error, at::Tensor& buffer, at::Tensor* sent) const {
     if (t.dim() != 1 || t.numel() != numel_ || buffer.scalar_type() != at::kByte || buffer.numel() < bytes_)
         throw Error("internal error: a top-k batch of " + std::to_string(numel_) + " values encoding " +
                     std::to_string(t.numel()) + " into a buffer of " + std::to_string(buffer.numel()) + " bytes");
@@ -409,6 +409,7 @@ at::Tensor TopkBatch::encode(at::Tensor& t, bool update_error, at::Tensor& buffe
     words.view(at::kFloat).index_copy_(0, value_words_, t.index_select(0, place));
     words.view(at::kInt).index_copy_(0, index_words_, local.to(at::kInt));
     if (update_error) t.index_fill_(0, place, 0.0);
+    if (sent) *sent = place;
     // Columns past a row's k hold smaller magnitudes: non-finite only where its k are too.
     return magnitudes.lt(std::numeric_limits<double>::infinity()).all(1);
 }
