@@ -70,9 +70,11 @@ void GradientExchange::Impl::decode_sparse_batch(const SparseDecodeBatch& b, con
 namespace {
 
 // Tensors up to this many values join a top-k batch: above it one tensor's top k costs
-// more than its launches. A batch's padding stays within its values plus 1 Mi floats.
+// more than its launches. A batch's padding stays within its values plus 1 Mi floats on
+// a GPU, where a row's top k costs little more than its launch; on a CPU, whose top k
+// costs the length of its row, within its values.
 constexpr std::int64_t kTopkBatchTensorValues = std::int64_t{1} << 16;
-constexpr std::int64_t kTopkBatchPadding = std::int64_t{1} << 20;
+constexpr std::int64_t kTopkBatchPaddingGpu = std::int64_t{1} << 20;
 
 // Moves a slot's state into its part of a batch's tensor: `part` takes what `state` holds
 // (where it holds values), and `state` becomes that view.
@@ -104,6 +106,7 @@ void GradientExchange::Impl::layout_topk_device() {
         return a.factor != b.factor ? a.factor < b.factor : slots[a.slot].n > slots[b.slot].n;
     });
     const auto floats = at::TensorOptions().dtype(at::kFloat).device(device);
+    const bool on_cpu = device.is_cpu();
     for (size_t first = 0; first < candidates.size();) {
         const std::int64_t longest = slots[candidates[first].slot].n;
         const float factor = candidates[first].factor;
@@ -112,7 +115,7 @@ void GradientExchange::Impl::layout_topk_device() {
         for (; end < candidates.size() && candidates[end].factor == factor; ++end) {
             const std::int64_t v = values + slots[candidates[end].slot].n;
             const auto rows = static_cast<std::int64_t>(end - first + 1);
-            if (end > first && rows * longest > v + kTopkBatchPadding) break;
+            if (end > first && rows * longest > (on_cpu ? 2 * v : v + kTopkBatchPaddingGpu)) break;
             values = v;
         }
         if (end - first >= 2) {

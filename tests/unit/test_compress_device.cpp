@@ -944,10 +944,11 @@ TEST(DeviceExchange, ResNet18StepTakesFewOperations) {
     // Batched: PowerSGD's orthogonalizations in one padded batch per round, its memories
     // added in one multi-tensor operation, and the 41 small tensors sent as values in one
     // run; per tensor one kernel or so remains (2,000 operations per step before).
-    // Top-k: the 49 tensors up to 65,536 values encode in two batches of similar sizes and
-    // decode in one (about 20 operations each, and a copy out per tensor where LibTorch
-    // has no multi-tensor copy); each of the 13 larger ones takes about 20 to encode and
-    // 25 to decode (on a GPU they decode in the batch too). 2,550 operations before.
+    // Top-k and DGC: the 49 tensors up to 65,536 values encode in a few batches of similar
+    // sizes and decode in one (about 20 operations each, and a copy out per tensor where
+    // LibTorch has no multi-tensor copy); each of the 13 larger ones takes about 20 to
+    // encode and 25 to decode (on a GPU they decode in the batch too, and the encode
+    // batches are fewer). Top-k took 2,550 operations before.
     const std::int64_t powersgd = operations_per_step("powersgd:2"), none = operations_per_step("none"),
                        topk = operations_per_step("topk:0.01"), dgc = operations_per_step("dgc:0.01");
     std::cout << "operations per step over ResNet-18's 62 tensors: powersgd:2 " << powersgd << ", none " << none
