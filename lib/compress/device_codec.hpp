@@ -45,10 +45,10 @@ public:
     /// decode() the mean of every worker's scatter (top-k, DGC), else -1: then the exchange
     /// may decode many such tensors as one (device::SparseBatch).
     virtual std::int64_t sparse_pairs() const { return -1; }
-    /// Whether compensate() only adds g to the memory and encode() only sends the
-    /// sparse_pairs() largest magnitudes of t in ascending index order (error feedback
-    /// zeroing them in t), flagging NaN and infinity: then the exchange may encode many
-    /// such tensors as one (device::TopkBatch).
+    /// Whether compensate() only adds g to the memory (through momentum(), where there is
+    /// one) and encode() only sends the sparse_pairs() largest magnitudes of t in ascending
+    /// index order (error feedback zeroing them in t), flagging NaN and infinity: then the
+    /// exchange may encode many such tensors as one (device::TopkBatch).
     virtual bool sends_largest() const { return false; }
     /// Where sends_largest(): the momentum the codec corrects its input with first
     /// (u = factor u + g, then memory += u) and clears where encode() sent (DGC), with its
