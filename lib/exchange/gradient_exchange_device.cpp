@@ -92,11 +92,7 @@ void GradientExchange::Impl::layout_runs_device() {
         for (size_t j = 0; j < run.slots.size(); ++j) {
             Slot& s = slots[run.slots[j]];
             s.run = static_cast<int>(k);
-            if (run.memory.defined()) {
-                at::Tensor memory_of = run.memory.narrow(0, at, s.n);
-                if (s.device_memory.defined() && s.memory_used) memory_of.copy_(s.device_memory);
-                s.device_memory = memory_of;
-            }
+            if (run.memory.defined()) adopt(s.device_memory, s.memory_used, run.memory.narrow(0, at, s.n));
             at += s.n;
         }
     }
@@ -452,9 +448,7 @@ void GradientExchange::Impl::layout_powersgd_device() {
             if (s.device_q.defined()) q_of.copy_(s.device_q.view({g.cols, g.rank}));
             s.device_q = q_of;
             if (!g.memory.defined()) continue;
-            at::Tensor memory_of = g.memory[b].view({-1});
-            if (s.device_memory.defined()) memory_of.copy_(s.device_memory);
-            s.device_memory = memory_of;
+            adopt(s.device_memory, true, g.memory[b].view({-1}));
         }
     }
     if (!ends.empty()) powersgd_memory_ends = at::tensor(ends, at::kLong).to(device);

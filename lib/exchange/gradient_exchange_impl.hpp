@@ -115,6 +115,14 @@ struct DenseRun {
     bool active = false;               // this step: the run, else its slots one by one
 };
 
+// Device path: moves a slot's state into its part of a batch's tensor (a run's, a PowerSGD
+// group's, a top-k batch's): `part` takes what `state` holds (where it holds values), and
+// `state` becomes that view.
+inline void adopt(at::Tensor& state, bool holds_values, const at::Tensor& part) {
+    if (state.defined() && holds_values) part.copy_(state);
+    state = part;
+}
+
 // Device path: slots of the allgather whose payloads are sparse pairs (top-k, DGC), decoded
 // as one: about 20 operations and a scatter per worker for all of them, instead of about 25
 // per slot.

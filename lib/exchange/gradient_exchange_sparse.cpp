@@ -76,13 +76,6 @@ namespace {
 constexpr std::int64_t kTopkBatchTensorValues = std::int64_t{1} << 16;
 constexpr std::int64_t kTopkBatchPaddingGpu = std::int64_t{1} << 20;
 
-// Moves a slot's state into its part of a batch's tensor: `part` takes what `state` holds
-// (where it holds values), and `state` becomes that view.
-void adopt(at::Tensor& state, bool holds_values, const at::Tensor& part) {
-    if (state.defined() && holds_values) part.copy_(state);
-    state = part;
-}
-
 }  // namespace
 
 // Batches of top-k (or DGC, with one momentum factor) slots of similar sizes, the longest
@@ -90,7 +83,8 @@ void adopt(at::Tensor& state, bool holds_values, const at::Tensor& part) {
 void GradientExchange::Impl::layout_topk_device() {
     struct Candidate {
         size_t slot;
-        float factor;  // DGC's momentum, -1 for none
+        float factor;         // DGC's momentum factor, -1 for none
+        at::Tensor* momentum;  // DGC's momentum, nullptr for none
     };
     std::vector<Candidate> candidates;
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -99,8 +93,8 @@ void GradientExchange::Impl::layout_topk_device() {
             s.offset % 4 != 0 || s.n > kTopkBatchTensorValues)
             continue;
         float factor = -1;
-        s.device_codec->momentum(&factor);
-        candidates.push_back({i, factor});
+        at::Tensor* momentum = s.device_codec->momentum(&factor);
+        candidates.push_back({i, factor, momentum});
     }
     std::stable_sort(candidates.begin(), candidates.end(), [&](const Candidate& a, const Candidate& b) {
         return a.factor != b.factor ? a.factor < b.factor : slots[a.slot].n > slots[b.slot].n;
@@ -130,13 +124,11 @@ void GradientExchange::Impl::layout_topk_device() {
             TopkEncodeBatch b{members, compress::device::TopkBatch(parts, device), at::zeros({values}, floats),
                               dgc ? at::zeros({values}, floats) : at::Tensor(), {}, dgc ? factor : 0.0f};
             std::int64_t start = 0;
-            for (size_t i : members) {
-                Slot& s = slots[i];
+            for (size_t c = first; c < end; ++c) {
+                Slot& s = slots[candidates[c].slot];
                 s.topk_batch = static_cast<int>(topk_batches.size());
                 adopt(s.device_memory, s.memory_used, b.memory.narrow(0, start, s.n));
-                if (b.momentum.defined()) {
-                    float unused = 0;
-                    at::Tensor* u = s.device_codec->momentum(&unused);
+                if (at::Tensor* u = candidates[c].momentum) {
                     adopt(*u, true, b.momentum.narrow(0, start, s.n));
                     b.momenta.push_back(*u);
                 }
