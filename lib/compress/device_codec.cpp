@@ -46,13 +46,36 @@ at::Tensor uniform(std::uint64_t key, std::int64_t begin, std::int64_t n, const 
     return h.__rshift__(8).to(at::kFloat) * (1.0f / 16777216.0f);
 }
 
+#if ACC_CUDA_KERNELS
+namespace {
+
+// ACC_CUDA_KERNELS in the environment: 0 none, all every kernel, otherwise (unset
+// included) the kernels measured on a GPU.
+enum class KernelsWanted { none, measured, all };
+
+// Read at every call (a tensor's encode), so that a test can compare both paths.
+KernelsWanted kernels_wanted() {
+    const char* v = std::getenv("ACC_CUDA_KERNELS");
+    if (v != nullptr && std::strcmp(v, "0") == 0) return KernelsWanted::none;
+    if (v != nullptr && std::strcmp(v, "all") == 0) return KernelsWanted::all;
+    return KernelsWanted::measured;
+}
+
+}  // namespace
+#endif
+
 bool cuda_kernels_for(const at::Tensor& x) {
 #if ACC_CUDA_KERNELS
-    static const bool wanted = [] {
-        const char* v = std::getenv("ACC_CUDA_KERNELS");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    return wanted && x.is_cuda();
+    return kernels_wanted() != KernelsWanted::none && x.is_cuda();
+#else
+    (void)x;
+    return false;
+#endif
+}
+
+bool cuda_top_k_kernels_for(const at::Tensor& x) {
+#if ACC_CUDA_KERNELS
+    return kernels_wanted() == KernelsWanted::all && x.is_cuda();
 #else
     (void)x;
     return false;

@@ -5,6 +5,8 @@
 #   topk:0.01 encode                                 goal <= 1.0x torch.topk (1% of the values)
 #   signsgd, fp16, qsgd:127 encode                   goal >= 50% of the GPU's copy bandwidth
 #   topk:0.01, dgc:0.01 encode + decode, ResNet-18's shapes (their batches of tensors; no goal)
+#   topk:0.01 encode again, and top-k and DGC over ResNet-18's shapes again, with top-k's
+#   CUDA kernels (ACC_CUDA_KERNELS=all: radix selection instead of torch.topk)
 # The toolkit's side is `compress-bench --device cuda` with the options and JSON
 # output it has on the CPU; PyTorch's side and the copy bandwidth (a device-to-device
 # copy of the same bytes) come from scripts/gpu/bench_compress_torch.py. Each
@@ -79,6 +81,23 @@ if "$bin" "${ours[@]}" --shapes "$preset" --compressors powersgd:2,topk:0.01,dgc
     :
 else
     fail shapes compress-bench-shapes.log
+fi
+# Top-k's selection by the toolkit's CUDA kernels, which run only where
+# ACC_CUDA_KERNELS=all until they are measured (on the CPU the same path as above).
+echo "bench-compress: ACC_CUDA_KERNELS=all compress-bench ${ours[*]} --from FLAT.h5 --compressors topk:0.01" >&2
+if ACC_CUDA_KERNELS=all "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors topk:0.01 \
+    >"$work/kernels.json" 2>"$out/logs/compress-bench-kernels.log" && ours_line "$work/kernels.json" kernels; then
+    :
+else
+    fail kernels compress-bench-kernels.log
+fi
+echo "bench-compress: ACC_CUDA_KERNELS=all compress-bench ${ours[*]} --shapes $shapes --compressors topk:0.01,dgc:0.01" >&2
+if ACC_CUDA_KERNELS=all "$bin" "${ours[@]}" --shapes "$preset" --compressors topk:0.01,dgc:0.01 \
+    >"$work/kernels-shapes.json" 2>"$out/logs/compress-bench-kernels-shapes.log" &&
+    ours_line "$work/kernels-shapes.json" kernels-shapes; then
+    :
+else
+    fail kernels-shapes compress-bench-kernels-shapes.log
 fi
 echo "bench-compress: PyTorch side (scripts/gpu/bench_compress_torch.py --device $device)" >&2
 if "$python" scripts/gpu/bench_compress_torch.py --device "$device" --reps "$reps" --values "$values" \

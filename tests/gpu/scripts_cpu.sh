@@ -20,11 +20,14 @@ assert runs == ["PyTorch eager", "grad-dump", "train-dist --compress none", "tra
 for r in train:
     assert r["batch"] == 2 and r["images_per_second"] > 0 and "error" not in r, r
 compress = {r["side"]: r for r in map(json.loads, open(out + "/compress.jsonl"))}
-assert set(compress) == {"flat", "aten", "shapes", "pytorch"}, list(compress)
+assert set(compress) == {"flat", "aten", "shapes", "kernels", "kernels-shapes", "pytorch"}, list(compress)
 assert all("error" not in r for r in compress.values()), compress
 names = [r["compressor"] for r in compress["flat"]["results"]] + [r["compressor"] for r in compress["shapes"]["results"]]
 assert names == ["topk:0.01", "signsgd", "fp16", "qsgd:127", "powersgd:2", "topk:0.01", "dgc:0.01"], names
 assert [r["compressor"] for r in compress["aten"]["results"]] == ["signsgd", "fp16", "qsgd:127"], compress["aten"]
+assert [r["compressor"] for r in compress["kernels"]["results"]] == ["topk:0.01"], compress["kernels"]
+assert [r["compressor"] for r in compress["kernels-shapes"]["results"]] == ["topk:0.01", "dgc:0.01"], \
+    compress["kernels-shapes"]
 torch = compress["pytorch"]
 assert torch["values"] == 20000 and torch["k"] == 200 and torch["copy_bandwidth"] > 0, torch
 assert torch["topk"]["min"] > 0 and torch["powersgd2"]["min"] > 0
@@ -34,12 +37,15 @@ for row in "| 2 | PyTorch eager |" "| 2 | grad-dump |" "| 2 | train-dist --compr
     "| 2 | train-dist --compress powersgd:2 |" "| powersgd:2 encode+decode" "| topk:0.01 encode, 20,000 floats" \
     "| signsgd encode" "| fp16 encode" "| qsgd:127 encode" "| signsgd encode, ATen operations (ACC_CUDA_KERNELS=0)" \
     "| fp16 encode, ATen operations (ACC_CUDA_KERNELS=0)" "| qsgd:127 encode, ATen operations (ACC_CUDA_KERNELS=0)" \
-    "| topk:0.01 encode+decode, tiny shapes |" "| dgc:0.01 encode+decode, tiny shapes |"; do
+    "| topk:0.01 encode+decode, tiny shapes |" "| dgc:0.01 encode+decode, tiny shapes |" \
+    "| topk:0.01 encode, 20,000 floats, CUDA kernels (ACC_CUDA_KERNELS=all) |" \
+    "| topk:0.01 encode+decode, tiny shapes, CUDA kernels (ACC_CUDA_KERNELS=all) |" \
+    "| dgc:0.01 encode+decode, tiny shapes, CUDA kernels (ACC_CUDA_KERNELS=all) |"; do
     grep -qF -- "$row" "$WORK/figures.md" || fail "figures.md lacks the row '$row'"
 done
 # Every goal has a ratio: nothing is "not measured" (whether it is met on this CPU does not matter).
 grep -q "not measured\|failed" "$WORK/figures.md" && fail "figures.md has a row without a figure: $(cat "$WORK/figures.md")"
-[ "$(grep -cE '\| (ok|MISSED) \|$' "$WORK/figures.md")" = 8 ] || fail "figures.md should have 8 verdicts: $(cat "$WORK/figures.md")"
+[ "$(grep -cE '\| (ok|MISSED) \|$' "$WORK/figures.md")" = 9 ] || fail "figures.md should have 9 verdicts: $(cat "$WORK/figures.md")"
 
 # A program that fails is recorded and the rest still runs.
 broken=$WORK/broken

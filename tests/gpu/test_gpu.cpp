@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <iostream>
 #include <string>
@@ -222,26 +223,124 @@ TEST(CudaKernels, PayloadsEqualTheHostCodecs) {
         }
 }
 
+// ACC_CUDA_KERNELS set for a scope, as it was afterwards.
+class KernelsWanted {
+public:
+    explicit KernelsWanted(const char* value) {
+        const char* was = std::getenv("ACC_CUDA_KERNELS");
+        had_ = was != nullptr;
+        if (had_) was_ = was;
+        ::setenv("ACC_CUDA_KERNELS", value, 1);
+    }
+    ~KernelsWanted() {
+        if (had_)
+            ::setenv("ACC_CUDA_KERNELS", was_.c_str(), 1);
+        else
+            ::unsetenv("ACC_CUDA_KERNELS");
+    }
+
+private:
+    bool had_ = false;
+    std::string was_;
+};
+
+// Top-k's CUDA kernels (radix selection, ACC_CUDA_KERNELS=all) send what the host codec
+// sends, byte for byte (among equal magnitudes the first by position, as the host takes
+// them), and leave the residual it leaves.
+TEST(CudaKernels, TopkSelectionEqualsTheHostCodec) {
+    namespace c = acc::compress;
+    KernelsWanted all("all");
+    if (!c::device::cuda_top_k_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
+        GTEST_SKIP() << "built without ACC_CUDA_KERNELS";
+    for (const std::string level : {"topk:0.001", "topk:0.01", "topk:0.3", "topk:1"})
+        for (std::int64_t n : {1, 33, 4097, 1000003, 11173962})
+            for (const bool ties : {false, true}) {
+                const std::string what = level + " on " + std::to_string(n) + (ties ? " values in 0.1 steps" : " values");
+                auto host = c::make_codec(c::parse_spec(level), {n}, c::CodecOptions());
+                auto dev = c::make_device_codec(c::parse_spec(level), {n}, c::CodecOptions());
+                torch::Tensor x = torch::randn({n}) * 3.0;
+                if (ties) x = torch::round(x * 10.0) / 10.0;
+                x[n / 2] = 0.0;
+                std::vector<float> residual(x.data_ptr<float>(), x.data_ptr<float>() + n);
+                std::vector<std::uint8_t> expected(static_cast<size_t>(host->buffer_bytes()));
+                ASSERT_TRUE(host->encode(residual.data(), true, 3, expected.data())) << what;
+                torch::Tensor t = x.to(kGpu);
+                // One byte in: payloads lie at any byte of the channel's buffer.
+                torch::Tensor buffer = torch::zeros({host->buffer_bytes() + 1},
+                                                    torch::TensorOptions().dtype(torch::kUInt8).device(kGpu));
+                torch::Tensor payload = buffer.narrow(0, 1, host->buffer_bytes());
+                EXPECT_TRUE(dev->encode(t, true, 3, payload).item<bool>()) << what;
+                torch::Tensor got = payload.cpu();
+                EXPECT_EQ(expected, std::vector<std::uint8_t>(got.data_ptr<std::uint8_t>(),
+                                                              got.data_ptr<std::uint8_t>() + got.numel()))
+                    << what;
+                EXPECT_TRUE(torch::equal(t.cpu(), torch::from_blob(residual.data(), {n}))) << what;
+            }
+}
+
 // Top-k and DGC check only the magnitudes they choose for NaN and infinity: CUDA's
-// top-k must choose a NaN (of either sign bit) or an infinity wherever it lies.
+// top-k (torch.topk, and the toolkit's kernels with ACC_CUDA_KERNELS=all) must choose a
+// NaN (of either sign bit) or an infinity wherever it lies.
 TEST(TopkOnCuda, ChoosesNaNAndInfinityWhereverTheyLie) {
     namespace c = acc::compress;
     const std::int64_t n = 1000003;
     const float negative_nan = -std::numeric_limits<float>::quiet_NaN();
-    for (const std::string level : {"topk:0.01", "dgc:0.01"})
-        for (const float bad : {std::numeric_limits<float>::quiet_NaN(), negative_nan,
-                                std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})
-            for (const std::int64_t at : {std::int64_t{0}, n / 3, n - 1}) {
-                c::CodecOptions o;
-                auto dev = c::make_device_codec(c::parse_spec(level), {n}, o);
-                torch::Tensor t = torch::randn({n}, torch::TensorOptions().device(kGpu)) * 100.0;
-                torch::Tensor payload = torch::empty({dev->host().buffer_bytes()},
-                                                     torch::TensorOptions().dtype(torch::kUInt8).device(kGpu));
-                torch::Tensor clean = t.clone();
-                EXPECT_TRUE(dev->encode(clean, true, 1, payload).item<bool>()) << level;
-                t[at] = bad;
-                EXPECT_FALSE(dev->encode(t, true, 1, payload).item<bool>()) << level << ", " << bad << " at " << at;
-            }
+    for (const char* kernels : {"1", "all"}) {
+        KernelsWanted wanted(kernels);
+        for (const std::string level : {"topk:0.01", "dgc:0.01"})
+            for (const float bad : {std::numeric_limits<float>::quiet_NaN(), negative_nan,
+                                    std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()})
+                for (const std::int64_t at : {std::int64_t{0}, n / 3, n - 1}) {
+                    c::CodecOptions o;
+                    auto dev = c::make_device_codec(c::parse_spec(level), {n}, o);
+                    torch::Tensor t = torch::randn({n}, torch::TensorOptions().device(kGpu)) * 100.0;
+                    torch::Tensor payload = torch::empty({dev->host().buffer_bytes()},
+                                                         torch::TensorOptions().dtype(torch::kUInt8).device(kGpu));
+                    torch::Tensor clean = t.clone();
+                    EXPECT_TRUE(dev->encode(clean, true, 1, payload).item<bool>()) << level;
+                    t[at] = bad;
+                    EXPECT_FALSE(dev->encode(t, true, 1, payload).item<bool>())
+                        << level << ", " << bad << " at " << at << ", ACC_CUDA_KERNELS=" << kernels;
+                }
+    }
+}
+
+// DGC through top-k's kernels: the same payloads, residuals and momenta, step after step,
+// as through torch.topk. Each step k entries stand far above the rest, so that which
+// ones are chosen is never a matter of equal magnitudes.
+TEST(CudaKernels, DgcStepsEqualTheATenOperations) {
+    namespace c = acc::compress;
+    if (!c::device::cuda_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
+        GTEST_SKIP() << "built without ACC_CUDA_KERNELS, or ACC_CUDA_KERNELS=0 in the environment";
+    const std::int64_t n = 1000003;
+    const c::Spec spec = c::parse_spec("dgc:0.01");
+    auto aten = c::make_device_codec(spec, {n}, c::CodecOptions());
+    auto kernels = c::make_device_codec(spec, {n}, c::CodecOptions());
+    const std::int64_t k = aten->host().buffer_bytes() / 8;
+    const auto on_gpu = torch::TensorOptions().device(kGpu);
+    torch::Tensor memory_aten = torch::zeros({n}, on_gpu), memory_kernels = memory_aten.clone();
+    for (int step = 0; step < 3; ++step) {
+        const std::string what = "step " + std::to_string(step);
+        torch::Tensor g = torch::randn({n}) * 0.1;
+        torch::Tensor large = torch::randperm(n).narrow(0, 0, k);
+        g.index_put_({large}, (torch::rand({k}) + 1000.0) * (torch::randint(0, 2, {k}) * 2 - 1));
+        g = g.to(kGpu);
+        torch::Tensor payload_aten = torch::empty({2 * 4 * k}, on_gpu.dtype(torch::kUInt8));
+        torch::Tensor payload_kernels = torch::empty_like(payload_aten);
+        {
+            KernelsWanted wanted("1");
+            aten->compensate(g, memory_aten, step == 0);
+            ASSERT_TRUE(aten->encode(memory_aten, true, 1, payload_aten).item<bool>()) << what;
+        }
+        {
+            KernelsWanted wanted("all");
+            kernels->compensate(g, memory_kernels, step == 0);
+            ASSERT_TRUE(kernels->encode(memory_kernels, true, 1, payload_kernels).item<bool>()) << what;
+        }
+        EXPECT_TRUE(torch::equal(payload_aten.cpu(), payload_kernels.cpu())) << what;
+        EXPECT_TRUE(torch::equal(memory_aten.cpu(), memory_kernels.cpu())) << what;
+        EXPECT_TRUE(torch::equal(aten->state().at(0).second->cpu(), kernels->state().at(0).second->cpu())) << what;
+    }
 }
 
 int main(int argc, char** argv) {

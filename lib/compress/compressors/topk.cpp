@@ -263,6 +263,10 @@ const CompressorInfo& topk_compressor() {
 #else  // -------------------------------------------------------------- device section
 // Compiled into the LibTorch library only (acc_compress_device): the device codec.
 
+#if ACC_CUDA_KERNELS
+#include "compress/cuda/encoders.hpp"
+#endif
+
 namespace acc::compress {
 
 SparseDeviceCodec::SparseDeviceCodec(std::unique_ptr<TensorCodec> host, std::int64_t k)
@@ -270,6 +274,22 @@ SparseDeviceCodec::SparseDeviceCodec(std::unique_ptr<TensorCodec> host, std::int
 
 at::Tensor SparseDeviceCodec::encode(at::Tensor& t, bool update_error, std::uint64_t, at::Tensor& payload) {
     if (k_ == 0) return device::flag(true, t.device());
+#if ACC_CUDA_KERNELS
+    if (device::cuda_top_k_kernels_for(t)) {
+        // Radix selection: a few passes over t instead of torch.topk and a sort; values and
+        // indices land next to each other, as in the payload, after the kernels' scratch.
+        const std::int64_t scratch = cuda::top_k_scratch_bytes(numel()) / 4;
+        at::Tensor words = at::empty({scratch + 2 * k_}, t.options().dtype(at::kInt));
+        at::Tensor pairs = words.narrow(0, scratch, 2 * k_);
+        indices_ = pairs.narrow(0, k_, k_);
+        return device::kernel_flag(t, [&](bool* ok, void* stream) {
+            auto* values = reinterpret_cast<float*>(pairs.data_ptr<std::int32_t>());
+            cuda::top_k(t.data_ptr<float>(), numel(), k_, update_error, values, indices_.data_ptr<std::int32_t>(),
+                        words.data_ptr(), ok, stream);
+            payload.narrow(0, 0, 8 * k_).copy_(device::bytes_of(pairs));
+        });
+    }
+#endif
     // The exact top k by magnitude (NaN counts as the largest, as on the host), in
     // ascending index order. Among equal magnitudes the choice may differ from the host's.
     // A NaN or an infinity in t is among them, so their magnitudes tell whether t is
@@ -280,6 +300,11 @@ at::Tensor SparseDeviceCodec::encode(at::Tensor& t, bool update_error, std::uint
     payload.narrow(0, 4 * k_, 4 * k_).copy_(device::bytes_of(indices_.to(at::kInt)));
     if (update_error) t.index_fill_(0, indices_, 0.0);
     return magnitudes.lt(std::numeric_limits<double>::infinity()).all();
+}
+
+const at::Tensor& SparseDeviceCodec::last_indices() {
+    if (indices_.defined() && indices_.scalar_type() != at::kLong) indices_ = indices_.to(at::kLong);
+    return indices_;
 }
 
 namespace {

@@ -40,11 +40,12 @@ public:
     at::Tensor decode(const std::vector<at::Tensor>& payloads, at::Tensor& out) override;
 
 protected:
-    const at::Tensor& last_indices() const { return indices_; }
+    /// The last step's chosen indices, ascending (int64; undefined before the first).
+    const at::Tensor& last_indices();
 
 private:
     std::int64_t k_;
-    at::Tensor indices_;  // the last step's, ascending (int64)
+    at::Tensor indices_;  // the last step's, ascending: int64, or int32 from the CUDA kernels
 };
 #endif
 

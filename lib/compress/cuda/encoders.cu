@@ -5,6 +5,7 @@
 
 #include "base/error.hpp"
 #include "compress/counter_random.hpp"
+#include "compress/cuda/topk_select.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -132,6 +133,25 @@ void qsgd_codes(const float* x, std::int64_t n, int levels, std::uint32_t key32,
     else
         qsgd_kernel<std::int16_t><<<blocks, kThreads, 0, s>>>(x, n, levels, key32, payload, buckets, ok);
     check(cudaGetLastError(), "QSGD's CUDA kernel");
+}
+
+std::int64_t top_k_scratch_bytes(std::int64_t n) { return topk::scratch_bytes(n); }
+
+void top_k(float* x, std::int64_t n, std::int64_t k, bool clear, float* values, std::int32_t* indices, void* scratch,
+           bool* ok, void* stream) {
+    if (k < 1 || k > n || n > 0x7fffffff)
+        throw acc::Error("top-k's CUDA kernels: " + std::to_string(k) + " of " + std::to_string(n) + " values");
+    auto s = static_cast<cudaStream_t>(stream);
+    topk::select_top_k(
+        [&](unsigned blocks, int threads, auto kernel, auto... arguments) {
+            kernel<<<blocks, threads, 0, s>>>(arguments...);
+            check(cudaGetLastError(), "top-k's CUDA kernels");
+        },
+        [&](void* p, std::int64_t bytes) {
+            check(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), s), "top-k's CUDA kernels");
+        },
+        [&](bool* flag) { check(cudaMemsetAsync(flag, 1, 1, s), "top-k's CUDA kernels"); }, x, n, k, clear, values,
+        indices, scratch, ok);
 }
 
 }  // namespace acc::compress::cuda

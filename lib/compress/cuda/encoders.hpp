@@ -27,4 +27,15 @@ void half_quotients(const float* x, std::int64_t n, float divisor, std::uint16_t
 void qsgd_codes(const float* x, std::int64_t n, int levels, std::uint32_t key32, std::uint8_t* payload, bool* ok,
                 void* stream);
 
+/// Top-k by magnitude (topk's and DGC's selection, compress/cuda/topk_select.cuh): the k
+/// entries of x of largest magnitude (NaN the largest; among equal magnitudes the first
+/// by position, as the host's top_k_exact), their values into `values` and their indices
+/// into `indices`, in ascending index order; x cleared there where `clear`. `*ok` becomes
+/// whether every chosen value is finite (a NaN or an infinity anywhere in x is chosen).
+/// `scratch`: top_k_scratch_bytes(n) bytes of device memory, 4-byte aligned. Needs
+/// 1 <= k <= n < 2^31.
+std::int64_t top_k_scratch_bytes(std::int64_t n);
+void top_k(float* x, std::int64_t n, std::int64_t k, bool clear, float* values, std::int32_t* indices, void* scratch,
+           bool* ok, void* stream);
+
 }  // namespace acc::compress::cuda
