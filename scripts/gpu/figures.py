@@ -156,6 +156,11 @@ def main():
     text += train_table(train)
     text += ["", "## Compressors over ResNet-18's gradients (fastest of the repetitions)", ""]
     text += compress_table(compress)
+    # bench-compress.sh's profiles (scripts/profile-summary.py's tables), a heading level down.
+    profile = os.path.join(out, "profile.md")
+    if os.path.exists(profile):
+        text += ["", "## Where a step's time goes (compress-bench --profile, 3 steps each)", ""]
+        text += [("#" + line) if line.startswith("#") else line for line in open(profile).read().splitlines()]
     print("\n".join(text))
 
 

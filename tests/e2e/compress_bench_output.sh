@@ -231,4 +231,30 @@ for h, d in zip(host, device):
     assert math.isclose(h["relative_error"], d["relative_error"], rel_tol=1e-4, abs_tol=1e-6), (h, d)
     assert d["encode_seconds"]["median"] > 0 and d["decode_seconds"]["median"] > 0, d
 PY
+
+# --profile: a trace of the timed steps (Chrome trace JSON): one range per compressor and
+# world size holding its steps, each step's ATen operations inside; profile-summary.py
+# reads it back (missing directories are made, as for --output).
+compress-bench --shapes model.txt --compressors topk:0.05,powersgd:2 --world 1,4 --reps 3 --path device \
+    --profile traces/bench.json 2>profile.err || fail "compress-bench --profile: $(cat profile.err)"
+grep -q "wrote traces/bench.json (.* profiled events)" profile.err || fail "--profile did not say what it wrote"
+$ACC_PYTHON - <<'PY' || fail "the trace"
+import json
+events = json.load(open("traces/bench.json"))["traceEvents"]
+assert all(e["ph"] == "X" and e["ts"] >= 0 and e["dur"] >= 0 for e in events), events[:3]
+ranges = [e for e in events if e["cat"] == "range"]
+rows = [e for e in ranges if e["name"] != "step"]
+assert [r["name"] for r in rows] == ["topk:0.05 W=1", "topk:0.05 W=4", "powersgd:2 W=1", "powersgd:2 W=4"], rows
+for row in rows:
+    steps = [e for e in ranges if e["name"] == "step" and row["ts"] <= e["ts"] <= row["ts"] + row["dur"]]
+    assert len(steps) == 3, (row, steps)
+names = {e["name"] for e in events if e["cat"] == "operation"}
+assert {"aten::topk", "aten::bmm"} <= names, sorted(names)[:20]
+PY
+$ACC_PYTHON "$ACC_SOURCE/scripts/profile-summary.py" traces/bench.json --top 3 >summary.md ||
+    fail "profile-summary.py on a trace"
+for line in "### topk:0.05 W=1 (3 steps)" "### powersgd:2 W=4 (3 steps)" "| \`aten::bmm\` |" "| host operation | per step |"; do
+    grep -qF -- "$line" summary.md || fail "profile-summary.py's summary lacks '$line': $(cat summary.md)"
+done
+[ "$(grep -c '^| `' summary.md)" -le 12 ] || fail "--top 3 listed more than 3 operations per compressor"
 finish

@@ -43,6 +43,17 @@ for row in "| 2 | PyTorch eager |" "| 2 | grad-dump |" "| 2 | train-dist --compr
     "| dgc:0.01 encode+decode, tiny shapes, CUDA kernels (ACC_CUDA_KERNELS=all) |"; do
     grep -qF -- "$row" "$WORK/figures.md" || fail "figures.md lacks the row '$row'"
 done
+# Where the time goes: a trace per run and their summaries, in figures.md too.
+for name in flat shapes kernels; do
+    [ -s "$out/profile-$name.json" ] || fail "bench-compress.sh wrote no profile-$name.json"
+done
+for line in "## flat: ACC_CUDA_KERNELS=1 compress-bench --from" "### topk:0.01 W=1 (3 steps)" "### qsgd:127 W=1 (3 steps)" \
+    "## shapes: ACC_CUDA_KERNELS=1 compress-bench --shapes" "### powersgd:2 W=1 (3 steps)" \
+    "## kernels: ACC_CUDA_KERNELS=all compress-bench"; do
+    grep -qF -- "$line" "$out/profile.md" || fail "profile.md lacks '$line': $(cat "$out/profile.md")"
+done
+grep -q "^## Where a step's time goes" "$WORK/figures.md" && grep -q "^#### powersgd:2 W=1 (3 steps)" "$WORK/figures.md" ||
+    fail "figures.md lacks the profiles: $(cat "$WORK/figures.md")"
 # Every goal has a ratio: nothing is "not measured" (whether it is met on this CPU does not matter).
 grep -q "not measured\|failed" "$WORK/figures.md" && fail "figures.md has a row without a figure: $(cat "$WORK/figures.md")"
 [ "$(grep -cE '\| (ok|MISSED) \|$' "$WORK/figures.md")" = 9 ] || fail "figures.md should have 9 verdicts: $(cat "$WORK/figures.md")"

@@ -1,0 +1,98 @@
+#include "app/bench_profile.hpp"
+
+#include "base/error.hpp"
+#include "comm/torch_compat.hpp"
+#include "io/atomic.hpp"
+
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace acc::app {
+
+namespace {
+
+namespace profiler = torch::autograd::profiler;
+namespace profiler_impl = torch::profiler::impl;
+
+profiler_impl::ProfilerConfig config() {
+    return profiler_impl::ProfilerConfig(profiler_impl::ProfilerState::KINETO, /*report_input_shapes=*/false,
+                                         /*profile_memory=*/false);
+}
+
+std::set<profiler_impl::ActivityType> activities(bool cuda) {
+    std::set<profiler_impl::ActivityType> a{profiler_impl::ActivityType::CPU};
+    if (cuda) a.insert(profiler_impl::ActivityType::CUDA);
+    return a;
+}
+
+}  // namespace
+
+BenchProfile::BenchProfile(std::string path, bool cuda) : path_(std::move(path)) {
+    io::check_writable_destination(path_);
+    // A CUDA LibTorch's Kineto looks for GPUs even for a CPU trace and logs an error
+    // where it finds none; a user's own KINETO_LOG_LEVEL wins.
+    if (!cuda) ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
+    try {
+        profiler::prepareProfiler(config(), activities(cuda));
+        profiler::enableProfiler(config(), activities(cuda));
+    } catch (const c10::Error& e) {
+        throw Error(std::string("--profile: LibTorch's profiler did not start: ") + e.what_without_backtrace());
+    }
+    running_ = true;
+}
+
+BenchProfile::~BenchProfile() {
+    if (!running_) return;
+    try {
+        profiler::disableProfiler();
+    } catch (...) {  // nothing to report from a destructor: the run already failed
+    }
+}
+
+std::unique_ptr<at::RecordFunction> BenchProfile::range(const std::string& name) {
+    auto guard = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
+    if (guard->isActive()) guard->before(name);
+    return guard;
+}
+
+std::size_t BenchProfile::finish() {
+    running_ = false;
+    const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
+    const auto& events = result->events();
+    std::uint64_t first = UINT64_MAX;
+    for (const auto& e : events) first = std::min(first, comm::compat::profiled_start_ns(e));
+    nlohmann::json trace = nlohmann::json::array();
+    for (const auto& e : events) {
+        const bool host = e.deviceType() == c10::DeviceType::CPU;
+        const bool range = host && e.scope() == static_cast<std::uint8_t>(at::RecordScope::USER_SCOPE);
+        nlohmann::json event = {
+            {"name", e.name()},
+            {"ph", "X"},
+            {"cat", range ? "range" : host ? "operation" : "device"},
+            {"pid", host ? std::string("host") : "GPU " + std::to_string(static_cast<int>(e.deviceIndex()))},
+            {"tid", host ? static_cast<std::int64_t>(e.startThreadId()) : e.deviceResourceId()},
+            {"ts", static_cast<double>(comm::compat::profiled_start_ns(e) - first) / 1e3},
+            {"dur", static_cast<double>(comm::compat::profiled_duration_ns(e)) / 1e3},
+        };
+        trace.push_back(std::move(event));
+    }
+    const nlohmann::json document = {{"traceEvents", std::move(trace)}, {"displayTimeUnit", "ns"}};
+    io::AtomicPath out(path_);
+    {
+        std::ofstream f(out.temp());
+        f << document.dump() << '\n';
+        if (!f.flush()) throw FileError(path_, "cannot write the trace");
+    }
+    out.commit();
+    return events.size();
+}
+
+}  // namespace acc::app
