@@ -1,6 +1,5 @@
 #include "app/compress_bench.hpp"
 
-#include "app/bench_profile.hpp"
 
 #include "app/training_options.hpp"
 
@@ -21,6 +20,7 @@
 #include "io/output.hpp"
 #include "perf/model.hpp"
 #include "perf/stats.hpp"
+#include "trace/trace.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
@@ -132,11 +132,11 @@ void validate(BenchConfig& c) {
     if (c.device == Device::cuda && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device (this LibTorch was built without CUDA, or no GPU is "
                          "visible); use --device cpu");
-    if (!c.output.empty() || !c.profile.empty()) {
+    if (!c.output.empty() || !c.trace.empty()) {
         const auto& presets = model_presets();
         const bool preset = std::find(presets.begin(), presets.end(), c.shapes) != presets.end();
         check_distinct_files({{"--from", c.from}, {"--shapes", preset ? "" : c.shapes}, {"--comm", c.comm}},
-                             {{"--output", c.output}, {"--profile", c.profile}});
+                             {{"--output", c.output}, {"--trace", c.trace}});
     }
 }
 
@@ -275,9 +275,9 @@ public:
     int run() {
         validate(c_);
         claims_ = io::claim_outputs({c_.output}, "compress-bench", c_.force);
-        if (!c_.profile.empty()) {  // as --output: missing directories made, then checked before any work
-            create_parent_directories(c_.profile);
-            io::check_writable_destination(c_.profile);
+        if (!c_.trace.empty()) {  // as --output: missing directories made, then checked before any work
+            create_parent_directories(c_.trace);
+            io::check_writable_destination(c_.trace);
         }
         at::set_num_threads(static_cast<int>(c_.threads));
         inputs_ = load_inputs(c_, tensors_, source_, model_);
@@ -294,13 +294,13 @@ public:
         for (auto w : c_.worlds)
             baseline_[w] = perf::predict_ddp(net_, static_cast<int>(w), tensor_bytes_, compute_);
         print_header();
-        std::unique_ptr<BenchProfile> profile;
-        if (!c_.profile.empty()) profile = std::make_unique<BenchProfile>(c_.profile, c_.device == Device::cuda);
+        std::unique_ptr<trace::Trace> recording;
+        if (!c_.trace.empty()) recording = std::make_unique<trace::Trace>(c_.trace, c_.device == Device::cuda);
         measure_all();
-        if (profile) {
-            const std::size_t events = profile->finish();
+        if (recording) {
+            const std::size_t events = recording->finish();
             spdlog::info("");
-            spdlog::info("wrote {} ({} profiled events)", c_.profile, events);
+            spdlog::info("wrote {} ({} events)", c_.trace, events);
         }
         if (!c_.output.empty()) {
             io::write_bench(c_.output, file_);
@@ -469,13 +469,13 @@ private:
         const Quality q = quality_of(in, on_host(work));
         std::vector<double> encode, decode;
         {
-            // --profile: the timed steps in a range named as the progress line names them.
-            const auto steps = BenchProfile::range((inputs_.size() > 1 ? in.name + ": " : "") + text +
+            // --trace: the timed steps in a range named as the progress line names them.
+            const auto steps = trace::range((inputs_.size() > 1 ? in.name + ": " : "") + text +
                                                    " W=" + std::to_string(w));
             for (std::int64_t rep = 0; rep < c_.reps; ++rep) {
                 copy_into(in, work);
                 {
-                    const auto one = BenchProfile::range("step");
+                    const auto one = trace::range("step");
                     x.step(work);
                 }
                 encode.push_back(x.last_step().encode_seconds);
@@ -724,7 +724,7 @@ void add_run_options(CLI::App& app, BenchConfig& config) {
     app.add_option("-o,--output", config.output, "Results file to write (format accordion.compress-bench)")
         ->type_name("BENCH.h5");
     app.add_flag("--force", config.force, "Replace an output file that is read-only or not an HDF5 file");
-    app.add_option("--profile", config.profile,
+    app.add_option("--trace", config.trace,
                    "Write a trace of the timed steps (Chrome trace JSON, for chrome://tracing or ui.perfetto.dev): "
                    "the host's ATen operations and, on a GPU, each kernel, copy and memset with its device time. "
                    "The profiler slows the host: take timings from a run without it")

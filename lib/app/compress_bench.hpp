@@ -56,7 +56,7 @@ struct BenchConfig {
     /// The compressor code that runs; unset: host on the CPU, device on a GPU.
     std::optional<CompressorPath> path;
     std::string output;                    ///< bench.h5 to write; empty: none
-    std::string profile;                   ///< a trace of the timed steps to write (Chrome trace JSON); empty: none
+    std::string trace;                     ///< a trace of the timed steps to write (Chrome trace JSON); empty: none
     bool force = false;                    ///< replace an output that is read-only or not HDF5
     bool csv = false;                      ///< the results as CSV on stdout
     bool json = false;                     ///< the results as JSON on stdout

@@ -1,9 +1,11 @@
 #include "app/data_parallel.hpp"
 
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "base/text.hpp"
 #include "cli/json.hpp"
 #include "comm/process_group.hpp"
+#include "io/atomic.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -55,6 +57,10 @@ DataParallelRank::DataParallelRank(const train::TrainConfig& t, comm::ProcessGro
 DataParallelRank::~DataParallelRank() = default;
 
 void DataParallelRank::build(const std::function<void(const train::Dataset&)>& opened) {
+    if (!t_.trace.empty() && session_.leader()) {  // --trace: refused before any work, as outputs are
+        create_parent_directories(t_.trace);
+        io::check_writable_destination(t_.trace);
+    }
     data_ = train::open_dataset(t_.data, t_.seed);
     text_ = data_->info().shape.input.empty();
     if (opened) opened(*data_);
@@ -118,7 +124,23 @@ void DataParallelRank::train_epochs(std::int64_t start) {
     std::int64_t steps = 0;  // at today's batch size: a batch schedule may change it
     for (std::int64_t e = start; e < t_.epochs; ++e) steps += trainer_->steps_in_epoch(e);
     progress.begin_run(steps);
+    watch_traced_steps();
     for (std::int64_t epoch = start; epoch < t_.epochs; ++epoch) train_epoch(epoch, progress);
+}
+
+// --trace: rank 0 traces steps 10 to 19 of the first epoch it trains (the last ten
+// of a shorter one), after the first steps have warmed caches and allocators.
+void DataParallelRank::watch_traced_steps() {
+    if (t_.trace.empty() || !session_.leader()) return;
+    train::StepWindow window;
+    window.start = [this] { trace_ = std::make_unique<trace::Trace>(t_.trace, t_.device == acc::Device::cuda); };
+    window.stop = [this](std::int64_t epoch, std::int64_t first, std::int64_t last) {
+        const std::size_t events = trace_->finish();
+        trace_.reset();
+        spdlog::info("wrote {}: epoch {}, steps {} to {} ({} events)", t_.trace, epoch, first, last - 1,
+                     events);
+    };
+    trainer_->watch_steps(std::move(window));
 }
 
 void DataParallelRank::train_epoch(std::int64_t epoch, cli::Progress& progress) {

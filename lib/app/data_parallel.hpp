@@ -11,6 +11,7 @@
 #include "app/rank_session.hpp"
 #include "base/provenance.hpp"
 #include "cli/progress.hpp"
+#include "trace/trace.hpp"
 #include "train/config.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
@@ -113,9 +114,11 @@ protected:
     std::unique_ptr<train::Trainer> trainer_;
     std::vector<torch::Tensor> tensors_;  // the model's parameters
     nlohmann::json history_ = nlohmann::json::array();
+    std::unique_ptr<trace::Trace> trace_;  // --trace, while its window of steps runs
 
 private:
     void train_epoch(std::int64_t epoch, cli::Progress& progress);
+    void watch_traced_steps();
     EpochSummary summarize(std::int64_t epoch, const EpochPlan& plan, const train::EpochResult& r);
 
     bool text_ = false;

@@ -53,7 +53,7 @@ void validate(GradDumpConfig& c) {
             throw UsageError("--snapshot-epochs: epoch " + std::to_string(e) + " is not among the " +
                              std::to_string(c.train.epochs) + " epochs trained (they count from 0)");
     if (c.checkpoint.empty()) c.checkpoint = checkpoint_beside(c.output);
-    check_distinct_files({}, {{"--output", c.output}, {"--checkpoint", c.checkpoint}});
+    check_distinct_files({}, {{"--output", c.output}, {"--checkpoint", c.checkpoint}, {"--trace", c.train.trace}});
     if (c.train.device == acc::Device::cuda && !torch::cuda::is_available())
         throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
 }

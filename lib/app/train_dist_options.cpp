@@ -262,7 +262,8 @@ void validate(const TrainDistConfig& c) {
         throw UsageError("--first-bucket-mb: must be a number > 0");
     if (c.dgc_warmup_epochs < 0) throw UsageError("--dgc-warmup-epochs: must be >= 0");
     if (c.metrics.empty()) throw UsageError("--metrics: must name a file");
-    check_distinct_files({{"--schedule", c.schedule}}, {{"--metrics", c.metrics}, {"checkpoint", checkpoint_path(c)}});
+    check_distinct_files({{"--schedule", c.schedule}},
+                         {{"--metrics", c.metrics}, {"checkpoint", checkpoint_path(c)}, {"--trace", c.train.trace}});
 }
 
 std::string checkpoint_path(const TrainDistConfig& c) {

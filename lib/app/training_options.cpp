@@ -162,6 +162,12 @@ void add_run_options(CLI::App& app, train::TrainConfig& c) {
         ->check(cli::whole_number(0, cli::kMaxThreads))
         ->group(train_group);
     add_device_option(app, c.device, "Where to train: cpu, or cuda with a CUDA build of LibTorch")->group(train_group);
+    app.add_option("--trace", c.trace,
+                   "Trace steps 10 to 19 of the first epoch trained (rank 0; Chrome trace JSON, for "
+                   "chrome://tracing or ui.perfetto.dev): the host's ATen operations and, on a GPU, each kernel, "
+                   "copy and memset with its device time. That epoch's time includes the profiler's")
+        ->type_name("TRACE.json")
+        ->group(train_group);
 }
 
 }  // namespace

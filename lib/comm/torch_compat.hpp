@@ -30,8 +30,6 @@
 #include <limits>
 #include <memory>
 #include <string>
-#include <type_traits>
-#include <utility>
 #include <vector>
 
 namespace acc::comm::compat {
@@ -161,28 +159,6 @@ inline double elapsed_ms(const c10::Event& start, const c10::Event& end) {
     (void)end;
     return std::numeric_limits<double>::quiet_NaN();
 #endif
-}
-
-/// A profiler event's start and duration in nanoseconds (KinetoEvent: startUs and
-/// durationUs in 1.13, startNs and durationNs in 2.x; told apart by what it has).
-template <class Event, class = void>
-struct ProfilerNanoseconds : std::false_type {};
-template <class Event>
-struct ProfilerNanoseconds<Event, std::void_t<decltype(std::declval<const Event&>().startNs())>> : std::true_type {};
-
-template <class Event>
-std::uint64_t profiled_start_ns(const Event& e) {
-    if constexpr (ProfilerNanoseconds<Event>::value)
-        return e.startNs();
-    else
-        return e.startUs() * 1000;
-}
-template <class Event>
-std::uint64_t profiled_duration_ns(const Event& e) {
-    if constexpr (ProfilerNanoseconds<Event>::value)
-        return e.durationNs();
-    else
-        return e.durationUs() * 1000;
 }
 
 /// "1.13.0"

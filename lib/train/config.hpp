@@ -50,6 +50,8 @@ struct TrainConfig {
     std::uint64_t seed = 42;
     int threads = 0;             ///< CPU threads for LibTorch; 0: its default
     Device device = Device::cpu;
+    /// A trace of a window of steps to write (rank 0; Chrome trace JSON, profile/trace.hpp); empty: none
+    std::string trace;
 };
 
 /// Names accepted by --dataset (--model's: model_names()).

@@ -4,7 +4,9 @@
 #include "base/hash.hpp"
 #include "io/atomic.hpp"
 #include "io/h5.hpp"
+#include "trace/trace.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -416,9 +418,32 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
     const bool batched_callback =
         on_step && options_.device.is_cuda() && !(recorder_ && recorder_->keeps_step_norms());
     PendingSteps pending(on_step, epoch);
-    for (std::int64_t i = 0; i < batches->size(); ++i) {
+    // The window of watched steps (--trace): this epoch's, clipped to its end.
+    std::optional<StepWindow> window = std::move(window_);
+    window_.reset();
+    const std::int64_t steps = batches->size();
+    std::int64_t window_first = -1, window_last = -1;
+    if (window && window->count > 0 && steps > 0) {
+        window_first = std::min(window->first, std::max<std::int64_t>(0, steps - window->count));
+        window_last = std::min(steps, window_first + window->count);
+    }
+    std::unique_ptr<at::RecordFunction> window_range;
+    for (std::int64_t i = 0; i < steps; ++i) {
+        if (i == window_first) {
+            window->start();
+            window_range = trace::range("epoch " + std::to_string(epoch) + ", steps " +
+                                          std::to_string(window_first) + " to " + std::to_string(window_last - 1));
+        }
+        auto step_range = trace::range("step");
         const auto step_started = std::chrono::steady_clock::now();
+        std::unique_ptr<at::RecordFunction> part;
+        auto next_part = [&part](const char* name) {
+            part.reset();  // ended before the next begins
+            part = trace::range(name);
+        };
+        next_part("data");
         Batch batch = batches->get(i);
+        next_part("forward and backward");
         const StepInfo info{epoch, i, global_step_, lr, batch.samples, step_started};
         torch::Tensor step_loss = forward_backward(batch, info, correct);
         double step_loss_value = NAN;
@@ -431,14 +456,22 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
         }
         step_gradients(gradients);
         if (recorder_) recorder_->add(gradients);
+        next_part("gradient exchange");
         if (exchange_) exchange_->exchange(gradients, info);
+        next_part("optimizer");
         sgd_.step(gradients, lr);
+        part.reset();
         ++global_step_;
         ++result.steps;
         result.samples += batch.samples;
         loss_sum.add_(step_loss.mul(static_cast<double>(batch.samples)));
         if (batched_callback) pending.add(info, step_loss, batch.samples);
         else if (on_step) on_step(info, step_loss_value, batch.samples);
+        step_range.reset();
+        if (i + 1 == window_last) {
+            window_range.reset();
+            window->stop(epoch, window_first, window_last);
+        }
     }
     if (exchange_) exchange_->settle();  // before the losses, which a NaN gradient made NaN
     pending.deliver();

@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,18 @@ inline constexpr const char* kCheckpointFormat = "accordion.checkpoint";
 /// ends when a recorder keeps per-step norms).
 using StepCallback = std::function<void(const StepInfo&, double loss, std::int64_t samples)>;
 
+/// A window of training steps (--trace): steps [first, first + count) of the next
+/// epoch trained, or its last `count` steps where it is shorter, run between start()
+/// and stop(). Every step is a trace range "step" (trace::range), the window a range
+/// "epoch E, steps A to B", the step's parts ranges of their own (data, forward and
+/// backward, gradient exchange, optimizer).
+struct StepWindow {
+    std::int64_t first = 10;
+    std::int64_t count = 10;
+    std::function<void()> start;
+    std::function<void(std::int64_t epoch, std::int64_t first, std::int64_t last)> stop;  ///< steps [first, last)
+};
+
 struct TrainerOptions {
     std::int64_t batch_size = 128;
     std::int64_t micro_batch_size = 0;  ///< 0: the whole batch at once
@@ -186,6 +199,8 @@ public:
     void set_exchange(GradientSync* exchange) { exchange_ = exchange; }
     /// The recorder that sees every step's raw local gradient; nullptr: none.
     void set_recorder(GradientRecorder* recorder) { recorder_ = recorder; }
+    /// Runs the next epoch's window of steps between its start() and stop() (once).
+    void watch_steps(StepWindow window) { window_ = std::move(window); }
 
     Sgd& optimizer() { return sgd_; }
     std::int64_t batch_size() const { return options_.batch_size; }
@@ -227,6 +242,7 @@ private:
     std::vector<torch::Tensor> parameters_;
     std::vector<io::Parameter> description_;
     Sgd sgd_;
+    std::optional<StepWindow> window_;
     GradientSync* exchange_ = nullptr;
     GradientRecorder* recorder_ = nullptr;
     std::int64_t global_step_ = 0;

@@ -7,8 +7,8 @@
 #   topk:0.01, dgc:0.01 encode + decode, ResNet-18's shapes (their batches of tensors; no goal)
 #   topk:0.01 encode again, and top-k and DGC over ResNet-18's shapes again, with top-k's
 #   CUDA kernels (ACC_CUDA_KERNELS=all: radix selection instead of torch.topk)
-#   where each step's time goes: compress-bench --profile over 3 steps of each, traces in
-#   OUTDIR/profile-*.json and scripts/profile-summary.py's tables in OUTDIR/profile.md
+#   where each step's time goes: compress-bench --trace over 3 steps of each, traces in
+#   OUTDIR/trace-*.json and scripts/trace-summary.py's tables in OUTDIR/traces-compress.md
 # The toolkit's side is `compress-bench --device cuda` with the options and JSON
 # output it has on the CPU; PyTorch's side and the copy bandwidth (a device-to-device
 # copy of the same bytes) come from scripts/gpu/bench_compress_torch.py. Each
@@ -103,30 +103,30 @@ else
 fi
 # Where the time goes: traces of a few steps, summarised (no figure of their own; the
 # profiler slows the host, so these runs time nothing).
-prof=(-q --world 1 --reps 3 --vectors compress --path device)
-[ "$device" = cpu ] || prof+=(--device "$device")
-[ "$threads" -gt 0 ] && prof+=(--threads "$threads")
-# profile NAME KERNELS COMPRESS-BENCH-OPTIONS...: OUTDIR/profile-NAME.json and its summary
+traced=(-q --world 1 --reps 3 --vectors compress --path device)
+[ "$device" = cpu ] || traced+=(--device "$device")
+[ "$threads" -gt 0 ] && traced+=(--threads "$threads")
+# trace NAME KERNELS COMPRESS-BENCH-OPTIONS...: OUTDIR/trace-NAME.json and its summary
 # (KERNELS: ACC_CUDA_KERNELS's value, 1 for the default kernels).
-profile() {
+trace() {
     local name=$1 kernels=$2 shown
     shift 2
     shown=$*
     shown=${shown//$work\//} # the snapshot's temporary directory left out
-    echo "bench-compress: ACC_CUDA_KERNELS=$kernels compress-bench --profile $out/profile-$name.json $shown" >&2
-    if ACC_CUDA_KERNELS=$kernels "$bin" "${prof[@]}" --profile "$out/profile-$name.json" "$@" \
-        >/dev/null 2>"$out/logs/compress-bench-profile-$name.log" &&
-        "$python" scripts/profile-summary.py "$out/profile-$name.json" >"$work/profile-$name.md"; then
-        { echo "## $name: ACC_CUDA_KERNELS=$kernels compress-bench $shown"; echo; cat "$work/profile-$name.md"; } \
-            >>"$out/profile.md"
+    echo "bench-compress: ACC_CUDA_KERNELS=$kernels compress-bench --trace $out/trace-$name.json $shown" >&2
+    if ACC_CUDA_KERNELS=$kernels "$bin" "${traced[@]}" --trace "$out/trace-$name.json" "$@" \
+        >/dev/null 2>"$out/logs/compress-bench-trace-$name.log" &&
+        "$python" scripts/trace-summary.py "$out/trace-$name.json" >"$work/trace-$name.md"; then
+        { echo "## $name: ACC_CUDA_KERNELS=$kernels compress-bench $shown"; echo; cat "$work/trace-$name.md"; } \
+            >>"$out/traces-compress.md"
     else
-        fail "profile-$name" "compress-bench-profile-$name.log"
+        fail "trace-$name" "compress-bench-trace-$name.log"
     fi
 }
-rm -f "$out/profile.md"
-profile flat 1 --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127
-profile shapes 1 --shapes "$preset" --compressors powersgd:2,topk:0.01,dgc:0.01
-profile kernels all --from "$work/flat.h5" --compressors topk:0.01
+rm -f "$out/traces-compress.md"
+trace flat 1 --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127
+trace shapes 1 --shapes "$preset" --compressors powersgd:2,topk:0.01,dgc:0.01
+trace kernels all --from "$work/flat.h5" --compressors topk:0.01
 echo "bench-compress: PyTorch side (scripts/gpu/bench_compress_torch.py --device $device)" >&2
 if "$python" scripts/gpu/bench_compress_torch.py --device "$device" --reps "$reps" --values "$values" \
     --shapes "$shapes" "${thread_args[@]}" >"$work/torch.json" 2>"$out/logs/compress-torch.log" &&

@@ -9,7 +9,9 @@
 # The toolkit's figure is images per second over its epochs after the first (which
 # warms up): $EPOCHS epochs (default 3) of $STEPS steps (default 50). Each
 # measurement appends one JSON line to OUTDIR/train.jsonl (an "error" line when a
-# run fails; the others go on) and keeps its output in OUTDIR/logs/.
+# run fails; the others go on) and keeps its output in OUTDIR/logs/. The train-dist
+# runs also trace steps 10 to 19 of their first epoch, which the figure leaves out
+# (--trace: OUTDIR/trace-train-SPEC-BATCH.json, summarised in OUTDIR/traces-train.md).
 #   scripts/gpu/bench-train.sh [OUTDIR]          OUTDIR defaults to gpu-results
 # DEVICE=cpu (with small BATCHES, STEPS, TORCH_STEPS) checks the script without a GPU.
 set -euo pipefail
@@ -80,6 +82,18 @@ for batch in $batches; do
     for spec in none powersgd:2; do
         rm -rf "$work/ckpt"
         record "$batch" "train-dist --compress $spec" "train-dist-${spec/:/}-$batch.log" "$bin/train-dist" \
-            "${common[@]}" --compress "$spec" --metrics "$work/metrics.h5" --checkpoint-dir "$work/ckpt"
+            "${common[@]}" --compress "$spec" --metrics "$work/metrics.h5" --checkpoint-dir "$work/ckpt" \
+            --trace "$out/trace-train-${spec/:/}-$batch.json"
+    done
+done
+
+# Where a training step's time goes: the traces summarised (scripts/trace-summary.py).
+rm -f "$out/traces-train.md"
+for batch in $batches; do
+    for spec in none powersgd:2; do
+        trace=$out/trace-train-${spec/:/}-$batch.json
+        [ -s "$trace" ] || continue
+        { echo "## train-dist --compress $spec, batch $batch"; echo
+          "$python" scripts/trace-summary.py "$trace" 2>&1; } >>"$out/traces-train.md"
     done
 done

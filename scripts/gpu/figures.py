@@ -156,11 +156,14 @@ def main():
     text += train_table(train)
     text += ["", "## Compressors over ResNet-18's gradients (fastest of the repetitions)", ""]
     text += compress_table(compress)
-    # bench-compress.sh's profiles (scripts/profile-summary.py's tables), a heading level down.
-    profile = os.path.join(out, "profile.md")
-    if os.path.exists(profile):
-        text += ["", "## Where a step's time goes (compress-bench --profile, 3 steps each)", ""]
-        text += [("#" + line) if line.startswith("#") else line for line in open(profile).read().splitlines()]
+    # The benchmarks' traces (scripts/trace-summary.py's tables), a heading level down.
+    for name, title in (("traces-train.md", "Where a training step's time goes (train-dist --trace: steps 10 to 19 "
+                                            "of the first epoch, which the figures leave out)"),
+                        ("traces-compress.md", "Where a compressor's step goes (compress-bench --trace, 3 steps each)")):
+        path = os.path.join(out, name)
+        if os.path.exists(path):
+            text += ["", "## " + title, ""]
+            text += [("#" + line) if line.startswith("#") else line for line in open(path).read().splitlines()]
     print("\n".join(text))
 
 

@@ -14,8 +14,8 @@
 #       the benchmarks with --device cpu and tiny sizes
 # The GPU machine returns at most 8 files, so OUTDIR ($OUT when set, else gpu-results)
 # gets four: gpu-results.tar.gz (everything: logs/, steps.tsv, the measurements'
-# train.jsonl and compress.jsonl, the compressors' traces profile-*.json and their
-# summaries profile.md, figures.md, summary.txt), and summary.txt, steps.tsv
+# train.jsonl and compress.jsonl, the traces trace-*.json of training and compressor steps
+# and their summaries traces-train.md and traces-compress.md, figures.md, summary.txt), and summary.txt, steps.tsv
 # and figures.md to read at once. They are rewritten after every step, so that a call
 # stopped at its limit still returns what was done.
 # A failing step (a benchmark with a failed measurement too) is recorded in steps.tsv

@@ -166,15 +166,15 @@ expect_exit 2 "^compress-bench: error: --output model.txt: is the same file as -
 ln keep.h5 linked.h5
 expect_exit 2 "is the same file as --from keep.h5" -- compress-bench --from keep.h5 "${quick[@]}" -o linked.h5
 cmp -s good.h5 keep.h5 || fail "compress-bench replaced its input"
-expect_exit 2 "^compress-bench: error: --profile ./keep.h5: is the same file as --from keep.h5" -- \
-    compress-bench --from keep.h5 "${quick[@]}" --profile ./keep.h5
-expect_exit 2 "^compress-bench: error: --profile out.h5: is the same file as --output out.h5" -- \
-    compress-bench --shapes model.txt "${quick[@]}" -o out.h5 --profile out.h5
+expect_exit 2 "^compress-bench: error: --trace ./keep.h5: is the same file as --from keep.h5" -- \
+    compress-bench --from keep.h5 "${quick[@]}" --trace ./keep.h5
+expect_exit 2 "^compress-bench: error: --trace out.h5: is the same file as --output out.h5" -- \
+    compress-bench --shapes model.txt "${quick[@]}" -o out.h5 --trace out.h5
 # A trace that cannot be written is refused before any measurement.
 expect_exit 1 "^compress-bench: error: notes.h5/trace.json: " -- \
-    compress-bench --shapes model.txt "${quick[@]}" --profile notes.h5/trace.json
+    compress-bench --shapes model.txt "${quick[@]}" --trace notes.h5/trace.json
 grep -q "compressor .* W .* sent" "$WORK/err" && fail "compress-bench measured before refusing the trace's path"
 cmp -s good.h5 keep.h5 || fail "compress-bench replaced its input"
-expect_exit 1 "^profile-summary.py: error: notes.h5: not a trace of compress-bench --profile" -- \
-    "$ACC_PYTHON" "$ACC_SOURCE/scripts/profile-summary.py" notes.h5
+expect_exit 1 "^trace-summary.py: error: notes.h5: not a trace written by --trace" -- \
+    "$ACC_PYTHON" "$ACC_SOURCE/scripts/trace-summary.py" notes.h5
 finish

@@ -232,12 +232,12 @@ for h, d in zip(host, device):
     assert d["encode_seconds"]["median"] > 0 and d["decode_seconds"]["median"] > 0, d
 PY
 
-# --profile: a trace of the timed steps (Chrome trace JSON): one range per compressor and
-# world size holding its steps, each step's ATen operations inside; profile-summary.py
+# --trace: a trace of the timed steps (Chrome trace JSON): one range per compressor and
+# world size holding its steps, each step's ATen operations inside; trace-summary.py
 # reads it back (missing directories are made, as for --output).
 compress-bench --shapes model.txt --compressors topk:0.05,powersgd:2 --world 1,4 --reps 3 --path device \
-    --profile traces/bench.json 2>profile.err || fail "compress-bench --profile: $(cat profile.err)"
-grep -q "wrote traces/bench.json (.* profiled events)" profile.err || fail "--profile did not say what it wrote"
+    --trace traces/bench.json 2>trace.err || fail "compress-bench --trace: $(cat trace.err)"
+grep -q "wrote traces/bench.json (.* events)" trace.err || fail "--trace did not say what it wrote"
 $ACC_PYTHON - <<'PY' || fail "the trace"
 import json
 events = json.load(open("traces/bench.json"))["traceEvents"]
@@ -251,10 +251,10 @@ for row in rows:
 names = {e["name"] for e in events if e["cat"] == "operation"}
 assert {"aten::topk", "aten::bmm"} <= names, sorted(names)[:20]
 PY
-$ACC_PYTHON "$ACC_SOURCE/scripts/profile-summary.py" traces/bench.json --top 3 >summary.md ||
-    fail "profile-summary.py on a trace"
+$ACC_PYTHON "$ACC_SOURCE/scripts/trace-summary.py" traces/bench.json --top 3 >summary.md ||
+    fail "trace-summary.py on a trace"
 for line in "### topk:0.05 W=1 (3 steps)" "### powersgd:2 W=4 (3 steps)" "| \`aten::bmm\` |" "| host operation | per step |"; do
-    grep -qF -- "$line" summary.md || fail "profile-summary.py's summary lacks '$line': $(cat summary.md)"
+    grep -qF -- "$line" summary.md || fail "trace-summary.py's summary lacks '$line': $(cat summary.md)"
 done
 [ "$(grep -c '^| `' summary.md)" -le 12 ] || fail "--top 3 listed more than 3 operations per compressor"
 finish

@@ -45,15 +45,22 @@ for row in "| 2 | PyTorch eager |" "| 2 | grad-dump |" "| 2 | train-dist --compr
 done
 # Where the time goes: a trace per run and their summaries, in figures.md too.
 for name in flat shapes kernels; do
-    [ -s "$out/profile-$name.json" ] || fail "bench-compress.sh wrote no profile-$name.json"
+    [ -s "$out/trace-$name.json" ] || fail "bench-compress.sh wrote no trace-$name.json"
 done
 for line in "## flat: ACC_CUDA_KERNELS=1 compress-bench --from" "### topk:0.01 W=1 (3 steps)" "### qsgd:127 W=1 (3 steps)" \
     "## shapes: ACC_CUDA_KERNELS=1 compress-bench --shapes" "### powersgd:2 W=1 (3 steps)" \
     "## kernels: ACC_CUDA_KERNELS=all compress-bench"; do
-    grep -qF -- "$line" "$out/profile.md" || fail "profile.md lacks '$line': $(cat "$out/profile.md")"
+    grep -qF -- "$line" "$out/traces-compress.md" || fail "traces-compress.md lacks '$line': $(cat "$out/traces-compress.md")"
 done
-grep -q "^## Where a step's time goes" "$WORK/figures.md" && grep -q "^#### powersgd:2 W=1 (3 steps)" "$WORK/figures.md" ||
-    fail "figures.md lacks the profiles: $(cat "$WORK/figures.md")"
+for spec in none powersgd2; do
+    [ -s "$out/trace-train-$spec-2.json" ] || fail "bench-train.sh wrote no trace-train-$spec-2.json"
+done
+for line in "## train-dist --compress none, batch 2" "## train-dist --compress powersgd:2, batch 2" \
+    "### epoch 0, steps 0 to 0 (1 step)" "Parts of a step: data"; do
+    grep -qF -- "$line" "$out/traces-train.md" || fail "traces-train.md lacks '$line': $(cat "$out/traces-train.md")"
+done
+grep -q "^## Where a compressor's step goes" "$WORK/figures.md" && grep -q "^#### powersgd:2 W=1 (3 steps)" "$WORK/figures.md" &&
+    grep -q "^## Where a training step's time goes" "$WORK/figures.md" || fail "figures.md lacks the traces: $(cat "$WORK/figures.md")"
 # Every goal has a ratio: nothing is "not measured" (whether it is met on this CPU does not matter).
 grep -q "not measured\|failed" "$WORK/figures.md" && fail "figures.md has a row without a figure: $(cat "$WORK/figures.md")"
 [ "$(grep -cE '\| (ok|MISSED) \|$' "$WORK/figures.md")" = 9 ] || fail "figures.md should have 9 verdicts: $(cat "$WORK/figures.md")"

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Where a compressor's step goes, from a trace written by `compress-bench --profile`.
+"""Where a compressor's step goes, from a trace written by `compress-bench --trace`.
 
-    scripts/profile-summary.py TRACE.json [--top N]
+    scripts/trace-summary.py TRACE.json [--top N]
 
 For each compressor (the trace's ranges, one per compressor and world size, each
-holding its timed steps), per step: the time from the step's start to its end, the
+holding its timed steps) or window of training steps (train-dist and grad-dump
+--trace; with the time of each part of a step), per step: the time from the step's start to its end, the
 operations the host issued (ATen operations called by the toolkit, not the ones they
 call), and on a GPU the device's busy time (kernels, copies and memsets, overlaps
 counted once) with the activities that took most of it. Where the device is idle for
@@ -22,12 +23,13 @@ def load(path):
         with open(path) as f:
             events = json.load(f)["traceEvents"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        sys.exit(f"profile-summary.py: error: {path}: not a trace of compress-bench --profile ({e})")
+        sys.exit(f"trace-summary.py: error: {path}: not a trace written by --trace ({e})")
     return [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
 
 
 def inside(event, start, end):
-    return start <= event["ts"] and event["ts"] + event["dur"] <= end + 1e-3
+    # LibTorch 1.13 gives whole microseconds: a range may end a microsecond after its parent.
+    return start <= event["ts"] and event["ts"] + event["dur"] <= end + 1.0
 
 
 def busy(intervals):
@@ -62,7 +64,11 @@ def top_level(operations):
 def summarize(events, top):
     ranges = sorted((e for e in events if e.get("cat") == "range"), key=lambda e: e["ts"])
     steps = [e for e in ranges if e["name"] == "step"]
-    rows = [e for e in ranges if e["name"] != "step"]
+    # A compressor's steps (compress-bench), or a window of training steps (--trace of
+    # train-dist and grad-dump): the ranges that hold steps. The ranges inside a step
+    # are its parts.
+    rows = [e for e in ranges if e["name"] != "step" and any(inside(s, e["ts"], e["ts"] + e["dur"]) for s in steps)]
+    others = [e for e in ranges if e["name"] != "step" and e not in rows]
     device = [e for e in events if e.get("cat") == "device"]
     operations = top_level([e for e in events if e.get("cat") == "operation"])
     lines = []
@@ -83,6 +89,12 @@ def summarize(events, top):
             text += (f", device busy {on / 1e3:.3f} ms ({100 * on / span if span else 0:.0f}%) in "
                      f"{len(acts) / n:.0f} activities")
         lines.append(text + ".")
+        parts = defaultdict(float)
+        for e in others:
+            if any(inside(e, s["ts"], s["ts"] + s["dur"]) for s in mine):
+                parts[e["name"]] += e["dur"]
+        if parts:
+            lines.append("Parts of a step: " + ", ".join(f"{name} {t / n / 1e3:.3f} ms" for name, t in parts.items()) + ".")
         lines.append("")
         what, items = ("device activity", acts) if acts else ("host operation", ops)
         totals, counts = defaultdict(float), defaultdict(int)
@@ -102,7 +114,7 @@ def summarize(events, top):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("trace", help="a trace written by compress-bench --profile")
+    ap.add_argument("trace", help="a trace written by --trace (compress-bench, train-dist, grad-dump)")
     ap.add_argument("--top", type=int, default=8, help="activities (or operations) listed per compressor [8]")
     args = ap.parse_args()
     if args.top < 1:

@@ -1,7 +1,6 @@
-#include "app/bench_profile.hpp"
+#include "trace/trace.hpp"
 
 #include "base/error.hpp"
-#include "comm/torch_compat.hpp"
 #include "io/atomic.hpp"
 
 #include <nlohmann/json.hpp>
@@ -13,9 +12,10 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 
-namespace acc::app {
+namespace acc::trace {
 
 namespace {
 
@@ -33,9 +33,33 @@ std::set<profiler_impl::ActivityType> activities(bool cuda) {
     return a;
 }
 
+// An event's start and duration in nanoseconds: LibTorch 1.13's KinetoEvent has startUs
+// and durationUs, 2.x's startNs and durationNs (told apart by what the type has, not
+// by version).
+template <class Event, class = void>
+struct Nanoseconds : std::false_type {};
+template <class Event>
+struct Nanoseconds<Event, std::void_t<decltype(std::declval<const Event&>().startNs())>> : std::true_type {};
+
+template <class Event>
+std::uint64_t start_ns(const Event& e) {
+    if constexpr (Nanoseconds<Event>::value)
+        return e.startNs();
+    else
+        return e.startUs() * 1000;
+}
+
+template <class Event>
+std::uint64_t duration_ns(const Event& e) {
+    if constexpr (Nanoseconds<Event>::value)
+        return e.durationNs();
+    else
+        return e.durationUs() * 1000;
+}
+
 }  // namespace
 
-BenchProfile::BenchProfile(std::string path, bool cuda) : path_(std::move(path)) {
+Trace::Trace(std::string path, bool cuda) : path_(std::move(path)) {
     io::check_writable_destination(path_);
     // A CUDA LibTorch's Kineto looks for GPUs even for a CPU trace and logs an error
     // where it finds none; a user's own KINETO_LOG_LEVEL wins.
@@ -44,12 +68,12 @@ BenchProfile::BenchProfile(std::string path, bool cuda) : path_(std::move(path))
         profiler::prepareProfiler(config(), activities(cuda));
         profiler::enableProfiler(config(), activities(cuda));
     } catch (const c10::Error& e) {
-        throw Error(std::string("--profile: LibTorch's profiler did not start: ") + e.what_without_backtrace());
+        throw Error(std::string("--trace: LibTorch's profiler did not start: ") + e.what_without_backtrace());
     }
     running_ = true;
 }
 
-BenchProfile::~BenchProfile() {
+Trace::~Trace() {
     if (!running_) return;
     try {
         profiler::disableProfiler();
@@ -57,30 +81,30 @@ BenchProfile::~BenchProfile() {
     }
 }
 
-std::unique_ptr<at::RecordFunction> BenchProfile::range(const std::string& name) {
+std::unique_ptr<at::RecordFunction> range(const std::string& name) {
     auto guard = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
     if (guard->isActive()) guard->before(name);
     return guard;
 }
 
-std::size_t BenchProfile::finish() {
+std::size_t Trace::finish() {
     running_ = false;
     const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
     const auto& events = result->events();
     std::uint64_t first = UINT64_MAX;
-    for (const auto& e : events) first = std::min(first, comm::compat::profiled_start_ns(e));
+    for (const auto& e : events) first = std::min(first, start_ns(e));
     nlohmann::json trace = nlohmann::json::array();
     for (const auto& e : events) {
         const bool host = e.deviceType() == c10::DeviceType::CPU;
-        const bool range = host && e.scope() == static_cast<std::uint8_t>(at::RecordScope::USER_SCOPE);
+        const bool ranged = host && e.scope() == static_cast<std::uint8_t>(at::RecordScope::USER_SCOPE);
         nlohmann::json event = {
             {"name", e.name()},
             {"ph", "X"},
-            {"cat", range ? "range" : host ? "operation" : "device"},
+            {"cat", ranged ? "range" : host ? "operation" : "device"},
             {"pid", host ? std::string("host") : "GPU " + std::to_string(static_cast<int>(e.deviceIndex()))},
             {"tid", host ? static_cast<std::int64_t>(e.startThreadId()) : e.deviceResourceId()},
-            {"ts", static_cast<double>(comm::compat::profiled_start_ns(e) - first) / 1e3},
-            {"dur", static_cast<double>(comm::compat::profiled_duration_ns(e)) / 1e3},
+            {"ts", static_cast<double>(start_ns(e) - first) / 1e3},
+            {"dur", static_cast<double>(duration_ns(e)) / 1e3},
         };
         trace.push_back(std::move(event));
     }
@@ -95,4 +119,4 @@ std::size_t BenchProfile::finish() {
     return events.size();
 }
 
-}  // namespace acc::app
+}  // namespace acc::trace
