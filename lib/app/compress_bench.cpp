@@ -1,6 +1,5 @@
 #include "app/compress_bench.hpp"
 
-
 #include "app/training_options.hpp"
 
 #include "base/clock.hpp"
@@ -470,8 +469,8 @@ private:
         std::vector<double> encode, decode;
         {
             // --trace: the timed steps in a range named as the progress line names them.
-            const auto steps = trace::range((inputs_.size() > 1 ? in.name + ": " : "") + text +
-                                                   " W=" + std::to_string(w));
+            const auto steps =
+                trace::range((inputs_.size() > 1 ? in.name + ": " : "") + text + " W=" + std::to_string(w));
             for (std::int64_t rep = 0; rep < c_.reps; ++rep) {
                 copy_into(in, work);
                 {

@@ -50,7 +50,8 @@ at::Tensor uniform(std::uint64_t key, std::int64_t begin, std::int64_t n, const 
 namespace {
 
 // ACC_CUDA_KERNELS in the environment: 0 none, all every kernel, otherwise (unset
-// included) the kernels measured on a GPU.
+// included) the kernels on by default (signSGD's, QSGD's and fp16's; top-k's wait to
+// be measured on a GPU).
 enum class KernelsWanted { none, measured, all };
 
 // Read at every call (a tensor's encode), so that a test can compare both paths.

@@ -25,7 +25,6 @@ public:
 
     /// Stops the profiler and writes the trace atomically; returns its events.
     std::size_t finish();
-    const std::string& path() const { return path_; }
 
 private:
     std::string path_;

@@ -431,8 +431,8 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
     for (std::int64_t i = 0; i < steps; ++i) {
         if (i == window_first) {
             window->start();
-            window_range = trace::range("epoch " + std::to_string(epoch) + ", steps " +
-                                          std::to_string(window_first) + " to " + std::to_string(window_last - 1));
+            window_range = trace::range("epoch " + std::to_string(epoch) + ", steps " + std::to_string(window_first) +
+                                        " to " + std::to_string(window_last - 1));
         }
         auto step_range = trace::range("step");
         const auto step_started = std::chrono::steady_clock::now();
