@@ -41,20 +41,16 @@ struct Nanoseconds : std::false_type {};
 template <class Event>
 struct Nanoseconds<Event, std::void_t<decltype(std::declval<const Event&>().startNs())>> : std::true_type {};
 
-template <class Event>
-std::uint64_t start_ns(const Event& e) {
-    if constexpr (Nanoseconds<Event>::value)
-        return e.startNs();
-    else
-        return e.startUs() * 1000;
-}
+struct Span {
+    std::uint64_t start_ns, duration_ns;
+};
 
 template <class Event>
-std::uint64_t duration_ns(const Event& e) {
+Span span_of(const Event& e) {
     if constexpr (Nanoseconds<Event>::value)
-        return e.durationNs();
+        return {e.startNs(), e.durationNs()};
     else
-        return e.durationUs() * 1000;
+        return {e.startUs() * 1000, e.durationUs() * 1000};
 }
 
 }  // namespace
@@ -92,9 +88,10 @@ std::size_t Trace::finish() {
     const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
     const auto& events = result->events();
     std::uint64_t first = UINT64_MAX;
-    for (const auto& e : events) first = std::min(first, start_ns(e));
+    for (const auto& e : events) first = std::min(first, span_of(e).start_ns);
     nlohmann::json trace = nlohmann::json::array();
     for (const auto& e : events) {
+        const Span span = span_of(e);
         const bool host = e.deviceType() == c10::DeviceType::CPU;
         const bool ranged = host && e.scope() == static_cast<std::uint8_t>(at::RecordScope::USER_SCOPE);
         nlohmann::json event = {
@@ -103,8 +100,8 @@ std::size_t Trace::finish() {
             {"cat", ranged ? "range" : host ? "operation" : "device"},
             {"pid", host ? std::string("host") : "GPU " + std::to_string(static_cast<int>(e.deviceIndex()))},
             {"tid", host ? static_cast<std::int64_t>(e.startThreadId()) : e.deviceResourceId()},
-            {"ts", static_cast<double>(start_ns(e) - first) / 1e3},
-            {"dur", static_cast<double>(duration_ns(e)) / 1e3},
+            {"ts", static_cast<double>(span.start_ns - first) / 1e3},
+            {"dur", static_cast<double>(span.duration_ns) / 1e3},
         };
         trace.push_back(std::move(event));
     }

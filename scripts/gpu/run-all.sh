@@ -28,7 +28,8 @@
 # options for both test runs, e.g. "-R train" to rerun some), CHECK_TESTS (cpu-check's
 # ctest -R, default '^(Text\.|gpu\.unit$)'), BUDGET (seconds for the whole call,
 # default 540: a step that would run past it is stopped, or not started, and recorded,
-# so that the results are packed before a 10-minute limit ends the call), and the
+# so that the results are packed before a 10-minute limit ends the call), ARCHIVE_LIMIT
+# (bytes, default 15 MiB: a larger archive is packed again without the traces), and the
 # benchmarks' own (DEVICE, BATCHES, STEPS, REPS, ...: see their headers).
 set -euo pipefail
 mode=${1:-all}
@@ -51,6 +52,7 @@ kit=${ACC_GPU_KIT:-.gpu-kit}
 failed=0
 budget=${BUDGET:-540}
 reserve=15 # seconds kept for figures.md and the archive
+archive_limit=${ARCHIVE_LIMIT:-$((15 << 20))}
 started=$(date +%s)
 configured=
 
@@ -160,6 +162,13 @@ publish() {
         awk '/^## Steps/ { skip = 1; next } /^## / { skip = 0 } !skip' "$res/figures.md"
     } >"$res/summary.txt"
     tar -czf "$stage/packed.tar.gz" -C "$stage" gpu-results
+    # The machine returns files of up to 16 MiB: above ARCHIVE_LIMIT the traces are left
+    # out (their summaries, in figures.md, stay), and summary.txt says so.
+    if [ "$(stat -c %s "$stage/packed.tar.gz")" -gt "$archive_limit" ]; then
+        tar -czf "$stage/packed.tar.gz" -C "$stage" --exclude='trace-*.json' gpu-results
+        echo "gpu-results.tar.gz: the traces (trace-*.json) left out, the archive being over $archive_limit bytes" \
+            >>"$res/summary.txt"
+    fi
     put "$stage/packed.tar.gz" gpu-results.tar.gz
     put "$res/summary.txt" summary.txt
     put "$res/steps.tsv" steps.tsv

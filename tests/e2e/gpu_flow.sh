@@ -58,6 +58,17 @@ B=$b CHECK_TESTS='^tiny\.' scripts/gpu/run-all.sh cpu-check "$out" >"$WORK/ok.ou
 check_out "$out"
 [ "$(cut -f1 "$out/steps.tsv")" = "$want_steps" ] || fail "cpu-check ran other steps: $(cat "$out/steps.tsv")"
 [ "$(cut -f2 "$out/steps.tsv" | sort -u)" = ok ] || fail "a step failed: $(cat "$out/steps.tsv")"
+grep -q "gpu-results/trace-train-powersgd2-2.json" "$out.list" && grep -q "gpu-results/trace-flat.json" "$out.list" ||
+    fail "the archive lacks the traces: $(tr '\n' ' ' <"$out.list")"
+
+# An archive over ARCHIVE_LIMIT is packed again without the traces; their summaries stay.
+small=$WORK/small-archive
+B=$b CHECK_TESTS='^tiny\.' ARCHIVE_LIMIT=1000 scripts/gpu/run-all.sh cpu-check "$small" >/dev/null 2>&1 ||
+    fail "run-all.sh cpu-check with a small ARCHIVE_LIMIT failed"
+check_out "$small"
+grep -q "gpu-results/trace-" "$small.list" && fail "the traces stayed in an archive over ARCHIVE_LIMIT"
+grep -q "gpu-results/traces-compress.md" "$small.list" || fail "the traces' summaries left the archive too"
+grep -q "the traces (trace-\*.json) left out" "$small/summary.txt" || fail "summary.txt does not say the traces were left out"
 x=$out.x/gpu-results
 grep -q "tiny.pass .*Passed" "$x/logs/ctest-default.log" || fail "the default suite did not run tiny.pass"
 grep -q "tiny.slow\|tiny.gpu\|other.fails" "$x/logs/ctest-default.log" &&

@@ -4,6 +4,7 @@
 #include "comm/rendezvous.hpp"
 
 #include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <thread>
 
@@ -14,6 +15,11 @@ std::vector<std::string> gloo_ranks(int world, const std::function<void(comm::Pr
     // As the tools do (cli/tool.cpp): a rank writing to a peer that has gone gets an
     // error to report, not SIGPIPE, which would end the whole test process.
     std::signal(SIGPIPE, SIG_IGN);
+    // LibTorch 2.x's flight recorder, one per process, records every Gloo collective;
+    // several process groups of one process used from several threads race in it
+    // (seen with 2.11: a segfault in about one run in eight). The tools run one group
+    // per process; here the ranks share one, so it is off (unless the caller set it).
+    ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
     const int port = comm::free_local_port();
     std::vector<std::string> errors(static_cast<size_t>(world));
     std::vector<std::thread> threads;
