@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Where a compressor's step goes, from a trace written by `compress-bench --trace`.
+"""Where a step's time goes, from a trace written by --trace (compress-bench, train-dist, grad-dump).
 
     scripts/trace-summary.py TRACE.json [--top N]
 
@@ -73,7 +73,7 @@ def summarize(events, top):
     operations = top_level([e for e in events if e.get("cat") == "operation"])
     lines = []
     if not rows:
-        return ["No compressor's steps in this trace."]
+        return ["No steps in this trace (no range holds ranges named step)."]
     for row in rows:
         start, end = row["ts"], row["ts"] + row["dur"]
         mine = [s for s in steps if inside(s, start, end)]
