@@ -12,7 +12,6 @@
 #include "compress/loopback.hpp"
 #include "compress/shapes.hpp"
 #include "exchange/gradient_exchange.hpp"
-#include "io/atomic.hpp"
 #include "io/bench.hpp"
 #include "io/comm_profile.hpp"
 #include "io/grads.hpp"
@@ -274,10 +273,7 @@ public:
     int run() {
         validate(c_);
         claims_ = io::claim_outputs({c_.output}, "compress-bench", c_.force);
-        if (!c_.trace.empty()) {  // as --output: missing directories made, then checked before any work
-            create_parent_directories(c_.trace);
-            io::check_writable_destination(c_.trace);
-        }
+        if (!c_.trace.empty()) trace::check_destination(c_.trace);  // before any work, as --output
         at::set_num_threads(static_cast<int>(c_.threads));
         inputs_ = load_inputs(c_, tensors_, source_, model_);
         for (const auto& t : tensors_) {

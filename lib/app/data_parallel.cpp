@@ -1,11 +1,9 @@
 #include "app/data_parallel.hpp"
 
 #include "base/error.hpp"
-#include "base/paths.hpp"
 #include "base/text.hpp"
 #include "cli/json.hpp"
 #include "comm/process_group.hpp"
-#include "io/atomic.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -57,10 +55,7 @@ DataParallelRank::DataParallelRank(const train::TrainConfig& t, comm::ProcessGro
 DataParallelRank::~DataParallelRank() = default;
 
 void DataParallelRank::build(const std::function<void(const train::Dataset&)>& opened) {
-    if (!t_.trace.empty() && session_.leader()) {  // --trace: refused before any work, as outputs are
-        create_parent_directories(t_.trace);
-        io::check_writable_destination(t_.trace);
-    }
+    if (!t_.trace.empty() && session_.leader()) trace::check_destination(t_.trace);  // before any work
     data_ = train::open_dataset(t_.data, t_.seed);
     text_ = data_->info().shape.input.empty();
     if (opened) opened(*data_);

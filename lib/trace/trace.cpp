@@ -1,6 +1,7 @@
 #include "trace/trace.hpp"
 
 #include "base/error.hpp"
+#include "base/paths.hpp"
 #include "io/atomic.hpp"
 
 #include <nlohmann/json.hpp>
@@ -55,8 +56,13 @@ Span span_of(const Event& e) {
 
 }  // namespace
 
+void check_destination(const std::string& path) {
+    create_parent_directories(path);
+    io::check_writable_destination(path);
+}
+
 Trace::Trace(std::string path, bool cuda) : path_(std::move(path)) {
-    io::check_writable_destination(path_);
+    check_destination(path_);
     // A CUDA LibTorch's Kineto looks for GPUs even for a CPU trace and logs an error
     // where it finds none; a user's own KINETO_LOG_LEVEL wins.
     if (!cuda) ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
@@ -78,6 +84,7 @@ Trace::~Trace() {
 }
 
 std::unique_ptr<at::RecordFunction> range(const std::string& name) {
+    if (!at::hasCallbacks()) return nullptr;  // the trainer's every step: no allocation
     auto guard = std::make_unique<at::RecordFunction>(at::RecordScope::USER_SCOPE);
     if (guard->isActive()) guard->before(name);
     return guard;

@@ -14,10 +14,14 @@
 
 namespace acc::trace {
 
+/// Makes the missing directories above `path` and checks that it can be written
+/// (acc::FileError otherwise), as a run does for its outputs before any work.
+void check_destination(const std::string& path);
+
 class Trace {
 public:
-    /// Checks that `path` can be written (acc::FileError otherwise) and starts the
-    /// profiler: host operations, and where `cuda` the GPU's activities.
+    /// check_destination(path), then starts the profiler: host operations, and where
+    /// `cuda` the GPU's activities.
     Trace(std::string path, bool cuda);
     ~Trace();  // stops the profiler without writing, unless finish() did
     Trace(const Trace&) = delete;
@@ -32,7 +36,7 @@ private:
 };
 
 /// A named range of the trace (category "range") for as long as the returned guard
-/// lives; costs next to nothing while no profiler runs.
+/// lives; without a profiler running, nothing (an empty guard).
 std::unique_ptr<at::RecordFunction> range(const std::string& name);
 
 }  // namespace acc::trace

@@ -55,52 +55,40 @@ ours_line() {
 print(json.dumps(d))' "$1" "$2" >>"$jsonl"
 }
 
-echo "bench-compress: compress-bench ${ours[*]} --from FLAT.h5 --compressors topk:0.01,signsgd,fp16,qsgd:127" >&2
-if "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127 \
-    >"$work/flat.json" 2>"$out/logs/compress-bench-flat.log" && ours_line "$work/flat.json" flat; then
-    :
-else
-    fail flat compress-bench-flat.log
-fi
-# The same encoders with ATen operations instead of the CUDA kernels (ACC_CUDA_KERNELS=0
-# in the environment; a build without the kernels measures the same path twice).
-echo "bench-compress: ACC_CUDA_KERNELS=0 compress-bench ${ours[*]} --from FLAT.h5 --compressors signsgd,fp16,qsgd:127" >&2
-if ACC_CUDA_KERNELS=0 "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors signsgd,fp16,qsgd:127 \
-    >"$work/aten.json" 2>"$out/logs/compress-bench-aten.log" && ours_line "$work/aten.json" aten; then
-    :
-else
-    fail aten compress-bench-aten.log
-fi
-echo "bench-compress: compress-bench ${ours[*]} --shapes $shapes --compressors powersgd:2,topk:0.01,dgc:0.01" >&2
+# measure SIDE KERNELS COMPRESS-BENCH-OPTIONS...: one compress-bench run into compress.jsonl
+# as SIDE, its output in logs/compress-bench-SIDE.log; KERNELS: ACC_CUDA_KERNELS's value
+# for the run, or - for the caller's environment.
+measure() {
+    local side=$1 kernels=$2 shown
+    shift 2
+    shown=$*
+    shown=${shown//$work\/flat.h5/FLAT.h5}
+    shown=${shown//$work\//}
+    local run=("$bin" "${ours[@]}" "$@") prefix=
+    [ "$kernels" = - ] || { run=(env "ACC_CUDA_KERNELS=$kernels" "${run[@]}"); prefix="ACC_CUDA_KERNELS=$kernels "; }
+    echo "bench-compress: ${prefix}compress-bench ${ours[*]} $shown" >&2
+    if "${run[@]}" >"$work/$side.json" 2>"$out/logs/compress-bench-$side.log" && ours_line "$work/$side.json" "$side"; then
+        :
+    else
+        fail "$side" "compress-bench-$side.log"
+    fi
+}
+
 # SHAPES=tiny: the three small tensors that bench_compress_torch.py --shapes tiny uses.
 preset=$shapes
 if [ "$preset" = tiny ]; then
     printf 'a 16x8x3x3\nb 16x8x3x3\nc 16\n' >"$work/tiny.shapes"
     preset=$work/tiny.shapes
 fi
-if "$bin" "${ours[@]}" --shapes "$preset" --compressors powersgd:2,topk:0.01,dgc:0.01 \
-    >"$work/shapes.json" 2>"$out/logs/compress-bench-shapes.log" && ours_line "$work/shapes.json" shapes; then
-    :
-else
-    fail shapes compress-bench-shapes.log
-fi
+measure flat - --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127
+# The same encoders with ATen operations instead of the CUDA kernels (a build without
+# the kernels measures the same path twice).
+measure aten 0 --from "$work/flat.h5" --compressors signsgd,fp16,qsgd:127
+measure shapes - --shapes "$preset" --compressors powersgd:2,topk:0.01,dgc:0.01
 # Top-k's selection by the toolkit's CUDA kernels, which run only where
 # ACC_CUDA_KERNELS=all until they are measured (on the CPU the same path as above).
-echo "bench-compress: ACC_CUDA_KERNELS=all compress-bench ${ours[*]} --from FLAT.h5 --compressors topk:0.01" >&2
-if ACC_CUDA_KERNELS=all "$bin" "${ours[@]}" --from "$work/flat.h5" --compressors topk:0.01 \
-    >"$work/kernels.json" 2>"$out/logs/compress-bench-kernels.log" && ours_line "$work/kernels.json" kernels; then
-    :
-else
-    fail kernels compress-bench-kernels.log
-fi
-echo "bench-compress: ACC_CUDA_KERNELS=all compress-bench ${ours[*]} --shapes $shapes --compressors topk:0.01,dgc:0.01" >&2
-if ACC_CUDA_KERNELS=all "$bin" "${ours[@]}" --shapes "$preset" --compressors topk:0.01,dgc:0.01 \
-    >"$work/kernels-shapes.json" 2>"$out/logs/compress-bench-kernels-shapes.log" &&
-    ours_line "$work/kernels-shapes.json" kernels-shapes; then
-    :
-else
-    fail kernels-shapes compress-bench-kernels-shapes.log
-fi
+measure kernels all --from "$work/flat.h5" --compressors topk:0.01
+measure kernels-shapes all --shapes "$preset" --compressors topk:0.01,dgc:0.01
 # Where the time goes: traces of a few steps, summarised (no figure of their own; the
 # profiler slows the host, so these runs time nothing).
 traced=(-q --world 1 --reps 3 --vectors compress --path device)

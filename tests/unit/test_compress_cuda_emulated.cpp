@@ -1,5 +1,5 @@
-// The CUDA top-k selection's kernels (lib/compress/cuda/topk_select.cuh), run on host
-// threads (cuda_emulation.hpp) against the host codec: the same payload byte for byte
+// The CUDA top-k selection's kernels (lib/compress/cuda/topk_select.cuh), run on the CPU
+// (cuda_emulation.hpp: each block's threads as fibers) against the host codec: the same payload byte for byte
 // and the same residual, ties, NaN and infinity included. On a GPU, gpu.unit checks the
 // same kernels compiled by nvcc.
 #include "cuda_emulation.hpp"

@@ -9,8 +9,8 @@
 //
 // The kernels use only blocks, shared memory, __syncthreads, atomicAdd, __ballot_sync
 // and __popc, with every __syncthreads and __ballot_sync reached by all threads of a
-// block, so that the CPU tests run this same text on host threads
-// (tests/unit/cuda_emulation.hpp).
+// block, so that the CPU tests run this same text with each block's threads
+// as fibers (tests/unit/cuda_emulation.hpp).
 #pragma once
 
 #include <cstdint>
