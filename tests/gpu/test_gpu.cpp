@@ -208,17 +208,28 @@ TEST(CudaKernels, PayloadsEqualTheHostCodecs) {
                 std::vector<std::uint8_t> expected(static_cast<size_t>(host->buffer_bytes()));
                 std::vector<float> values(x.data_ptr<float>(), x.data_ptr<float>() + n);
                 const bool host_ok = host->encode(values.data(), false, key, expected.data());
-                torch::Tensor t = x.to(kGpu);
-                // One element in: the kernels write payloads at any alignment of their type.
-                torch::Tensor buffer = torch::zeros({elements + 1}, torch::TensorOptions().dtype(type).device(kGpu));
-                torch::Tensor payload = buffer.narrow(0, 1, elements);
-                const bool dev_ok = dev->encode(t, false, key, payload).item<bool>();
-                EXPECT_EQ(host_ok, dev_ok) << case_;
-                if (!host_ok) continue;
-                torch::Tensor got = c::device::bytes_of(payload.cpu());
-                const std::uint8_t* bytes = got.data_ptr<std::uint8_t>();
-                EXPECT_EQ(expected, std::vector<std::uint8_t>(bytes, bytes + got.numel())) << case_;
-                EXPECT_EQ(buffer[0].item<double>(), 0.0) << case_ << ": an element before the payload was written";
+                // The input where a buffer starts (16-byte loads) and one value in (one by one);
+                // the payload where its buffer starts (wide stores) and one element in, at any
+                // alignment of its type (one by one).
+                for (const std::int64_t x_at : {0, 1})
+                    for (const std::int64_t payload_at : {0, 1}) {
+                        const std::string placed = case_ + ", input at " + std::to_string(x_at) + ", payload at " +
+                                                   std::to_string(payload_at);
+                        torch::Tensor t = torch::cat({torch::zeros({x_at}), x}).to(kGpu).narrow(0, x_at, n);
+                        torch::Tensor buffer =
+                            torch::zeros({elements + 2}, torch::TensorOptions().dtype(type).device(kGpu));
+                        torch::Tensor payload = buffer.narrow(0, payload_at, elements);
+                        const bool dev_ok = dev->encode(t, false, key, payload).item<bool>();
+                        EXPECT_EQ(host_ok, dev_ok) << placed;
+                        if (!host_ok) continue;
+                        torch::Tensor got = c::device::bytes_of(payload.cpu());
+                        const std::uint8_t* bytes = got.data_ptr<std::uint8_t>();
+                        EXPECT_EQ(expected, std::vector<std::uint8_t>(bytes, bytes + got.numel())) << placed;
+                        torch::Tensor around = torch::cat({buffer.narrow(0, 0, payload_at),
+                                                           buffer.narrow(0, payload_at + elements, 2 - payload_at)});
+                        EXPECT_EQ(torch::count_nonzero(around).item<std::int64_t>(), 0)
+                            << placed << ": an element outside the payload was written";
+                    }
             }
         }
 }
@@ -243,6 +254,45 @@ private:
     bool had_ = false;
     std::string was_;
 };
+
+// The finite check's kernel (a buffer's parts, or all of a tensor) flags what the ATen
+// operations flag (ACC_CUDA_KERNELS=0), for NaN and infinity of either sign anywhere,
+// with the buffer where its memory starts and one value in.
+TEST(CudaKernels, FiniteChecksEqualTheATenOperations) {
+    namespace d = acc::compress::device;
+    if (!d::cuda_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
+        GTEST_SKIP() << "built without ACC_CUDA_KERNELS, or ACC_CUDA_KERNELS=0 in the environment";
+    const auto to_vector = [](const torch::Tensor& flags) {
+        torch::Tensor f = flags.cpu().view({-1});
+        return std::vector<bool>(f.data_ptr<bool>(), f.data_ptr<bool>() + f.numel());
+    };
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    torch::Tensor sizes = torch::randint(1, 5000, {300}, torch::kLong);
+    torch::Tensor ends = sizes.cumsum(0) - 1;
+    const std::int64_t n = ends[-1].item<std::int64_t>() + 1;
+    for (const std::int64_t at : {0, 1})
+        for (const int bad : {0, 1, 7}) {
+            torch::Tensor x = torch::randn({n + at});
+            for (int b = 0; b < bad; ++b) {
+                const float value = b % 4 == 0 ? nan : b % 4 == 1 ? -nan : b % 4 == 2 ? inf : -inf;
+                x[at + (b == 0 ? 0 : b == 1 ? n - 1 : torch::randint(0, n, {1}).item<std::int64_t>())] = value;
+            }
+            const torch::Tensor values = x.to(kGpu).narrow(0, at, n);
+            const torch::Tensor ends_gpu = ends.to(kGpu);
+            std::vector<bool> parts_aten, parts_kernel, all_aten, all_kernel;
+            {
+                KernelsWanted none("0");
+                parts_aten = to_vector(d::finite_parts(values, ends_gpu));
+                all_aten = to_vector(d::all_finite(values));
+            }
+            parts_kernel = to_vector(d::finite_parts(values, ends_gpu));
+            all_kernel = to_vector(d::all_finite(values));
+            const std::string what = std::to_string(bad) + " bad values, input at " + std::to_string(at);
+            EXPECT_EQ(parts_aten, parts_kernel) << what;
+            EXPECT_EQ(all_aten, all_kernel) << what;
+            EXPECT_EQ(all_kernel[0], bad == 0) << what;
+        }
+}
 
 // Top-k's CUDA kernels (radix selection, ACC_CUDA_KERNELS=all) send what the host codec
 // sends, byte for byte (among equal magnitudes the first by position, as the host takes

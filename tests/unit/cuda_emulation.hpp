@@ -3,10 +3,16 @@
 // another, each block's threads as fibers (ucontext) on the calling thread, resumed in
 // turn up to their next __syncthreads, so that a run is deterministic. It covers what
 // those kernels use and promise: shared memory (a static per kernel, which one block at
-// a time uses), atomicAdd, and __ballot_sync reached by every thread of the block
-// (emulated with the block's barrier). Slow: for tests only.
+// a time uses), atomicAdd, the vector types they load and store, the explicitly rounded
+// intrinsics (IEEE operations on the host, which has no FMA unless asked), and the warp
+// intrinsics (__ballot_sync, __any_sync, __shfl_sync, __shfl_xor_sync) reached by every
+// thread of the block the same number of times, each emulated with the block's barrier.
+// Slow: for tests only.
 #pragma once
 
+#include "compress/kernels.hpp"
+
+#include <math.h>  // isfinite, fabsf, floorf, fminf and sqrt unqualified, as in device code
 #include <ucontext.h>
 
 #include <algorithm>
@@ -27,6 +33,16 @@ struct EmulatedDim3 {
 
 inline EmulatedDim3 threadIdx, blockIdx, blockDim, gridDim;
 
+struct float4 {
+    float x, y, z, w;
+};
+struct uint2 {
+    unsigned x, y;
+};
+struct __half {
+    std::uint16_t bits;
+};
+
 namespace acc::test::cuda_emulation {
 
 struct Fiber {
@@ -38,7 +54,8 @@ struct Fiber {
 struct Block {
     ucontext_t scheduler;
     std::vector<Fiber> threads;
-    std::vector<unsigned> votes;  // one per thread, for __ballot_sync
+    std::vector<unsigned> votes;       // one per thread, for __ballot_sync
+    std::vector<std::uint64_t> lanes;  // one per thread, for the shuffles
     std::function<void()> body;   // the kernel with its arguments
     unsigned current = 0;
 };
@@ -75,6 +92,7 @@ void launch(unsigned blocks, int threads, void (*kernel)(Parameters...), Argumen
     Block b;
     b.threads.resize(static_cast<size_t>(threads));
     b.votes.resize(static_cast<size_t>(threads));
+    b.lanes.resize(static_cast<size_t>(threads));
     b.body = [&] { kernel(static_cast<Parameters>(arguments)...); };
     block = &b;
     blockDim.x = static_cast<unsigned>(threads);
@@ -127,3 +145,36 @@ inline unsigned atomicAdd(unsigned* address, unsigned value) {
     *address = old + value;
     return old;
 }
+
+inline bool __any_sync(unsigned mask, bool predicate) { return __ballot_sync(mask, predicate) != 0; }
+
+// `value` of lane `source` of this thread's warp.
+template <class T>
+T __shfl_sync(unsigned, T value, int source) {
+    static_assert(sizeof(T) <= sizeof(std::uint64_t), "a shuffled value fits in 64 bits");
+    auto& b = *acc::test::cuda_emulation::block;
+    std::memcpy(&b.lanes[threadIdx.x], &value, sizeof(T));
+    __syncthreads();
+    T out;
+    std::memcpy(&out, &b.lanes[threadIdx.x / 32 * 32 + static_cast<unsigned>(source) % 32], sizeof(T));
+    __syncthreads();  // every thread has read the values before they change
+    return out;
+}
+
+template <class T>
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask) {
+    return __shfl_sync(mask, value, static_cast<int>(threadIdx.x % 32) ^ lane_mask);
+}
+
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+
+// Rounded to nearest even, as the host codec rounds (compress/kernels.hpp): the emulated
+// fp16 kernel is checked for what it computes around this rounding, which the GPU tests
+// check against CUDA's own.
+inline __half __float2half_rn(float v) { return {acc::compress::kernels::float_to_half(v)}; }
+inline std::uint16_t __half_as_ushort(__half h) { return h.bits; }

@@ -1,9 +1,11 @@
-// The CUDA top-k selection's kernels (lib/compress/cuda/topk_select.cuh), run on the CPU
-// (cuda_emulation.hpp: each block's threads as fibers) against the host codec: the same payload byte for byte
-// and the same residual, ties, NaN and infinity included. On a GPU, gpu.unit checks the
-// same kernels compiled by nvcc.
+// The toolkit's CUDA kernels (lib/compress/cuda/*.cuh), run on the CPU
+// (cuda_emulation.hpp: each block's threads as fibers) against the host codecs: the same
+// payloads byte for byte, the same residuals and the same flags, ties, NaN and infinity
+// included, with inputs and payloads at every alignment the exchange gives them. On a
+// GPU, gpu.unit checks the same kernels compiled by nvcc.
 #include "cuda_emulation.hpp"
 
+#include "compress/cuda/elementwise.cuh"
 #include "compress/cuda/topk_select.cuh"
 
 #include "compress/codecs.hpp"
@@ -122,6 +124,178 @@ TEST(CudaTopkEmulated, FlagsNaNAndInfinityWhereverTheyLie) {
             x[static_cast<size_t>(at)] = 1.0f;
             EXPECT_TRUE(select_emulated(x, 90, false).ok) << what << " replaced by 1";
         }
+}
+
+// ------------------------------------------------------------ signSGD, fp16, QSGD
+
+namespace elementwise = acc::compress::cuda::elementwise;
+
+const auto emulated_launch = [](unsigned blocks, int threads, auto kernel, auto... arguments) {
+    acc::test::cuda_emulation::launch(blocks, threads, kernel, arguments...);
+};
+const auto emulated_set_true = [](bool* flags, std::int64_t count) {
+    std::fill(flags, flags + count, true);
+};
+
+// Values of all kinds: normal, zero of both signs, a subnormal quotient for fp16, and
+// runs of zeros (a QSGD bucket of zeros codes to zeros).
+std::vector<float> mixed_values(std::int64_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x) v = normal(rng);
+    for (std::int64_t i = 0; i < n; i += 97) x[static_cast<size_t>(i)] = i % 2 == 0 ? 0.0f : -0.0f;
+    if (n > 2) x[1] = 1e-6f;
+    for (std::int64_t i = 256; i < n && i < 384; ++i) x[static_cast<size_t>(i)] = 0.0f;
+    return x;
+}
+
+// What a kernel writes into the payload, read as the codec's bytes; bytes around the
+// payload are guards that must keep their value.
+struct Encoded {
+    std::vector<std::uint8_t> payload;
+    bool ok = false;
+    bool guards_kept = true;
+};
+
+// Runs the emulated kernel for `level` on x placed `x_shift` floats after a 16-byte
+// boundary, writing a payload that starts `payload_shift` bytes after one.
+Encoded encode_emulated(const std::string& level, const std::vector<float>& values, int x_shift, int payload_shift,
+                        std::uint64_t key, int world) {
+    const auto n = static_cast<std::int64_t>(values.size());
+    auto host = acc::compress::make_codec(acc::compress::parse_spec(level), {n}, acc::compress::CodecOptions());
+    const auto bytes = static_cast<size_t>(host->buffer_bytes());
+    std::vector<float> x_store(values.size() + 8);
+    float* x = x_store.data() + (4 - reinterpret_cast<std::uintptr_t>(x_store.data()) % 16 / 4) % 4 + x_shift;
+    std::copy(values.begin(), values.end(), x);
+    std::vector<std::uint64_t> out_store(bytes / 8 + 4, 0x5a5a5a5a5a5a5a5aull);  // 8-byte aligned
+    std::uint8_t* out = reinterpret_cast<std::uint8_t*>(out_store.data()) + 8 + payload_shift;
+    bool ok = false;
+    if (level == "signsgd") {
+        elementwise::sign_bits(emulated_launch, emulated_set_true, x, n, out, &ok);
+    } else if (level == "fp16") {
+        elementwise::half_quotients(emulated_launch, emulated_set_true, x, n, static_cast<float>(world),
+                                    reinterpret_cast<std::uint16_t*>(out), &ok);
+    } else {
+        const int levels = std::stoi(level.substr(level.find(':') + 1));
+        elementwise::qsgd_codes(emulated_launch, emulated_set_true, x, n, levels, static_cast<std::uint32_t>(key), out,
+                                &ok);
+    }
+    Encoded e;
+    e.payload.assign(out, out + bytes);
+    e.ok = ok;
+    const auto* raw = reinterpret_cast<const std::uint8_t*>(out_store.data());
+    const auto end = static_cast<size_t>(out - raw) + bytes;
+    for (size_t i = 0; i < out_store.size() * 8; ++i)
+        if ((i < static_cast<size_t>(out - raw) || i >= end) && raw[i] != 0x5a) e.guards_kept = false;
+    return e;
+}
+
+// The emulated kernel against the host codec, at each alignment of input and payload
+// (fp16's payload lies at whole halves), or at one of each kind (vector and scalar).
+void expect_encoded_as_host(const std::string& level, const std::vector<float>& x, const std::string& what,
+                            bool every_alignment = true) {
+    const auto n = static_cast<std::int64_t>(x.size());
+    const std::uint64_t key = 0x1234567890abcdefull;
+    const int world = 3;
+    acc::compress::CodecOptions o;
+    o.world = world;
+    auto host = acc::compress::make_codec(acc::compress::parse_spec(level), {n}, o);
+    std::vector<std::uint8_t> expected(static_cast<size_t>(host->buffer_bytes()));
+    std::vector<float> values = x;
+    const bool host_ok = host->encode(values.data(), false, key, expected.data());
+    std::vector<int> payload_shifts = level == "fp16" ? std::vector<int>{0, 2, 6} : std::vector<int>{0, 1, 4, 6};
+    std::vector<int> x_shifts = {0, 1, 2};
+    if (!every_alignment) {
+        payload_shifts = {0, level == "fp16" ? 2 : 1};
+        x_shifts = {0, 1};
+    }
+    for (const int x_shift : x_shifts)
+        for (const int payload_shift : payload_shifts) {
+            const std::string case_ = level + ", " + what + ", input " + std::to_string(4 * x_shift) +
+                                      " bytes past 16, payload " + std::to_string(payload_shift) + " past 8";
+            const Encoded got = encode_emulated(level, x, x_shift, payload_shift, key, world);
+            EXPECT_EQ(host_ok, got.ok) << case_;
+            EXPECT_TRUE(got.guards_kept) << case_ << ": a byte outside the payload was written";
+            if (host_ok) {
+                EXPECT_EQ(expected, got.payload) << case_;
+            }
+        }
+}
+
+TEST(CudaElementwiseEmulated, PayloadsEqualTheHostCodecs) {
+    // Within a word, a warp's chunk, a block, and several blocks with a partial last one.
+    for (const std::int64_t n : {1, 3, 31, 33, 127, 129, 4099, 9001})
+        for (const std::string level : {"signsgd", "fp16", "qsgd:2", "qsgd:127", "qsgd:32767"})
+            expect_encoded_as_host(level, mixed_values(n, static_cast<unsigned>(n)), std::to_string(n) + " values");
+}
+
+TEST(CudaElementwiseEmulated, RefuseWhatTheHostRefuses) {
+    // NaN and infinity (either sign) at a block's first value, inside, and at the end; a
+    // quotient beyond fp16's range; a QSGD bucket whose norm overflows float32.
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const std::int64_t n = 5000;
+    for (const float bad : {nan, -nan, inf, -inf, 2e5f, 3e38f})
+        for (const std::int64_t at : {std::int64_t{0}, std::int64_t{4096}, n / 3, n - 1}) {
+            std::vector<float> x = mixed_values(n, 3);
+            x[static_cast<size_t>(at)] = bad;
+            if (bad == 3e38f)  // a whole bucket of them: its norm overflows float32
+                for (std::int64_t i = at / 128 * 128; i < n && i < at / 128 * 128 + 128; ++i)
+                    x[static_cast<size_t>(i)] = bad;
+            const std::string what = std::to_string(bad) + " at " + std::to_string(at);
+            for (const std::string level : {"signsgd", "fp16", "qsgd:127", "qsgd:32767"})
+                expect_encoded_as_host(level, x, what, false);
+        }
+}
+
+// The emulated finite check of a buffer's parts (no ends: one part).
+std::vector<bool> finite_parts_emulated(const std::vector<float>& values, int x_shift,
+                                        const std::vector<std::int64_t>& ends) {
+    std::vector<float> x_store(values.size() + 8);
+    float* x = x_store.data() + (4 - reinterpret_cast<std::uintptr_t>(x_store.data()) % 16 / 4) % 4 + x_shift;
+    std::copy(values.begin(), values.end(), x);
+    const auto parts = static_cast<std::int64_t>(ends.empty() ? 1 : ends.size());
+    std::unique_ptr<bool[]> flags(new bool[static_cast<size_t>(parts)]);
+    std::fill(flags.get(), flags.get() + parts, false);
+    elementwise::finite_parts(emulated_launch, emulated_set_true, x, static_cast<std::int64_t>(values.size()),
+                              ends.empty() ? nullptr : ends.data(), parts, flags.get());
+    return std::vector<bool>(flags.get(), flags.get() + parts);
+}
+
+TEST(CudaElementwiseEmulated, FiniteFlagsPerPartOfOneBuffer) {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    std::vector<float> small(10, 1.0f);
+    small[0] = nan;
+    small[6] = -inf;
+    for (const int shift : {0, 1, 3}) {
+        EXPECT_EQ(std::vector<bool>({false, true, true, false, true}), finite_parts_emulated(small, shift, {0, 3, 5, 6, 9}));
+        EXPECT_EQ(std::vector<bool>({false}), finite_parts_emulated(small, shift, {}));
+    }
+    // Parts of random lengths over several blocks, some of them holding NaN or infinity.
+    std::mt19937 rng(17);
+    std::uniform_int_distribution<std::int64_t> length(1, 700);
+    std::vector<std::int64_t> ends;
+    for (std::int64_t end = -1; end < 30000;) ends.push_back(end += length(rng));
+    const std::int64_t n = ends.back() + 1;
+    std::vector<float> x = mixed_values(n, 29);
+    std::vector<bool> expected(ends.size(), true);
+    std::uniform_int_distribution<std::int64_t> place(0, n - 1);
+    for (int k = 0; k < 12; ++k) {
+        const std::int64_t at = k == 0 ? 0 : k == 1 ? n - 1 : place(rng);
+        x[static_cast<size_t>(at)] = k % 3 == 0 ? nan : k % 3 == 1 ? inf : -inf;
+        expected[static_cast<size_t>(std::lower_bound(ends.begin(), ends.end(), at) - ends.begin())] = false;
+    }
+    for (const int shift : {0, 2}) {
+        EXPECT_EQ(expected, finite_parts_emulated(x, shift, ends)) << "input " << 4 * shift << " bytes past 16";
+        EXPECT_EQ(std::vector<bool>({false}), finite_parts_emulated(x, shift, {}));
+    }
+    // Values past the last part belong to none, as in the ATen operations.
+    std::vector<float> longer = small;
+    longer.push_back(nan);
+    EXPECT_EQ(std::vector<bool>({false, true, true, false, true}), finite_parts_emulated(longer, 0, {0, 3, 5, 6, 9}));
+    std::vector<float> clean = mixed_values(n, 31);
+    EXPECT_EQ(std::vector<bool>(ends.size(), true), finite_parts_emulated(clean, 1, ends));
+    EXPECT_EQ(std::vector<bool>({true}), finite_parts_emulated(clean, 0, {}));
 }
 
 }  // namespace

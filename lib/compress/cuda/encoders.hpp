@@ -1,8 +1,8 @@
-// Encoders in one pass each on a CUDA device, where ATen takes many (ACC_CUDA_KERNELS):
-// raw device pointers and a cudaStream_t passed as void*, so that no C++ file of the
-// toolkit needs CUDA's headers. Payloads are byte-identical to the host codecs'
-// (compress/kernels.hpp); they may start at any byte (fp16's at any half), as in the
-// channels' buffers.
+// Encoders in one pass each on a CUDA device, where ATen takes many (ACC_CUDA_KERNELS),
+// and the finite check of a buffer's parts. They take raw device pointers and a
+// cudaStream_t passed as void*, so that no C++ file of the toolkit needs CUDA's headers.
+// Payloads are byte-identical to the host codecs' (compress/kernels.hpp); they may start
+// at any byte (fp16's at any half), as in the channels' buffers.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,13 @@ void half_quotients(const float* x, std::int64_t n, float divisor, std::uint16_t
 /// sum of squares is finite.
 void qsgd_codes(const float* x, std::int64_t n, int levels, std::uint32_t key32, std::uint8_t* payload, bool* ok,
                 void* stream);
+
+/// Whether each part of x is finite: flags[p] (a device bool) becomes false where part p,
+/// values ends[p - 1] + 1 .. ends[p] (int64 on the device, ascending), holds a NaN or an
+/// infinity; values past the last part count in none. `ends` null: one part, the whole
+/// of x. One read of x.
+void finite_parts(const float* x, std::int64_t n, const std::int64_t* ends, std::int64_t parts, bool* flags,
+                  void* stream);
 
 /// Top-k by magnitude (topk's and DGC's selection, compress/cuda/topk_select.cuh): the k
 /// entries of x of largest magnitude (NaN the largest; among equal magnitudes the first
