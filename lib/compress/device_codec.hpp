@@ -121,6 +121,9 @@ bool cuda_kernels_for(const at::Tensor& x);
 /// on x: as cuda_kernels_for(x), but only where ACC_CUDA_KERNELS=all, while they have not
 /// yet been measured on a GPU (torch.topk and the ATen operations otherwise).
 bool cuda_top_k_kernels_for(const at::Tensor& x);
+/// Whether the CUDA kernels not yet measured on a GPU (top-k's selection, PowerSGD's
+/// rounds) run on `device`: a CUDA device, a build with the kernels, ACC_CUDA_KERNELS=all.
+bool cuda_unmeasured_kernels_for(const at::Device& device);
 /// The current CUDA stream of x's device, as the kernels take it (nullptr without them).
 void* cuda_stream_of(const at::Tensor& x);
 /// A CUDA kernel's flag: a 0-dim bool tensor on x's device, true until the kernel that

@@ -454,6 +454,24 @@ void GradientExchange::Impl::layout_powersgd_device() {
     if (!ends.empty()) powersgd_memory_ends = at::tensor(ends, at::kLong).to(device);
     p_batches = padded_batches(groups, false, device);
     q_batches = padded_batches(groups, true, device);
+    layout_powersgd_kernels();
+}
+
+// The table of PowerSGD's CUDA kernels: every matrix in M's order (the memories), with
+// its place in P and Q. Only with error feedback (M is then one buffer) and where every
+// group's rank is one the kernels take and orthogonalizes by Gram-Schmidt.
+void GradientExchange::Impl::layout_powersgd_kernels() {
+    powersgd_kernels.reset();
+    powersgd_memory_sizes.clear();
+    if (!device.is_cuda() || !options.error_feedback || !compress::device::LowRankKernels::available()) return;
+    compress::cuda::powersgd::Layout layout;
+    for (const auto& g : groups) {
+        if (g.rank > compress::device::LowRankKernels::max_rank || !gram_schmidt_at(g.rank)) return;
+        for (std::int64_t b = 0; b < static_cast<std::int64_t>(g.slots.size()); ++b)
+            layout.append(g.p_offset + b * g.rows * g.rank, g.q_offset + b * g.cols * g.rank, g.rows, g.cols, g.rank);
+    }
+    for (const auto& a : layout.matrices) powersgd_memory_sizes.push_back(a.rows * a.cols);
+    powersgd_kernels = std::make_unique<compress::device::LowRankKernels>(std::move(layout), device);
 }
 
 // Orthogonalizes every matrix in the flat buffer (P or Q) through the padded batches.
@@ -514,12 +532,24 @@ void GradientExchange::Impl::powersgd_first_round_device() {
         for (auto& g : groups)
             step_batched_checks.push_back(
                 {g.slots, DeviceCheck::Kind::input_finite, compress::device::finite_mask(g.m).flatten(1).all(1)});
+    powersgd_kernels_now = powersgd_kernels && compress::device::LowRankKernels::wanted(device);
+    if (powersgd_kernels_now) {
+        if (options.powersgd_variant == PowerSgdVariant::pytorch_hook)
+            powersgd_kernels->orthogonalize(q_state, true, options.orthogonalization_epsilon);
+        powersgd_kernels->project_rows(powersgd_memory, q_state, p);
+        return;
+    }
     if (options.powersgd_variant == PowerSgdVariant::pytorch_hook) orthogonalize_device(q_batches, q_state);
     for (auto& g : groups) at::bmm_out(g.p_view, g.m, g.q_warm);
 }
 
 // After P's allreduce: P orthogonalized, each group's Q = M^T P into the Q buffer.
 void GradientExchange::Impl::powersgd_second_round_device() {
+    if (powersgd_kernels_now) {
+        powersgd_kernels->orthogonalize(p, false, options.orthogonalization_epsilon);
+        powersgd_kernels->project_columns(powersgd_memory, p, q);
+        return;
+    }
     orthogonalize_device(p_batches, p);
     for (auto& g : groups) at::bmm_out(g.q_view, g.m.transpose(1, 2), g.p_view);
 }
@@ -529,7 +559,16 @@ void GradientExchange::Impl::powersgd_second_round_device() {
 void GradientExchange::Impl::powersgd_decode_device(int W) {
     q.div_(static_cast<double>(W));
     std::vector<at::Tensor> grads, approximations, memories, outs;
+    if (powersgd_kernels_now) {
+        // P Q^T of every matrix into one buffer laid out as M, out of the memories in the
+        // same pass, then into the gradients.
+        at::Tensor approx = at::empty_like(powersgd_memory);
+        powersgd_kernels->expand(p, q, &powersgd_memory, approx);
+        approximations = approx.split_with_sizes(powersgd_memory_sizes);
+        for (size_t i : powersgd_memory_slots) grads.push_back(slots[i].device_grad);
+    }
     for (auto& g : groups) {
+        if (powersgd_kernels_now) break;
         at::Tensor out = at::bmm(g.p_view, g.q_view.transpose(1, 2));
         if (options.error_feedback) {
             memories.push_back(g.memory);

@@ -9,6 +9,7 @@
 #include "compress/device_codec.hpp"
 #include "compress/device_timer.hpp"
 #include "compress/kernels.hpp"
+#include "compress/low_rank_kernels.hpp"
 #include "exchange/gradient_exchange.hpp"
 
 #include <ATen/core/grad_mode.h>
@@ -191,6 +192,12 @@ struct GradientExchange::Impl {
     at::Tensor powersgd_memory, powersgd_memory_ends;
     std::vector<size_t> powersgd_memory_slots;
     std::vector<PaddedBatch> p_batches, q_batches;  // device path: P's and Q's orthogonalization
+    // Device path on a GPU: PowerSGD's rounds by the toolkit's CUDA kernels, where every
+    // group has error feedback and a rank they take (null otherwise), whether this step
+    // uses them (LowRankKernels::wanted, read once per step), and each slot's size in M.
+    std::unique_ptr<compress::device::LowRankKernels> powersgd_kernels;
+    bool powersgd_kernels_now = false;
+    std::vector<std::int64_t> powersgd_memory_sizes;
     std::vector<DenseRun> runs;      // device path
     std::vector<SparseDecodeBatch> sparse_batches;  // device path
     std::vector<TopkEncodeBatch> topk_batches;      // device path
@@ -277,6 +284,7 @@ struct GradientExchange::Impl {
     void decode_gather_device();
     void decode_dense_device(int W);
     void layout_powersgd_device();
+    void layout_powersgd_kernels();
     void orthogonalize_device(std::vector<PaddedBatch>& batches, at::Tensor& flat);
     void powersgd_first_round_device();
     void powersgd_second_round_device();

@@ -5,8 +5,9 @@
 #   topk:0.01 encode                                 goal <= 1.0x torch.topk (1% of the values)
 #   signsgd, fp16, qsgd:127 encode                   goal >= 50% of the GPU's copy bandwidth
 #   topk:0.01, dgc:0.01 encode + decode, ResNet-18's shapes (their batches of tensors; no goal)
-#   topk:0.01 encode again, and top-k and DGC over ResNet-18's shapes again, with top-k's
-#   CUDA kernels (ACC_CUDA_KERNELS=all: radix selection instead of torch.topk)
+#   topk:0.01 encode again, and PowerSGD, top-k and DGC over ResNet-18's shapes again,
+#   with the CUDA kernels not yet measured (ACC_CUDA_KERNELS=all: top-k's radix selection
+#   instead of torch.topk, PowerSGD's rounds in one kernel each instead of batched ATen)
 #   where each step's time goes: compress-bench --trace over 3 steps of each, traces in
 #   OUTDIR/trace-*.json and scripts/trace-summary.py's tables in OUTDIR/traces-compress.md
 # The toolkit's side is `compress-bench --device cuda` with the options and JSON
@@ -85,10 +86,10 @@ measure flat - --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:
 # the kernels measures the same path twice).
 measure aten 0 --from "$work/flat.h5" --compressors signsgd,fp16,qsgd:127
 measure shapes - --shapes "$preset" --compressors powersgd:2,topk:0.01,dgc:0.01
-# Top-k's selection by the toolkit's CUDA kernels, which run only where
-# ACC_CUDA_KERNELS=all until they are measured (on the CPU the same path as above).
+# Top-k's selection and PowerSGD's rounds by the toolkit's CUDA kernels, which run only
+# where ACC_CUDA_KERNELS=all until they are measured (on the CPU the same path as above).
 measure kernels all --from "$work/flat.h5" --compressors topk:0.01
-measure kernels-shapes all --shapes "$preset" --compressors topk:0.01,dgc:0.01
+measure kernels-shapes all --shapes "$preset" --compressors powersgd:2,topk:0.01,dgc:0.01
 # Where the time goes: traces of a few steps, summarised (no figure of their own; the
 # profiler slows the host, so these runs time nothing).
 traced=(-q --world 1 --reps 3 --vectors compress --path device)
@@ -115,6 +116,7 @@ rm -f "$out/traces-compress.md"
 trace flat 1 --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127
 trace shapes 1 --shapes "$preset" --compressors powersgd:2,topk:0.01,dgc:0.01
 trace kernels all --from "$work/flat.h5" --compressors topk:0.01
+trace kernels-shapes all --shapes "$preset" --compressors powersgd:2
 echo "bench-compress: PyTorch side (scripts/gpu/bench_compress_torch.py --device $device)" >&2
 if "$python" scripts/gpu/bench_compress_torch.py --device "$device" --reps "$reps" --values "$values" \
     --shapes "$shapes" "${thread_args[@]}" >"$work/torch.json" 2>"$out/logs/compress-torch.log" &&

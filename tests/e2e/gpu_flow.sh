@@ -86,7 +86,7 @@ grep -q "^bench-compress  *ok" "$out/summary.txt" || fail "summary.txt lacks the
 left=$(ls -A "$WORK/tmp" | grep -v '^torchinductor_' || true)
 [ -z "$left" ] || fail "run-all.sh left $left in TMPDIR"
 
-# A benchmark that fails (a bad size stops bench-train; a bad preset fails four of
+# A benchmark that fails (a bad size stops bench-train; a bad preset fails five of
 # bench-compress's measurements) is recorded, the rest still runs, the archive is
 # still written, and the exit status is 1.
 out=$WORK/bad-run
@@ -96,7 +96,7 @@ B=$b CHECK_TESTS='^tiny\.' BATCHES=x SHAPES=no-such-preset scripts/gpu/run-all.s
 [ "$got" = 1 ] || fail "run-all.sh cpu-check with failing benchmarks: exit $got, expected 1"
 check_out "$out"
 [ "$(cut -f1 "$out/steps.tsv")" = "$want_steps" ] || fail "a failure stopped the flow: $(cat "$out/steps.tsv")"
-printf '%s\n' ok ok "FAILED (exit 1)" "FAILED (4 measurement(s) failed)" ok >"$WORK/want"
+printf '%s\n' ok ok "FAILED (exit 1)" "FAILED (5 measurement(s) failed)" ok >"$WORK/want"
 cut -f2 "$out/steps.tsv" | diff "$WORK/want" - >&2 || fail "the failures were recorded wrongly"
 grep '"side": "flat"' "$out.x/gpu-results/compress.jsonl" | grep -q '"results"' ||
     fail "bench-compress did not measure what it could: $(cat "$out.x/gpu-results/compress.jsonl")"

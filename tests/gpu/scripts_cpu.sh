@@ -26,7 +26,7 @@ names = [r["compressor"] for r in compress["flat"]["results"]] + [r["compressor"
 assert names == ["topk:0.01", "signsgd", "fp16", "qsgd:127", "powersgd:2", "topk:0.01", "dgc:0.01"], names
 assert [r["compressor"] for r in compress["aten"]["results"]] == ["signsgd", "fp16", "qsgd:127"], compress["aten"]
 assert [r["compressor"] for r in compress["kernels"]["results"]] == ["topk:0.01"], compress["kernels"]
-assert [r["compressor"] for r in compress["kernels-shapes"]["results"]] == ["topk:0.01", "dgc:0.01"], \
+assert [r["compressor"] for r in compress["kernels-shapes"]["results"]] == ["powersgd:2", "topk:0.01", "dgc:0.01"], \
     compress["kernels-shapes"]
 torch = compress["pytorch"]
 assert torch["values"] == 20000 and torch["k"] == 200 and torch["copy_bandwidth"] > 0, torch
@@ -40,16 +40,17 @@ for row in "| 2 | PyTorch eager |" "| 2 | grad-dump |" "| 2 | train-dist --compr
     "| topk:0.01 encode+decode, tiny shapes |" "| dgc:0.01 encode+decode, tiny shapes |" \
     "| topk:0.01 encode, 20,000 floats, CUDA kernels (ACC_CUDA_KERNELS=all) |" \
     "| topk:0.01 encode+decode, tiny shapes, CUDA kernels (ACC_CUDA_KERNELS=all) |" \
+    "| powersgd:2 encode+decode, tiny shapes, CUDA kernels (ACC_CUDA_KERNELS=all) |" \
     "| dgc:0.01 encode+decode, tiny shapes, CUDA kernels (ACC_CUDA_KERNELS=all) |"; do
     grep -qF -- "$row" "$WORK/figures.md" || fail "figures.md lacks the row '$row'"
 done
 # Where the time goes: a trace per run and their summaries, in figures.md too.
-for name in flat shapes kernels; do
+for name in flat shapes kernels kernels-shapes; do
     [ -s "$out/trace-$name.json" ] || fail "bench-compress.sh wrote no trace-$name.json"
 done
 for line in "## flat: ACC_CUDA_KERNELS=1 compress-bench --from" "### topk:0.01 W=1 (3 steps)" "### qsgd:127 W=1 (3 steps)" \
     "## shapes: ACC_CUDA_KERNELS=1 compress-bench --shapes" "### powersgd:2 W=1 (3 steps)" \
-    "## kernels: ACC_CUDA_KERNELS=all compress-bench"; do
+    "## kernels: ACC_CUDA_KERNELS=all compress-bench" "## kernels-shapes: ACC_CUDA_KERNELS=all compress-bench --shapes"; do
     grep -qF -- "$line" "$out/traces-compress.md" || fail "traces-compress.md lacks '$line': $(cat "$out/traces-compress.md")"
 done
 for spec in none powersgd2; do
@@ -63,7 +64,7 @@ grep -q "^## Where a compressor's step goes" "$WORK/figures.md" && grep -q "^###
     grep -q "^## Where a training step's time goes" "$WORK/figures.md" || fail "figures.md lacks the traces: $(cat "$WORK/figures.md")"
 # Every goal has a ratio: nothing is "not measured" (whether it is met on this CPU does not matter).
 grep -q "not measured\|failed" "$WORK/figures.md" && fail "figures.md has a row without a figure: $(cat "$WORK/figures.md")"
-[ "$(grep -cE '\| (ok|MISSED) \|$' "$WORK/figures.md")" = 9 ] || fail "figures.md should have 9 verdicts: $(cat "$WORK/figures.md")"
+[ "$(grep -cE '\| (ok|MISSED) \|$' "$WORK/figures.md")" = 10 ] || fail "figures.md should have 10 verdicts: $(cat "$WORK/figures.md")"
 
 # A program that fails is recorded and the rest still runs.
 broken=$WORK/broken

@@ -6,13 +6,16 @@
 #include "cuda_emulation.hpp"
 
 #include "compress/cuda/elementwise.cuh"
+#include "compress/cuda/powersgd.cuh"
 #include "compress/cuda/topk_select.cuh"
 
 #include "compress/codecs.hpp"
+#include "compress/kernels.hpp"
 #include "compress/spec.hpp"
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -296,6 +299,158 @@ TEST(CudaElementwiseEmulated, FiniteFlagsPerPartOfOneBuffer) {
     std::vector<float> clean = mixed_values(n, 31);
     EXPECT_EQ(std::vector<bool>(ends.size(), true), finite_parts_emulated(clean, 1, ends));
     EXPECT_EQ(std::vector<bool>({true}), finite_parts_emulated(clean, 0, {}));
+}
+
+// ------------------------------------------------------------ PowerSGD's rounds
+
+namespace powersgd = acc::compress::cuda::powersgd;
+namespace kernels = acc::compress::kernels;
+
+// Matrices of every kind the kernels meet: ranks 1 to 4, one row or one column, rows
+// and columns across a warp's and a block's width; P and Q with gaps between matrices
+// (the exchange's groups lie apart), M back to back.
+struct LowRankStep {
+    powersgd::Layout layout;
+    std::vector<float> m, p, q;
+};
+
+LowRankStep low_rank_step(unsigned seed) {
+    const std::vector<std::array<std::int64_t, 3>> shapes = {
+        {64, 27, 2}, {1, 40, 1}, {70, 1, 1}, {33, 130, 4}, {5, 300, 3}, {128, 64, 2}, {40, 33, 4}};
+    LowRankStep s;
+    std::int64_t p = 3, q = 5;
+    for (const auto& [rows, cols, rank] : shapes) {
+        s.layout.append(p, q, rows, cols, rank);
+        p += rows * rank + 7;
+        q += cols * rank + 2;
+    }
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    s.m.resize(static_cast<size_t>(s.layout.values));
+    for (auto& v : s.m) v = normal(rng);
+    s.p.assign(static_cast<size_t>(p), 0.0f);
+    s.q.assign(static_cast<size_t>(q), 0.0f);
+    for (auto& v : s.q) v = normal(rng);
+    return s;
+}
+
+void expect_near_each(const std::vector<float>& expected, const float* got, double tolerance, const std::string& what) {
+    double worst = 0;
+    for (size_t i = 0; i < expected.size(); ++i) {
+        const double e = expected[i], g = got[i];
+        ASSERT_TRUE(std::isfinite(g)) << what << ", element " << i;
+        worst = std::max(worst, std::abs(e - g) / (1.0 + std::abs(e)));
+    }
+    EXPECT_LE(worst, tolerance) << what;
+}
+
+// |got - exact| within `tolerance` of the sum of the magnitudes of the exact sum's terms
+// (a float sum of n terms strays by about sqrt(n) units of rounding of that).
+void expect_sum_within(double exact, double magnitudes, float got, const std::string& what) {
+    ASSERT_TRUE(std::isfinite(got)) << what;
+    EXPECT_LE(std::abs(got - exact), 1e-6 * magnitudes + 1e-30) << what << ": " << got << " against " << exact;
+}
+
+TEST(CudaPowerSgdEmulated, ProductsEqualTheExactSumsWithinRounding) {
+    LowRankStep s = low_rank_step(3);
+    const LowRankStep start = low_rank_step(3);
+    const auto* table = s.layout.matrices.data();
+    powersgd::project_rows(emulated_launch, s.layout, table, s.m.data(), s.q.data(), s.p.data());
+    powersgd::project_columns(emulated_launch, s.layout, table, s.m.data(), s.p.data(), s.q.data());
+    for (const powersgd::Matrix& a : s.layout.matrices) {
+        const std::string what = std::to_string(a.rows) + "x" + std::to_string(a.cols) + " rank " + std::to_string(a.rank);
+        const auto m = [&](std::int64_t row, std::int64_t c) { return double(s.m[size_t(a.m + row * a.cols + c)]); };
+        for (std::int64_t k = 0; k < a.rank; ++k) {
+            // P = M Q from the Q the step started with; Q = M^T P from the kernels' own P.
+            for (std::int64_t row = 0; row < a.rows; ++row) {
+                double exact = 0, magnitudes = 0;
+                for (std::int64_t c = 0; c < a.cols; ++c) {
+                    const double term = m(row, c) * start.q[size_t(a.q + c * a.rank + k)];
+                    exact += term;
+                    magnitudes += std::abs(term);
+                }
+                expect_sum_within(exact, magnitudes, s.p[size_t(a.p + row * a.rank + k)],
+                                  what + ": P[" + std::to_string(row) + "][" + std::to_string(k) + "]");
+            }
+            for (std::int64_t c = 0; c < a.cols; ++c) {
+                double exact = 0, magnitudes = 0;
+                for (std::int64_t row = 0; row < a.rows; ++row) {
+                    const double term = m(row, c) * s.p[size_t(a.p + row * a.rank + k)];
+                    exact += term;
+                    magnitudes += std::abs(term);
+                }
+                expect_sum_within(exact, magnitudes, s.q[size_t(a.q + c * a.rank + k)],
+                                  what + ": Q[" + std::to_string(c) + "][" + std::to_string(k) + "]");
+            }
+        }
+    }
+    // Nothing outside the matrices was written: the gaps keep their zeros (P) and draws (Q).
+    std::vector<bool> in_p(s.p.size()), in_q(s.q.size());
+    for (const powersgd::Matrix& a : s.layout.matrices) {
+        std::fill(in_p.begin() + a.p, in_p.begin() + a.p + a.rows * a.rank, true);
+        std::fill(in_q.begin() + a.q, in_q.begin() + a.q + a.cols * a.rank, true);
+    }
+    for (size_t i = 0; i < s.p.size(); ++i) {
+        if (!in_p[i]) {
+            EXPECT_EQ(s.p[i], 0.0f) << "P's gap at " << i;
+        }
+    }
+    for (size_t i = 0; i < s.q.size(); ++i) {
+        if (!in_q[i]) {
+            EXPECT_EQ(s.q[i], start.q[i]) << "Q's gap at " << i;
+        }
+    }
+}
+
+TEST(CudaPowerSgdEmulated, GramSchmidtAsTheHostWithinRounding) {
+    for (const float epsilon : {0.0f, 0.5f})  // 0.5: large enough to change every column
+        for (const bool columns : {false, true}) {
+            LowRankStep s = low_rank_step(7);
+            std::vector<float>& buffer = columns ? s.q : s.p;
+            std::mt19937 rng(11);
+            std::normal_distribution<float> normal(0.0f, 1.0f);
+            for (auto& v : buffer) v = normal(rng);
+            // A matrix whose first column is zero: it stays zero, and the next is normalized alone.
+            const powersgd::Matrix& z = s.layout.matrices[3];
+            const std::int64_t z_at = columns ? z.q : z.p, z_n = columns ? z.cols : z.rows;
+            for (std::int64_t row = 0; row < z_n; ++row) buffer[static_cast<size_t>(z_at + row * z.rank)] = 0.0f;
+            const std::vector<float> before = buffer;
+            powersgd::orthogonalize(emulated_launch, s.layout, s.layout.matrices.data(), buffer.data(), columns, epsilon);
+            for (const powersgd::Matrix& a : s.layout.matrices) {
+                const std::int64_t at = columns ? a.q : a.p, n = columns ? a.cols : a.rows;
+                std::vector<float> host(before.begin() + at, before.begin() + at + n * a.rank);
+                kernels::gram_schmidt(host.data(), n, static_cast<int>(a.rank), epsilon);
+                expect_near_each(host, buffer.data() + at, 1e-5,
+                                 std::string(columns ? "Q " : "P ") + std::to_string(n) + "x" + std::to_string(a.rank) +
+                                     ", epsilon " + std::to_string(epsilon));
+            }
+            for (std::int64_t row = 0; row < z_n; ++row) EXPECT_EQ(buffer[static_cast<size_t>(z_at + row * z.rank)], 0.0f);
+        }
+}
+
+TEST(CudaPowerSgdEmulated, ExpansionIsTheHostsSumInItsOrder) {
+    LowRankStep s = low_rank_step(5);
+    std::mt19937 rng(13);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : s.p) v = normal(rng);
+    std::vector<float> memory = s.m, approx(s.m.size(), -1.0f);
+    powersgd::expand(emulated_launch, s.layout, s.layout.matrices.data(), s.p.data(), s.q.data(), memory.data(),
+                     approx.data());
+    std::vector<float> approx_only(s.m.size(), -1.0f);
+    powersgd::expand(emulated_launch, s.layout, s.layout.matrices.data(), s.p.data(), s.q.data(), nullptr,
+                     approx_only.data());
+    for (const powersgd::Matrix& a : s.layout.matrices)
+        for (std::int64_t row = 0; row < a.rows; ++row)
+            for (std::int64_t c = 0; c < a.cols; ++c) {
+                const float* pr = s.p.data() + a.p + row * a.rank;
+                const float* qc = s.q.data() + a.q + c * a.rank;
+                float o = pr[0] * qc[0];
+                for (std::int64_t k = 1; k < a.rank; ++k) o += pr[k] * qc[k];
+                const auto e = static_cast<size_t>(a.m + row * a.cols + c);
+                ASSERT_EQ(o, approx[e]) << "matrix at " << a.m << ", row " << row << ", column " << c;
+                ASSERT_EQ(s.m[e] - o, memory[e]) << "matrix at " << a.m << ", row " << row << ", column " << c;
+                ASSERT_EQ(o, approx_only[e]);
+            }
 }
 
 }  // namespace

@@ -190,9 +190,89 @@ const CompressorInfo& powersgd_compressor() {
 }  // namespace acc::compress
 
 #else  // -------------------------------------------------------------- device section
-// Compiled into the LibTorch library only (acc_compress_device): the device codec.
+// Compiled into the LibTorch library only (acc_compress_device): the device codec, and
+// the rounds by the toolkit's CUDA kernels.
+
+#include "base/error.hpp"
+#include "compress/low_rank_kernels.hpp"
+
+#if ACC_CUDA_KERNELS
+#include "compress/cuda/encoders.hpp"
+#endif
+
+#include <cstring>
 
 namespace acc::compress {
+
+namespace device {
+
+#if !ACC_CUDA_KERNELS
+namespace {
+[[noreturn]] void not_built() { throw Error("internal error: PowerSGD's CUDA kernels are not in this build"); }
+}  // namespace
+#endif
+
+bool LowRankKernels::available() {
+#if ACC_CUDA_KERNELS
+    return true;
+#else
+    return false;
+#endif
+}
+
+bool LowRankKernels::wanted(const at::Device& device) { return cuda_unmeasured_kernels_for(device); }
+
+LowRankKernels::LowRankKernels(cuda::powersgd::Layout layout, const at::Device& device) : layout_(std::move(layout)) {
+#if !ACC_CUDA_KERNELS
+    (void)device;
+    not_built();
+#else
+    static_assert(sizeof(cuda::powersgd::Matrix) == 8 * sizeof(std::int64_t), "a table entry is eight int64");
+    for (const auto& a : layout_.matrices)
+        if (a.rank < 1 || a.rank > max_rank) throw Error("internal error: PowerSGD's CUDA kernels take ranks 1 to " + std::to_string(max_rank));
+    const auto count = static_cast<std::int64_t>(layout_.matrices.size());
+    at::Tensor host = at::empty({8 * count}, at::kLong);
+    std::memcpy(host.data_ptr<std::int64_t>(), layout_.matrices.data(), sizeof(cuda::powersgd::Matrix) * layout_.matrices.size());
+    table_ = host.to(device);
+#endif
+}
+
+#if ACC_CUDA_KERNELS
+namespace {
+const cuda::powersgd::Matrix* table_of(const at::Tensor& table) {
+    return reinterpret_cast<const cuda::powersgd::Matrix*>(table.data_ptr<std::int64_t>());
+}
+}  // namespace
+
+void LowRankKernels::project_rows(const at::Tensor& m, const at::Tensor& q, at::Tensor& p) const {
+    cuda::powersgd_project_rows(layout_, table_of(table_), m.data_ptr<float>(), q.data_ptr<float>(),
+                                p.data_ptr<float>(), cuda_stream_of(m));
+}
+
+void LowRankKernels::orthogonalize(at::Tensor& buffer, bool columns, float epsilon) const {
+    cuda::powersgd_orthogonalize(layout_, table_of(table_), buffer.data_ptr<float>(), columns, epsilon,
+                                 cuda_stream_of(buffer));
+}
+
+void LowRankKernels::project_columns(const at::Tensor& m, const at::Tensor& p, at::Tensor& q) const {
+    cuda::powersgd_project_columns(layout_, table_of(table_), m.data_ptr<float>(), p.data_ptr<float>(),
+                                   q.data_ptr<float>(), cuda_stream_of(m));
+}
+
+void LowRankKernels::expand(const at::Tensor& p, const at::Tensor& q, at::Tensor* memory, at::Tensor& approx) const {
+    cuda::powersgd_expand(layout_, table_of(table_), p.data_ptr<float>(), q.data_ptr<float>(),
+                          memory != nullptr ? memory->data_ptr<float>() : nullptr, approx.data_ptr<float>(),
+                          cuda_stream_of(p));
+}
+#else
+// Unreachable: without the kernels the constructor throws.
+void LowRankKernels::project_rows(const at::Tensor&, const at::Tensor&, at::Tensor&) const { not_built(); }
+void LowRankKernels::orthogonalize(at::Tensor&, bool, float) const { not_built(); }
+void LowRankKernels::project_columns(const at::Tensor&, const at::Tensor&, at::Tensor&) const { not_built(); }
+void LowRankKernels::expand(const at::Tensor&, const at::Tensor&, at::Tensor*, at::Tensor&) const { not_built(); }
+#endif
+
+}  // namespace device
 
 namespace {
 

@@ -1,9 +1,10 @@
 // The launches of compress/cuda/encoders.hpp: the kernels themselves are in
-// elementwise.cuh and topk_select.cuh, which the CPU tests also run.
+// elementwise.cuh, powersgd.cuh and topk_select.cuh, which the CPU tests also run.
 #include "compress/cuda/encoders.hpp"
 
 #include "base/error.hpp"
 #include "compress/cuda/elementwise.cuh"
+#include "compress/cuda/powersgd.cuh"
 #include "compress/cuda/topk_select.cuh"
 
 #include <cuda_fp16.h>
@@ -73,6 +74,31 @@ void top_k(float* x, std::int64_t n, std::int64_t k, bool clear, float* values, 
         launcher(s, what),
         [&](void* p, std::int64_t bytes) { check(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), s), what); },
         [&](bool* flag) { setter(s, what)(flag, 1); }, x, n, k, clear, values, indices, scratch, ok);
+}
+
+namespace {
+constexpr const char* kPowerSgd = "PowerSGD's CUDA kernels";
+}
+
+void powersgd_project_rows(const powersgd::Layout& layout, const powersgd::Matrix* matrices, const float* m,
+                           const float* q, float* p, void* stream) {
+    powersgd::project_rows(launcher(static_cast<cudaStream_t>(stream), kPowerSgd), layout, matrices, m, q, p);
+}
+
+void powersgd_orthogonalize(const powersgd::Layout& layout, const powersgd::Matrix* matrices, float* buffer,
+                            bool columns, float epsilon, void* stream) {
+    powersgd::orthogonalize(launcher(static_cast<cudaStream_t>(stream), kPowerSgd), layout, matrices, buffer, columns,
+                            epsilon);
+}
+
+void powersgd_project_columns(const powersgd::Layout& layout, const powersgd::Matrix* matrices, const float* m,
+                              const float* p, float* q, void* stream) {
+    powersgd::project_columns(launcher(static_cast<cudaStream_t>(stream), kPowerSgd), layout, matrices, m, p, q);
+}
+
+void powersgd_expand(const powersgd::Layout& layout, const powersgd::Matrix* matrices, const float* p, const float* q,
+                     float* memory, float* approx, void* stream) {
+    powersgd::expand(launcher(static_cast<cudaStream_t>(stream), kPowerSgd), layout, matrices, p, q, memory, approx);
 }
 
 }  // namespace acc::compress::cuda

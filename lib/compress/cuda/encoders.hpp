@@ -5,6 +5,8 @@
 // at any byte (fp16's at any half), as in the channels' buffers.
 #pragma once
 
+#include "compress/cuda/powersgd_layout.hpp"
+
 #include <cstdint>
 
 namespace acc::compress::cuda {
@@ -44,5 +46,18 @@ void finite_parts(const float* x, std::int64_t n, const std::int64_t* ends, std:
 std::int64_t top_k_scratch_bytes(std::int64_t n);
 void top_k(float* x, std::int64_t n, std::int64_t k, bool clear, float* values, std::int32_t* indices, void* scratch,
            bool* ok, void* stream);
+
+/// PowerSGD's rounds over every matrix of `layout` (compress/cuda/powersgd.cuh), whose
+/// table `matrices` lies in device memory: P = M Q, Gram-Schmidt on P's matrices
+/// (columns false) or Q's (columns true) in place, Q = M^T P, and approx = P Q^T with
+/// memory -= approx where memory is not null. Ranks up to powersgd::kMaxRank.
+void powersgd_project_rows(const powersgd::Layout& layout, const powersgd::Matrix* matrices, const float* m,
+                           const float* q, float* p, void* stream);
+void powersgd_orthogonalize(const powersgd::Layout& layout, const powersgd::Matrix* matrices, float* buffer,
+                            bool columns, float epsilon, void* stream);
+void powersgd_project_columns(const powersgd::Layout& layout, const powersgd::Matrix* matrices, const float* m,
+                              const float* p, float* q, void* stream);
+void powersgd_expand(const powersgd::Layout& layout, const powersgd::Matrix* matrices, const float* p, const float* q,
+                     float* memory, float* approx, void* stream);
 
 }  // namespace acc::compress::cuda
