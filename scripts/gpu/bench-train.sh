@@ -6,12 +6,14 @@
 #   grad-dump --device cuda                          goal >= 1.0x PyTorch eager
 #   train-dist --device cuda --compress none          goal >= 1.0x PyTorch eager (one rank, NCCL)
 #   train-dist --device cuda --compress powersgd:2    goal >= 0.85x train-dist's own uncompressed
+#   the same with PowerSGD's rounds by CUDA kernels   goal >= 0.85x, as above (ACC_CUDA_KERNELS=all,
+#                                                     which runs them until they are measured)
 # The toolkit's figure is images per second over its epochs after the first (which
 # warms up): $EPOCHS epochs (default 3) of $STEPS steps (default 50). Each
 # measurement appends one JSON line to OUTDIR/train.jsonl (an "error" line when a
 # run fails; the others go on) and keeps its output in OUTDIR/logs/. The train-dist
 # runs also trace steps 10 to 19 of their first epoch, which the figure leaves out
-# (--trace: OUTDIR/trace-train-SPEC-BATCH.json, summarised in OUTDIR/traces-train.md).
+# (--trace: OUTDIR/trace-train-RUN-BATCH.json, summarised in OUTDIR/traces-train.md).
 #   scripts/gpu/bench-train.sh [OUTDIR]          OUTDIR defaults to gpu-results
 # DEVICE=cpu (with small BATCHES, STEPS, TORCH_STEPS) checks the script without a GPU.
 set -euo pipefail
@@ -67,6 +69,15 @@ PY
         "error": "failed, see logs/" + sys.argv[3]}))' "$batch" "$run" "$log" >>"$jsonl"
 }
 
+# A train-dist run's name in train.jsonl, figures.md and traces-train.md.
+train_run() {
+    case $1 in
+    none) echo "train-dist --compress none" ;;
+    powersgd2) echo "train-dist --compress powersgd:2" ;;
+    powersgd2-kernels) echo "train-dist --compress powersgd:2, CUDA kernels (ACC_CUDA_KERNELS=all)" ;;
+    esac
+}
+
 thread_args=()
 [ "$threads" -gt 0 ] && thread_args=(--threads "$threads")
 for batch in $batches; do
@@ -79,21 +90,23 @@ for batch in $batches; do
     rm -f "$work/grads.h5" "$work/grads.ckpt"
     record "$batch" "grad-dump" "grad-dump-$batch.log" "$bin/grad-dump" "${common[@]}" -o "$work/grads.h5" \
         --checkpoint "$work/grads.ckpt"
-    for spec in none powersgd:2; do
+    # RUN-NAME KERNELS SPEC: train-dist's runs (KERNELS: ACC_CUDA_KERNELS's value, 1 for the default kernels).
+    for run in "none 1 none" "powersgd2 1 powersgd:2" "powersgd2-kernels all powersgd:2"; do
+        read -r name kernels spec <<<"$run"
         rm -rf "$work/ckpt"
-        record "$batch" "train-dist --compress $spec" "train-dist-${spec/:/}-$batch.log" "$bin/train-dist" \
-            "${common[@]}" --compress "$spec" --metrics "$work/metrics.h5" --checkpoint-dir "$work/ckpt" \
-            --trace "$out/trace-train-${spec/:/}-$batch.json"
+        record "$batch" "$(train_run "$name")" "train-dist-$name-$batch.log" env ACC_CUDA_KERNELS="$kernels" \
+            "$bin/train-dist" "${common[@]}" --compress "$spec" --metrics "$work/metrics.h5" \
+            --checkpoint-dir "$work/ckpt" --trace "$out/trace-train-$name-$batch.json"
     done
 done
 
 # Where a training step's time goes: the traces summarised (scripts/trace-summary.py).
 rm -f "$out/traces-train.md"
 for batch in $batches; do
-    for spec in none powersgd:2; do
-        trace=$out/trace-train-${spec/:/}-$batch.json
+    for name in none powersgd2 powersgd2-kernels; do
+        trace=$out/trace-train-$name-$batch.json
         [ -s "$trace" ] || continue
-        { echo "## train-dist --compress $spec, batch $batch"; echo
+        { echo "## $(train_run "$name"), batch $batch"; echo
           "$python" scripts/trace-summary.py "$trace" 2>&1; } >>"$out/traces-train.md"
     done
 done

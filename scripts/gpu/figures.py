@@ -57,7 +57,9 @@ def train_table(rows):
         if r.get("bench") == "train" and "batch" in r:
             by[(r["batch"], r["run"])] = r
     goals = [("grad-dump", "PyTorch eager", 1.0), ("train-dist --compress none", "PyTorch eager", 1.0),
-             ("train-dist --compress powersgd:2", "train-dist --compress none", 0.85)]
+             ("train-dist --compress powersgd:2", "train-dist --compress none", 0.85),
+             ("train-dist --compress powersgd:2, CUDA kernels (ACC_CUDA_KERNELS=all)", "train-dist --compress none",
+              0.85)]
     for batch in sorted({b for b, _ in by}):
         def rate(run):
             r = by.get((batch, run))

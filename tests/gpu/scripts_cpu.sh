@@ -16,7 +16,8 @@ import json, sys
 out = sys.argv[1]
 train = [json.loads(l) for l in open(out + "/train.jsonl")]
 runs = [r["run"] for r in train]
-assert runs == ["PyTorch eager", "grad-dump", "train-dist --compress none", "train-dist --compress powersgd:2"], runs
+assert runs == ["PyTorch eager", "grad-dump", "train-dist --compress none", "train-dist --compress powersgd:2",
+                "train-dist --compress powersgd:2, CUDA kernels (ACC_CUDA_KERNELS=all)"], runs
 for r in train:
     assert r["batch"] == 2 and r["images_per_second"] > 0 and "error" not in r, r
 compress = {r["side"]: r for r in map(json.loads, open(out + "/compress.jsonl"))}
@@ -34,7 +35,8 @@ assert torch["topk"]["min"] > 0 and torch["powersgd2"]["min"] > 0
 PY
 "$ACC_PYTHON" scripts/gpu/figures.py "$out" >"$WORK/figures.md" || fail "figures.py failed"
 for row in "| 2 | PyTorch eager |" "| 2 | grad-dump |" "| 2 | train-dist --compress none |" \
-    "| 2 | train-dist --compress powersgd:2 |" "| powersgd:2 encode+decode" "| topk:0.01 encode, 20,000 floats" \
+    "| 2 | train-dist --compress powersgd:2 |" \
+    "| 2 | train-dist --compress powersgd:2, CUDA kernels (ACC_CUDA_KERNELS=all) |" "| powersgd:2 encode+decode" "| topk:0.01 encode, 20,000 floats" \
     "| signsgd encode" "| fp16 encode" "| qsgd:127 encode" "| signsgd encode, ATen operations (ACC_CUDA_KERNELS=0)" \
     "| fp16 encode, ATen operations (ACC_CUDA_KERNELS=0)" "| qsgd:127 encode, ATen operations (ACC_CUDA_KERNELS=0)" \
     "| topk:0.01 encode+decode, tiny shapes |" "| dgc:0.01 encode+decode, tiny shapes |" \
@@ -53,10 +55,11 @@ for line in "## flat: ACC_CUDA_KERNELS=1 compress-bench --from" "### topk:0.01 W
     "## kernels: ACC_CUDA_KERNELS=all compress-bench" "## kernels-shapes: ACC_CUDA_KERNELS=all compress-bench --shapes"; do
     grep -qF -- "$line" "$out/traces-compress.md" || fail "traces-compress.md lacks '$line': $(cat "$out/traces-compress.md")"
 done
-for spec in none powersgd2; do
+for spec in none powersgd2 powersgd2-kernels; do
     [ -s "$out/trace-train-$spec-2.json" ] || fail "bench-train.sh wrote no trace-train-$spec-2.json"
 done
 for line in "## train-dist --compress none, batch 2" "## train-dist --compress powersgd:2, batch 2" \
+    "## train-dist --compress powersgd:2, CUDA kernels (ACC_CUDA_KERNELS=all), batch 2" \
     "### epoch 0, steps 0 to 0 (1 step)" "Parts of a step: data"; do
     grep -qF -- "$line" "$out/traces-train.md" || fail "traces-train.md lacks '$line': $(cat "$out/traces-train.md")"
 done
@@ -64,7 +67,7 @@ grep -q "^## Where a compressor's step goes" "$WORK/figures.md" && grep -q "^###
     grep -q "^## Where a training step's time goes" "$WORK/figures.md" || fail "figures.md lacks the traces: $(cat "$WORK/figures.md")"
 # Every goal has a ratio: nothing is "not measured" (whether it is met on this CPU does not matter).
 grep -q "not measured\|failed" "$WORK/figures.md" && fail "figures.md has a row without a figure: $(cat "$WORK/figures.md")"
-[ "$(grep -cE '\| (ok|MISSED) \|$' "$WORK/figures.md")" = 10 ] || fail "figures.md should have 10 verdicts: $(cat "$WORK/figures.md")"
+[ "$(grep -cE '\| (ok|MISSED) \|$' "$WORK/figures.md")" = 11 ] || fail "figures.md should have 11 verdicts: $(cat "$WORK/figures.md")"
 
 # A program that fails is recorded and the rest still runs.
 broken=$WORK/broken

@@ -271,7 +271,8 @@ TEST(CudaElementwiseEmulated, FiniteFlagsPerPartOfOneBuffer) {
     small[0] = nan;
     small[6] = -inf;
     for (const int shift : {0, 1, 3}) {
-        EXPECT_EQ(std::vector<bool>({false, true, true, false, true}), finite_parts_emulated(small, shift, {0, 3, 5, 6, 9}));
+        EXPECT_EQ(std::vector<bool>({false, true, true, false, true}),
+                  finite_parts_emulated(small, shift, {0, 3, 5, 6, 9}));
         EXPECT_EQ(std::vector<bool>({false}), finite_parts_emulated(small, shift, {}));
     }
     // Parts of random lengths over several blocks, some of them holding NaN or infinity.
@@ -351,6 +352,20 @@ void expect_sum_within(double exact, double magnitudes, float got, const std::st
     EXPECT_LE(std::abs(got - exact), 1e-6 * magnitudes + 1e-30) << what << ": " << got << " against " << exact;
 }
 
+// Each of `outputs` values got(i) against the exact sum of term(i, 0..length - 1).
+template <class Term, class Got>
+void expect_sums(std::int64_t outputs, std::int64_t length, Term term, Got got, const std::string& what) {
+    for (std::int64_t i = 0; i < outputs; ++i) {
+        double exact = 0, magnitudes = 0;
+        for (std::int64_t j = 0; j < length; ++j) {
+            const double t = term(i, j);
+            exact += t;
+            magnitudes += std::abs(t);
+        }
+        expect_sum_within(exact, magnitudes, got(i), what + " " + std::to_string(i));
+    }
+}
+
 TEST(CudaPowerSgdEmulated, ProductsEqualTheExactSumsWithinRounding) {
     LowRankStep s = low_rank_step(3);
     const LowRankStep start = low_rank_step(3);
@@ -358,30 +373,22 @@ TEST(CudaPowerSgdEmulated, ProductsEqualTheExactSumsWithinRounding) {
     powersgd::project_rows(emulated_launch, s.layout, table, s.m.data(), s.q.data(), s.p.data());
     powersgd::project_columns(emulated_launch, s.layout, table, s.m.data(), s.p.data(), s.q.data());
     for (const powersgd::Matrix& a : s.layout.matrices) {
-        const std::string what = std::to_string(a.rows) + "x" + std::to_string(a.cols) + " rank " + std::to_string(a.rank);
+        const std::string what =
+            std::to_string(a.rows) + "x" + std::to_string(a.cols) + " rank " + std::to_string(a.rank);
         const auto m = [&](std::int64_t row, std::int64_t c) { return double(s.m[size_t(a.m + row * a.cols + c)]); };
         for (std::int64_t k = 0; k < a.rank; ++k) {
             // P = M Q from the Q the step started with; Q = M^T P from the kernels' own P.
-            for (std::int64_t row = 0; row < a.rows; ++row) {
-                double exact = 0, magnitudes = 0;
-                for (std::int64_t c = 0; c < a.cols; ++c) {
-                    const double term = m(row, c) * start.q[size_t(a.q + c * a.rank + k)];
-                    exact += term;
-                    magnitudes += std::abs(term);
-                }
-                expect_sum_within(exact, magnitudes, s.p[size_t(a.p + row * a.rank + k)],
-                                  what + ": P[" + std::to_string(row) + "][" + std::to_string(k) + "]");
-            }
-            for (std::int64_t c = 0; c < a.cols; ++c) {
-                double exact = 0, magnitudes = 0;
-                for (std::int64_t row = 0; row < a.rows; ++row) {
-                    const double term = m(row, c) * s.p[size_t(a.p + row * a.rank + k)];
-                    exact += term;
-                    magnitudes += std::abs(term);
-                }
-                expect_sum_within(exact, magnitudes, s.q[size_t(a.q + c * a.rank + k)],
-                                  what + ": Q[" + std::to_string(c) + "][" + std::to_string(k) + "]");
-            }
+            const std::string column = "[" + std::to_string(k) + "]";
+            const auto q_term = [&](std::int64_t row, std::int64_t c) {
+                return m(row, c) * start.q[size_t(a.q + c * a.rank + k)];
+            };
+            const auto p_term = [&](std::int64_t c, std::int64_t row) {
+                return m(row, c) * s.p[size_t(a.p + row * a.rank + k)];
+            };
+            expect_sums(a.rows, a.cols, q_term, [&](std::int64_t row) { return s.p[size_t(a.p + row * a.rank + k)]; },
+                        what + ": P" + column + ", row");
+            expect_sums(a.cols, a.rows, p_term, [&](std::int64_t c) { return s.q[size_t(a.q + c * a.rank + k)]; },
+                        what + ": Q" + column + ", column");
         }
     }
     // Nothing outside the matrices was written: the gaps keep their zeros (P) and draws (Q).
@@ -415,7 +422,8 @@ TEST(CudaPowerSgdEmulated, GramSchmidtAsTheHostWithinRounding) {
             const std::int64_t z_at = columns ? z.q : z.p, z_n = columns ? z.cols : z.rows;
             for (std::int64_t row = 0; row < z_n; ++row) buffer[static_cast<size_t>(z_at + row * z.rank)] = 0.0f;
             const std::vector<float> before = buffer;
-            powersgd::orthogonalize(emulated_launch, s.layout, s.layout.matrices.data(), buffer.data(), columns, epsilon);
+            powersgd::orthogonalize(emulated_launch, s.layout, s.layout.matrices.data(), buffer.data(), columns,
+                                    epsilon);
             for (const powersgd::Matrix& a : s.layout.matrices) {
                 const std::int64_t at = columns ? a.q : a.p, n = columns ? a.cols : a.rows;
                 std::vector<float> host(before.begin() + at, before.begin() + at + n * a.rank);
@@ -424,7 +432,8 @@ TEST(CudaPowerSgdEmulated, GramSchmidtAsTheHostWithinRounding) {
                                  std::string(columns ? "Q " : "P ") + std::to_string(n) + "x" + std::to_string(a.rank) +
                                      ", epsilon " + std::to_string(epsilon));
             }
-            for (std::int64_t row = 0; row < z_n; ++row) EXPECT_EQ(buffer[static_cast<size_t>(z_at + row * z.rank)], 0.0f);
+            for (std::int64_t row = 0; row < z_n; ++row)
+                EXPECT_EQ(buffer[static_cast<size_t>(z_at + row * z.rank)], 0.0f) << "row " << row;
         }
 }
 

@@ -229,10 +229,12 @@ LowRankKernels::LowRankKernels(cuda::powersgd::Layout layout, const at::Device& 
 #else
     static_assert(sizeof(cuda::powersgd::Matrix) == 8 * sizeof(std::int64_t), "a table entry is eight int64");
     for (const auto& a : layout_.matrices)
-        if (a.rank < 1 || a.rank > max_rank) throw Error("internal error: PowerSGD's CUDA kernels take ranks 1 to " + std::to_string(max_rank));
+        if (a.rank < 1 || a.rank > max_rank)
+            throw Error("internal error: PowerSGD's CUDA kernels take ranks 1 to " + std::to_string(max_rank));
     const auto count = static_cast<std::int64_t>(layout_.matrices.size());
     at::Tensor host = at::empty({8 * count}, at::kLong);
-    std::memcpy(host.data_ptr<std::int64_t>(), layout_.matrices.data(), sizeof(cuda::powersgd::Matrix) * layout_.matrices.size());
+    std::memcpy(host.data_ptr<std::int64_t>(), layout_.matrices.data(),
+                sizeof(cuda::powersgd::Matrix) * layout_.matrices.size());
     table_ = host.to(device);
 #endif
 }

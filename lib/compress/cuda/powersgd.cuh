@@ -72,7 +72,8 @@ __global__ void project_rows_kernel(const float* m, const float* q, float* p, co
     }
     for (int k = 0; k < kMaxRank; ++k) {
         if (k >= rank) break;  // the same rank across the warp
-        for (int offset = 16; offset > 0; offset /= 2) sum[k] = __fadd_rn(sum[k], __shfl_xor_sync(kAllLanes, sum[k], offset));
+        for (int offset = 16; offset > 0; offset /= 2)
+            sum[k] = __fadd_rn(sum[k], __shfl_xor_sync(kAllLanes, sum[k], offset));
     }
     if (lane != 0) return;
     for (int k = 0; k < kMaxRank; ++k)
@@ -84,7 +85,8 @@ __device__ __forceinline__ double block_sum(double value, double* scratch) {
     scratch[threadIdx.x] = value;
     __syncthreads();
     for (int half = kThreads / 2; half > 0; half /= 2) {
-        if (static_cast<int>(threadIdx.x) < half) scratch[threadIdx.x] = __dadd_rn(scratch[threadIdx.x], scratch[threadIdx.x + half]);
+        if (static_cast<int>(threadIdx.x) < half)
+            scratch[threadIdx.x] = __dadd_rn(scratch[threadIdx.x], scratch[threadIdx.x + half]);
         __syncthreads();
     }
     const double sum = scratch[0];
@@ -117,8 +119,10 @@ __global__ void orthogonalize_kernel(float* buffer, const Matrix* matrices, bool
         }
         for (int j = i + 1; j < rank; ++j) {
             double dot = 0.0;
-            for (std::int64_t row = threadIdx.x; row < n; row += kThreads)
-                dot = __dadd_rn(dot, __dmul_rn(static_cast<double>(x[row * rank + i]), static_cast<double>(x[row * rank + j])));
+            for (std::int64_t row = threadIdx.x; row < n; row += kThreads) {
+                const double vi = x[row * rank + i], vj = x[row * rank + j];
+                dot = __dadd_rn(dot, __dmul_rn(vi, vj));
+            }
             const auto d = static_cast<float>(block_sum(dot, scratch));
             for (std::int64_t row = threadIdx.x; row < n; row += kThreads)
                 x[row * rank + j] = __fsub_rn(x[row * rank + j], __fmul_rn(d, x[row * rank + i]));
