@@ -26,8 +26,6 @@ public:
     /// The layout's table, copied to `device` once. Needs a build with the kernels.
     LowRankKernels(cuda::powersgd::Layout layout, const at::Device& device);
 
-    const cuda::powersgd::Layout& layout() const { return layout_; }
-
     // The buffers are flat float32 tensors on the device, laid out as the table says; M
     // holds every matrix back to back, as `approx` does.
     /// P = M Q.

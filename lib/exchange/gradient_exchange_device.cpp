@@ -558,7 +558,7 @@ void GradientExchange::Impl::powersgd_second_round_device() {
 // and Q is the next step's warm start.
 void GradientExchange::Impl::powersgd_decode_device(int W) {
     q.div_(static_cast<double>(W));
-    std::vector<at::Tensor> grads, approximations, memories, outs;
+    std::vector<at::Tensor> grads, approximations;
     if (powersgd_kernels_now) {
         // P Q^T of every matrix into one buffer laid out as M, out of the memories in the
         // same pass, then into the gradients.
@@ -566,19 +566,20 @@ void GradientExchange::Impl::powersgd_decode_device(int W) {
         powersgd_kernels->expand(p, q, &powersgd_memory, approx);
         approximations = approx.split_with_sizes(powersgd_memory_sizes);
         for (size_t i : powersgd_memory_slots) grads.push_back(slots[i].device_grad);
-    }
-    for (auto& g : groups) {
-        if (powersgd_kernels_now) break;
-        at::Tensor out = at::bmm(g.p_view, g.q_view.transpose(1, 2));
-        if (options.error_feedback) {
-            memories.push_back(g.memory);
-            outs.push_back(out);
+    } else {
+        std::vector<at::Tensor> memories, outs;
+        for (auto& g : groups) {
+            at::Tensor out = at::bmm(g.p_view, g.q_view.transpose(1, 2));
+            if (options.error_feedback) {
+                memories.push_back(g.memory);
+                outs.push_back(out);
+            }
+            std::vector<at::Tensor> parts = out.flatten(1).unbind(0);
+            approximations.insert(approximations.end(), parts.begin(), parts.end());
+            for (size_t i : g.slots) grads.push_back(slots[i].device_grad);
         }
-        std::vector<at::Tensor> parts = out.flatten(1).unbind(0);
-        approximations.insert(approximations.end(), parts.begin(), parts.end());
-        for (size_t i : g.slots) grads.push_back(slots[i].device_grad);
+        if (!memories.empty()) at::_foreach_sub_(memories, outs);
     }
-    if (!memories.empty()) at::_foreach_sub_(memories, outs);
     comm::compat::copy_each(grads, approximations);
     q_state.copy_(q);
     for (auto& g : groups)
