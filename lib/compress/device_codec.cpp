@@ -76,8 +76,6 @@ bool cuda_kernels_for(const at::Tensor& x) {
 #endif
 }
 
-bool cuda_top_k_kernels_for(const at::Tensor& x) { return cuda_unmeasured_kernels_for(x.device()); }
-
 bool cuda_unmeasured_kernels_for(const at::Device& device) {
 #if ACC_CUDA_KERNELS
     return kernels_wanted() == KernelsWanted::all && device.is_cuda();

@@ -117,10 +117,6 @@ at::Tensor flag(bool value, const at::Device& device);
 /// (ACC_CUDA_KERNELS), x on a CUDA device, and the environment variable ACC_CUDA_KERNELS
 /// not 0 (which runs the ATen operations instead, to compare or measure them).
 bool cuda_kernels_for(const at::Tensor& x);
-/// Whether top-k's and DGC's selection runs its CUDA kernels (compress/cuda/topk_select.cuh)
-/// on x: as cuda_kernels_for(x), but only where ACC_CUDA_KERNELS=all, while they have not
-/// yet been measured on a GPU (torch.topk and the ATen operations otherwise).
-bool cuda_top_k_kernels_for(const at::Tensor& x);
 /// Whether the CUDA kernels not yet measured on a GPU (top-k's selection, PowerSGD's
 /// rounds) run on `device`: a CUDA device, a build with the kernels, ACC_CUDA_KERNELS=all.
 bool cuda_unmeasured_kernels_for(const at::Device& device);

@@ -1,7 +1,8 @@
 // PowerSGD's rounds over all matrices of a step by the toolkit's CUDA kernels
 // (compress/cuda/powersgd.cuh): one launch per round, where the batched ATen path takes
 // a product per shape and a dozen operations per orthogonalization. The exchange's
-// device path uses it where LowRankKernels::wanted() says so.
+// device path uses it where device::cuda_unmeasured_kernels_for says so (ACC_CUDA_KERNELS=all
+// until they are measured on a GPU).
 #pragma once
 
 #include "compress/cuda/powersgd_layout.hpp"
@@ -17,11 +18,6 @@ public:
 
     /// Whether this build has the kernels (ACC_CUDA_KERNELS at build time).
     static bool available();
-
-    /// Whether the kernels run on `device`: a CUDA device, a build with the kernels
-    /// (ACC_CUDA_KERNELS), and ACC_CUDA_KERNELS=all in the environment, while they have
-    /// not yet been measured on a GPU. Read at each call, as the other kernels' choice.
-    static bool wanted(const at::Device& device);
 
     /// The layout's table, copied to `device` once. Needs a build with the kernels.
     LowRankKernels(cuda::powersgd::Layout layout, const at::Device& device);

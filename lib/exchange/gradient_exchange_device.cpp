@@ -532,7 +532,7 @@ void GradientExchange::Impl::powersgd_first_round_device() {
         for (auto& g : groups)
             step_batched_checks.push_back(
                 {g.slots, DeviceCheck::Kind::input_finite, compress::device::finite_mask(g.m).flatten(1).all(1)});
-    powersgd_kernels_now = powersgd_kernels && compress::device::LowRankKernels::wanted(device);
+    powersgd_kernels_now = powersgd_kernels && compress::device::cuda_unmeasured_kernels_for(device);
     if (powersgd_kernels_now) {
         if (options.powersgd_variant == PowerSgdVariant::pytorch_hook)
             powersgd_kernels->orthogonalize(q_state, true, options.orthogonalization_epsilon);

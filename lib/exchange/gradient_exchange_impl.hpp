@@ -194,7 +194,7 @@ struct GradientExchange::Impl {
     std::vector<PaddedBatch> p_batches, q_batches;  // device path: P's and Q's orthogonalization
     // Device path on a GPU: PowerSGD's rounds by the toolkit's CUDA kernels, where every
     // group has error feedback and a rank they take (null otherwise), whether this step
-    // uses them (LowRankKernels::wanted, read once per step), and each slot's size in M.
+    // uses them (ACC_CUDA_KERNELS=all, read once per step), and each slot's size in M.
     std::unique_ptr<compress::device::LowRankKernels> powersgd_kernels;
     bool powersgd_kernels_now = false;
     std::vector<std::int64_t> powersgd_memory_sizes;

@@ -28,6 +28,11 @@ namespace {
 
 namespace topk = acc::compress::cuda::topk;
 
+// The kernel headers' launcher: the kernel run on the CPU (cuda_emulation.hpp).
+const auto emulated_launch = [](unsigned blocks, int threads, auto kernel, auto... arguments) {
+    acc::test::cuda_emulation::launch(blocks, threads, kernel, arguments...);
+};
+
 struct Selected {
     std::vector<std::uint8_t> payload;  // k values, then k indices (int32), as the codec's
     std::vector<float> residual;
@@ -40,11 +45,9 @@ Selected select_emulated(std::vector<float> x, std::int64_t k, bool clear) {
     std::vector<float> values(static_cast<size_t>(k), -1.0f);
     std::vector<std::int32_t> indices(static_cast<size_t>(k), -1);
     bool ok = false;
-    topk::select_top_k([](unsigned blocks, int threads, auto kernel,
-                          auto... arguments) { acc::test::cuda_emulation::launch(blocks, threads, kernel, arguments...); },
-                       [](void* p, std::int64_t bytes) { std::memset(p, 0, static_cast<size_t>(bytes)); },
-                       [](bool* flag) { *flag = true; }, x.data(), n, k, clear, values.data(), indices.data(),
-                       scratch.data(), &ok);
+    topk::select_top_k(
+        emulated_launch, [](void* p, std::int64_t bytes) { std::memset(p, 0, static_cast<size_t>(bytes)); },
+        [](bool* flag) { *flag = true; }, x.data(), n, k, clear, values.data(), indices.data(), scratch.data(), &ok);
     Selected s;
     s.payload.resize(static_cast<size_t>(8 * k));
     std::memcpy(s.payload.data(), values.data(), static_cast<size_t>(4 * k));
@@ -133,9 +136,6 @@ TEST(CudaTopkEmulated, FlagsNaNAndInfinityWhereverTheyLie) {
 
 namespace elementwise = acc::compress::cuda::elementwise;
 
-const auto emulated_launch = [](unsigned blocks, int threads, auto kernel, auto... arguments) {
-    acc::test::cuda_emulation::launch(blocks, threads, kernel, arguments...);
-};
 const auto emulated_set_true = [](bool* flags, std::int64_t count) {
     std::fill(flags, flags + count, true);
 };

@@ -220,8 +220,6 @@ bool LowRankKernels::available() {
 #endif
 }
 
-bool LowRankKernels::wanted(const at::Device& device) { return cuda_unmeasured_kernels_for(device); }
-
 LowRankKernels::LowRankKernels(cuda::powersgd::Layout layout, const at::Device& device) : layout_(std::move(layout)) {
 #if !ACC_CUDA_KERNELS
     (void)device;

@@ -275,7 +275,7 @@ SparseDeviceCodec::SparseDeviceCodec(std::unique_ptr<TensorCodec> host, std::int
 at::Tensor SparseDeviceCodec::encode(at::Tensor& t, bool update_error, std::uint64_t, at::Tensor& payload) {
     if (k_ == 0) return device::flag(true, t.device());
 #if ACC_CUDA_KERNELS
-    if (device::cuda_top_k_kernels_for(t)) {
+    if (device::cuda_unmeasured_kernels_for(t.device())) {
         // Radix selection: a few passes over t instead of torch.topk and a sort; values and
         // indices land next to each other, as in the payload, after the kernels' scratch.
         const std::int64_t scratch = cuda::top_k_scratch_bytes(numel()) / 4;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include "compress/counter_random.hpp"
+#include "compress/cuda/common.cuh"
 
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
@@ -26,7 +27,6 @@
 namespace acc::compress::cuda::elementwise {
 
 constexpr int kThreads = 256;  // per block, every kernel
-constexpr unsigned kAllLanes = 0xffffffffu;
 
 // Four consecutive values from x[i]: one 16-byte load where `vector` (x 16-byte aligned,
 // i a multiple of 4, all four inside), else one by one with zeros past n.
@@ -255,10 +255,6 @@ __global__ void finite_parts_kernel(const float* x, std::int64_t n, const std::i
 // Each launcher takes `launch(blocks, threads, kernel, arguments...)`, which runs a
 // kernel, and `set_true(flags, count)`, which sets `count` device bools to true, both in
 // order on one stream.
-
-inline unsigned blocks_for(std::int64_t items, std::int64_t per_block) {
-    return static_cast<unsigned>((items + per_block - 1) / per_block);
-}
 
 inline bool aligned16(const float* x) { return reinterpret_cast<std::uintptr_t>(x) % 16 == 0; }
 

@@ -7,7 +7,6 @@
 #include "compress/cuda/powersgd.cuh"
 #include "compress/cuda/topk_select.cuh"
 
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -19,8 +18,7 @@ void check(cudaError_t status, const char* what) {
     if (status != cudaSuccess) throw acc::Error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-// The launchers of elementwise.cuh and topk_select.cuh on one stream, naming the kernel
-// in errors.
+// The launchers the kernel headers take, on one stream, naming the kernel in errors.
 auto launcher(cudaStream_t s, const char* what) {
     return [s, what](unsigned blocks, int threads, auto kernel, auto... arguments) {
         kernel<<<blocks, threads, 0, s>>>(arguments...);

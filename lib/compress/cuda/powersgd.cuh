@@ -15,6 +15,7 @@
 // (tests/unit/cuda_emulation.hpp).
 #pragma once
 
+#include "compress/cuda/common.cuh"
 #include "compress/cuda/powersgd_layout.hpp"
 
 #include <cstdint>
@@ -22,7 +23,6 @@
 namespace acc::compress::cuda::powersgd {
 
 constexpr int kThreads = 256;  // per block, every kernel
-constexpr unsigned kAllLanes = 0xffffffffu;
 
 // The last matrix whose field `first` is at most `index` (matrices ascending in it).
 template <class First>
@@ -185,10 +185,6 @@ __global__ void expand_kernel(const float* p, const float* q, float* memory, flo
 // ------------------------------------------------------------------------ launches
 // Each takes `launch(blocks, threads, kernel, arguments...)`, which runs a kernel in
 // order on one stream; `matrices` is the layout's table in device memory.
-
-inline unsigned blocks_for(std::int64_t items, std::int64_t per_block) {
-    return static_cast<unsigned>((items + per_block - 1) / per_block);
-}
 
 /// P = M Q for every matrix.
 template <class Launch>
