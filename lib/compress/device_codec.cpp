@@ -9,7 +9,13 @@
 #include "compress/cuda/encoders.hpp"
 
 #include <c10/cuda/CUDAStream.h>
+#include <spdlog/spdlog.h>
+
+#include <map>
+#include <mutex>
 #endif
+
+#include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -64,12 +70,32 @@ KernelsWanted kernels_wanted() {
     return KernelsWanted::measured;
 }
 
+// Whether the kernels run on a CUDA device: asked once per device, and where they do not
+// (a GPU whose architecture the build left out), said once; the ATen operations run there.
+bool kernels_run_on(const at::Device& device) {
+    static std::mutex mutex;
+    static std::map<int, bool> known;
+    const std::lock_guard<std::mutex> lock(mutex);
+    const int index = device.has_index() ? device.index() : c10::cuda::current_device();
+    const auto found = known.find(index);
+    if (found != known.end()) return found->second;
+    int major = 0, minor = 0;
+    const bool runs = cuda::kernels_run_on(index, major, minor);
+    if (!runs)
+        spdlog::warn("CUDA device {} (compute capability {}.{}): the toolkit's CUDA kernels were built for {} only; "
+                     "the compressors use ATen operations there (configure with -DACC_CUDA_ARCHITECTURES={}{} "
+                     "to build them for it)",
+                     index, major, minor, cuda::built_architectures(), major, minor);
+    known.emplace(index, runs);
+    return runs;
+}
+
 }  // namespace
 #endif
 
 bool cuda_kernels_for(const at::Tensor& x) {
 #if ACC_CUDA_KERNELS
-    return kernels_wanted() != KernelsWanted::none && x.is_cuda();
+    return kernels_wanted() != KernelsWanted::none && x.is_cuda() && kernels_run_on(x.device());
 #else
     (void)x;
     return false;
@@ -78,7 +104,7 @@ bool cuda_kernels_for(const at::Tensor& x) {
 
 bool cuda_unmeasured_kernels_for(const at::Device& device) {
 #if ACC_CUDA_KERNELS
-    return kernels_wanted() == KernelsWanted::all && device.is_cuda();
+    return kernels_wanted() == KernelsWanted::all && device.is_cuda() && kernels_run_on(device);
 #else
     (void)device;
     return false;
@@ -95,6 +121,7 @@ void* cuda_stream_of(const at::Tensor& x) {
 }
 
 at::Tensor kernel_flag(const at::Tensor& x, const std::function<void(bool* flag, void* stream)>& launch) {
+    const c10::DeviceGuard guard(x.device());  // kernels launch on the current device, not x's
     at::Tensor flag = at::empty({}, x.options().dtype(at::kBool));
     launch(flag.data_ptr<bool>(), cuda_stream_of(x));
     return flag;
@@ -115,6 +142,7 @@ at::Tensor finite_flags(const at::Tensor& x, const at::Tensor* ends) {
     at::Tensor flags = ends == nullptr ? at::empty({}, x.options().dtype(at::kBool))
                                        : at::empty({ends->numel()}, x.options().dtype(at::kBool));
 #if ACC_CUDA_KERNELS
+    const c10::DeviceGuard guard(x.device());
     cuda::finite_parts(x.data_ptr<float>(), x.numel(), ends == nullptr ? nullptr : ends->data_ptr<std::int64_t>(),
                        flags.numel(), flags.data_ptr<bool>(), cuda_stream_of(x));
 #endif

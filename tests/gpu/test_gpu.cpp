@@ -183,13 +183,25 @@ TEST(DeviceTimerOnCuda, PartsHoldTheDevicesWork) {
     EXPECT_EQ(timer.method(), DeviceTimer::Method::host_clock);
 }
 
+// A build with the CUDA kernels runs them on the GPU of the tests: its architecture is
+// among ACC_CUDA_ARCHITECTURES (otherwise the tests below would skip, and the compressors
+// take the ATen operations).
+TEST(CudaKernels, RunOnThisGpu) {
+    namespace c = acc::compress;
+    if (!c::device::LowRankKernels::available()) GTEST_SKIP() << "built without ACC_CUDA_KERNELS";
+    const char* wanted = std::getenv("ACC_CUDA_KERNELS");
+    if (wanted != nullptr && std::string(wanted) == "0") GTEST_SKIP() << "ACC_CUDA_KERNELS=0 in the environment";
+    EXPECT_TRUE(c::device::cuda_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
+        << "this GPU's architecture is not among the build's (ACC_CUDA_ARCHITECTURES)";
+}
+
 // The CUDA kernels (ACC_CUDA_KERNELS) encode as the host codecs do, byte for byte, into
 // payloads that start at any byte (fp16: any half), and refuse NaN, and fp16's overflow,
 // as they do.
 TEST(CudaKernels, PayloadsEqualTheHostCodecs) {
     namespace c = acc::compress;
     if (!c::device::cuda_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
-        GTEST_SKIP() << "built without ACC_CUDA_KERNELS, or ACC_CUDA_KERNELS=0 in the environment";
+        GTEST_SKIP() << "built without ACC_CUDA_KERNELS or for another GPU, or ACC_CUDA_KERNELS=0";
     const std::uint64_t key = 0x1234567890abcdefull;
     for (const std::string level : {"signsgd", "qsgd:2", "qsgd:127", "qsgd:32767", "fp16"})
         for (std::int64_t n : {1, 31, 33, 4099, 1000003}) {
@@ -266,7 +278,7 @@ private:
 TEST(CudaKernels, FiniteChecksEqualTheATenOperations) {
     namespace d = acc::compress::device;
     if (!d::cuda_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
-        GTEST_SKIP() << "built without ACC_CUDA_KERNELS, or ACC_CUDA_KERNELS=0 in the environment";
+        GTEST_SKIP() << "built without ACC_CUDA_KERNELS or for another GPU, or ACC_CUDA_KERNELS=0";
     const auto to_vector = [](const torch::Tensor& flags) {
         torch::Tensor f = flags.cpu().view({-1});
         return std::vector<bool>(f.data_ptr<bool>(), f.data_ptr<bool>() + f.numel());
@@ -414,7 +426,7 @@ TEST(TopkOnCuda, ChoosesNaNAndInfinityWhereverTheyLie) {
 TEST(CudaKernels, DgcStepsEqualTheATenOperations) {
     namespace c = acc::compress;
     if (!c::device::cuda_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
-        GTEST_SKIP() << "built without ACC_CUDA_KERNELS, or ACC_CUDA_KERNELS=0 in the environment";
+        GTEST_SKIP() << "built without ACC_CUDA_KERNELS or for another GPU, or ACC_CUDA_KERNELS=0";
     const std::int64_t n = 1000003;
     const c::Spec spec = c::parse_spec("dgc:0.01");
     auto aten = c::make_device_codec(spec, {n}, c::CodecOptions());

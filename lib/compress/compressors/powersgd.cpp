@@ -200,6 +200,8 @@ const CompressorInfo& powersgd_compressor() {
 #include "compress/cuda/encoders.hpp"
 #endif
 
+#include <c10/core/DeviceGuard.h>
+
 #include <cstring>
 
 namespace acc::compress {
@@ -238,6 +240,7 @@ LowRankKernels::LowRankKernels(cuda::powersgd::Layout layout, const at::Device& 
 }
 
 #if ACC_CUDA_KERNELS
+// Each round makes its buffers' device the current one: kernels launch on the current device.
 namespace {
 const cuda::powersgd::Matrix* table_of(const at::Tensor& table) {
     return reinterpret_cast<const cuda::powersgd::Matrix*>(table.data_ptr<std::int64_t>());
@@ -245,21 +248,25 @@ const cuda::powersgd::Matrix* table_of(const at::Tensor& table) {
 }  // namespace
 
 void LowRankKernels::project_rows(const at::Tensor& m, const at::Tensor& q, at::Tensor& p) const {
+    const c10::DeviceGuard guard(m.device());
     cuda::powersgd_project_rows(layout_, table_of(table_), m.data_ptr<float>(), q.data_ptr<float>(),
                                 p.data_ptr<float>(), cuda_stream_of(m));
 }
 
 void LowRankKernels::orthogonalize(at::Tensor& buffer, bool columns, float epsilon) const {
+    const c10::DeviceGuard guard(buffer.device());
     cuda::powersgd_orthogonalize(layout_, table_of(table_), buffer.data_ptr<float>(), columns, epsilon,
                                  cuda_stream_of(buffer));
 }
 
 void LowRankKernels::project_columns(const at::Tensor& m, const at::Tensor& p, at::Tensor& q) const {
+    const c10::DeviceGuard guard(m.device());
     cuda::powersgd_project_columns(layout_, table_of(table_), m.data_ptr<float>(), p.data_ptr<float>(),
                                    q.data_ptr<float>(), cuda_stream_of(m));
 }
 
 void LowRankKernels::expand(const at::Tensor& p, const at::Tensor& q, at::Tensor* memory, at::Tensor& approx) const {
+    const c10::DeviceGuard guard(p.device());
     cuda::powersgd_expand(layout_, table_of(table_), p.data_ptr<float>(), q.data_ptr<float>(),
                           memory != nullptr ? memory->data_ptr<float>() : nullptr, approx.data_ptr<float>(),
                           cuda_stream_of(p));

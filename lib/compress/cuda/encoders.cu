@@ -34,6 +34,25 @@ auto setter(cudaStream_t s, const char* what) {
 
 }  // namespace
 
+bool kernels_run_on(int device, int& major, int& minor) {
+    constexpr const char* what = "the CUDA kernels' device check";
+    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), what);
+    check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), what);
+    int current = 0;
+    check(cudaGetDevice(&current), what);
+    if (current != device) check(cudaSetDevice(device), what);
+    // Every kernel is in this file's one fat binary: one kernel tells for all. Without an
+    // image for the device (or PTX its driver can compile) the query fails, and the error
+    // it leaves is not sticky: clear it, so that the next ATen call does not report it.
+    cudaFuncAttributes attributes{};
+    const cudaError_t status = cudaFuncGetAttributes(&attributes, elementwise::finite_parts_kernel<true>);
+    if (status != cudaSuccess) (void)cudaGetLastError();
+    if (current != device) check(cudaSetDevice(current), what);
+    return status == cudaSuccess;
+}
+
+const char* built_architectures() { return ACC_CUDA_ARCHITECTURES_BUILT; }
+
 void sign_bits(const float* x, std::int64_t n, std::uint8_t* packed, bool* ok, void* stream) {
     constexpr const char* what = "signSGD's CUDA kernel";
     auto s = static_cast<cudaStream_t>(stream);

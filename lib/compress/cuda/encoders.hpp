@@ -11,6 +11,14 @@
 
 namespace acc::compress::cuda {
 
+/// Whether these kernels run on CUDA device `device`: the build holds code for its
+/// architecture, or PTX the driver can compile for it (ACC_CUDA_ARCHITECTURES). `major`
+/// and `minor` receive its compute capability. The current device stays as it was.
+bool kernels_run_on(int device, int& major, int& minor);
+
+/// The architectures the kernels were built for, as configured ("75-real,80-real,...").
+const char* built_architectures();
+
 /// signSGD: bit i of `packed` (byte i / 8, bit i % 8) is 1 where x[i] < 0; the bits up
 /// to the next multiple of 32 are zero ((n + 31) / 32 * 4 bytes). `*ok` (one byte on
 /// the device, a bool) becomes whether every x[i] is finite.
