@@ -7,6 +7,7 @@
 // intrinsics (IEEE operations on the host, which has no FMA unless asked), and the warp
 // intrinsics (__ballot_sync, __any_sync, __shfl_sync, __shfl_xor_sync) reached by every
 // thread of the block the same number of times, each emulated with the block's barrier.
+// Loads and stores keep their types, so that the alignment sanitizer sees each one.
 // Slow: for tests only.
 #pragma once
 
@@ -33,13 +34,15 @@ struct EmulatedDim3 {
 
 inline EmulatedDim3 threadIdx, blockIdx, blockDim, gridDim;
 
-struct float4 {
+// Aligned as CUDA's types are: built with -fsanitize=alignment (tests/unit/CMakeLists.txt),
+// the tests stop at a vector access the GPU would fault on ("misaligned address").
+struct alignas(16) float4 {
     float x, y, z, w;
 };
-struct uint2 {
+struct alignas(8) uint2 {
     unsigned x, y;
 };
-struct __half {
+struct alignas(2) __half {
     std::uint16_t bits;
 };
 
