@@ -153,6 +153,10 @@ std::vector<float> mixed_values(std::int64_t n, unsigned seed) {
     return x;
 }
 
+// The floats around an input: a value read there (past n, or before x) changes the
+// payload and the flags, as what lies past a tensor on a GPU would.
+const float kOutside = -std::numeric_limits<float>::quiet_NaN();
+
 // What a kernel writes into the payload, read as the codec's bytes; bytes around the
 // payload are guards that must keep their value.
 struct Encoded {
@@ -168,7 +172,7 @@ Encoded encode_emulated(const std::string& level, const std::vector<float>& valu
     const auto n = static_cast<std::int64_t>(values.size());
     auto host = acc::compress::make_codec(acc::compress::parse_spec(level), {n}, acc::compress::CodecOptions());
     const auto bytes = static_cast<size_t>(host->buffer_bytes());
-    std::vector<float> x_store(values.size() + 8);
+    std::vector<float> x_store(values.size() + 8, kOutside);
     float* x = x_store.data() + (4 - reinterpret_cast<std::uintptr_t>(x_store.data()) % 16 / 4) % 4 + x_shift;
     std::copy(values.begin(), values.end(), x);
     std::vector<std::uint64_t> out_store(bytes / 8 + 4, 0x5a5a5a5a5a5a5a5aull);  // 8-byte aligned
@@ -254,7 +258,7 @@ TEST(CudaElementwiseEmulated, RefuseWhatTheHostRefuses) {
 // The emulated finite check of a buffer's parts (no ends: one part).
 std::vector<bool> finite_parts_emulated(const std::vector<float>& values, int x_shift,
                                         const std::vector<std::int64_t>& ends) {
-    std::vector<float> x_store(values.size() + 8);
+    std::vector<float> x_store(values.size() + 8, kOutside);
     float* x = x_store.data() + (4 - reinterpret_cast<std::uintptr_t>(x_store.data()) % 16 / 4) % 4 + x_shift;
     std::copy(values.begin(), values.end(), x);
     const auto parts = static_cast<std::int64_t>(ends.empty() ? 1 : ends.size());
