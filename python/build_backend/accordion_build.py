@@ -9,7 +9,10 @@ sets), which finds exactly the torch the package will run with.
 
 Environment: ACCORDION_BUILD_DIR (CMake's build folder; default build/ beside
 this package, one per torch version, kept so that a reinstall recompiles only
-what changed), CMAKE_GENERATOR (default Ninja when ninja is on PATH).
+what changed), ACCORDION_CMAKE_ARGS (more options for CMake's configure, split as
+a shell splits them: e.g. "-DHDF5_C_INCLUDE_DIR=... -DCMAKE_CXX_COMPILER=g++-13"
+where HDF5 or the compiler is not the system's), CMAKE_GENERATOR (default Ninja
+when ninja is on PATH).
 """
 
 import base64
@@ -17,6 +20,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -82,6 +86,10 @@ def _build_library(torch):
     if shutil.which("ccache"):
         configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
         os.environ.setdefault("CCACHE_BASEDIR", SOURCE)
+    try:
+        configure += shlex.split(os.environ.get("ACCORDION_CMAKE_ARGS", ""))
+    except ValueError as e:
+        _fail(f"ACCORDION_CMAKE_ARGS: cannot split it as a shell would ({e})")
     _run(configure, f"configuring {build} against torch {torch['version']} in {torch['dir']}")
     _run(["cmake", "--build", build, "-j", str(os.cpu_count() or 1)], f"building {build}")
     library = os.path.join(build, "_accordion_ops.so")

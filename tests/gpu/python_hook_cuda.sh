@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The Python package on a GPU: installed as users install it (pip, against the torch
+# of ACC_PYTHON, offline), its compressing DDP hook trains on CUDA tensors over Gloo
+# (two ranks) and NCCL (one rank) as on the CPU, for every compressor family
+# (python_hook_cuda.py says how it compares). The package is compiled with the HDF5
+# and the compiler this build found (ACCORDION_CMAKE_ARGS), in the build's
+# python-package-gpu folder, kept for the next run.
+source "$(dirname "$0")/common.sh"
+: "${ACC_BUILD_DIR:?set by ctest}"
+
+probe=0
+"$ACC_PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)' >"$WORK/probe" 2>&1 || probe=$?
+if [ "$probe" = 3 ]; then
+    echo "SKIPPED: $ACC_PYTHON's torch sees no CUDA device; this test runs on a GPU machine"
+    exit 77
+elif [ "$probe" != 0 ]; then
+    echo "SKIPPED: $ACC_PYTHON cannot import torch: $(tail -1 "$WORK/probe")"
+    exit 77
+fi
+
+cached() { sed -n "s/^$1:[A-Z]*=//p" "$ACC_BUILD_DIR/CMakeCache.txt"; }
+cmake_args=()
+for variable in CMAKE_C_COMPILER CMAKE_CXX_COMPILER HDF5_C_INCLUDE_DIR HDF5_C_LIBRARY_hdf5 \
+    HDF5_C_COMPILER_EXECUTABLE; do
+    value=$(cached "$variable")
+    case $value in "" | *-NOTFOUND) ;; *) cmake_args+=("-D$variable=$value") ;; esac
+done
+extra=
+[ ${#cmake_args[@]} = 0 ] || extra=$(printf '%q ' "${cmake_args[@]}")
+site="$WORK/site"
+started=$(date +%s)
+if ! ACCORDION_BUILD_DIR="$ACC_BUILD_DIR/python-package-gpu" ACCORDION_CMAKE_ARGS="$extra" \
+    "$ACC_PYTHON" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --target "$site" \
+    "$ACC_SOURCE/python" >"$WORK/install.log" 2>&1; then
+    fail "pip install ./python against $ACC_PYTHON's torch failed:"
+    tail -30 "$WORK/install.log" | sed 's/^/    /' >&2
+    finish
+fi
+echo "the package built and installed in $(($(date +%s) - started)) s"
+
+got=0
+PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$ACC_PYTHON" "$ACC_SOURCE/tests/gpu/python_hook_cuda.py" || got=$?
+[ "$got" = 77 ] && exit 77
+[ "$got" = 0 ] || fail "the hook on the GPU differs from the hook on the CPU, or failed (exit $got; above)"
+finish
