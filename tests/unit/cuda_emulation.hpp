@@ -1,12 +1,13 @@
 // Runs the toolkit's CUDA kernels (lib/compress/cuda/*.cuh) on the CPU, so that the
 // tests check the kernels' own text where no GPU is: the blocks of a launch one after
-// another, each block's threads as fibers (ucontext) on the calling thread, resumed in
-// turn up to their next __syncthreads, so that a run is deterministic. It covers what
+// another, each block's threads as fibers (ucontext) on the calling thread, resumed one
+// at a time up to their next barrier, in an order the environment chooses (Order) and
+// the same in every run. It covers what
 // those kernels use and promise: shared memory (a static per kernel, which one block at
 // a time uses), atomicAdd, the vector types they load and store, the explicitly rounded
 // intrinsics (IEEE operations on the host, which has no FMA unless asked), and the warp
-// intrinsics (__ballot_sync, __any_sync, __shfl_sync, __shfl_xor_sync) reached by every
-// thread of the block the same number of times, each emulated with the block's barrier.
+// intrinsics (__ballot_sync, __any_sync, __shfl_sync, __shfl_xor_sync), each a barrier
+// of the 32 lanes of one warp only, as on a GPU, reached by every lane of the warp.
 // Loads and stores keep their types, so that the alignment sanitizer sees each one.
 // Slow: for tests only.
 #pragma once
@@ -18,9 +19,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <numeric>
+#include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #define __global__
@@ -48,10 +53,15 @@ struct alignas(2) __half {
 
 namespace acc::test::cuda_emulation {
 
+// Where a thread waits: for its block (__syncthreads) or only for its warp (the warp
+// intrinsics, which synchronise the 32 lanes of one warp and nothing else).
+enum class Wait { none, block, warp };
+
 struct Fiber {
     ucontext_t context;
     std::vector<char> stack;
     bool done = false;
+    Wait waiting = Wait::none;
 };
 
 struct Block {
@@ -73,6 +83,7 @@ inline void run_thread() {
 [[gnu::noinline]] inline void prepare(Block& b, Fiber& f) {
     f.stack.resize(64 * 1024);
     f.done = false;
+    f.waiting = Wait::none;
     if (getcontext(&f.context) != 0) throw std::runtime_error("getcontext failed");
     f.context.uc_stack.ss_sp = f.stack.data();
     f.context.uc_stack.ss_size = f.stack.size();
@@ -89,6 +100,100 @@ inline void run_thread() {
     swapcontext(&b.scheduler, &b.threads[t].context);
 }
 
+/// The order in which the blocks of a launch run, and in which the threads of a block
+/// free to run are resumed, one at a time, each up to its next barrier. CUDA promises
+/// none (lanes of one warp included), so a kernel that works in one order only has a
+/// race; the tests run in three, chosen by ACC_EMULATED_ORDER: forward (the default:
+/// blocks in order, always the lowest thread free to run), reverse (the highest), or
+/// shuffled (blocks permuted, a pseudo-random thread each time, from a fixed seed). A
+/// warp goes on as soon as all its lanes reach its intrinsic, so one warp may run ahead
+/// of the others up to the block's next __syncthreads, as on a GPU.
+enum class Order { forward, reverse, shuffled };
+
+inline Order order() {
+    static const Order chosen = [] {
+        const char* v = std::getenv("ACC_EMULATED_ORDER");
+        const std::string text = v == nullptr ? "forward" : v;
+        if (text == "forward") return Order::forward;
+        if (text == "reverse") return Order::reverse;
+        if (text == "shuffled") return Order::shuffled;
+        throw std::runtime_error("ACC_EMULATED_ORDER: '" + text + "' is not forward, reverse or shuffled");
+    }();
+    return chosen;
+}
+
+// The threads free to run, one bit each.
+class Ready {
+public:
+    explicit Ready(unsigned n) : words_((n + 63) / 64, 0), n_(n) {}
+    void set(unsigned t) { words_[t / 64] |= std::uint64_t{1} << (t % 64); }
+    void clear(unsigned t) { words_[t / 64] &= ~(std::uint64_t{1} << (t % 64)); }
+    bool any() const {
+        return std::any_of(words_.begin(), words_.end(), [](std::uint64_t w) { return w != 0; });
+    }
+    // The next thread to run (any() must hold).
+    unsigned pick(std::mt19937& bits) const {
+        const auto count = static_cast<unsigned>(words_.size());
+        if (order() == Order::reverse) {
+            for (unsigned w = count; w-- > 0;)
+                if (words_[w] != 0) return 64 * w + 63 - static_cast<unsigned>(__builtin_clzll(words_[w]));
+        }
+        // forward from thread 0; shuffled from a random thread on, round to the start
+        const unsigned from = order() == Order::shuffled ? static_cast<unsigned>(bits() % n_) : 0;
+        for (unsigned k = 0; k <= count; ++k) {
+            const unsigned w = (from / 64 + k) % count;
+            std::uint64_t word = words_[w];
+            if (k == 0) word &= ~std::uint64_t{0} << (from % 64);  // at or after `from` only
+            if (word != 0) return 64 * w + static_cast<unsigned>(__builtin_ctzll(word));
+        }
+        throw std::logic_error("no thread is free to run");
+    }
+
+private:
+    std::vector<std::uint64_t> words_;
+    unsigned n_;
+};
+
+// Thread t has stopped (at a barrier or its end): its warp goes on once every lane waits
+// at the warp's intrinsic. One that waits for a lane that has exited would hang a GPU.
+inline void settle_warp(Block& b, Ready& ready, unsigned t) {
+    const auto n = static_cast<unsigned>(b.threads.size());
+    const unsigned first = t / 32 * 32, end = std::min(n, first + 32);
+    bool all_wait = true, some_wait = false, some_done = false;
+    for (unsigned u = first; u < end; ++u) {
+        const Fiber& f = b.threads[u];
+        some_done = some_done || f.done;
+        some_wait = some_wait || f.waiting == Wait::warp;
+        all_wait = all_wait && (f.done || f.waiting == Wait::warp);
+    }
+    if (!some_wait || !all_wait) return;
+    if (some_done) throw std::runtime_error("a warp intrinsic waits for a lane of its warp that has exited");
+    for (unsigned u = first; u < end; ++u) {
+        b.threads[u].waiting = Wait::none;
+        ready.set(u);
+    }
+}
+
+// No thread is free to run: the block's barrier lets every live thread go on once all
+// wait at it. Returns false when every thread is done. Threads waiting at different
+// kinds of barrier would hang a GPU.
+inline bool settle_block(Block& b, Ready& ready) {
+    bool live = false;
+    for (const Fiber& f : b.threads) {
+        if (f.done) continue;
+        live = true;
+        if (f.waiting != Wait::block)
+            throw std::runtime_error("threads wait at __syncthreads while others of the block wait at a warp "
+                                     "intrinsic");
+    }
+    for (unsigned t = 0; t < b.threads.size(); ++t) {
+        if (b.threads[t].done) continue;
+        b.threads[t].waiting = Wait::none;
+        ready.set(t);
+    }
+    return live;
+}
+
 /// Runs kernel<<<blocks, threads>>>(arguments...) to completion.
 template <class... Parameters, class... Arguments>
 void launch(unsigned blocks, int threads, void (*kernel)(Parameters...), Arguments... arguments) {
@@ -100,17 +205,24 @@ void launch(unsigned blocks, int threads, void (*kernel)(Parameters...), Argumen
     block = &b;
     blockDim.x = static_cast<unsigned>(threads);
     gridDim.x = blocks;
-    for (unsigned id = 0; id < blocks; ++id) {
+    std::mt19937 bits(2024);
+    std::vector<unsigned> block_order(blocks);
+    std::iota(block_order.begin(), block_order.end(), 0u);
+    if (order() == Order::reverse) std::reverse(block_order.begin(), block_order.end());
+    if (order() == Order::shuffled) std::shuffle(block_order.begin(), block_order.end(), bits);
+    for (unsigned id : block_order) {
         blockIdx.x = id;
-        for (Fiber& f : b.threads) prepare(b, f);
-        // Each round takes every live thread to its next barrier (or its end).
-        for (bool live = true; live;) {
-            live = false;
-            for (unsigned t = 0; t < b.threads.size(); ++t) {
-                if (b.threads[t].done) continue;
-                resume(b, t);
-                live = true;
-            }
+        Ready ready(static_cast<unsigned>(threads));
+        for (unsigned t = 0; t < b.threads.size(); ++t) {
+            prepare(b, b.threads[t]);
+            ready.set(t);
+        }
+        while (ready.any() || settle_block(b, ready)) {
+            if (!ready.any()) continue;
+            const unsigned t = ready.pick(bits);
+            resume(b, t);  // returns when t waits or is done
+            ready.clear(t);
+            settle_warp(b, ready, t);
         }
     }
     block = nullptr;
@@ -118,20 +230,27 @@ void launch(unsigned blocks, int threads, void (*kernel)(Parameters...), Argumen
 
 }  // namespace acc::test::cuda_emulation
 
-inline void __syncthreads() {
-    auto& b = *acc::test::cuda_emulation::block;
+namespace acc::test::cuda_emulation {
+// This thread waits (for its block or its warp) until the scheduler lets it go on.
+inline void wait_at(Wait kind) {
+    auto& b = *block;
+    b.threads[b.current].waiting = kind;
     swapcontext(&b.threads[b.current].context, &b.scheduler);
     threadIdx.x = b.current;
 }
+}  // namespace acc::test::cuda_emulation
+
+inline void __syncthreads() { acc::test::cuda_emulation::wait_at(acc::test::cuda_emulation::Wait::block); }
 
 inline unsigned __ballot_sync(unsigned, bool predicate) {
     auto& b = *acc::test::cuda_emulation::block;
+    namespace e = acc::test::cuda_emulation;
     b.votes[threadIdx.x] = predicate ? 1u : 0u;
-    __syncthreads();
+    e::wait_at(e::Wait::warp);
     unsigned mask = 0;
     const unsigned first = threadIdx.x / 32 * 32;
     for (unsigned lane = 0; lane < 32 && first + lane < blockDim.x; ++lane) mask |= b.votes[first + lane] << lane;
-    __syncthreads();  // every thread has read the votes before they change
+    e::wait_at(e::Wait::warp);  // every lane has read the votes before they change
     return mask;
 }
 
@@ -156,11 +275,12 @@ template <class T>
 T __shfl_sync(unsigned, T value, int source) {
     static_assert(sizeof(T) <= sizeof(std::uint64_t), "a shuffled value fits in 64 bits");
     auto& b = *acc::test::cuda_emulation::block;
+    namespace e = acc::test::cuda_emulation;
     std::memcpy(&b.lanes[threadIdx.x], &value, sizeof(T));
-    __syncthreads();
+    e::wait_at(e::Wait::warp);
     T out;
     std::memcpy(&out, &b.lanes[threadIdx.x / 32 * 32 + static_cast<unsigned>(source) % 32], sizeof(T));
-    __syncthreads();  // every thread has read the values before they change
+    e::wait_at(e::Wait::warp);  // every lane has read the values before they change
     return out;
 }
 

@@ -15,12 +15,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -464,6 +466,58 @@ TEST(CudaPowerSgdEmulated, ExpansionIsTheHostsSumInItsOrder) {
                 ASSERT_EQ(s.m[e] - o, memory[e]) << "matrix at " << a.m << ", row " << row << ", column " << c;
                 ASSERT_EQ(o, approx_only[e]);
             }
+}
+
+
+// ------------------------------------------------------------------------ the emulation itself
+
+// Kernels that show how the emulation schedules: every thread counts itself in, then
+// after one shuffle (a barrier of its warp only) lane 0 of each warp notes how many had
+// counted in by then.
+__global__ void note_arrivals(unsigned* arrived, unsigned* noted) {
+    ++*arrived;
+    __shfl_sync(acc::compress::cuda::kAllLanes, 0u, 0);
+    if (threadIdx.x % 32 == 0) noted[threadIdx.x / 32] = *arrived;
+}
+
+// Lanes 16 to 31 of each warp have exited when the others shuffle.
+__global__ void shuffle_after_lanes_exit(unsigned* out) {
+    if (threadIdx.x % 32 >= 16) return;
+    out[threadIdx.x] = __shfl_sync(acc::compress::cuda::kAllLanes, static_cast<unsigned>(threadIdx.x), 0);
+}
+
+// Lanes 0 to 15 of each warp wait at a shuffle of the whole warp, lanes 16 to 31 at
+// __syncthreads.
+__global__ void barriers_of_two_kinds(unsigned* out) {
+    if (threadIdx.x % 32 < 16)
+        out[threadIdx.x] = __shfl_sync(acc::compress::cuda::kAllLanes, static_cast<unsigned>(threadIdx.x), 0);
+    else
+        __syncthreads();
+}
+
+// A warp goes on past its own intrinsic once its lanes arrive, not when the block's do:
+// in forward (and reverse) order the first (last) warp goes on before any other thread
+// has started, so a missing __syncthreads shows. (Shuffled, every thread may have
+// started by the time a released lane runs again.)
+TEST(CudaEmulation, AWarpGoesOnOnceItsOwnLanesArrive) {
+    namespace e = acc::test::cuda_emulation;
+    unsigned arrived = 0;
+    std::vector<unsigned> noted(8, 0);
+    e::launch(1, 256, note_arrivals, &arrived, noted.data());
+    EXPECT_EQ(arrived, 256u);
+    EXPECT_GE(*std::min_element(noted.begin(), noted.end()), 32u) << "a warp went on before its lanes arrived";
+    if (e::order() == e::Order::forward) {
+        EXPECT_EQ(noted.front(), 32u) << "warp 0 waited for other warps";
+    } else if (e::order() == e::Order::reverse) {
+        EXPECT_EQ(noted.back(), 32u) << "warp 7 waited for other warps";
+    }
+}
+
+// What would hang a GPU ends the emulated launch with an error.
+TEST(CudaEmulation, BarriersThatWouldHangAGpuAreErrors) {
+    std::vector<unsigned> out(256, 0);
+    EXPECT_THROW(acc::test::cuda_emulation::launch(1, 64, shuffle_after_lanes_exit, out.data()), std::runtime_error);
+    EXPECT_THROW(acc::test::cuda_emulation::launch(1, 64, barriers_of_two_kinds, out.data()), std::runtime_error);
 }
 
 }  // namespace
