@@ -83,8 +83,8 @@ bool kernels_run_on(const at::Device& device) {
     const bool runs = cuda::kernels_run_on(index, major, minor);
     if (!runs)
         spdlog::warn("CUDA device {} (compute capability {}.{}): the toolkit's CUDA kernels were built for {} only; "
-                     "the compressors use ATen operations there (configure with -DACC_CUDA_ARCHITECTURES={}{} "
-                     "to build them for it)",
+                     "the compressors use ATen operations there (add {}{}-real to -DACC_CUDA_ARCHITECTURES when "
+                     "configuring, to build them for it)",
                      index, major, minor, cuda::built_architectures(), major, minor);
     known.emplace(index, runs);
     return runs;
