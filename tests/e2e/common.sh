@@ -38,6 +38,9 @@ gpu_present() {
     command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
 }
 
+# cmake_cached VARIABLE: its value in the build's CMakeCache.txt (ACC_BUILD_DIR), or nothing.
+cmake_cached() { sed -n "s/^$1:[A-Z]*=//p" "${ACC_BUILD_DIR:?set by ctest}/CMakeCache.txt"; }
+
 finish() {
     if [ "$failures" -gt 0 ]; then
         echo "$failures check(s) failed" >&2

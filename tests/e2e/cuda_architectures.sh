@@ -7,18 +7,20 @@
 source "$(dirname "$0")/common.sh"
 : "${ACC_BUILD_DIR:?set by ctest}"
 
-cached() { sed -n "s/^$1:[A-Z]*=//p" "$ACC_BUILD_DIR/CMakeCache.txt"; }
-[ "$(cached ACC_CUDA_KERNELS)" = ON ] || { echo "skip: built without the CUDA kernels (ACC_CUDA_KERNELS)"; exit 77; }
+if [ "$(cmake_cached ACC_CUDA_KERNELS)" != ON ]; then
+    echo "skip: built without the CUDA kernels (ACC_CUDA_KERNELS)"
+    exit 77
+fi
 
 # LibTorch's architectures, from the Python torch of the same prefix (pip's build).
-prefix=$(realpath -m "$(cached Torch_DIR)/../../..")
+prefix=$(realpath -m "$(cmake_cached Torch_DIR)/../../..")
 torch_dir=$("$ACC_PYTHON" -c 'import os, torch; print(os.path.dirname(torch.__file__))' 2>/dev/null || true)
 if [ -z "$torch_dir" ] || [ "$(realpath -m "$torch_dir")" != "$prefix" ]; then
     echo "skip: $ACC_PYTHON has no torch at the configured LibTorch's prefix ($prefix)"
     exit 77
 fi
 torch_architectures=$("$ACC_PYTHON" -c 'import torch; print(torch._C._cuda_getArchFlags())')
-ours=$(cached ACC_CUDA_ARCHITECTURES)
+ours=$(cmake_cached ACC_CUDA_ARCHITECTURES)
 echo "LibTorch: $torch_architectures; the toolkit's kernels: $ours"
 [ -n "$torch_architectures" ] || fail "LibTorch names no CUDA architecture"
 

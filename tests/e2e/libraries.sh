@@ -43,10 +43,9 @@ wrong=$(echo "$bindings" | grep -v '^$' | grep -v ' to [^ ]*libstdc++\.so' || tr
 # (pip's TorchConfig.cmake searches the system's directories first, where
 # Debian's LibTorch may be): both lie under its prefix, Torch_DIR/../../.. as
 # TorchConfig.cmake computes it.
-cached() { sed -n "s/^$1:[A-Z]*=//p" "$ACC_BUILD_DIR/CMakeCache.txt"; }
-prefix=$(realpath -m "$(cached Torch_DIR)/../../..")
+prefix=$(realpath -m "$(cmake_cached Torch_DIR)/../../..")
 for variable in TORCH_LIBRARY c10_LIBRARY; do
-    library=$(realpath -m "$(cached "$variable")")
+    library=$(realpath -m "$(cmake_cached "$variable")")
     case $library in
     "$prefix"/*) ;;
     *) fail "$variable is $library, outside the configured LibTorch ($prefix)" ;;

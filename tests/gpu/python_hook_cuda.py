@@ -25,8 +25,11 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+# The package tests' model and batches (tests/python/ddp_worker.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
+from ddp_worker import Net, batch  # noqa: E402
 
 LEVELS = ["none", "fp16", "powersgd:2", "topk:0.1", "dgc:0.1", "randomk:0.1", "signsgd", "efsignsgd", "qsgd:127",
           "terngrad"]
@@ -34,23 +37,6 @@ LEVELS = ["none", "fp16", "powersgd:2", "topk:0.1", "dgc:0.1", "randomk:0.1", "s
 FLIPPING = {"signsgd", "efsignsgd", "qsgd:127", "terngrad"}
 EPOCHS, STEPS = 2, 5
 RUN_SECONDS = 240
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(12, 16)
-        self.fc2 = nn.Linear(16, 4)
-
-    def forward(self, x):
-        return self.fc2(torch.tanh(self.fc1(x)))
-
-
-def batch(rank, epoch, step, device):
-    g = torch.Generator().manual_seed(1_000_003 * rank + 1009 * epoch + step)
-    x = torch.randn(8, 12, generator=g)
-    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0).long()
-    return x.to(device), y.to(device)
 
 
 def train(accordion, level, device, rank, group):
@@ -64,7 +50,7 @@ def train(accordion, level, device, rank, group):
     for epoch in range(EPOCHS):
         state.set_epoch(epoch)
         for step in range(STEPS):
-            x, y = batch(rank, epoch, step, device)
+            x, y = (t.to(device) for t in batch(rank, epoch, step))
             optimizer.zero_grad()
             F.cross_entropy(ddp(x), y).backward()
             optimizer.step()

@@ -18,11 +18,10 @@ elif [ "$probe" != 0 ]; then
     exit 77
 fi
 
-cached() { sed -n "s/^$1:[A-Z]*=//p" "$ACC_BUILD_DIR/CMakeCache.txt"; }
 cmake_args=()
 for variable in CMAKE_C_COMPILER CMAKE_CXX_COMPILER HDF5_C_INCLUDE_DIR HDF5_C_LIBRARY_hdf5 \
     HDF5_C_COMPILER_EXECUTABLE; do
-    value=$(cached "$variable")
+    value=$(cmake_cached "$variable")
     case $value in "" | *-NOTFOUND) ;; *) cmake_args+=("-D$variable=$value") ;; esac
 done
 extra=

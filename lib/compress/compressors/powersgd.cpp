@@ -198,9 +198,9 @@ const CompressorInfo& powersgd_compressor() {
 
 #if ACC_CUDA_KERNELS
 #include "compress/cuda/encoders.hpp"
-#endif
 
 #include <c10/core/DeviceGuard.h>
+#endif
 
 #include <cstring>
 
