@@ -9,10 +9,15 @@
 #include "compress/cuda/encoders.hpp"
 
 #include <c10/cuda/CUDAStream.h>
+#if ACC_WARN_WITH_SPDLOG
 #include <spdlog/spdlog.h>
+#else
+#include <c10/util/Exception.h>
+#endif
 
 #include <map>
 #include <mutex>
+#include <string>
 #endif
 
 #include <c10/core/DeviceGuard.h>
@@ -81,11 +86,18 @@ bool kernels_run_on(const at::Device& device) {
     if (found != known.end()) return found->second;
     int major = 0, minor = 0;
     const bool runs = cuda::kernels_run_on(index, major, minor);
-    if (!runs)
-        spdlog::warn("CUDA device {} (compute capability {}.{}): the toolkit's CUDA kernels were built for {} only; "
-                     "the compressors use ATen operations there (add {}{}-real to -DACC_CUDA_ARCHITECTURES when "
-                     "configuring, to build them for it)",
-                     index, major, minor, cuda::built_architectures(), major, minor);
+    if (!runs) {
+        const std::string message =
+            "CUDA device " + std::to_string(index) + " (compute capability " + std::to_string(major) + "." +
+            std::to_string(minor) + "): the toolkit's CUDA kernels were built for " + cuda::built_architectures() +
+            " only; the compressors use ATen operations there (add " + std::to_string(major) +
+            std::to_string(minor) + "-real to ACC_CUDA_ARCHITECTURES when configuring, to build them for it)";
+#if ACC_WARN_WITH_SPDLOG
+        spdlog::warn("{}", message);
+#else
+        TORCH_WARN(message);
+#endif
+    }
     known.emplace(index, runs);
     return runs;
 }
@@ -108,6 +120,14 @@ bool cuda_unmeasured_kernels_for(const at::Device& device) {
 #else
     (void)device;
     return false;
+#endif
+}
+
+std::string cuda_kernels_built() {
+#if ACC_CUDA_KERNELS
+    return cuda::built_architectures();
+#else
+    return {};
 #endif
 }
 

@@ -120,6 +120,9 @@ bool cuda_kernels_for(const at::Tensor& x);
 /// Whether the CUDA kernels not yet measured on a GPU (top-k's selection, PowerSGD's
 /// rounds) run on `device`: a CUDA device, a build with the kernels, ACC_CUDA_KERNELS=all.
 bool cuda_unmeasured_kernels_for(const at::Device& device);
+/// The architectures the CUDA kernels were built for ("75-real,80-real,..."; empty in a
+/// build without them).
+std::string cuda_kernels_built();
 /// The current CUDA stream of x's device, as the kernels take it (nullptr without them).
 void* cuda_stream_of(const at::Tensor& x);
 /// A CUDA kernel's flag: a 0-dim bool tensor on x's device, true until the kernel that

@@ -20,6 +20,7 @@ that starts with the file or setting at fault. Documentation: docs/python.md.
 
 from ._errors import Error, FileError, UsageError
 from ._library import BUILT_FOR as TORCH_VERSION
+from ._library import CUDA_KERNELS
 from ._library import VERSION as __version__
 from .gravac import Gravac, GravacStep
 from .hook import CompressionState, compression_hook
@@ -28,4 +29,4 @@ from .schedule import BatchEpoch, Schedule, load_schedule, parameter_mismatches,
 
 __all__ = ["Error", "FileError", "UsageError", "CompressionState", "compression_hook", "Gravac", "GravacStep",
            "GradientRecorder", "Schedule", "BatchEpoch", "load_schedule", "parameter_mismatches",
-           "trainable_parameters", "TORCH_VERSION", "__version__"]
+           "trainable_parameters", "TORCH_VERSION", "CUDA_KERNELS", "__version__"]

@@ -24,6 +24,9 @@ if torch.__version__ != BUILT_FOR:
 
 torch.ops.load_library(os.path.join(os.path.dirname(__file__), "_accordion_ops.so"))
 classes = torch.classes.accordion
+# The GPU architectures the toolkit's CUDA kernels were built for ("75-real,80-real,...");
+# "" where the library has none and the device codecs use ATen operations on a GPU.
+CUDA_KERNELS = torch.ops.accordion.cuda_kernels()
 
 _TAGGED = re.compile(r"\[accordion:(usage|file|error)\] (.*)", re.S)
 _KINDS = {"usage": UsageError, "file": FileError, "error": Error}

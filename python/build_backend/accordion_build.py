@@ -35,7 +35,7 @@ SOURCE = os.path.dirname(HERE)  # the toolkit's tree
 _TORCH_PROBE = r"""
 import json, os, torch
 print(json.dumps({"version": torch.__version__, "dir": os.path.dirname(torch.__file__),
-                  "cxx11_abi": int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))}))
+                  "cxx11_abi": int(bool(torch._C._GLIBCXX_USE_CXX11_ABI)), "cuda": torch.version.cuda or ""}))
 """
 
 
@@ -79,12 +79,14 @@ def _build_library(torch):
     tag = re.sub(r"[^A-Za-z0-9.]+", "-", torch["version"])
     build = os.environ.get("ACCORDION_BUILD_DIR") or os.path.join(HERE, "build", "torch-" + tag)
     configure = ["cmake", "-S", HERE, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
-                 "-DACC_TORCH_DIR=" + torch["dir"], "-DACC_TORCH_CXX11_ABI=" + str(torch["cxx11_abi"])]
+                 "-DACC_TORCH_DIR=" + torch["dir"], "-DACC_TORCH_CXX11_ABI=" + str(torch["cxx11_abi"]),
+                 # Chosen again at every configure; ACCORDION_CMAKE_ARGS, later, may say ON or OFF.
+                 "-DACC_TORCH_CUDA=" + torch.get("cuda", ""), "-DACC_CUDA_KERNELS=AUTO"]
     if not os.environ.get("CMAKE_GENERATOR") and shutil.which("ninja") and not os.path.exists(
             os.path.join(build, "Makefile")):
         configure += ["-G", "Ninja"]
     if shutil.which("ccache"):
-        configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
+        configure += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
         os.environ.setdefault("CCACHE_BASEDIR", SOURCE)
     try:
         configure += shlex.split(os.environ.get("ACCORDION_CMAKE_ARGS", ""))

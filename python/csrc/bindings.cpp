@@ -7,6 +7,7 @@
 // State is keyed by parameter name (as the model's named_parameters() gives it),
 // never by position: DDP rebuilds its buckets after the first step, and a bucket
 // names its tensors only through the parameters it holds.
+#include "compress/device_codec.hpp"
 #include "guarded.hpp"
 #include "io/grads.hpp"
 #include "io/output.hpp"
@@ -283,4 +284,6 @@ TORCH_LIBRARY(accordion, m) {
         .def("ratio", &ScheduleFile::ratio)
         .def("batch_size", &ScheduleFile::batch_size)
         .def("lr_scale", &ScheduleFile::lr_scale);
+    // The GPU architectures of the toolkit's CUDA kernels in this library; empty without them.
+    m.def("cuda_kernels() -> str", [] { return acc::compress::device::cuda_kernels_built(); });
 }

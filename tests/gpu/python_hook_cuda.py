@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 # The package tests' model and batches (tests/python/ddp_worker.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
-from ddp_worker import Net, batch  # noqa: E402
+from ddp_worker import Net, batch, let_gloo_finish  # noqa: E402
 
 LEVELS = ["none", "fp16", "powersgd:2", "topk:0.1", "dgc:0.1", "randomk:0.1", "signsgd", "efsignsgd", "qsgd:127",
           "terngrad"]
@@ -72,6 +72,7 @@ def rank_main(args):
     for level in LEVELS:
         results[level] = {"cpu": train(accordion, level, torch.device("cpu"), rank, cpu_group),
                           "device": train(accordion, level, device, rank, None)}
+    let_gloo_finish()
     dist.destroy_process_group()
     if rank == 0:
         print(json.dumps(results))

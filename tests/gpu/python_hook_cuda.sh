@@ -2,9 +2,10 @@
 # The Python package on a GPU: installed as users install it (pip, against the torch
 # of ACC_PYTHON, offline), its compressing DDP hook trains on CUDA tensors over Gloo
 # (two ranks) and NCCL (one rank) as on the CPU, for every compressor family
-# (python_hook_cuda.py says how it compares). The package is compiled with the HDF5
-# and the compiler this build found (ACCORDION_CMAKE_ARGS), in the build's
-# python-package-gpu folder, kept for the next run.
+# (python_hook_cuda.py says how it compares). The package is compiled with the HDF5,
+# the compilers and the CUDA architectures this build found (ACCORDION_CMAKE_ARGS), in
+# the build's python-package-gpu folder, kept for the next run, and must have the CUDA
+# kernels this build has: the hook then runs them.
 source "$(dirname "$0")/common.sh"
 : "${ACC_BUILD_DIR:?set by ctest}"
 
@@ -20,7 +21,7 @@ fi
 
 cmake_args=()
 for variable in CMAKE_C_COMPILER CMAKE_CXX_COMPILER HDF5_C_INCLUDE_DIR HDF5_C_LIBRARY_hdf5 \
-    HDF5_C_COMPILER_EXECUTABLE; do
+    HDF5_C_COMPILER_EXECUTABLE CMAKE_CUDA_COMPILER CMAKE_CUDA_HOST_COMPILER ACC_CUDA_ARCHITECTURES; do
     value=$(cmake_cached "$variable")
     case $value in "" | *-NOTFOUND) ;; *) cmake_args+=("-D$variable=$value") ;; esac
 done
@@ -29,13 +30,23 @@ extra=
 site="$WORK/site"
 started=$(date +%s)
 if ! ACCORDION_BUILD_DIR="$ACC_BUILD_DIR/python-package-gpu" ACCORDION_CMAKE_ARGS="$extra" \
-    "$ACC_PYTHON" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation --target "$site" \
+    "$ACC_PYTHON" -m pip install -v --disable-pip-version-check --no-deps --no-build-isolation --target "$site" \
     "$ACC_SOURCE/python" >"$WORK/install.log" 2>&1; then
     fail "pip install ./python against $ACC_PYTHON's torch failed:"
     tail -30 "$WORK/install.log" | sed 's/^/    /' >&2
     finish
 fi
 echo "the package built and installed in $(($(date +%s) - started)) s"
+
+expected=
+[ "$(cmake_cached ACC_CUDA_KERNELS)" = ON ] && expected=$(cmake_cached ACC_CUDA_ARCHITECTURES | tr ';' ',')
+kernels=$(PYTHONPATH="$site" "$ACC_PYTHON" -c 'import accordion; print(accordion.CUDA_KERNELS)' 2>&1 | tail -1)
+if [ "$kernels" = "$expected" ]; then
+    echo "the package's CUDA kernels: ${kernels:-none, as in this build}"
+else
+    fail "the package's CUDA kernels are '$kernels', this build's '$expected' (the install's configure says why):"
+    grep -i "cuda" "$WORK/install.log" | tail -5 | sed 's/^/    /' >&2
+fi
 
 got=0
 PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$ACC_PYTHON" "$ACC_SOURCE/tests/gpu/python_hook_cuda.py" || got=$?

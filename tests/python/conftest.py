@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from ddp_worker import Net
+from ddp_worker import Net, let_gloo_finish
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(os.path.dirname(HERE))
@@ -171,4 +171,5 @@ def one_rank():
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     yield DistributedDataParallel(Net())
+    let_gloo_finish()
     dist.destroy_process_group()

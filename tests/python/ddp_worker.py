@@ -24,6 +24,7 @@ import gc
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -32,6 +33,15 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import accordion
+
+
+def let_gloo_finish():
+    """Gives a Gloo group's worker threads the GIL before the group is torn down.
+    A worker drops a finished collective's tensors while holding the group's queue
+    lock, and needs the GIL where Python made them; the group's destructor takes that
+    lock, so run on a thread holding the GIL right after a collective, both would wait
+    forever (a test's end hung so). A pause without the GIL lets the worker end."""
+    time.sleep(0.2)
 
 
 class Net(nn.Module):
@@ -242,6 +252,7 @@ def main():
         except RuntimeError:
             pass  # the other rank failed: its status tells
     gc.collect()
+    let_gloo_finish()
     dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()

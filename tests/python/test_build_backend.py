@@ -28,7 +28,7 @@ def backend(monkeypatch, tmp_path):
     return module
 
 
-TORCH = {"version": "2.11.0+cu130", "dir": "/site/torch", "cxx11_abi": 1}
+TORCH = {"version": "2.11.0+cu130", "dir": "/site/torch", "cxx11_abi": 1, "cuda": "13.0"}
 
 
 def test_configure_takes_the_options_of_accordion_cmake_args(backend, monkeypatch):
@@ -44,7 +44,16 @@ def test_without_accordion_cmake_args_configure_is_unchanged(backend, monkeypatc
     monkeypatch.delenv("ACCORDION_CMAKE_ARGS", raising=False)
     backend._build_library(TORCH)
     configure = backend.recorded[0]
-    assert configure[-1] == "-DACC_TORCH_CXX11_ABI=1"
+    assert configure[-3:] == ["-DACC_TORCH_CXX11_ABI=1", "-DACC_TORCH_CUDA=13.0", "-DACC_CUDA_KERNELS=AUTO"]
+
+
+def test_the_kernels_are_chosen_at_every_configure_unless_accordion_cmake_args_says(backend, monkeypatch):
+    # CMake takes the last of two -D for one name: the user's, after AUTO.
+    monkeypatch.setenv("ACCORDION_CMAKE_ARGS", "-DACC_CUDA_KERNELS=OFF")
+    backend._build_library(dict(TORCH, cuda=""))
+    configure = backend.recorded[0]
+    assert "-DACC_TORCH_CUDA=" in configure
+    assert configure.index("-DACC_CUDA_KERNELS=AUTO") < configure.index("-DACC_CUDA_KERNELS=OFF")
 
 
 def test_an_accordion_cmake_args_that_cannot_be_split_is_refused(backend, monkeypatch):
