@@ -87,4 +87,17 @@ def test_without_nvcc_the_package_builds_without_kernels(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", os.pathsep.join(path + ([cmake] if cmake not in path else [])))
     done = _configure(tmp_path, torch.version.cuda, "AUTO")
     assert done.returncode == 0, done.stderr
-    assert "CUDA kernels: off, no nvcc found" in done.stdout
+    assert "CUDA kernels: off, no working nvcc found" in done.stdout
+
+
+def test_an_nvcc_that_cannot_compile_builds_no_kernels(tmp_path, monkeypatch):
+    # As an nvcc that refuses the host compiler's version does.
+    if not torch.version.cuda or shutil.which("cmake") is None:
+        pytest.skip("needs a CUDA torch and cmake")
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\necho 'nvcc fatal : unsupported GNU version' >&2\nexit 1\n")
+    nvcc.chmod(0o755)
+    monkeypatch.setenv("CUDACXX", str(nvcc))
+    done = _configure(tmp_path, torch.version.cuda, "AUTO")
+    assert done.returncode == 0, done.stderr
+    assert "CUDA kernels: off, no working nvcc found" in done.stdout
