@@ -190,6 +190,14 @@ CLI::Validator number(double minimum, double maximum, bool above_minimum) {
         "in " + range);
 }
 
+namespace {
+std::string version_line(const std::string& tool) { return tool + " (Accordion toolkit) " + version(); }
+}  // namespace
+
+void add_build_details(CLI::App& app, const std::string& details) {
+    app.set_version_flag("--version", version_line(g_tool) + "\n" + details);
+}
+
 int run_tool(const std::string& name, const std::string& description, int argc, char** argv,
              const std::function<void(CLI::App&)>& define, const std::function<int()>& run) {
     g_tool = name;
@@ -197,7 +205,7 @@ int run_tool(const std::string& name, const std::string& description, int argc, 
     g_provenance.command_line = command_line(argc, argv);
 
     CLI::App app(description, name);
-    app.set_version_flag("--version", name + " (Accordion toolkit) " + version());
+    app.set_version_flag("--version", version_line(name));
     app.get_formatter()->column_width(34);
     app.option_defaults()->always_capture_default();
     bool quiet = false;

@@ -31,6 +31,10 @@ const Provenance& provenance();
 int run_tool(const std::string& name, const std::string& description, int argc, char** argv,
              const std::function<void(CLI::App&)>& define, const std::function<int()>& run);
 
+/// Adds `details` (what the program was built with, one line) to what --version
+/// prints, after "<tool> (Accordion toolkit) <version>". Call from run_tool's `define`.
+void add_build_details(CLI::App& app, const std::string& details);
+
 /// Logging on stderr: info lines plain, warnings as "<tool>: warning: ...",
 /// errors as "<tool>: error: ...". `verbosity` -1 quiet (warnings and errors
 /// only), 0 normal, 1 debug.

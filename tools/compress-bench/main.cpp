@@ -1,7 +1,8 @@
 // compress-bench: how fast, how small and how accurate each gradient compressor is,
 // and whether it pays on a given network at a given scale. See man/compress-bench.1.
-#include "cli/tool.hpp"
+#include "app/build_info.hpp"
 #include "app/compress_bench.hpp"
+#include "cli/tool.hpp"
 
 int main(int argc, char** argv) {
     acc::app::BenchConfig config;
@@ -10,7 +11,10 @@ int main(int argc, char** argv) {
         "Run gradient compressors on tensors with a real model's shapes (or on the gradient snapshots of a\n"
         "grads.h5): size, encode and decode time, error, and the iteration time the performance model\n"
         "predicts against uncompressed data-parallel SGD.",
-        argc, argv, [&](CLI::App& app) { acc::app::add_compress_bench_options(app, config); },
+        argc, argv, [&](CLI::App& app) {
+            acc::app::add_compress_bench_options(app, config);
+            acc::cli::add_build_details(app, acc::app::build_details());
+        },
         [&] {
             config.provenance = acc::cli::provenance();
             return acc::app::run_bench(config);

@@ -1,8 +1,9 @@
 // train-dist: data-parallel training whose gradient compression follows
 // --compress, a schedule, or Accordion's rule online. See man/train-dist.1.
-#include "cli/tool.hpp"
+#include "app/build_info.hpp"
 #include "app/train_dist.hpp"
 #include "app/train_dist_options.hpp"
+#include "cli/tool.hpp"
 
 int main(int argc, char** argv) {
     acc::app::TrainDistConfig config;
@@ -10,7 +11,10 @@ int main(int argc, char** argv) {
         "train-dist",
         "Data-parallel SGD: every rank trains on its shard, and each parameter's gradient is averaged\n"
         "over the ranks at the compression level of the epoch (--compress, --schedule or --accordion).",
-        argc, argv, [&](CLI::App& app) { acc::app::add_train_dist_options(app, config); },
+        argc, argv, [&](CLI::App& app) {
+            acc::app::add_train_dist_options(app, config);
+            acc::cli::add_build_details(app, acc::app::build_details());
+        },
         [&] {
             config.provenance = acc::cli::provenance();
             return acc::app::run_train_dist(config, argc, argv);
