@@ -237,6 +237,9 @@ build() {
         configure-and-build "$jobs" "${CMAKE_ARGS[@]}"; then
         if grep -q "CUDA LibTorch" "$res/logs/build.log"; then
             configured=$(grep -m1 'CUDA LibTorch' "$res/logs/build.log")
+            # What the programs say they were built with: LibTorch, backends, the kernels' architectures.
+            built_with=$("$B/bin/train-dist" --version 2>/dev/null | sed -n 2p || true)
+            [ -z "$built_with" ] || configured+="; $built_with"
             say "configure: $configured"
         else
             configured="no CUDA LibTorch reported: the programs cannot use --device cuda"

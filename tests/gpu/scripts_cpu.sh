@@ -98,7 +98,10 @@ cat >"$WORK/fake/ctest" <<'SH'
 case " $* " in *" -LE "*) echo "1 tests failed out of 300"; exit 8 ;; esac
 echo "100% tests passed"
 SH
-chmod +x "$WORK/fake/cmake" "$WORK/fake/ctest"
+mkdir -p "$WORK/b/bin"
+printf '#!/bin/sh\necho "train-dist (Accordion toolkit) 0.1.0"\necho "LibTorch 9.9 with CUDA; CUDA kernels: 90"\n' \
+    >"$WORK/b/bin/train-dist"
+chmod +x "$WORK/fake/cmake" "$WORK/fake/ctest" "$WORK/b/bin/train-dist"
 got=0
 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh build-test "$WORK/ra" >/dev/null \
     2>"$WORK/ra.err" || got=$?
@@ -106,7 +109,9 @@ PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh buil
 printf 'build\tok\nctest -L gpu\tok\nctest -LE '"'"'slow|gpu'"'"'\tFAILED (exit 8)\n' >"$WORK/want"
 cut -f1,2 "$WORK/ra/steps.tsv" | diff "$WORK/want" - >&2 || fail "run-all.sh recorded the wrong steps"
 grep -qF "| ctest -LE 'slow\|gpu' | FAILED (exit 8) |" "$WORK/ra/figures.md" || fail "figures.md lacks the failed step"
-grep -q "configure: -- CUDA LibTorch" "$WORK/ra.err" || fail "run-all.sh did not report the configure line"
+grep -q "configure: -- CUDA LibTorch.*; LibTorch 9.9 with CUDA; CUDA kernels: 90$" "$WORK/ra.err" ||
+    fail "run-all.sh did not report the configure line and what train-dist --version says"
+grep -q "configure: .*CUDA kernels: 90$" "$WORK/ra/summary.txt" || fail "summary.txt lacks what the programs were built with"
 got=0
 FAKE_BUILD_FAILS=1 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh bench "$WORK/rb" \
     >/dev/null 2>"$WORK/rb.err" || got=$?
