@@ -28,6 +28,20 @@ classes = torch.classes.accordion
 # "" where the library has none and the device codecs use ATen operations on a GPU.
 CUDA_KERNELS = torch.ops.accordion.cuda_kernels()
 
+
+def missing_kernels_note(devices, kernels=None):
+    """What to tell a user whose parameters lie on a GPU while the library has no CUDA
+    kernels (built where no nvcc of torch's CUDA was found); None where nothing is
+    missing, or ACC_CUDA_KERNELS=0 in the environment says the ATen operations are meant."""
+    kernels = CUDA_KERNELS if kernels is None else kernels
+    if kernels or os.environ.get("ACC_CUDA_KERNELS") == "0" or not any(d.type == "cuda" for d in devices):
+        return None
+    return ("accordion: this package was built without the toolkit's CUDA kernels, so on the GPU its "
+            "compressors run as ATen operations (signSGD, QSGD and fp16 several times slower); to build them, "
+            f"reinstall with an nvcc of torch's CUDA {torch.version.cuda} on PATH (pip install --force-reinstall "
+            "./python; its output says why they were left out), or set ACC_CUDA_KERNELS=0 to keep the ATen "
+            "operations without this warning")
+
 _TAGGED = re.compile(r"\[accordion:(usage|file|error)\] (.*)", re.S)
 _KINDS = {"usage": UsageError, "file": FileError, "error": Error}
 

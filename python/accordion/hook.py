@@ -5,6 +5,7 @@ at a fixed level or following a schedule that regime-detect wrote."""
 
 import math
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -89,6 +90,9 @@ class CompressionState:
         self._schedule = None
         self._online = None
         self._exchange = _library.call(_library.classes.HookExchange, group.boxed(), seed, bool(error_feedback))
+        note = _library.missing_kernels_note({p.device for _, p in named})
+        if note:
+            warnings.warn(note, stacklevel=2)
         self.epoch = 0
         self.steps = 0
         self._levels = None

@@ -13,7 +13,7 @@ import torch
 
 import accordion
 
-from conftest import TREE
+from conftest import TREE, needs_hook
 
 
 def _cached(cache, name):
@@ -101,3 +101,27 @@ def test_an_nvcc_that_cannot_compile_builds_no_kernels(tmp_path, monkeypatch):
     done = _configure(tmp_path, torch.version.cuda, "AUTO")
     assert done.returncode == 0, done.stderr
     assert "CUDA kernels: off, no working nvcc found" in done.stdout
+
+
+def test_parameters_on_a_gpu_without_the_kernels_get_a_note(monkeypatch):
+    from accordion import _library
+
+    monkeypatch.delenv("ACC_CUDA_KERNELS", raising=False)
+    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
+    note = _library.missing_kernels_note({cpu, gpu}, kernels="")
+    assert note and "built without the toolkit's CUDA kernels" in note and "pip install --force-reinstall" in note
+    assert _library.missing_kernels_note({gpu}, kernels="90") is None  # built with them
+    assert _library.missing_kernels_note({cpu}, kernels="") is None  # nothing on a GPU
+    monkeypatch.setenv("ACC_CUDA_KERNELS", "0")  # the ATen operations meant
+    assert _library.missing_kernels_note({gpu}, kernels="") is None
+
+
+@needs_hook
+def test_compression_state_warns_with_the_note_for_its_parameters_devices(one_rank, monkeypatch):
+    from accordion import _library
+
+    seen = []
+    monkeypatch.setattr(_library, "missing_kernels_note", lambda devices: seen.append(set(devices)) or "the note")
+    with pytest.warns(UserWarning, match="^the note$"):
+        accordion.CompressionState(one_rank, "signsgd")
+    assert seen == [{torch.device("cpu")}]
