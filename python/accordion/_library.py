@@ -38,7 +38,7 @@ def missing_kernels_note(devices, kernels=None):
         return None
     return ("accordion: this package was built without the toolkit's CUDA kernels, so on the GPU its "
             "compressors run as ATen operations (signSGD, QSGD and fp16 several times slower); to build them, "
-            f"reinstall with an nvcc of torch's CUDA {torch.version.cuda} on PATH (pip install --force-reinstall "
+            f"reinstall with an nvcc of torch's CUDA {torch.version.cuda} on PATH (pip install -v --force-reinstall "
             "./python; its output says why they were left out), or set ACC_CUDA_KERNELS=0 to keep the ATen "
             "operations without this warning")
 

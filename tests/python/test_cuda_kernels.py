@@ -109,7 +109,7 @@ def test_parameters_on_a_gpu_without_the_kernels_get_a_note(monkeypatch):
     monkeypatch.delenv("ACC_CUDA_KERNELS", raising=False)
     gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
     note = _library.missing_kernels_note({cpu, gpu}, kernels="")
-    assert note and "built without the toolkit's CUDA kernels" in note and "pip install --force-reinstall" in note
+    assert note and "built without the toolkit's CUDA kernels" in note and "pip install -v --force-reinstall" in note
     assert _library.missing_kernels_note({gpu}, kernels="90") is None  # built with them
     assert _library.missing_kernels_note({cpu}, kernels="") is None  # nothing on a GPU
     monkeypatch.setenv("ACC_CUDA_KERNELS", "0")  # the ATen operations meant
