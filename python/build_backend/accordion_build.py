@@ -81,12 +81,14 @@ def _build_library(torch):
     configure = ["cmake", "-S", HERE, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
                  "-DACC_TORCH_DIR=" + torch["dir"], "-DACC_TORCH_CXX11_ABI=" + str(torch["cxx11_abi"]),
                  # Chosen again at every configure; ACCORDION_CMAKE_ARGS, later, may say ON or OFF.
-                 "-DACC_TORCH_CUDA=" + torch.get("cuda", ""), "-DACC_CUDA_KERNELS=AUTO"]
+                 "-DACC_TORCH_CUDA=" + torch["cuda"], "-DACC_CUDA_KERNELS=AUTO"]
     if not os.environ.get("CMAKE_GENERATOR") and shutil.which("ninja") and not os.path.exists(
             os.path.join(build, "Makefile")):
         configure += ["-G", "Ninja"]
     if shutil.which("ccache"):
-        configure += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
+        configure.append("-DCMAKE_CXX_COMPILER_LAUNCHER=ccache")
+        if torch["cuda"]:  # nvcc only for a CUDA torch (CMake would call the option unused)
+            configure.append("-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache")
         os.environ.setdefault("CCACHE_BASEDIR", SOURCE)
     try:
         configure += shlex.split(os.environ.get("ACCORDION_CMAKE_ARGS", ""))

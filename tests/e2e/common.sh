@@ -41,6 +41,12 @@ gpu_present() {
 # cmake_cached VARIABLE: its value in the build's CMakeCache.txt (ACC_BUILD_DIR), or nothing.
 cmake_cached() { sed -n "s/^$1:[A-Z]*=//p" "${ACC_BUILD_DIR:?set by ctest}/CMakeCache.txt"; }
 
+# cmake_cuda_kernels: the architectures of the build's CUDA kernels as the programs and the
+# Python package name them ("75-real,80-real,..."), or nothing in a build without them.
+cmake_cuda_kernels() {
+    [ "$(cmake_cached ACC_CUDA_KERNELS)" != ON ] || cmake_cached ACC_CUDA_ARCHITECTURES | tr ';' ','
+}
+
 finish() {
     if [ "$failures" -gt 0 ]; then
         echo "$failures check(s) failed" >&2

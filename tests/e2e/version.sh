@@ -18,11 +18,8 @@ if [ -n "$nccl_dir" ]; then
 else
     expected="LibTorch $torch without CUDA; backends: $backends"
 fi
-if [ "$(cmake_cached ACC_CUDA_KERNELS)" = ON ]; then
-    expected+="; CUDA kernels: $(cmake_cached ACC_CUDA_ARCHITECTURES | tr ';' ',')"
-else
-    expected+="; CUDA kernels: none"
-fi
+kernels=$(cmake_cuda_kernels)
+expected+="; CUDA kernels: ${kernels:-none}"
 echo "expected: $expected"
 
 for tool in grad-dump train-dist compress-bench comm-profile regime-detect; do

@@ -38,8 +38,7 @@ if ! ACCORDION_BUILD_DIR="$ACC_BUILD_DIR/python-package-gpu" ACCORDION_CMAKE_ARG
 fi
 echo "the package built and installed in $(($(date +%s) - started)) s"
 
-expected=
-[ "$(cmake_cached ACC_CUDA_KERNELS)" = ON ] && expected=$(cmake_cached ACC_CUDA_ARCHITECTURES | tr ';' ',')
+expected=$(cmake_cuda_kernels)
 kernels=$(PYTHONPATH="$site" "$ACC_PYTHON" -c 'import accordion; print(accordion.CUDA_KERNELS)' 2>&1 | tail -1)
 if [ "$kernels" = "$expected" ]; then
     echo "the package's CUDA kernels: ${kernels:-none, as in this build}"
