@@ -145,7 +145,9 @@ public:
     void forward(Child& child, Stream& stream, bool is_stdout, bool eof) {
         size_t start = 0;
         std::string block;
-        auto pass = [&](const std::string& line) {
+        auto pass = [&](const std::string& whole) {
+            auto [live, line] = split_live_lines(whole);
+            block += live;
             if (!is_stdout && is_error(child.rank, line))
                 child.errors += line;
             else
@@ -273,6 +275,15 @@ pid_t spawn(const std::vector<std::string>& args, const std::vector<std::string>
 }
 
 }  // namespace
+
+std::pair<std::string, std::string> split_live_lines(const std::string& line) {
+    const size_t last = line.rfind(kClearLine);
+    if (last == std::string::npos || last == 0 || line.rfind(kClearLine, 0) != 0) return {"", line};
+    // Clears alone in front (a live line cleared, then this one) are the line's own.
+    for (size_t at = 0; at < last; at += sizeof kClearLine - 1)
+        if (line.compare(at, sizeof kClearLine - 1, kClearLine) != 0) return {line.substr(0, last), line.substr(last)};
+    return {"", line};
+}
 
 int free_local_port() {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 
 namespace acc::comm {
 
@@ -28,5 +29,13 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 int free_local_port();
+
+/// A complete line from a rank's standard error, split into the live progress lines
+/// ("\r\033[K..." without a newline) it drew just before, which arrive in the same
+/// read when the line follows at once, and the line itself (from its last "\r\033[K").
+/// The launcher passes the first on as they are and tags the second: tagged together,
+/// the line would lose its "[r] " to the clear in front of it. {"", line} where no live
+/// line precedes it.
+std::pair<std::string, std::string> split_live_lines(const std::string& line);
 
 }  // namespace acc::comm

@@ -135,6 +135,20 @@ TEST(Launch, ReturnsTheFailedRanksStatusNotThatOfTheRanksItEnded) {
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));  // not rank 0's 60 s
 }
 
+TEST(Launch, ALiveLineReadTogetherWithTheNextLineIsSplitOff) {
+    const std::string clear = "\r\033[K";
+    // comm-profile drew its item's line, cleared it and wrote the result, all in one read.
+    const auto [live, line] =
+        acc::comm::split_live_lines(clear + "allreduce 4 KiB  item 1/9" + clear + clear + "  4096  1024\n");
+    EXPECT_EQ(live, clear + "allreduce 4 KiB  item 1/9" + clear);
+    EXPECT_EQ(line, clear + "  4096  1024\n");
+    // Several live lines in front; a line after a cleared live line; plain lines.
+    EXPECT_EQ(acc::comm::split_live_lines(clear + "a" + clear + "b" + clear + "c\n").first, clear + "a" + clear + "b");
+    EXPECT_EQ(acc::comm::split_live_lines(clear + clear + "c\n"), std::make_pair(std::string(), clear + clear + "c\n"));
+    EXPECT_EQ(acc::comm::split_live_lines("c\n"), std::make_pair(std::string(), std::string("c\n")));
+    EXPECT_EQ(acc::comm::split_live_lines("c" + clear + "d\n").first, "");
+}
+
 TEST(ProcessGroup, TheBackendFollowsTheDeviceUnlessChosen) {
     EXPECT_EQ(run_backend(std::nullopt, acc::Device::cpu), Backend::gloo);
     EXPECT_EQ(run_backend(std::nullopt, acc::Device::cuda), Backend::nccl);
