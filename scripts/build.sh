@@ -23,7 +23,14 @@ jobs=${ACC_JOBS:-$(nproc)}
 generator=()
 command -v ninja >/dev/null && [ ! -f "$build/Makefile" ] && generator=(-G Ninja)
 launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+if command -v ccache >/dev/null; then
+    # ccache caches a file compiled with LibTorch's precompiled header only with these
+    # two sloppinesses (the header's own bytes are still part of the key); without them
+    # it compiles every such file again. nvcc through ccache too where CUDA is built.
+    ccache_pch="env;CCACHE_SLOPPINESS=pch_defines,time_macros;ccache"
+    launcher=("-DCMAKE_CXX_COMPILER_LAUNCHER=$ccache_pch")
+    [ "$torch" != pip ] || launcher+=(-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+fi
 # Paths below the checkout hashed as relative ones: a fresh clone elsewhere (CI's)
 # reuses what an earlier build compiled.
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
