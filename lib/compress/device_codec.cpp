@@ -249,9 +249,18 @@ void sum_over_workers(const std::vector<at::Tensor>& payloads, at::Tensor& out,
     });
 }
 
-at::Tensor stochastic_codes(const at::Tensor& x, const at::Tensor& scale, int levels, std::uint64_t key,
+at::Tensor stochastic_codes(const at::Tensor& x, const at::Tensor& divisor, int levels, std::uint64_t key,
                             std::int64_t begin) {
-    at::Tensor l = x.abs() * scale;
+    // The level is (|x| / d) * m: d = 1 and m = levels / divisor (exactly the host's
+    // |x| * scale), or where that quotient overflows d = divisor and m = levels, or for a
+    // zero divisor d = 1 and m = 0. d and m are per divisor, so x is read in two passes.
+    const auto top = static_cast<float>(levels);
+    at::Tensor scale = at::scalar_tensor(top, divisor.options()) / divisor;
+    at::Tensor zero = divisor.eq(0), finite = scale.isfinite();
+    at::Tensor one = at::ones_like(divisor);
+    at::Tensor d = at::where(finite.logical_or(zero), one, divisor);
+    at::Tensor m = at::where(zero, at::zeros_like(divisor), at::where(finite, scale, one * top));
+    at::Tensor l = (x.abs() / d).mul_(m);
     at::Tensor f = l.floor();
     at::Tensor u = uniform(key, begin, x.numel(), x.device()).view(x.sizes());
     at::Tensor q = at::clamp_max(f + u.lt(l - f).to(at::kFloat), static_cast<double>(levels));

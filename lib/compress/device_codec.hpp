@@ -162,9 +162,11 @@ void for_worker_blocks(const std::vector<at::Tensor>& payloads, std::int64_t n,
 /// No payloads: out = 0.
 void sum_over_workers(const std::vector<at::Tensor>& payloads, at::Tensor& out,
                       const std::function<at::Tensor(const at::Tensor& rows)>& terms);
-/// QSGD's stochastic rounding of |x| * scale (per element) to at most `levels`, signed,
-/// element i drawing uniform(key, begin + i): the host's qsgd_bucket_portable.
-at::Tensor stochastic_codes(const at::Tensor& x, const at::Tensor& scale, int levels, std::uint64_t key,
+/// QSGD's stochastic rounding of x in units of divisor / levels (`divisor` float32,
+/// broadcast against x: a bucket's norm, TernGrad's s) to at most `levels`, signed,
+/// element i drawing uniform(key, begin + i): the host's qsgd_bucket_portable, also where
+/// levels / divisor overflows and where the divisor is zero (zero codes).
+at::Tensor stochastic_codes(const at::Tensor& x, const at::Tensor& divisor, int levels, std::uint64_t key,
                             std::int64_t begin);
 
 // PowerSGD, batched over B matrices of one shape (the exchange's device path).

@@ -91,14 +91,24 @@ ACC_INLINE double combine_lanes(const double* s) {
     return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
 }
 
-// Eight double lanes, combined in a fixed order, so that both builds sum alike.
-// One bucket of QSGD: codes for x[0..len) into `codes` (int8 or int16).
+// One bucket of QSGD (TernGrad's codes with one level): codes for x[0..len) into `codes`
+// (int8 or int16), in units of divisor / levels. The level of |x| is |x| * scale with
+// scale = levels / divisor in float32; where that quotient overflows (a divisor below
+// levels / FLT_MAX, as subnormal values give) it is |x| / divisor * levels, so that a
+// zero stays zero and the largest value reaches `levels`. A zero divisor: zero codes.
 template <class Code>
-inline void qsgd_bucket_portable(const float* x, std::int64_t len, std::int64_t base, float scale, int levels,
-                          std::uint32_t key32, Code* codes) {
+inline void qsgd_bucket_portable(const float* x, std::int64_t len, std::int64_t base, float divisor, int levels,
+                                 std::uint32_t key32, Code* codes) {
     const float top = static_cast<float>(levels);
+    if (divisor == 0.0f) {
+        std::fill(codes, codes + len, Code{0});
+        return;
+    }
+    const float scale = top / divisor;
+    const bool overflow = !std::isfinite(scale);
     for (std::int64_t i = 0; i < len; ++i) {
-        float l = std::fabs(x[i]) * scale;
+        const float magnitude = std::fabs(x[i]);
+        float l = overflow ? magnitude / divisor * top : magnitude * scale;
         float f = std::floor(l);
         float u = uniform_from(key32, static_cast<std::uint32_t>(base + i));
         float q = std::min(top, f + (u < l - f ? 1.0f : 0.0f));

@@ -117,8 +117,9 @@ std::int64_t qsgd_bytes(std::int64_t n, int levels);
 /// Stochastic rounding to `levels` levels per bucket of 128 values:
 /// norm = ||bucket||_2, scale = levels / norm (float32), l = |x| * scale,
 /// q = min(levels, floor(l) + (u < l - floor(l))), code = sign(x) q,
-/// with u = uniform_at(key, i). A zero bucket gets zero codes. Returns false if a value
-/// is not finite.
+/// with u = uniform_at(key, i). A zero bucket gets zero codes; where levels / norm
+/// overflows (a norm below levels / FLT_MAX, subnormal values) l = |x| / norm * levels.
+/// Returns false if a value is not finite.
 bool qsgd_encode(const float* x, std::int64_t n, int levels, std::uint64_t key, std::uint8_t* out);
 /// out[i] (= if first, else +=) weight * code[i] * (norm / levels).
 void qsgd_add(const std::uint8_t* payload, std::int64_t n, int levels, float weight, bool first, float* out);

@@ -7,9 +7,14 @@
 // a time uses), atomicAdd, the vector types they load and store, the explicitly rounded
 // intrinsics (IEEE operations on the host, which has no FMA unless asked), and the warp
 // intrinsics (__ballot_sync, __any_sync, __shfl_sync, __shfl_xor_sync), each a barrier
-// of the 32 lanes of one warp only, as on a GPU, reached by every lane of the warp.
-// Loads and stores keep their types, so that the alignment sanitizer sees each one.
-// Slow: for tests only.
+// of the 32 lanes of one warp only, as on a GPU, reached by every lane of the warp at
+// the same call, with the full mask (the only one the kernels use). Launches outside
+// CUDA's limits, a __syncthreads that a thread of the block has exited before, and
+// lanes of a warp at different intrinsics are errors, as they are (or are undefined)
+// on a GPU. Loads and stores keep their types, so that the alignment sanitizer sees
+// each one. What it cannot show: a thread runs undisturbed between barriers, so a
+// plain read-modify-write where atomicAdd belongs loses no update here, and shared
+// memory (a static) is not made garbage between blocks. Slow: for tests only.
 #pragma once
 
 #include "compress/kernels.hpp"
@@ -34,10 +39,14 @@
 #define __shared__ static
 
 struct EmulatedDim3 {
-    unsigned x = 0, y = 1, z = 1;
+    unsigned x = 1, y = 1, z = 1;
+};
+struct EmulatedIndex {
+    unsigned x = 0, y = 0, z = 0;
 };
 
-inline EmulatedDim3 threadIdx, blockIdx, blockDim, gridDim;
+inline EmulatedIndex threadIdx, blockIdx;
+inline EmulatedDim3 blockDim, gridDim;
 
 // Aligned as CUDA's types are: built with -fsanitize=alignment (tests/unit/CMakeLists.txt),
 // the tests stop at a vector access the GPU would fault on ("misaligned address").
@@ -62,6 +71,9 @@ struct Fiber {
     std::vector<char> stack;
     bool done = false;
     Wait waiting = Wait::none;
+    const char* site_file = nullptr;  // where it waits at a warp intrinsic, and which one
+    int site_line = 0;
+    const char* site_call = nullptr;
 };
 
 struct Block {
@@ -71,6 +83,7 @@ struct Block {
     std::vector<std::uint64_t> lanes;  // one per thread, for the shuffles
     std::function<void()> body;   // the kernel with its arguments
     unsigned current = 0;
+    std::string fault;  // what a thread did that CUDA does not define; thrown by the scheduler
 };
 inline Block* block = nullptr;
 
@@ -168,6 +181,15 @@ inline void settle_warp(Block& b, Ready& ready, unsigned t) {
     }
     if (!some_wait || !all_wait) return;
     if (some_done) throw std::runtime_error("a warp intrinsic waits for a lane of its warp that has exited");
+    const Fiber& lead = b.threads[first];
+    for (unsigned u = first; u < end; ++u) {
+        const Fiber& f = b.threads[u];
+        if (f.site_line != lead.site_line || std::strcmp(f.site_file, lead.site_file) != 0 ||
+            std::strcmp(f.site_call, lead.site_call) != 0)
+            throw std::runtime_error(std::string("lanes of one warp at different warp intrinsics: ") + lead.site_call +
+                                     " at " + lead.site_file + ":" + std::to_string(lead.site_line) + ", " +
+                                     f.site_call + " at " + f.site_file + ":" + std::to_string(f.site_line));
+    }
     for (unsigned u = first; u < end; ++u) {
         b.threads[u].waiting = Wait::none;
         ready.set(u);
@@ -178,14 +200,18 @@ inline void settle_warp(Block& b, Ready& ready, unsigned t) {
 // wait at it. Returns false when every thread is done. Threads waiting at different
 // kinds of barrier would hang a GPU.
 inline bool settle_block(Block& b, Ready& ready) {
-    bool live = false;
+    bool live = false, exited = false;
     for (const Fiber& f : b.threads) {
+        exited = exited || f.done;
         if (f.done) continue;
         live = true;
         if (f.waiting != Wait::block)
             throw std::runtime_error("threads wait at __syncthreads while others of the block wait at a warp "
                                      "intrinsic");
     }
+    if (live && exited)
+        throw std::runtime_error("__syncthreads waits for threads of the block that have exited (every thread "
+                                 "must reach it)");
     for (unsigned t = 0; t < b.threads.size(); ++t) {
         if (b.threads[t].done) continue;
         b.threads[t].waiting = Wait::none;
@@ -197,6 +223,10 @@ inline bool settle_block(Block& b, Ready& ready) {
 /// Runs kernel<<<blocks, threads>>>(arguments...) to completion.
 template <class... Parameters, class... Arguments>
 void launch(unsigned blocks, int threads, void (*kernel)(Parameters...), Arguments... arguments) {
+    // cudaErrorInvalidConfiguration on a GPU.
+    if (blocks < 1 || blocks > 0x7fffffffu || threads < 1 || threads > 1024)
+        throw std::runtime_error("invalid launch: " + std::to_string(blocks) + " blocks of " +
+                                 std::to_string(threads) + " threads (CUDA allows 1 to 2^31 - 1 of 1 to 1024)");
     Block b;
     b.threads.resize(static_cast<size_t>(threads));
     b.votes.resize(static_cast<size_t>(threads));
@@ -221,6 +251,7 @@ void launch(unsigned blocks, int threads, void (*kernel)(Parameters...), Argumen
             if (!ready.any()) continue;
             const unsigned t = ready.pick(bits);
             resume(b, t);  // returns when t waits or is done
+            if (!b.fault.empty()) throw std::runtime_error(b.fault);  // not from a fiber: its stack is apart
             ready.clear(t);
             settle_warp(b, ready, t);
         }
@@ -231,10 +262,14 @@ void launch(unsigned blocks, int threads, void (*kernel)(Parameters...), Argumen
 }  // namespace acc::test::cuda_emulation
 
 namespace acc::test::cuda_emulation {
-// This thread waits (for its block or its warp) until the scheduler lets it go on.
-inline void wait_at(Wait kind) {
+// This thread waits (for its block or its warp) until the scheduler lets it go on; at a
+// warp intrinsic, `call` at file:line.
+inline void wait_at(Wait kind, const char* call = "", const char* file = "", int line = 0) {
     auto& b = *block;
     b.threads[b.current].waiting = kind;
+    b.threads[b.current].site_call = call;
+    b.threads[b.current].site_file = file;
+    b.threads[b.current].site_line = line;
     swapcontext(&b.threads[b.current].context, &b.scheduler);
     threadIdx.x = b.current;
 }
@@ -242,16 +277,33 @@ inline void wait_at(Wait kind) {
 
 inline void __syncthreads() { acc::test::cuda_emulation::wait_at(acc::test::cuda_emulation::Wait::block); }
 
-inline unsigned __ballot_sync(unsigned, bool predicate) {
+namespace acc::test::cuda_emulation {
+// A fault ends the launch: the thread hands it to the scheduler and never runs again.
+inline void fault(const std::string& what) {
+    auto& b = *block;
+    b.fault = what;
+    swapcontext(&b.threads[b.current].context, &b.scheduler);
+}
+
+inline void full_mask(unsigned mask, const char* call) {
+    if (mask != 0xffffffffu) fault(std::string(call) + " with a partial mask is not emulated");
+}
+}  // namespace acc::test::cuda_emulation
+
+// The call site's file and line default from the caller's, so that lanes of one warp
+// at different calls are found.
+inline unsigned __ballot_sync(unsigned mask, bool predicate, const char* call = "__ballot_sync",
+                              const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     auto& b = *acc::test::cuda_emulation::block;
     namespace e = acc::test::cuda_emulation;
+    e::full_mask(mask, call);
     b.votes[threadIdx.x] = predicate ? 1u : 0u;
-    e::wait_at(e::Wait::warp);
-    unsigned mask = 0;
+    e::wait_at(e::Wait::warp, call, file, line);
+    unsigned votes = 0;
     const unsigned first = threadIdx.x / 32 * 32;
-    for (unsigned lane = 0; lane < 32 && first + lane < blockDim.x; ++lane) mask |= b.votes[first + lane] << lane;
-    e::wait_at(e::Wait::warp);  // every lane has read the votes before they change
-    return mask;
+    for (unsigned lane = 0; lane < 32 && first + lane < blockDim.x; ++lane) votes |= b.votes[first + lane] << lane;
+    e::wait_at(e::Wait::warp, call, file, line);  // every lane has read the votes before they change
+    return votes;
 }
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
@@ -268,25 +320,31 @@ inline unsigned atomicAdd(unsigned* address, unsigned value) {
     return old;
 }
 
-inline bool __any_sync(unsigned mask, bool predicate) { return __ballot_sync(mask, predicate) != 0; }
+inline bool __any_sync(unsigned mask, bool predicate, const char* file = __builtin_FILE(),
+                       int line = __builtin_LINE()) {
+    return __ballot_sync(mask, predicate, "__any_sync", file, line) != 0;
+}
 
 // `value` of lane `source` of this thread's warp.
 template <class T>
-T __shfl_sync(unsigned, T value, int source) {
+T __shfl_sync(unsigned mask, T value, int source, const char* call = "__shfl_sync",
+              const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     static_assert(sizeof(T) <= sizeof(std::uint64_t), "a shuffled value fits in 64 bits");
     auto& b = *acc::test::cuda_emulation::block;
     namespace e = acc::test::cuda_emulation;
+    e::full_mask(mask, call);
     std::memcpy(&b.lanes[threadIdx.x], &value, sizeof(T));
-    e::wait_at(e::Wait::warp);
+    e::wait_at(e::Wait::warp, call, file, line);
     T out;
     std::memcpy(&out, &b.lanes[threadIdx.x / 32 * 32 + static_cast<unsigned>(source) % 32], sizeof(T));
-    e::wait_at(e::Wait::warp);  // every lane has read the values before they change
+    e::wait_at(e::Wait::warp, call, file, line);  // every lane has read the values before they change
     return out;
 }
 
 template <class T>
-T __shfl_xor_sync(unsigned mask, T value, int lane_mask) {
-    return __shfl_sync(mask, value, static_cast<int>(threadIdx.x % 32) ^ lane_mask);
+T __shfl_xor_sync(unsigned mask, T value, int lane_mask, const char* file = __builtin_FILE(),
+                  int line = __builtin_LINE()) {
+    return __shfl_sync(mask, value, static_cast<int>(threadIdx.x % 32) ^ lane_mask, "__shfl_xor_sync", file, line);
 }
 
 inline float __fdiv_rn(float a, float b) { return a / b; }
@@ -298,6 +356,10 @@ inline double __dmul_rn(double a, double b) { return a * b; }
 
 // Rounded to nearest even, as the host codec rounds (compress/kernels.hpp): the emulated
 // fp16 kernel is checked for what it computes around this rounding, which the GPU tests
-// check against CUDA's own.
-inline __half __float2half_rn(float v) { return {acc::compress::kernels::float_to_half(v)}; }
+// check against CUDA's own. A NaN becomes CUDA's one NaN, 0x7fff (the host keeps its
+// sign: 0x7e00 or 0xfe00); the codec refuses a NaN either way.
+inline __half __float2half_rn(float v) {
+    if (std::isnan(v)) return {std::uint16_t{0x7fff}};
+    return {acc::compress::kernels::float_to_half(v)};
+}
 inline std::uint16_t __half_as_ushort(__half h) { return h.bits; }

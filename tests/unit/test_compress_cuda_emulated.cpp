@@ -239,6 +239,18 @@ TEST(CudaElementwiseEmulated, PayloadsEqualTheHostCodecs) {
             expect_encoded_as_host(level, mixed_values(n, static_cast<unsigned>(n)), std::to_string(n) + " values");
 }
 
+TEST(CudaElementwiseEmulated, SubnormalBucketsEqualTheHostCodecs) {
+    // QSGD buckets whose levels / norm overflows float32 (one subnormal among zeros, only
+    // the smallest subnormals) beside normal ones: the kernel divides first, as the host.
+    const float tiny = std::numeric_limits<float>::denorm_min();
+    std::vector<float> x = mixed_values(4099, 7);
+    std::fill(x.begin(), x.begin() + 256, 0.0f);
+    x[5] = 2e-39f;
+    for (int i = 128; i < 256; i += 3) x[static_cast<size_t>(i)] = i % 2 ? -tiny : tiny;
+    for (const std::string level : {"qsgd:1", "qsgd:127", "qsgd:32767"})
+        expect_encoded_as_host(level, x, "subnormal buckets", false);
+}
+
 TEST(CudaElementwiseEmulated, RefuseWhatTheHostRefuses) {
     // NaN and infinity (either sign) at a block's first value, inside, and at the end; a
     // quotient beyond fp16's range; a QSGD bucket whose norm overflows float32.
@@ -480,6 +492,9 @@ __global__ void note_arrivals(unsigned* arrived, unsigned* noted) {
     if (threadIdx.x % 32 == 0) noted[threadIdx.x / 32] = *arrived;
 }
 
+// Does nothing: for launches refused before they run.
+__global__ void note_arrivals_of_none(unsigned*) {}
+
 // Lanes 16 to 31 of each warp have exited when the others shuffle.
 __global__ void shuffle_after_lanes_exit(unsigned* out) {
     if (threadIdx.x % 32 >= 16) return;
@@ -493,6 +508,41 @@ __global__ void barriers_of_two_kinds(unsigned* out) {
         out[threadIdx.x] = __shfl_sync(acc::compress::cuda::kAllLanes, static_cast<unsigned>(threadIdx.x), 0);
     else
         __syncthreads();
+}
+
+// Lanes 0 to 15 of each warp shuffle, lanes 16 to 31 vote: two intrinsics, undefined
+// on a GPU even though every lane arrives at one.
+__global__ void intrinsics_of_two_kinds(unsigned* out) {
+    if (threadIdx.x % 32 < 16)
+        out[threadIdx.x] = __shfl_sync(acc::compress::cuda::kAllLanes, static_cast<unsigned>(threadIdx.x), 0);
+    else
+        out[threadIdx.x] = __ballot_sync(acc::compress::cuda::kAllLanes, true);
+}
+
+// The same shuffle at two calls.
+__global__ void shuffles_at_two_calls(unsigned* out) {
+    if (threadIdx.x % 2 == 0)
+        out[threadIdx.x] = __shfl_sync(acc::compress::cuda::kAllLanes, 1u, 0);
+    else
+        out[threadIdx.x] = __shfl_sync(acc::compress::cuda::kAllLanes, 2u, 0);
+}
+
+// The threads of the second half exit before the first half's __syncthreads.
+__global__ void barrier_after_threads_exit(unsigned* out) {
+    if (threadIdx.x >= blockDim.x / 2) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+// A shuffle with a partial mask, which the kernels do not use.
+__global__ void shuffle_of_half_a_warp(unsigned* out) {
+    out[threadIdx.x] = __shfl_sync(0x0000ffffu, 1u, 0);
+}
+
+// Each thread notes its index and its block's in y and z: 0 on a GPU for 1-D launches.
+__global__ void note_other_dimensions(unsigned* out) {
+    out[threadIdx.x] = threadIdx.y + threadIdx.z + blockIdx.y + blockIdx.z + (blockDim.y * blockDim.z - 1) +
+                       (gridDim.y * gridDim.z - 1);
 }
 
 // A warp goes on past its own intrinsic once its lanes arrive, not when the block's do:
@@ -518,6 +568,34 @@ TEST(CudaEmulation, BarriersThatWouldHangAGpuAreErrors) {
     std::vector<unsigned> out(256, 0);
     EXPECT_THROW(acc::test::cuda_emulation::launch(1, 64, shuffle_after_lanes_exit, out.data()), std::runtime_error);
     EXPECT_THROW(acc::test::cuda_emulation::launch(1, 64, barriers_of_two_kinds, out.data()), std::runtime_error);
+}
+
+// What CUDA leaves undefined or refuses is an error too, so that no kernel passes here
+// that a GPU would run otherwise.
+TEST(CudaEmulation, WhatCudaDoesNotDefineIsAnError) {
+    namespace e = acc::test::cuda_emulation;
+    std::vector<unsigned> out(2048, 0);
+    auto message = [&](void (*kernel)(unsigned*), unsigned blocks, int threads) {
+        try {
+            e::launch(blocks, threads, kernel, out.data());
+        } catch (const std::runtime_error& error) {
+            return std::string(error.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message(intrinsics_of_two_kinds, 1, 64).find("lanes of one warp at different warp intrinsics: "),
+              std::string::npos);
+    EXPECT_NE(message(shuffles_at_two_calls, 1, 32).find("at different warp intrinsics"), std::string::npos);
+    EXPECT_NE(message(barrier_after_threads_exit, 1, 64).find("__syncthreads waits for threads of the block that "
+                                                              "have exited"),
+              std::string::npos);
+    EXPECT_EQ(message(shuffle_of_half_a_warp, 1, 32), "__shfl_sync with a partial mask is not emulated");
+    EXPECT_EQ(message(note_arrivals_of_none, 0, 32), "invalid launch: 0 blocks of 32 threads (CUDA allows 1 to "
+                                                      "2^31 - 1 of 1 to 1024)");
+    EXPECT_NE(message(note_arrivals_of_none, 1, 2048).find("invalid launch: 1 blocks of 2048 threads"),
+              std::string::npos);
+    EXPECT_EQ(message(note_other_dimensions, 3, 64), "no error");
+    EXPECT_EQ(std::count(out.begin(), out.begin() + 64, 0u), 64) << "y and z indices and sizes as on a GPU";
 }
 
 }  // namespace

@@ -173,6 +173,26 @@ TEST(DeviceCodec, DeterministicPayloadsAreByteIdentical) {
     }
 }
 
+TEST(DeviceCodec, SubnormalBucketsAreByteIdentical) {
+    // Where levels / norm (QSGD) or 1 / s (TernGrad) overflows float32, the device divides
+    // first as the host does; a zero bucket beside them stays zero.
+    const float tiny = std::numeric_limits<float>::denorm_min();
+    for (const std::string level : {"qsgd:1", "qsgd:127", "qsgd:32767", "terngrad"}) {
+        Pair c = make_pair_of(level, {700});
+        std::vector<float> x(700, 0.0f);
+        x[5] = 2e-39f;
+        for (int i = 128; i < 256; i += 3) x[static_cast<size_t>(i)] = i % 2 ? -tiny : tiny;
+        if (level != "terngrad")  // a bucket of normal values too (TernGrad has one s for all)
+            for (int i = 512; i < 640; ++i) x[static_cast<size_t>(i)] = 0.01f * static_cast<float>(i % 13 - 6);
+        std::vector<std::uint8_t> host(static_cast<size_t>(c.host->buffer_bytes()));
+        at::Tensor dev = payload_buffer(*c.dev);
+        at::Tensor t = tensor_of(x);
+        ASSERT_TRUE(c.host->encode(x.data(), false, 11, host.data())) << level;
+        ASSERT_TRUE(c.dev->encode(t, false, 11, dev).item<bool>()) << level;
+        EXPECT_EQ(host, bytes_of(dev)) << level;
+    }
+}
+
 TEST(DeviceCodec, UniformNumbersEqualTheHostStream) {
     for (std::uint64_t key : {0ull, 1ull, 0xfedcba9876543210ull}) {
         const std::int64_t begin = 4294967000LL;  // crosses 2^32, where the host's index wraps

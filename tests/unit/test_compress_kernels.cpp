@@ -203,6 +203,58 @@ TEST(Qsgd, VectorAndPortableLoopsAgree) {
     }
 }
 
+TEST(Qsgd, SubnormalBucketsKeepZerosAndReachTheTopLevel) {
+    // Buckets whose norm is below levels / FLT_MAX (levels / norm overflows float32): one
+    // value among zeros, only the smallest subnormals, two values of either sign; then
+    // normal values. Every instruction set codes them alike, by |x| / norm * levels.
+    const float tiny = std::numeric_limits<float>::denorm_min();
+    std::vector<float> x = normal(700, 15);
+    std::fill(x.begin(), x.begin() + 384, 0.0f);
+    x[5] = 2e-39f;
+    for (int i = 128; i < 256; ++i) x[i] = i % 3 == 0 ? -tiny : tiny;
+    x[300] = -2e-39f;
+    x[301] = 1e-39f;
+    for (int levels : {1, 127, 32767}) {
+        const std::int64_t bytes = k::qsgd_bytes(700, levels);
+        std::vector<std::uint8_t> a(static_cast<size_t>(bytes) + 1);
+        {
+            Limit portable(k::SimdLevel::portable);
+            ASSERT_TRUE(k::qsgd_encode(x.data(), 700, levels, 5, a.data() + 1));
+        }
+        const std::int64_t width = levels < 128 ? 1 : 2;
+        auto code = [&](const std::vector<std::uint8_t>& p, int i) {
+            const std::uint8_t* c = p.data() + 1 + 4 * 6 + width * i;
+            return width == 1 ? static_cast<int>(static_cast<std::int8_t>(c[0]))
+                              : static_cast<int>(static_cast<std::int16_t>(c[0] | c[1] << 8));
+        };
+        // Zeros code 0, the lone value its bucket's whole norm: exactly the top level; the
+        // others one of the two levels around |x| / norm * levels.
+        EXPECT_EQ(code(a, 5), levels);
+        for (int i = 0; i < 384; ++i) {
+            const float norm = k::load_f32(a.data() + 1 + 4 * (i / 128));
+            ASSERT_GT(norm, 0.0f);
+            ASSERT_FALSE(std::isfinite(static_cast<float>(levels) / norm)) << "bucket " << i / 128;
+            const float l = std::fabs(x[i]) / norm * static_cast<float>(levels);
+            const int c = code(a, i);
+            if (x[i] == 0.0f) {
+                EXPECT_EQ(c, 0) << "levels " << levels << ", value " << i;
+            }
+            EXPECT_TRUE(std::abs(c) == static_cast<int>(std::floor(l)) ||
+                        std::abs(c) == std::min(levels, static_cast<int>(std::floor(l)) + 1))
+                << "levels " << levels << ", value " << i << ": " << c << " for " << l;
+            if (c != 0) {
+                EXPECT_EQ(c < 0, x[i] < 0) << i;
+            }
+        }
+        for (auto level : ::levels()) {
+            Limit limit(level);
+            std::vector<std::uint8_t> b(a.size());
+            ASSERT_TRUE(k::qsgd_encode(x.data(), 700, levels, 5, b.data() + 1));
+            EXPECT_EQ(a, b) << "levels " << levels << ", instruction set " << static_cast<int>(level);
+        }
+    }
+}
+
 TEST(Qsgd, CodesFollowTheDefinition) {
     // One bucket, checked element by element against the formula in kernels.hpp.
     std::vector<float> x = normal(128, 6);
@@ -267,6 +319,31 @@ TEST(TernGrad, VectorAndPortableLoopsAgree) {
         Limit limit(level);
         std::vector<std::uint8_t> b(a.size());
         ASSERT_TRUE(k::terngrad_encode(x.data(), 1001, 77, b.data()));
+        EXPECT_EQ(a, b) << "instruction set " << static_cast<int>(level);
+    }
+}
+
+TEST(TernGrad, SubnormalValuesKeepZeros) {
+    // s subnormal, so that 1 / s overflows: zeros stay 0 and every instruction set agrees.
+    const float tiny = std::numeric_limits<float>::denorm_min();
+    std::vector<float> x(300, 0.0f);
+    for (int i = 0; i < 300; i += 7) x[i] = i % 2 ? -3 * tiny : 3 * tiny;
+    std::vector<std::uint8_t> a(static_cast<size_t>(k::terngrad_bytes(300)));
+    {
+        Limit portable(k::SimdLevel::portable);
+        ASSERT_TRUE(k::terngrad_encode(x.data(), 300, 21, a.data()));
+    }
+    ASSERT_GT(k::load_f32(a.data()), 0.0f);
+    ASSERT_FALSE(std::isfinite(1.0f / k::load_f32(a.data())));
+    for (int i = 0; i < 300; ++i) {
+        const int code = (a[4 + i / 4] >> (2 * (i % 4)) & 3) - 1;
+        const int expected = x[i] == 0.0f ? 0 : x[i] < 0 ? -1 : 1;  // each is at least s: clipped, always +-1
+        EXPECT_EQ(code, expected) << i;
+    }
+    for (auto level : levels()) {
+        Limit limit(level);
+        std::vector<std::uint8_t> b(a.size());
+        ASSERT_TRUE(k::terngrad_encode(x.data(), 300, 21, b.data()));
         EXPECT_EQ(a, b) << "instruction set " << static_cast<int>(level);
     }
 }

@@ -23,6 +23,18 @@ double sum_squares_portable(const float* x, std::int64_t n) {
     return combine_lanes(lane);
 }
 
+// One bucket through the portable loop, its codes into the payload at any byte (through
+// an aligned scratch bucket).
+void qsgd_bucket_bytes(const float* x, std::int64_t len, std::int64_t begin, float norm, int levels,
+                       std::uint32_t key32, bool wide, std::uint8_t* out) {
+    alignas(32) std::int16_t scratch[kQsgdBucket];
+    if (wide)
+        qsgd_bucket_portable(x, len, begin, norm, levels, key32, scratch);
+    else
+        qsgd_bucket_portable(x, len, begin, norm, levels, key32, reinterpret_cast<std::int8_t*>(scratch));
+    std::memcpy(out, scratch, static_cast<size_t>((wide ? 2 : 1) * len));
+}
+
 // QSGD's per-bucket norms (stored into the payload) and scales levels / norm (0 for a
 // zero bucket) from the buckets' sums of squares. False on NaN or infinity.
 ACC_INLINE bool qsgd_scales(const double* squares, std::int64_t count, int levels, std::uint8_t* norms, float* scales) {
@@ -73,8 +85,8 @@ ACC_SIMD bool qsgd_encode_simd(const float* x, std::int64_t buckets, int levels,
         const float* xb = x + b * 128;
         const float scale = block_scale[b % kBlock];
         std::uint8_t* cb = codes + (wide ? 2 : 1) * b * 128;
-        if (scale == 0.0f) {
-            std::memset(cb, 0, wide ? 256 : 128);
+        if (scale == 0.0f || !std::isfinite(scale)) {  // a zero bucket, or levels / norm overflowed
+            qsgd_bucket_bytes(xb, 128, b * 128, load_f32(norms + 4 * b), levels, key32, wide, cb);
             counter = _mm256_add_epi32(counter, _mm256_set1_epi32(static_cast<int>(kGolden * 128u)));
             continue;
         }
@@ -165,8 +177,8 @@ ACC_AVX512 bool qsgd_encode_avx512(const float* x, std::int64_t buckets, int lev
         const float* xb = x + b * 128;
         std::uint8_t* cb = codes + (wide ? 2 : 1) * b * 128;
         const float scale = block_scale[b % kBlock];
-        if (scale == 0.0f) {
-            std::memset(cb, 0, wide ? 256 : 128);
+        if (scale == 0.0f || !std::isfinite(scale)) {  // a zero bucket, or levels / norm overflowed
+            qsgd_bucket_bytes(xb, 128, b * 128, load_f32(norms + 4 * b), levels, key32, wide, cb);
             counter = _mm512_add_epi32(counter, _mm512_set1_epi32(static_cast<int>(kGolden * 128u)));
             continue;
         }
@@ -213,8 +225,6 @@ bool qsgd_encode(const float* x, std::int64_t n, int levels, std::uint64_t key, 
         if (!finite) return false;
     }
 #endif
-    // Codes go through an aligned scratch bucket: the payload may start at any byte.
-    alignas(32) std::int16_t scratch[kQsgdBucket];
     for (; b < buckets; ++b) {
         const std::int64_t begin = b * kQsgdBucket;
         const std::int64_t len = std::min(kQsgdBucket, n - begin);
@@ -223,17 +233,7 @@ bool qsgd_encode(const float* x, std::int64_t n, int levels, std::uint64_t key, 
         if (!std::isfinite(squares)) return false;
         const auto norm = static_cast<float>(std::sqrt(squares));
         store_f32(out + 4 * b, norm);
-        std::uint8_t* cb = codes + (wide ? 2 : 1) * begin;
-        if (norm == 0.0f) {
-            std::memset(cb, 0, static_cast<size_t>((wide ? 2 : 1) * len));
-            continue;
-        }
-        const float scale = static_cast<float>(levels) / norm;
-        if (wide)
-            qsgd_bucket_portable(xb, len, begin, scale, levels, key32, scratch);
-        else
-            qsgd_bucket_portable(xb, len, begin, scale, levels, key32, reinterpret_cast<std::int8_t*>(scratch));
-        std::memcpy(cb, scratch, static_cast<size_t>((wide ? 2 : 1) * len));
+        qsgd_bucket_bytes(xb, len, begin, norm, levels, key32, wide, codes + (wide ? 2 : 1) * begin);
     }
     return true;
 }
@@ -350,9 +350,7 @@ public:
         at::Tensor x = at::constant_pad_nd(t, {0, buckets * k::kQsgdBucket - n}, 0).view({buckets, k::kQsgdBucket});
         // Norms in double as the host sums them, rounded to float32.
         at::Tensor norms = x.to(at::kDouble).square().sum(1).sqrt().to(at::kFloat);
-        at::Tensor scale = at::full_like(norms, static_cast<float>(levels_)).div_(norms).unsqueeze(1);
-        at::Tensor codes = device::stochastic_codes(x, scale, levels_, key, 0);
-        codes = at::where(norms.eq(0).unsqueeze(1), at::zeros_like(codes), codes);  // a zero bucket: zero codes
+        at::Tensor codes = device::stochastic_codes(x, norms.unsqueeze(1), levels_, key, 0);
         payload.narrow(0, 0, 4 * buckets).copy_(device::bytes_of(norms));
         at::Tensor typed = codes.view({-1}).narrow(0, 0, n).to(code_type_);
         payload.narrow(0, 4 * buckets, payload.numel() - 4 * buckets).copy_(device::bytes_of(typed));

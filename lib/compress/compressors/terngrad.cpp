@@ -52,9 +52,10 @@ bool terngrad_encode(const float* x, std::int64_t n, std::uint64_t key, std::uin
     const auto key32 = static_cast<std::uint32_t>(key);
     const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
     // The codes are QSGD's stochastic rounding with one level and scale 1 / s: a clipped
-    // value rounds to +-1, a smaller one to +-1 with probability |x| / s.
+    // value rounds to +-1, a smaller one to +-1 with probability |x| / s. Where 1 / s
+    // overflows (a subnormal s) the portable loop divides by s instead.
     alignas(32) std::int8_t block[kQsgdBucket];
-    const bool vector = simd();
+    const bool vector = simd() && std::isfinite(inverse);
     for (std::int64_t begin = 0; begin < n; begin += kQsgdBucket) {
         const std::int64_t len = std::min(kQsgdBucket, n - begin);
 #if ACC_X86
@@ -62,7 +63,7 @@ bool terngrad_encode(const float* x, std::int64_t n, std::uint64_t key, std::uin
             ternary_block_simd(x + begin, static_cast<std::uint32_t>(begin), inverse, key32, block);
         else
 #endif
-            qsgd_bucket_portable(x + begin, len, begin, inverse, 1, key32, block);
+            qsgd_bucket_portable(x + begin, len, begin, scale, 1, key32, block);
         // code + 1 in two bits: 0 for -1, 1 for 0, 2 for +1.
         for (std::int64_t j = 0; j < len; j += 4) {
             unsigned byte = 0;
@@ -166,8 +167,7 @@ public:
         at::Tensor mean = x.sum() / count;
         at::Tensor sigma = at::clamp_min(x.square().sum() / count - mean * mean, 0.0).sqrt();
         at::Tensor scale = at::minimum(t.abs().max(), (sigma * 2.5).to(at::kFloat));
-        at::Tensor inverse = at::where(scale.gt(0), scale.reciprocal(), at::zeros_like(scale));
-        at::Tensor codes = device::stochastic_codes(t, inverse, 1, key, 0);
+        at::Tensor codes = device::stochastic_codes(t, scale, 1, key, 0);
         // code + 1 in two bits, four codes per byte, the first in the lowest bits.
         const std::int64_t padded = 4 * ((n + 3) / 4);
         at::Tensor two_bits = at::constant_pad_nd((codes + 1).to(at::kByte), {0, padded - n}, 0).view({-1, 4});

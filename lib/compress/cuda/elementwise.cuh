@@ -185,10 +185,11 @@ __global__ void qsgd_kernel(const float* x, std::int64_t n, int levels, std::uin
         if (i >= n || !usable[row]) continue;  // no barrier follows
         const float norm = norms[row];
         const float scale = norm == 0.0f ? 0.0f : __fdiv_rn(top, norm);
+        const bool overflow = !isfinite(scale);  // a subnormal norm: divide first, as the host does
         Code c[4] = {0, 0, 0, 0};
         for (int q = 0; q < 4 && norm != 0.0f; ++q) {
             const float value = v[r][q];
-            const float l = __fmul_rn(fabsf(value), scale);
+            const float l = overflow ? __fmul_rn(__fdiv_rn(fabsf(value), norm), top) : __fmul_rn(fabsf(value), scale);
             const float f = floorf(l);
             const float u = kernels::detail::uniform_from(key32, static_cast<std::uint32_t>(i + q));
             const float level = fminf(top, __fadd_rn(f, u < __fsub_rn(l, f) ? 1.0f : 0.0f));

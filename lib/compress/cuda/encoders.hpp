@@ -1,7 +1,8 @@
 // Encoders in one pass each on a CUDA device, where ATen takes many (ACC_CUDA_KERNELS),
 // and the finite check of a buffer's parts. They take raw device pointers and a
 // cudaStream_t passed as void*, so that no C++ file of the toolkit needs CUDA's headers.
-// Payloads are byte-identical to the host codecs' (compress/kernels.hpp); they may start
+// Payloads are byte-identical to the host codecs' (compress/kernels.hpp) wherever those
+// accept the input (a refused fp16 payload holds CUDA's NaN, 0x7fff); they may start
 // at any byte (fp16's at any half), as in the channels' buffers.
 #pragma once
 
