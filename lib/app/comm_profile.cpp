@@ -61,8 +61,11 @@ Buffers one_tensor(std::int64_t count, int, const at::TensorOptions& options) {
 }
 
 Buffers gather_buffers(std::int64_t count, int world, const at::TensorOptions& options) {
+    // The ranks' parts lie back to back in one buffer, as nccl-tests lays them out:
+    // NCCL then gathers straight into it (ProcessGroupCollectives::allgather_into).
     Buffers b{at::zeros({count}, options), {}, {}};
-    for (int r = 0; r < world; ++r) b.parts.push_back(at::zeros({count}, options));
+    const at::Tensor all = at::zeros({count * world}, options);
+    for (int r = 0; r < world; ++r) b.parts.push_back(all.narrow(0, r * count, count));
     return b;
 }
 
@@ -440,6 +443,7 @@ std::vector<CollectiveResult> profile_in_group(ProcessGroupCollectives& comm, co
         meta.compute = measure_compute(comm, config, plan);
         if (human) std::cerr << compute_lines(*meta.compute, meta.world_size);
     }
+    comm.confirm();  // on NCCL, that the last collectives did not fail unseen: no figures from them
     if (leader) {
         if (!config.output.empty()) io::write_comm_profile(config.output, to_comm_profile(results, meta));
         if (config.csv) std::cout << results_csv(results) << std::flush;

@@ -13,9 +13,13 @@
 
 namespace acc::comm {
 
-/// t /= world, truncating for integer tensors.
+/// t /= world, truncating for integer tensors. CUDA divides a tensor by a host number
+/// as a multiplication by its reciprocal, which can differ from the host's quotient in
+/// the last bit; there the divisor is a 0-dim tensor on the device, which divides.
 inline void divide_by_world(at::Tensor& t, int world) {
-    if (t.is_floating_point() || t.is_complex())
+    if (t.is_cuda() && t.is_floating_point())
+        t.div_(at::scalar_tensor(static_cast<double>(world), t.options()));
+    else if (t.is_floating_point() || t.is_complex())
         t.div_(world);
     else
         t.div_(world, "trunc");

@@ -190,6 +190,11 @@ at::Device rank_gpu(int rank, int local_rank, Backend backend) {
     return rank_gpu(rank, local_rank, static_cast<int>(torch::cuda::device_count()), backend);
 }
 
+int rank_gpu_index(const Rendezvous& rendezvous, int gpus) {
+    if (rendezvous.local_rank_given || gpus < 1) return rendezvous.local_rank;
+    return rendezvous.rank % gpus;
+}
+
 struct ProcessGroupCollectives::Impl {
     Rendezvous rendezvous;
     Backend backend = Backend::gloo;
@@ -312,6 +317,9 @@ struct ProcessGroupCollectives::Impl {
     // Closes this rank's connections so that peers blocked on it fail at once.
     void close_connections() noexcept {
         try {
+#ifdef ACC_HAVE_CUDA
+            if (pg && backend == Backend::nccl) compat::abort_nccl(static_cast<c10d::ProcessGroupNCCL&>(*pg));
+#endif
             pg.reset();
         } catch (...) {
         }
@@ -320,7 +328,10 @@ struct ProcessGroupCollectives::Impl {
     // The store host keeps the store until the ranks still alive have read the diagnosis.
     void linger() noexcept {
         if (!hosts_store) return;
-        const auto deadline = Clock::now() + kLinger;
+        // NCCL's peers see no closed connection: they fail only when the watchdog ends
+        // their collective, up to --timeout later, and then come for the reason.
+        const auto deadline =
+            Clock::now() + kLinger + (backend == Backend::nccl ? to_ms(rendezvous.timeout) : milliseconds(0));
         try {
             const std::int64_t readers = std::stoll(text_of(store->get(key("failure_readers"))));
             while (Clock::now() < deadline && store->add(key("failure_seen"), 0) < readers)
@@ -348,10 +359,15 @@ struct ProcessGroupCollectives::Impl {
     [[noreturn]] void fail(const char* op, Clock::time_point start, const std::exception& error) {
         const double elapsed = seconds_since(start);
         const std::string detail = backend_message(error);
-        const bool timed_out = looks_like_timeout(detail) || elapsed >= rendezvous.timeout * 0.95;
+        // NCCL's watchdog aborts the communicators of a collective that made no progress
+        // within --timeout; the next call fails at once ("... communicator was aborted"),
+        // so the cause is the timeout, and that call's own time says nothing.
+        const bool aborted = backend == Backend::nccl && detail.find("aborted") != std::string::npos;
+        const bool timed_out = aborted || looks_like_timeout(detail) || elapsed >= rendezvous.timeout * 0.95;
+        const std::string after = aborted ? std::string() : " after " + seconds_text(elapsed);
         std::string message;
         if (world() == 1 || !tcp_store) {
-            message = std::string(op) + " failed after " + seconds_text(elapsed) + ": " + detail;
+            message = std::string(op) + " failed" + after + ": " + detail;
         } else {
             try {
                 shorten_store_timeout();
@@ -362,16 +378,16 @@ struct ProcessGroupCollectives::Impl {
                     std::string diagnosis;
                     if (!lost.empty()) {
                         diagnosis =
-                            who(lost) + " lost during " + op + " after " + seconds_text(elapsed) +
+                            who(lost) + " lost during " + op + after +
                             (timed_out ? " (no progress within --timeout " + seconds_text(rendezvous.timeout) + ")"
                                        : " (connection closed)");
                     } else if (timed_out) {
-                        diagnosis = std::string(op) + " timed out after " + seconds_text(elapsed) + " on rank " +
+                        diagnosis = std::string(op) + " timed out" + after + " on rank " +
                                     std::to_string(rank()) +
                                     ": every rank is alive, but not all joined it (a rank busy for longer than "
                                     "--timeout, or ranks calling different collectives)";
                     } else {
-                        diagnosis = std::string(op) + " failed after " + seconds_text(elapsed) + " on rank " +
+                        diagnosis = std::string(op) + " failed" + after + " on rank " +
                                     std::to_string(rank()) + ": " + detail;
                     }
                     message = publish(diagnosis, world() - static_cast<std::int64_t>(lost.size()));
@@ -382,10 +398,10 @@ struct ProcessGroupCollectives::Impl {
             } catch (const std::exception&) {
                 // The store does not answer: whoever hosted it is gone.
                 if (!rendezvous.agent_store && rank() != 0)
-                    message = who({0}) + " lost during " + op + " after " + seconds_text(elapsed) +
+                    message = who({0}) + " lost during " + op + after +
                               " (it hosted the rendezvous store, which no longer answers)";
                 else
-                    message = std::string(op) + " failed after " + seconds_text(elapsed) +
+                    message = std::string(op) + " failed" + after +
                               " and the rendezvous store at " + rendezvous.master_addr + ":" +
                               std::to_string(rendezvous.master_port) + " no longer answers: " + detail;
             }
@@ -614,6 +630,12 @@ void create_process_group(ProcessGroupCollectives::Impl& impl) {
             // default), so the stuck step returns and the next collective throws,
             // which runs the lost-peer diagnosis below.
             ::setenv(compat::kNcclAsyncErrorHandling, compat::kNcclCleanUpOnly, 1);
+            // PyTorch 2.x's watchdog otherwise waits a minute for a debug dump after each
+            // failed collective before it aborts, and again for each one queued behind
+            // it: the lost-peer report would come --timeout plus minutes late. A user's
+            // own setting of either variable stays.
+            ::setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "0", 0);
+            ::setenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "0", 0);
             auto options = c10d::ProcessGroupNCCL::Options::create();
             options->timeout = timeout;
             impl.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rv.rank, rv.world_size, options);
@@ -670,6 +692,8 @@ std::unique_ptr<ProcessGroupCollectives> ProcessGroupCollectives::join(const Ren
     auto impl = std::make_unique<Impl>();
     impl->rendezvous = rendezvous;
     impl->backend = backend;
+    if (backend == Backend::nccl)
+        impl->rendezvous.local_rank = rank_gpu_index(rendezvous, static_cast<int>(torch::cuda::device_count()));
     impl->space = token_hash("keys", rendezvous.run_token).substr(0, 20);
     spdlog::debug("joining as rank {} of {} ({}), store at {}:{}{}", rendezvous.rank, rendezvous.world_size,
                   backend_name(backend), rendezvous.master_addr, rendezvous.master_port,
@@ -727,11 +751,41 @@ std::unique_ptr<Work> ProcessGroupCollectives::allreduce_async(at::Tensor& tenso
     return std::make_unique<AsyncWork>(impl_.get(), std::move(work), tensor, buffer, op);
 }
 
+namespace {
+
+// The one buffer `parts` are consecutive views of (each contiguous, `n` elements, the
+// input's type), or an undefined tensor.
+at::Tensor buffer_of_parts(const std::vector<at::Tensor>& parts, const at::Tensor& input) {
+    const std::int64_t n = input.numel();
+    for (size_t r = 0; r < parts.size(); ++r) {
+        const at::Tensor& p = parts[r];
+        if (!p.defined() || !p.is_contiguous() || p.numel() != n || p.scalar_type() != input.scalar_type() ||
+            p.device() != input.device() || !p.storage().is_alias_of(parts[0].storage()) ||
+            p.storage_offset() != parts[0].storage_offset() + static_cast<std::int64_t>(r) * n)
+            return at::Tensor();
+    }
+    return parts[0].as_strided({static_cast<std::int64_t>(parts.size()) * n}, {1});
+}
+
+}  // namespace
+
 void ProcessGroupCollectives::allgather_into(const at::Tensor& tensor, std::vector<at::Tensor>& outputs) {
     if (static_cast<int>(outputs.size()) != world_size())
         throw Error("allgather: " + std::to_string(outputs.size()) + " output tensors for " +
                     std::to_string(world_size()) + " ranks");
     at::Tensor input = tensor.contiguous();
+    if (backend() == Backend::nccl) {
+        // Parts back to back in one buffer: NCCL gathers into it directly. Given a list,
+        // c10d's NCCL gathers into a buffer of its own and copies each part out.
+        if (at::Tensor all = buffer_of_parts(outputs, input); all.defined()) {
+            impl_->run("allgather", byte_size(tensor), [&] {
+                c10d::AllgatherOptions options;
+                options.timeout = to_ms(impl_->rendezvous.timeout);
+                return impl_->pg->_allgather_base(all, input, options);
+            });
+            return;
+        }
+    }
     impl_->run("allgather", byte_size(tensor), [&] {
         std::vector<std::vector<at::Tensor>> out{outputs};
         std::vector<at::Tensor> in{input};
@@ -741,7 +795,9 @@ void ProcessGroupCollectives::allgather_into(const at::Tensor& tensor, std::vect
 
 std::vector<at::Tensor> ProcessGroupCollectives::allgather(const at::Tensor& tensor) {
     std::vector<at::Tensor> outputs;
-    for (int r = 0; r < world_size(); ++r) outputs.push_back(at::empty_like(tensor, at::MemoryFormat::Contiguous));
+    const std::int64_t n = tensor.numel();
+    const at::Tensor all = at::empty({world_size() * n}, tensor.options());
+    for (int r = 0; r < world_size(); ++r) outputs.push_back(all.narrow(0, r * n, n).view(tensor.sizes()));
     allgather_into(tensor, outputs);
     return outputs;
 }
@@ -823,9 +879,21 @@ void ProcessGroupCollectives::reduce_scatter(const at::Tensor& input, at::Tensor
         return;
     }
     at::Tensor flat = input.contiguous().view({-1});
+    at::Tensor result = output.is_contiguous() ? output : output.contiguous();
+    if (backend() == Backend::nccl) {
+        // One flat input: with a list, c10d's NCCL would first copy it into a buffer of its own.
+        impl_->run("reduce_scatter", byte_size(input), [&] {
+            c10d::ReduceScatterOptions options;
+            options.reduceOp = c10d::ReduceOp::SUM;
+            options.timeout = to_ms(impl_->rendezvous.timeout);
+            at::Tensor out = result.view({-1});
+            return impl_->pg->_reduce_scatter_base(out, flat, options);
+        });
+        if (!result.is_same(output)) output.copy_(result);
+        return;
+    }
     std::vector<at::Tensor> chunks;
     for (std::int64_t r = 0; r < world; ++r) chunks.push_back(flat.narrow(0, r * chunk, chunk).view(output.sizes()));
-    at::Tensor result = output.is_contiguous() ? output : output.contiguous();
     impl_->run("reduce_scatter", byte_size(input), [&] {
         std::vector<at::Tensor> outputs{result};
         std::vector<std::vector<at::Tensor>> inputs{chunks};
@@ -837,8 +905,21 @@ void ProcessGroupCollectives::reduce_scatter(const at::Tensor& input, at::Tensor
     if (!result.is_same(output)) output.copy_(result);
 }
 
+void ProcessGroupCollectives::confirm() {
+#ifdef ACC_HAVE_CUDA
+    if (impl_->backend != Backend::nccl || impl_->world() == 1 || impl_->finished || impl_->failure) return;
+    // NCCL's barrier waits on the host for its collective, and so for every one queued
+    // before it; one of those that failed meanwhile aborted the communicators, which the
+    // barrier or getError() reports.
+    barrier();
+    const std::string error = compat::nccl_error(static_cast<c10d::ProcessGroupNCCL&>(*impl_->pg));
+    if (!error.empty()) impl_->fail("an earlier collective", Clock::now(), std::runtime_error(error));
+#endif
+}
+
 void ProcessGroupCollectives::finish() {
     if (impl_->finished) return;
+    confirm();
     impl_->finished = true;
     impl_->stop_heartbeat();
     if (impl_->world() == 1 || impl_->failure) return;

@@ -36,6 +36,11 @@ void check_backend_available(Backend backend);
 at::Device rank_gpu(int rank, int local_rank, int gpus, Backend backend = Backend::nccl);
 /// The same, counting this machine's GPUs (none in a CPU build).
 at::Device rank_gpu(int rank, int local_rank, Backend backend = Backend::nccl);
+/// The local rank that picks this rank's GPU: a launcher's LOCAL_RANK, else (ranks
+/// started by hand with --rank, or RANK alone) the rank modulo the machine's `gpus`,
+/// so that rank 1 of two one-GPU machines uses GPU 0 and ranks 0..7 and 8..15 of two
+/// eight-GPU machines use GPUs 0..7.
+int rank_gpu_index(const Rendezvous& rendezvous, int gpus);
 
 class ProcessGroupCollectives final : public Collectives {
 public:
@@ -59,6 +64,11 @@ public:
     std::vector<at::Tensor> allgather_unequal(const at::Tensor& tensor) override;
     void broadcast(at::Tensor& tensor, int root) override;
     void barrier() override;
+    /// Throws the lost-peer diagnosis if a collective queued so far failed. NCCL's
+    /// wait() does not block the host, so a failure of the last collectives would go
+    /// unseen: this waits for them (a barrier) and asks NCCL. Gloo's wait() reports
+    /// each failure itself: nothing to do there, as with one rank.
+    void confirm();
     const Traffic& traffic() const override;
 
     // Beyond the interface.

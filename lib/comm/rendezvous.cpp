@@ -39,6 +39,7 @@ Rendezvous resolve_rendezvous(const RendezvousConfig& config, const Environment&
     }
     // LOCAL_RANK only means something when the rank itself came from the same launcher.
     r.local_rank = config.rank >= 0 ? r.rank : env_int(env, "LOCAL_RANK", r.rank, 0, kMaxRanks);
+    r.local_rank_given = config.rank < 0 && env("LOCAL_RANK") != nullptr;
     if (!config.master_addr.empty()) {
         r.master_addr = config.master_addr;
     } else if (const char* addr = env("MASTER_ADDR"); addr && *addr) {

@@ -28,6 +28,9 @@ struct Rendezvous {
     int rank = 0;
     int world_size = 1;
     int local_rank = 0;  ///< LOCAL_RANK (the GPU to use); defaults to rank
+    /// local_rank came from a launcher's LOCAL_RANK; without it, a rank's GPU is its
+    /// rank modulo the machine's GPUs (rank_gpu_index).
+    bool local_rank_given = false;
     std::string master_addr = "127.0.0.1";
     int master_port = 29500;
     bool agent_store = false;  ///< torchrun's agent hosts the store; every rank connects as a client

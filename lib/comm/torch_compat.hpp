@@ -108,6 +108,40 @@ inline void shutdown_nccl(c10d::ProcessGroupNCCL& pg) {
     (void)pg;
 #endif
 }
+
+/// Aborts NCCL's communicators and pending collectives when a rank stops on an error,
+/// instead of the destructor's wait for them (and, from 2.4, its warning that
+/// destroy_process_group() was not called). 1.13's destructor aborts them itself.
+inline void abort_nccl(c10d::ProcessGroupNCCL& pg) {
+#if ACC_TORCH_AT_LEAST(2, 7)
+    pg.abort();
+#else
+    (void)pg;
+#endif
+}
+
+/// What NCCL's watchdog has found since the group started, "" if nothing: a
+/// collective that failed or timed out after its wait() had returned (wait() does
+/// not block the host). getError() came in 2.6; before it, the next collective
+/// reports such a failure.
+inline std::string nccl_error(c10d::ProcessGroupNCCL& pg) {
+#if ACC_TORCH_AT_LEAST(2, 7)
+    switch (pg.getError()) {
+        case c10d::ErrorType::SUCCESS:
+            return "";
+        case c10d::ErrorType::TIMEOUT:
+            return "a collective made no progress within --timeout";
+        case c10d::ErrorType::COMM_ERROR:
+            return "NCCL reported an error in a collective";
+        case c10d::ErrorType::REMOTE_ERROR:
+            return "another rank's NCCL reported an error in a collective";
+    }
+    return "NCCL reported an error";
+#else
+    (void)pg;
+    return "";
+#endif
+}
 #endif
 
 /// NCCL's environment switch for what its watchdog does with a collective that

@@ -8,6 +8,7 @@
 // values go as one run.
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "comm/c10d_allreduce.hpp"
 #include "comm/torch_compat.hpp"
 #include "exchange/gradient_exchange_impl.hpp"
 
@@ -179,7 +180,7 @@ void GradientExchange::Impl::settle_memory_device(Slot& s) {
 
 void GradientExchange::Impl::start_device(const std::vector<at::Tensor>& grads) {
     at::NoGradGuard no_grad;
-    settle_checks();  // the last step's flags: copied long ago, read without waiting
+    settle_checks(false);  // earlier steps' flags, where copied: no wait for the GPU's last step
     step_checks.clear();
     bind_device(grads);
     if (layout_dirty) layout();
@@ -278,13 +279,21 @@ void GradientExchange::Impl::defer_checks() {
 }
 
 // Reads the deferred flags, oldest step first; the first false one is reported as its
-// step would have reported it.
-void GradientExchange::Impl::settle_checks() {
+// step would have reported it. Where the host runs a step ahead of the GPU, the last
+// step's copy has not happened yet at the next step's start: it is read a step later.
+void GradientExchange::Impl::settle_checks(bool all) {
     std::vector<PendingChecks> steps = std::move(pending);
     pending.clear();
-    for (PendingChecks& p : steps) {
-        if (p.copied)
+    for (size_t i = 0; i < steps.size(); ++i) {
+        PendingChecks& p = steps[i];
+        const bool newest = i + 1 == steps.size();
+        if (p.copied && !p.copied->query()) {
+            if (!all && newest) {
+                pending.push_back(std::move(p));
+                return;
+            }
             while (!p.copied->query()) std::this_thread::yield();
+        }
         if (!p.all_ok.item<bool>()) check_now(p.checks, p.step);
     }
 }
@@ -557,7 +566,10 @@ void GradientExchange::Impl::powersgd_second_round_device() {
 // After Q's allreduce: each gradient becomes P Q^T (Q the mean), the memories lose it,
 // and Q is the next step's warm start.
 void GradientExchange::Impl::powersgd_decode_device(int W) {
-    q.div_(static_cast<double>(W));
+    if (W == world())
+        at::div_out(q, q, world_divisor);  // exact, as the host divides
+    else
+        comm::divide_by_world(q, W);
     std::vector<at::Tensor> grads, approximations;
     if (powersgd_kernels_now) {
         // P Q^T of every matrix into one buffer laid out as M, out of the memories in the

@@ -279,7 +279,10 @@ struct GradientExchange::Impl {
     bool deferring_checks() const;
     void check_now(const std::vector<DeviceCheck>& checks, std::int64_t at_step);
     void defer_checks();
-    void settle_checks();
+    /// Reads the deferred flags, oldest step first. `all` false (a step's start): a
+    /// step whose flags the GPU has not copied yet stays pending, unless a later one
+    /// is pending too, so the host never waits for the step just before.
+    void settle_checks(bool all = true);
     void finish_device();
     void decode_gather_device();
     void decode_dense_device(int W);

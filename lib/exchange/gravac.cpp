@@ -3,6 +3,7 @@
 #include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
+#include "comm/c10d_allreduce.hpp"
 #include "compress/device_codec.hpp"
 #include "compress/kernels.hpp"
 #include "compress/spec.hpp"
@@ -551,7 +552,8 @@ torch::Tensor GravacExchange::allreduce_mean(std::vector<torch::Tensor> parts) {
     comm_.allreduce(buffer, comm::ReduceOp::sum);
     totals_.communication_seconds += now_seconds() - t0;
     totals_.bytes += static_cast<std::int64_t>(buffer.nbytes());
-    return buffer.div_(static_cast<double>(comm_.world_size()));
+    comm::divide_by_world(buffer, comm_.world_size());
+    return buffer;
 }
 
 // PowerSGD's exchange at the chosen level's rank of each matrix; matrices sent whole

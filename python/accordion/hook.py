@@ -204,7 +204,10 @@ class CompressionState:
                              "set_epoch(epoch, lr); call it before the epoch's first step")
         if self._online is not None and self._online.sums is not None:
             _library.call(self._online.sums.add, names, gradients)  # before anything changes them
-        future = torch.futures.Future()
+        # A future holding a CUDA tensor names its device: DDP's stream then waits for
+        # the stream that completed it instead of reading the buffer unsynchronised.
+        device = bucket.buffer().device
+        future = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
         if self._gravac is not None and self.steps >= self.start_step:
             # GraVAC decides for the whole model at once: the step's buckets wait for the last.
             self._pending.append((bucket.buffer(), gradients, future))

@@ -18,6 +18,7 @@
 #include "comm/group.hpp"
 #include "compress/spec.hpp"
 #include "exchange/gradient_exchange.hpp"
+#include "exchange/staging.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/custom_class.h>
@@ -179,9 +180,20 @@ private:
             state.insert(state.end(), carried->second.begin(), carried->second.end());
             carried_.erase(carried);
         }
-        auto exchange = std::make_unique<exchange::GradientExchange>(std::move(tensors), levels, *comm_, options_);
+        comm::Collectives& over = collectives_on(gradients.empty() ? at::Device(at::kCPU) : gradients[0].device());
+        auto exchange = std::make_unique<exchange::GradientExchange>(std::move(tensors), levels, over, options_);
         if (!state.empty()) exchange->load_state(state);
         return *buckets_.emplace(key, std::move(exchange)).first->second;
+    }
+
+    // The group for an exchange of gradients on `device`. A group made for NCCL has no
+    // CPU backend, while the exchange's own small collectives (the levels' agreement)
+    // hold host tensors: on a GPU they go through the device (as train-dist's do).
+    comm::Collectives& collectives_on(const at::Device& device) {
+        if (device.is_cpu()) return *comm_;
+        auto& staged = staged_[device.str()];
+        if (!staged) staged = exchange::staged_collectives(*comm_, device);
+        return *staged;
     }
 
     void retire(exchange::GradientExchange& exchange) {
@@ -222,6 +234,8 @@ private:
     }
 
     std::unique_ptr<comm::GroupCollectives> comm_;
+    // comm_ for each device's tensors; declared before buckets_, whose exchanges use them.
+    std::map<std::string, std::unique_ptr<comm::Collectives>> staged_;
     exchange::ExchangeOptions options_;
     std::map<std::string, compress::Spec> specs_;
     std::map<std::string, std::unique_ptr<exchange::GradientExchange>> buckets_;  // by "name\n" of its parameters

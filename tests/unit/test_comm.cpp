@@ -64,6 +64,7 @@ TEST(Rendezvous, ReadsTorchrunsEnvironment) {
     EXPECT_EQ(r.rank, 3);
     EXPECT_EQ(r.world_size, 4);
     EXPECT_EQ(r.local_rank, 1);
+    EXPECT_TRUE(r.local_rank_given);
     EXPECT_EQ(r.master_addr, "node7");
     EXPECT_EQ(r.master_port, 1234);
     EXPECT_TRUE(r.agent_store);
@@ -86,6 +87,7 @@ TEST(Rendezvous, FlagsOverrideTheEnvironment) {
     EXPECT_EQ(r.rank, 1);
     EXPECT_EQ(r.world_size, 2);
     EXPECT_EQ(r.local_rank, 1);
+    EXPECT_FALSE(r.local_rank_given) << "LOCAL_RANK belongs to the launcher whose RANK --rank replaced";
     EXPECT_EQ(r.master_port, 4000);
     EXPECT_FALSE(r.agent_store) << "a store moved by flags is not torchrun's agent store";
 }
@@ -160,6 +162,26 @@ TEST(ProcessGroup, TheBackendFollowsTheDeviceUnlessChosen) {
     } catch (const acc::UsageError& e) {
         EXPECT_STREQ(e.what(), "--backend nccl: needs --device cuda (NCCL reduces tensors on GPUs)");
     }
+}
+
+TEST(ProcessGroup, RanksStartedByHandTakeTheirRankModuloTheGpus) {
+    // README's two-machine example: --rank 1 on a one-GPU machine uses GPU 0.
+    RendezvousConfig c;
+    c.rank = 1;
+    c.world_size = 2;
+    Rendezvous by_hand = resolve_rendezvous(c, fake_env({{"LOCAL_RANK", "1"}}));
+    EXPECT_EQ(rank_gpu_index(by_hand, 1), 0);
+    EXPECT_EQ(rank_gpu(by_hand.rank, rank_gpu_index(by_hand, 1), 1), at::Device(at::kCUDA, 0));
+    c.rank = 9;
+    c.world_size = 16;
+    EXPECT_EQ(rank_gpu_index(resolve_rendezvous(c, fake_env({})), 8), 1);
+    // RANK alone (a launcher that sets no LOCAL_RANK) likewise; torchrun's LOCAL_RANK is kept.
+    EXPECT_EQ(rank_gpu_index(resolve_rendezvous({}, fake_env({{"RANK", "5"}, {"WORLD_SIZE", "8"}})), 4), 1);
+    const Rendezvous launched =
+        resolve_rendezvous({}, fake_env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "3"}}));
+    EXPECT_EQ(rank_gpu_index(launched, 4), 3);
+    EXPECT_EQ(rank_gpu_index(launched, 2), 3) << "a LOCAL_RANK beyond the GPUs is rank_gpu's to refuse";
+    EXPECT_EQ(rank_gpu_index(resolve_rendezvous(c, fake_env({})), 0), 9) << "no GPU: rank_gpu refuses it";
 }
 
 TEST(ProcessGroup, EachRankNeedsItsOwnGpu) {

@@ -1,6 +1,7 @@
 #include "exchange/trainer/reducer.hpp"
 
 #include "base/error.hpp"
+#include "comm/c10d_allreduce.hpp"
 
 #include <chrono>
 #include <map>
@@ -205,7 +206,6 @@ void BucketReducer::launch_rest(const std::vector<torch::Tensor>& gradients) {
 void BucketReducer::finish(std::vector<torch::Tensor>& gradients) {
     if (next_launch_ != buckets_.size()) throw Error("internal error: gradient buckets finished before launch_rest");
     torch::NoGradGuard no_grad;
-    const float world = static_cast<float>(comm_.world_size());
     for (size_t b = 0; b < buckets_.size(); ++b) {
         if (bucket_routes_[b] == Route::compressed) {
             exchange_->finish(b);
@@ -216,7 +216,7 @@ void BucketReducer::finish(std::vector<torch::Tensor>& gradients) {
             stats_.communication_seconds += since(t0);
         }
         const auto t1 = Clock::now();
-        if (bucket_routes_[b] == Route::allreduce) buffers_[b].div_(world);
+        if (bucket_routes_[b] == Route::allreduce) comm::divide_by_world(buffers_[b], comm_.world_size());
         for (size_t k : buckets_[b]) {
             torch::Tensor average =
                 buffers_[b].narrow(0, offset_of_[k], parameters_[k].numel()).view(parameters_[k].sizes());
