@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package on a GPU: installed as users install it (pip, against the torch
 # of ACC_PYTHON, offline), its compressing DDP hook trains on CUDA tensors over Gloo
-# (two ranks) and NCCL (one rank) as on the CPU, for every compressor family
+# (two ranks), NCCL (one rank) and a Gloo group without a CPU backend (two ranks) as
+# on the CPU, for every compressor family
 # (python_hook_cuda.py says how it compares). The package is compiled with the HDF5,
 # the compilers and the CUDA architectures this build found (ACCORDION_CMAKE_ARGS), in
 # the build's python-package-gpu folder, kept for the next run, and must have the CUDA
