@@ -8,7 +8,6 @@
 // values go as one run.
 #include "base/clock.hpp"
 #include "base/error.hpp"
-#include "comm/c10d_allreduce.hpp"
 #include "comm/torch_compat.hpp"
 #include "exchange/gradient_exchange_impl.hpp"
 
@@ -313,7 +312,7 @@ void GradientExchange::Impl::finish_device() {
     if (q_work) {
         wait(q_work);
         auto t0 = timer.start();
-        powersgd_decode_device(W);
+        powersgd_decode_device();
         timer.stop(t0, current.decode_seconds);
     }
     for (auto& g : groups) g.m = at::Tensor();
@@ -565,11 +564,8 @@ void GradientExchange::Impl::powersgd_second_round_device() {
 
 // After Q's allreduce: each gradient becomes P Q^T (Q the mean), the memories lose it,
 // and Q is the next step's warm start.
-void GradientExchange::Impl::powersgd_decode_device(int W) {
-    if (W == world())
-        at::div_out(q, q, world_divisor);  // exact, as the host divides
-    else
-        comm::divide_by_world(q, W);
+void GradientExchange::Impl::powersgd_decode_device() {
+    at::div_out(q, q, world_divisor);  // exact, as the host divides
     std::vector<at::Tensor> grads, approximations;
     if (powersgd_kernels_now) {
         // P Q^T of every matrix into one buffer laid out as M, out of the memories in the

@@ -291,7 +291,7 @@ struct GradientExchange::Impl {
     void orthogonalize_device(std::vector<PaddedBatch>& batches, at::Tensor& flat);
     void powersgd_first_round_device();
     void powersgd_second_round_device();
-    void powersgd_decode_device(int W);
+    void powersgd_decode_device();
     at::Tensor slice_of(Slot& s);
 
     // exchange_sparse.cpp
