@@ -2,8 +2,12 @@
 
 #include "comm/torch_compat.hpp"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/cuda.h>
+#ifdef ACC_HAVE_CUDA
+#include <ATen/cuda/Sleep.h>
+#endif
 
 #include <deque>
 
@@ -49,6 +53,18 @@ void DeviceTimer::stop(const Mark& from, double& seconds) {
     }
     if (method_ == Method::synchronize) torch::cuda::synchronize(device_.index());
     seconds += std::chrono::duration<double>(Clock::now() - from.host).count();
+}
+
+void DeviceTimer::hold(std::int64_t cycles) {
+    if (method_ != Method::events || cycles <= 0) return;
+#ifdef ACC_HAVE_CUDA
+    const c10::DeviceGuard guard(device_);  // the sleep runs on the current device's current stream
+    at::cuda::sleep(cycles);
+#endif
+}
+
+bool DeviceTimer::reached(const Mark& mark) const {
+    return method_ == Method::events && events_->pool[mark.event].query();
 }
 
 void DeviceTimer::finish_step() {

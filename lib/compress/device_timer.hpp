@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,15 @@ public:
     /// once or (events) at finish_step. `seconds` must live until then.
     Mark start();
     void stop(const Mark& from, double& seconds);
+    /// Before start(): holds the device's stream for `cycles` GPU clock cycles
+    /// (events only; else nothing), so that the part's start event is reached
+    /// after the host has queued the part and its time holds none of the host's
+    /// time to queue it.
+    void hold(std::int64_t cycles);
+    /// Whether the device had reached `mark`'s start event when this is called.
+    /// After queuing a held part, true means the hold was shorter than the host's
+    /// time to queue it. Always false unless the method is events.
+    bool reached(const Mark& mark) const;
     /// Adds the times of the parts still pending (events: one wait for the device).
     void finish_step();
 

@@ -27,6 +27,7 @@
 #include <limits>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace acc::train;
@@ -181,6 +182,33 @@ TEST(DeviceTimerOnCuda, PartsHoldTheDevicesWork) {
     EXPECT_LE(encode + decode, wall);
     timer.begin_step(kGpu, false);  // training: the host's clock, no waits
     EXPECT_EQ(timer.method(), DeviceTimer::Method::host_clock);
+}
+
+// comm-profile's hold: with the stream held before the start event, a part queued
+// after a host delay is timed without it (the device had not reached the start when
+// the host queued the part); without the hold the delay is counted.
+TEST(DeviceTimerOnCuda, AHeldPartLeavesOutTheHostsTimeToQueueIt) {
+    using acc::compress::DeviceTimer;
+    if (!acc::comm::compat::kTimedEvents) GTEST_SKIP() << "this LibTorch cannot time CUDA events";
+    torch::Tensor a = torch::ones({1024}, torch::TensorOptions().device(kGpu));
+    DeviceTimer timer;
+    for (bool held : {true, false}) {
+        torch::cuda::synchronize();
+        timer.begin_step(kGpu, true);
+        if (held) timer.hold(200'000'000);  // about 0.1 s at 1.5 to 2 GHz
+        const auto mark = timer.start();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the host's time to queue
+        a.add_(1.0);
+        EXPECT_EQ(timer.reached(mark), !held);
+        double seconds = 0;
+        timer.stop(mark, seconds);
+        timer.finish_step();
+        if (held)
+            EXPECT_LT(seconds, 0.005);
+        else
+            EXPECT_GE(seconds, 0.019);
+    }
+    EXPECT_EQ(a[0].item<float>(), 3.0f);
 }
 
 // A build with the CUDA kernels runs them on the GPU of the tests: its architecture is

@@ -606,10 +606,13 @@ TEST(DeviceTimer, CpuPartsUseTheHostClockAtOnce) {
         timer.begin_step(at::kCPU, device_work);
         EXPECT_EQ(timer.method(), DeviceTimer::Method::host_clock);
         double seconds = 0;
+        timer.hold(1'000'000'000);  // only a GPU's stream is held: no wait here
         const auto mark = timer.start();
+        EXPECT_FALSE(timer.reached(mark));
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         timer.stop(mark, seconds);
         EXPECT_GE(seconds, 0.019);  // added at stop, not at finish_step
+        EXPECT_LT(seconds, 10.0);
         const double before = seconds;
         timer.finish_step();
         EXPECT_EQ(seconds, before);
