@@ -1,5 +1,6 @@
 #include "app/comm_profile.hpp"
 
+#include "app/build_info.hpp"
 #include "app/rank_options.hpp"
 #include "app/same_settings.hpp"
 #include "app/training_options.hpp"
@@ -517,6 +518,7 @@ int run_profile(const ProfileConfig& config, int argc, char** argv) {
     if (config.batch_size < 0) throw UsageError("--batch-size: must be at least 1");
     const comm::Backend backend = comm::default_backend(config.device);
     comm::check_backend_available(backend);
+    check_device_available(config.device);
     return comm::run_ranks(config.rendezvous, argc, argv, "comm-profile",
                            [&] { return profile_rank(config, plan, backend); });
 }

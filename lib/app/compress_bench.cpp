@@ -1,5 +1,6 @@
 #include "app/compress_bench.hpp"
 
+#include "app/build_info.hpp"
 #include "app/training_options.hpp"
 
 #include "base/clock.hpp"
@@ -22,7 +23,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <CLI/CLI.hpp>
-#include <torch/cuda.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
@@ -127,9 +127,7 @@ void validate(BenchConfig& c) {
     if (!c.path) c.path = c.device == Device::cuda ? CompressorPath::device : CompressorPath::host;
     if (c.device == Device::cuda && *c.path == CompressorPath::host)
         throw UsageError("--path host: the host path runs on CPU tensors; use --device cpu, or --path device");
-    if (c.device == Device::cuda && !torch::cuda::is_available())
-        throw UsageError("--device cuda: no CUDA device (this LibTorch was built without CUDA, or no GPU is "
-                         "visible); use --device cpu");
+    check_device_available(c.device);
     if (!c.output.empty() || !c.trace.empty()) {
         const auto& presets = model_presets();
         const bool preset = std::find(presets.begin(), presets.end(), c.shapes) != presets.end();

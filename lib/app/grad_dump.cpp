@@ -1,5 +1,6 @@
 #include "app/grad_dump.hpp"
 
+#include "app/build_info.hpp"
 #include "app/data_parallel.hpp"
 #include "app/training_options.hpp"
 #include "base/error.hpp"
@@ -54,8 +55,7 @@ void validate(GradDumpConfig& c) {
                              std::to_string(c.train.epochs) + " epochs trained (they count from 0)");
     if (c.checkpoint.empty()) c.checkpoint = checkpoint_beside(c.output);
     check_distinct_files({}, {{"--output", c.output}, {"--checkpoint", c.checkpoint}, {"--trace", c.train.trace}});
-    if (c.train.device == acc::Device::cuda && !torch::cuda::is_available())
-        throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
+    check_device_available(c.train.device);
 }
 
 std::int64_t total_values(const std::vector<io::Parameter>& parameters) {

@@ -1,5 +1,6 @@
 #include "app/train_dist.hpp"
 
+#include "app/build_info.hpp"
 #include "app/data_parallel.hpp"
 #include "app/train_dist_gravac.hpp"
 #include "app/train_dist_options.hpp"
@@ -490,8 +491,7 @@ int run_train_dist(TrainDistConfig c, int argc, char** argv) {
     std::optional<io::Schedule> schedule;
     if (c.mode() == Mode::schedule && comm::resolve_rendezvous(c.rendezvous).rank == 0)
         schedule = io::read_schedule(c.schedule);
-    if (c.train.device == acc::Device::cuda && !torch::cuda::is_available())
-        throw UsageError("--device cuda: no CUDA device is available to this build of LibTorch");
+    check_device_available(c.train.device);
     const comm::Backend backend = backend_of(c);
     comm::check_backend_available(backend);
     return comm::run_ranks(c.rendezvous, argc, argv, "train-dist", [&] { return run_rank(c, schedule, backend); });

@@ -48,11 +48,15 @@ TABLE
 # With --nproc the options are checked once, before any rank starts.
 expect_exit 2 "^comm-profile: error: -b/--min-bytes: the size must be at least 1 byte$" -- comm-profile --nproc 2 -b 0
 [ "$(wc -l <"$WORK/err")" = 1 ] || fail "--nproc with a bad option printed more than one line: $(cat "$WORK/err")"
-# A CPU-only build refuses NCCL as a usage error; a CUDA build may run it.
+# A CPU-only build refuses NCCL, and a CUDA build on a machine without a GPU
+# refuses --device cuda, each as a usage error; a CUDA build with a GPU runs it.
 got=0
 comm-profile --device cuda -e 64 -n 1 -q 2>"$WORK/err" || got=$?
-if grep -q "needs a build against a CUDA LibTorch" "$WORK/err"; then
-    [ "$got" = 2 ] || fail "--device cuda in a CPU-only build exited with $got"
+if [ "$got" != 0 ]; then
+    [ "$got" = 2 ] || fail "--device cuda without a usable GPU exited with $got: $(cat "$WORK/err")"
+    refused="^comm-profile: error: (the nccl backend needs a build against a CUDA LibTorch|--device cuda: no CUDA"
+    grep -qE "$refused device is available)" "$WORK/err" || fail "--device cuda without a usable GPU: $(cat "$WORK/err")"
+    [ "$(wc -l <"$WORK/err")" = 1 ] || fail "--device cuda without a usable GPU printed more than one line"
 fi
 # Gloo has no reduce-scatter algorithm: both LibTorch versions measure it as an allreduce.
 comm-profile --collectives reduce_scatter -e 64 -n 1 -q -o rs.h5 2>"$WORK/err" || fail "reduce_scatter on gloo: $(cat "$WORK/err")"
