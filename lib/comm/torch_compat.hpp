@@ -122,8 +122,8 @@ inline void abort_nccl(c10d::ProcessGroupNCCL& pg) {
 
 /// What NCCL's watchdog has found since the group started, "" if nothing: a
 /// collective that failed or timed out after its wait() had returned (wait() does
-/// not block the host). getError() came in 2.6; before it, the next collective
-/// reports such a failure.
+/// not block the host). Asked of getError() from 2.7 on; with an older LibTorch, ""
+/// and the next collective reports such a failure.
 inline std::string nccl_error(c10d::ProcessGroupNCCL& pg) {
 #if ACC_TORCH_AT_LEAST(2, 7)
     switch (pg.getError()) {
