@@ -49,6 +49,10 @@ constexpr milliseconds kSilenceWindow{1600};
 constexpr milliseconds kDiagnosisTimeout{2000};
 // How long the rank hosting the store keeps it for the others to read the diagnosis.
 constexpr milliseconds kLinger{5000};
+// How long a rank looks for the host's mark in its run's name space before it
+// concludes that the store was opened with another token: the host sets the
+// mark as soon as the store listens.
+constexpr milliseconds kTokenGrace{5000};
 
 
 milliseconds to_ms(double seconds) { return milliseconds(static_cast<std::int64_t>(seconds * 1000 + 0.5)); }
@@ -522,27 +526,40 @@ void connect_store(ProcessGroupCollectives::Impl& impl) {
     throw Error(message);
 }
 
-// Public keys (outside the run's name space): the run token's check value,
-// which the first rank to arrive sets, and how many ranks it turned away.
-constexpr const char* kRunCheckKey = "acc/run";
-constexpr const char* kRefusedKey = "acc/refused";
-
 std::string token_hash(const std::string& purpose, const std::string& token) {
     return c10::sha1("accordion run token, " + purpose + ": " + token).str();
 }
 
-// A rank presents its run token: the store must have been opened with the
-// same one. The check value does not give away the key names.
+// A rank presents its run token. Every key a run reads or writes lies in the
+// token's name space, so that a process without the token can neither read
+// them nor plant one the run trusts; keys outside it are never read. The rank
+// hosting the store marks it there at once, and any other rank must find that
+// mark: a rank with another token looks in another name space and is turned away.
 void present_token(ProcessGroupCollectives::Impl& impl) {
     const Rendezvous& rv = impl.rendezvous;
-    if (!impl.tcp_store) return;  // one rank, a store in memory
-    const std::string check = token_hash("check", rv.run_token);
-    const std::string found = text_of(impl.store->compareSet(kRunCheckKey, {}, bytes_of(check)));
-    if (found == check) return;
-    impl.store->add(kRefusedKey, 1);
-    throw Error("rendezvous at " + rv.master_addr + ":" + std::to_string(rv.master_port) +
-                ": the store there belongs to another run (it was opened with another run token); give every rank "
-                "the same " + kRunTokenVariable + ", or none");
+    // One rank has a store in memory; torchrun's agent store is hosted by no rank.
+    if (!impl.tcp_store || rv.agent_store) return;
+    const std::string mark = impl.key("store");
+    const std::string where = rv.master_addr + ":" + std::to_string(rv.master_port);
+    try {
+        if (impl.hosts_store) {
+            impl.store->set(mark, bytes_of("1"));
+            return;
+        }
+        // Half the timeout at most: the host's own rendezvous must still be waiting.
+        const auto deadline = Clock::now() + std::min(to_ms(rv.timeout / 2), kTokenGrace);
+        while (!impl.store->check({mark})) {
+            if (Clock::now() >= deadline)
+                throw Error("rendezvous at " + where +
+                            ": the store there belongs to another run (it was opened with another run token); give "
+                            "every rank the same " + kRunTokenVariable + ", or none");
+            std::this_thread::sleep_for(milliseconds(20));
+        }
+    } catch (const acc::Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        throw Error("rendezvous at " + where + " failed: the store stopped answering (" + backend_message(e) + ")");
+    }
 }
 
 // Every rank announces itself and waits for the others, so that a rank that
@@ -581,18 +598,10 @@ void meet(ProcessGroupCollectives::Impl& impl) {
         if (!missing.empty()) {
             std::vector<std::string> names;
             for (int r : missing) names.push_back(std::to_string(r));
-            std::int64_t refused = 0;
-            try {
-                refused = impl.store->add(kRefusedKey, 0);
-            } catch (const std::exception&) {
-            }
             fail_rendezvous(impl,
                             "rendezvous at " + where + " timed out after " + seconds_text(rv.timeout) + ": " +
                                 (missing.size() == 1 ? "rank " : "ranks ") + join(names, ", ") + " of " +
-                                std::to_string(rv.world_size) + " never arrived" +
-                                (refused > 0 ? " (" + std::to_string(refused) + " turned away: another " +
-                                                   kRunTokenVariable + ")"
-                                             : ""),
+                                std::to_string(rv.world_size) + " never arrived",
                             rv.world_size - static_cast<int>(missing.size()));
         }
         std::this_thread::sleep_for(milliseconds(20));
@@ -615,8 +624,9 @@ void meet(ProcessGroupCollectives::Impl& impl) {
 void create_process_group(ProcessGroupCollectives::Impl& impl) {
     const Rendezvous& rv = impl.rendezvous;
     [[maybe_unused]] const milliseconds timeout = to_ms(rv.timeout);
-    // The process group's own keys live apart from ours.
-    [[maybe_unused]] auto pg_store = c10::make_intrusive<c10d::PrefixStore>("acc/pg", impl.store);
+    // The process group's own keys (Gloo's addresses, the hosts' names) live apart
+    // from ours, in the token's name space too.
+    [[maybe_unused]] auto pg_store = c10::make_intrusive<c10d::PrefixStore>(impl.key("pg"), impl.store);
     try {
 #ifdef ACC_HAVE_CUDA
         if (impl.backend == Backend::nccl) {

@@ -80,7 +80,8 @@ wait "$launcher" || true
 
 # By hand, with ACC_RUN_TOKEN: the store listens on the master address only; a
 # stranger's keys change nothing, a rank with another token is turned away
-# with a message that says why, and rank 0 reports it among the missing.
+# with a message that says why, and rank 0 reports it missing
+# (tests/e2e/store_stranger.sh tries more of what a stranger can do).
 port=$(free_port)
 ACC_RUN_TOKEN=s3cret comm-profile --rank 0 --world-size 2 --master-addr 127.0.0.2 --master-port "$port" \
     --timeout 15 -e 64 -n 1 -q 2>rank0.err &
@@ -96,7 +97,7 @@ got=0
 wait "$rank0" || got=$?
 [ "$got" = 1 ] || fail "rank 0 exited with $got with only strangers around"
 grep -q "planted" rank0.err && fail "rank 0 printed a stranger's message: $(cat rank0.err)"
-grep -qE "^comm-profile\[0\]: error: rendezvous at 127\.0\.0\.2:$port timed out after 15 s: rank 1 of 2 never arrived \(1 turned away: another ACC_RUN_TOKEN\)$" rank0.err ||
+grep -qE "^comm-profile\[0\]: error: rendezvous at 127\.0\.0\.2:$port timed out after 15 s: rank 1 of 2 never arrived$" rank0.err ||
     fail "rank 0 with only strangers around: $(cat rank0.err)"
 
 # The same token on both ranks: they measure.

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# A local process without the run's token, as a client of the rendezvous store
+# (PyTorch's own TCPStore), against a run that has one: it reads nothing of the
+# run's (the ranks' members, Gloo's addresses, the host names) and writes
+# nothing the run trusts (a run mark, refusals, members, an error message, the
+# process group's keys), and the run ends normally.
+source "$(dirname "$0")/common.sh"
+cd "$WORK"
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+# stranger HOST PORT read|plant: the keys it tries are every fixed name a run
+# has used, and those of the default token's name space. read: fails if it can
+# read any; plant: writes all of them.
+stranger() {
+    "$ACC_PYTHON" - "$@" <<'PY'
+import hashlib, sys
+from datetime import timedelta
+from torch.distributed import TCPStore
+host, port, action = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+store = TCPStore(host, port, None, False, timedelta(seconds=10))
+default = "acc/" + hashlib.sha1(b"accordion run token, keys: ").hexdigest()[:20] + "/"
+fixed = ["acc/run", "acc/refused", "acc/pg/0/0", "acc/pg/0/1", "acc/pg/0/rank_0", "acc/pg/0/rank_1"]
+spaced = ["store", "member/0", "member/1", "pg/0/0", "pg/0/1", "pg/0/rank_0", "pg/0/rank_1"]
+keys = fixed + ["acc/" + k for k in spaced] + [default + k for k in spaced]
+if action == "read":
+    for key in keys:
+        try:
+            store.wait([key], timedelta(milliseconds=100))
+        except RuntimeError:
+            continue
+        sys.exit("the stranger read " + key + ": " + store.get(key).decode(errors="replace"))
+else:
+    store.set("acc/run", b"0" * 40)
+    store.add("acc/refused", 5)
+    for prefix in ("acc/", default):
+        store.add(prefix + "claims/1", 1)
+        store.set(prefix + "member/1", "intruder\t4242\t2")
+        store.set(prefix + "rendezvous_failure", "planted by a stranger")
+        store.add(prefix + "rendezvous_failures", 1)
+        store.set(prefix + "failure", "planted by a stranger")
+    for key in fixed[2:]:
+        store.set(key, "127.0.0.1:1")
+PY
+}
+
+# A run by hand with ACC_RUN_TOKEN: the stranger plants its keys while rank 0
+# waits; rank 1, with the same token, then joins and both measure.
+port=$(free_port)
+ACC_RUN_TOKEN=s3cret comm-profile --rank 0 --world-size 2 --master-port "$port" --timeout 30 \
+    -e 64 -n 1 -w 0 --csv >rank0.csv 2>rank0.err &
+rank0=$!
+for _ in $(seq 100); do
+    "$ACC_PYTHON" -c "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" "$port" \
+        2>/dev/null && break
+    sleep 0.1
+done
+stranger 127.0.0.1 "$port" plant || fail "the stranger could not reach the store"
+ACC_RUN_TOKEN=s3cret comm-profile --rank 1 --world-size 2 --master-port "$port" --timeout 30 -e 64 -n 1 -w 0 \
+    2>rank1.err || fail "rank 1 with the run's token, after the stranger: $(cat rank1.err)"
+wait "$rank0" || fail "rank 0 with the run's token, after the stranger: $(cat rank0.err)"
+[ "$(head -c 10 rank0.csv)" = "collective" ] || fail "no measurements after the stranger: $(cat rank0.err)"
+grep -qiE "planted|intruder|turned away|another run" rank0.err rank1.err &&
+    fail "a rank reported what the stranger wrote: $(cat rank0.err rank1.err)"
+
+# --nproc: while the ranks measure, the stranger reads none of their keys.
+comm-profile --nproc 2 -v --timeout 30 -b 8 -e 32M -n 300 -w 1 --collectives allreduce >/dev/null 2>nproc.err &
+launcher=$!
+wait_for_line nproc.err '^(\[0\] )? +[0-9]+ +[0-9]+ +float' 60 || fail "no table row from --nproc 2: $(tail -3 nproc.err)"
+port=$(grep -oE 'rendezvous at 127\.0\.0\.1:[0-9]+' nproc.err | grep -oE '[0-9]+$' | head -1)
+stranger 127.0.0.1 "$port" read || fail "a stranger read a key of a --nproc run"
+kill -TERM "$launcher"
+wait "$launcher" || true
+finish
