@@ -73,11 +73,38 @@ std::string read_holder(int fd) {
     return holder.empty() ? "another run" : holder;
 }
 
+// A lock file this run did not create is only ever opened for reading (flock
+// needs no more), so that neither a hard link planted at its name nor another
+// user's stale lock is written to. It must be a regular file with one link.
+int open_existing_lock(const std::string& path, const std::string& lock) {
+    const int fd = ::open(lock.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return -1;  // removed meanwhile: create it again
+        throw FileError(path, "cannot open its lock file " + lock + ": " + std::strerror(errno) +
+                                  (errno == ELOOP ? " (it is a symbolic link; remove it)" : ""));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+        ::close(fd);
+        throw FileError(path, "its lock file " + lock + " is not a regular file with one link (a link to another "
+                                  "file, or not a file at all); remove it");
+    }
+    return fd;
+}
+
+// Whether `fd` is still the file the name `lock` leads to.
+bool still_named(int fd, const std::string& lock) {
+    struct stat held, named;
+    return ::fstat(fd, &held) == 0 && ::lstat(lock.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+           held.st_ino == named.st_ino;
+}
+
 }  // namespace
 
 OutputClaim::~OutputClaim() { release(); }
 
-OutputClaim::OutputClaim(OutputClaim&& other) noexcept : lock_path_(std::move(other.lock_path_)), fd_(other.fd_) {
+OutputClaim::OutputClaim(OutputClaim&& other) noexcept
+    : lock_path_(std::move(other.lock_path_)), fd_(other.fd_), owned_(other.owned_) {
     other.lock_path_.clear();
     other.fd_ = -1;
 }
@@ -87,6 +114,7 @@ OutputClaim& OutputClaim::operator=(OutputClaim&& other) noexcept {
         release();
         lock_path_ = std::move(other.lock_path_);
         fd_ = other.fd_;
+        owned_ = other.owned_;
         other.lock_path_.clear();
         other.fd_ = -1;
     }
@@ -97,7 +125,7 @@ void OutputClaim::release() {
     if (fd_ < 0) return;
     // Unlinked while still locked: a run that opened the old file finds, once it
     // holds the lock, that the name no longer leads to it, and starts again.
-    ::unlink(lock_path_.c_str());
+    if (owned_ && still_named(fd_, lock_path_)) ::unlink(lock_path_.c_str());
     ::close(fd_);
     fd_ = -1;
     lock_path_.clear();
@@ -110,10 +138,15 @@ OutputClaim claim_output(const std::string& path, const std::string& program, bo
     const std::string lock = (parent / companion_name(path, ".lock")).string();
     OutputClaim claim;
     for (int attempt = 0; attempt < 16; ++attempt) {
-        const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-        if (fd < 0)
-            throw FileError(path, "cannot open its lock file " + lock + ": " + std::strerror(errno) +
-                                      (errno == ELOOP ? " (it is a symbolic link; remove it)" : ""));
+        // A new lock file is this run's to write; an existing one is another run's.
+        int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        const bool created = fd >= 0;
+        if (!created) {
+            if (errno != EEXIST)
+                throw FileError(path, "cannot open its lock file " + lock + ": " + std::strerror(errno));
+            fd = open_existing_lock(path, lock);
+            if (fd < 0) continue;
+        }
         if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
             if (errno == EWOULDBLOCK) {
                 const std::string holder = read_holder(fd);
@@ -122,14 +155,25 @@ OutputClaim claim_output(const std::string& path, const std::string& program, bo
                                           "; wait until that run ends, or write to another name");
             }
             ::close(fd);
-            ::unlink(lock.c_str());
-            return claim;
+            if (created) ::unlink(lock.c_str());
+            return claim;  // a file system without locks
         }
-        struct stat held, named;
-        if (::fstat(fd, &held) != 0 || ::lstat(lock.c_str(), &named) != 0 || held.st_dev != named.st_dev ||
-            held.st_ino != named.st_ino) {
+        if (!still_named(fd, lock)) {
             ::close(fd);  // its holder removed it while this run waited: take the new one
             continue;
+        }
+        if (!created) {
+            // A stale lock: its run is gone. It is replaced by one of this run's
+            // own where the directory allows; another user's in a sticky directory
+            // stays, held as it is (a refused run then reads its old line).
+            if (::unlink(lock.c_str()) == 0) {
+                ::close(fd);
+                continue;
+            }
+            claim.lock_path_ = lock;
+            claim.fd_ = fd;
+            claim.owned_ = false;
+            return claim;
         }
         const std::string holder = program + " (process " + std::to_string(::getpid()) + " on " + host_name() +
                                    ", started " + utc_now() + ")\n";
@@ -137,6 +181,7 @@ OutputClaim claim_output(const std::string& path, const std::string& program, bo
         if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, holder.data(), holder.size(), 0);
         claim.lock_path_ = lock;
         claim.fd_ = fd;
+        claim.owned_ = true;
         return claim;
     }
     throw FileError(path, "cannot take its lock file " + lock + ": it keeps being replaced");

@@ -10,7 +10,9 @@ namespace acc::io {
 /// One run's claim on an output name: an advisory lock (flock) on the hidden file
 /// `.<name>.lock` beside it, which holds the program, process id, host and start time
 /// (UTC) of the run. The lock goes with the process however it ends, so a killed
-/// run never blocks the next; the lock file is removed when the claim ends.
+/// run never blocks the next; the lock file is removed when the claim ends. Only a
+/// lock file the claim created is written; one found there is opened for reading,
+/// and refused unless it is a regular file with one link.
 class OutputClaim {
 public:
     OutputClaim() = default;
@@ -28,6 +30,7 @@ private:
     void release();
     std::string lock_path_;
     int fd_ = -1;
+    bool owned_ = false;  // this run created the lock file, and removes it
 };
 
 /// Checks `path` as check_writable_destination does, then what stands there: an

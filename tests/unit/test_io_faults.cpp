@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -219,6 +220,84 @@ TEST(Faults, AnOutputInUseByAnotherRunIsRefused) {
     fs::create_symlink(dir.file("victim.txt"), dir.file(".c.h5.lock"));
     EXPECT_CONTAINS(error_of([&] { claim_output(out, "grad-dump", false); }), "symbolic link");
     EXPECT_EQ(fs::file_size(dir.file("victim.txt")), 8u);
+}
+
+// A lock file is written only when this run created it: a hard link planted at its
+// name (which O_NOFOLLOW does not stop), a FIFO or a directory there is refused,
+// and the file it leads to keeps its bytes.
+TEST(Faults, ALockFileThatIsALinkOrNotAFileIsRefusedAndNeverWritten) {
+    TempDir dir;
+    const std::string out = dir.file("s.h5"), lock = dir.file(".s.h5.lock");
+    std::ofstream(dir.file("victim.txt")) << "PRECIOUS\n";
+    ASSERT_EQ(link(dir.file("victim.txt").c_str(), lock.c_str()), 0);
+    EXPECT_EQ(error_of([&] { claim_output(out, "regime-detect", false); }),
+              out + ": its lock file " + lock +
+                  " is not a regular file with one link (a link to another file, or not a file at all); remove it");
+    EXPECT_CONTAINS(error_of([&] { claim_output(out, "regime-detect", true); }), "not a regular file with one link");
+    std::ifstream victim(dir.file("victim.txt"));
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(victim), {}), "PRECIOUS\n");
+    EXPECT_TRUE(fs::exists(lock)) << "a refused lock file is the user's to remove";
+    fs::remove(lock);
+    ASSERT_EQ(mkfifo(lock.c_str(), 0644), 0);
+    EXPECT_CONTAINS(error_of([&] { claim_output(out, "regime-detect", false); }), "not a regular file with one link");
+    fs::remove(lock);
+    fs::create_directory(lock);
+    EXPECT_CONTAINS(error_of([&] { claim_output(out, "regime-detect", false); }), "not a regular file with one link");
+    fs::remove(lock);
+    // A stale lock of this user's is replaced by a new file, which the run removes at its end.
+    std::ofstream(lock) << "grad-dump (process 1 on gone, started long ago)\n";
+    {
+        OutputClaim claim = claim_output(out, "regime-detect", false);
+        EXPECT_CONTAINS(error_of([&] { claim_output(out, "train-dist", false); }), "is being written by regime-detect");
+    }
+    EXPECT_FALSE(fs::exists(lock));
+}
+
+// Another user's stale lock (root's, mode 0644) in a shared sticky directory: a
+// user who can neither write nor remove it still takes it over, since flock needs
+// only a descriptor opened for reading; while that run holds it, others are refused.
+TEST(Faults, AnotherUsersStaleLockIsTakenOver) {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root, to leave a lock file as one user and claim it as another";
+    TempDir dir;
+    ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+    const std::string shared = dir.file("shared");
+    fs::create_directory(shared);
+    ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+    const std::string out = shared + "/s.h5", lock = shared + "/.s.h5.lock";
+    std::ofstream(lock) << "grad-dump (process 1 on gone, started long ago)\n";
+    ASSERT_EQ(chmod(lock.c_str(), 0644), 0);
+    int ready[2], done[2];
+    ASSERT_EQ(pipe(ready), 0);
+    ASSERT_EQ(pipe(done), 0);
+    const pid_t user = fork();
+    if (user == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+        std::string message = "ok";
+        std::optional<OutputClaim> claim;
+        try {
+            claim.emplace(claim_output(out, "regime-detect", false));
+        } catch (const acc::Error& e) {
+            message = e.what();
+        }
+        (void)!write(ready[1], message.data(), message.size());
+        close(ready[1]);
+        char byte = 0;
+        (void)!read(done[0], &byte, 1);
+        _exit(0);
+    }
+    close(ready[1]);
+    char text[512] = {};
+    const ssize_t n = read(ready[0], text, sizeof text - 1);
+    EXPECT_EQ(std::string(text, static_cast<size_t>(std::max<ssize_t>(n, 0))), "ok");
+    EXPECT_CONTAINS(error_of([&] { claim_output(out, "train-dist", false); }), "is being written by");
+    (void)!write(done[1], "x", 1);
+    int status = 0;
+    waitpid(user, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    close(ready[0]);
+    close(done[0]);
+    close(done[1]);
+    EXPECT_NO_THROW(claim_output(out, "train-dist", false)) << "the lock goes with its holder";
 }
 
 // What stands at an output name is replaced only when losing it costs nothing: a new
