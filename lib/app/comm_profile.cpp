@@ -216,14 +216,16 @@ SizeResult measure_size(ProcessGroupCollectives& comm, const CollectiveRun& run,
     return row;
 }
 
-// Bytes one rank holds while measuring `count` floats per rank of `c`: the call's
-// tensors (reduce_scatter on Gloo: also the copy of the input its allreduce sums)
-// and, with --check, the second set made after it and the pattern's temporaries
-// (an int64 range, its remainder and sum, then floats: 28 bytes a value).
+// Bytes one rank holds on the CPU (Gloo) while measuring `count` floats per rank
+// of `c`: the call's tensors and what Gloo adds to them (allgather gathers into a
+// flat buffer of its own, then copies each part out; reduce_scatter copies the
+// input its allreduce sums) and, with --check, the second set made after it and
+// the pattern's temporaries (an int64 range, its remainder and sum, then floats:
+// 28 bytes a value).
 double rank_bytes(perf::Collective c, std::int64_t count, int world, bool check) {
-    const double per_count = c == perf::Collective::allgather        ? world + 1
-                             : c == perf::Collective::reduce_scatter ? 2 * world + 1
-                                                                     : 1;
+    const double per_count = c == perf::Collective::allgather || c == perf::Collective::reduce_scatter
+                                 ? 2 * world + 1
+                                 : 1;
     const double buffers = 4.0 * static_cast<double>(count) * per_count;
     if (!check) return buffers;
     const double pattern = 28.0 * static_cast<double>(count) * (c == perf::Collective::reduce_scatter ? world : 1);
@@ -262,15 +264,22 @@ void check_memory(ProcessGroupCollectives& comm, const SweepPlan& plan) {
         const double host_room = all[static_cast<size_t>(r)][1].item<double>();
         if (host_room < 0 || host_need <= host_room) continue;
         const double ranks_there = host_need / need;
-        // The largest size of the sweep that would fit there.
+        // The largest size of the sweep that would fit there; when not even its
+        // smallest does, the largest a step below it that fits alone.
         SweepPlan smaller = plan;
-        std::string fits = "lower -e/--max-bytes";
+        std::string fits;
         for (std::int64_t size = plan.min_bytes; size <= plan.max_bytes && size <= INT64_MAX / plan.factor;
              size *= plan.factor) {
             smaller.max_bytes = size;
             if (sweep_bytes(smaller, world).first * ranks_there > host_room) break;
             fits = "lower -e/--max-bytes to " + size_text(size) + " or less";
         }
+        for (std::int64_t size = plan.min_bytes / plan.factor; fits.empty() && size >= 1; size /= plan.factor) {
+            smaller.min_bytes = smaller.max_bytes = size;
+            if (sweep_bytes(smaller, world).first * ranks_there <= host_room)
+                fits = "lower -b/--min-bytes and -e/--max-bytes to " + size_text(size) + " or less";
+        }
+        if (fits.empty()) fits = "lower -e/--max-bytes";
         throw UsageError("-e/--max-bytes: the sweep's largest " + std::string(perf::collective_name(worst)) +
                          " holds about " + gib_text(need) + " per rank" + (plan.check ? " (with --check)" : "") +
                          ", " + gib_text(host_need) + " for the " + std::to_string(std::llround(ranks_there)) +
@@ -517,8 +526,9 @@ int run_profile(const ProfileConfig& config, int argc, char** argv) {
         throw UsageError("--batch-size: sets the batch of the timed model; it needs --model");
     if (config.batch_size < 0) throw UsageError("--batch-size: must be at least 1");
     const comm::Backend backend = comm::default_backend(config.device);
-    comm::check_backend_available(backend);
+    // The device first: a CPU-only build refuses --device cuda as every program does.
     check_device_available(config.device);
+    comm::check_backend_available(backend);
     return comm::run_ranks(config.rendezvous, argc, argv, "comm-profile",
                            [&] { return profile_rank(config, plan, backend); });
 }

@@ -25,8 +25,9 @@ expect_exit 2 "^comm-profile: error: --iter: unknown option; did you mean --iter
 expect_exit 2 "^comm-profile: error: -e/--max-bytes: 2048G is too large; sizes go from 1 byte to 64G$" -- comm-profile -e 2048G
 # A sweep whose largest size cannot fit in memory is refused before it starts,
 # once under --nproc, with the largest size that fits: a 64 GiB allgather on 2
-# ranks holds 3 x 32 GiB on each.
-expect_exit 2 "^comm-profile(\[[01]\])?: error: -e/--max-bytes: the sweep's largest allgather holds about 96\.0 GiB per rank, 192\.0 GiB for the 2 ranks on [^ ]+, which has [0-9.]+ GiB available; lower -e/--max-bytes to [0-9.]+ [KMG]iB or less$" -- \
+# ranks holds 5 x 32 GiB on each (its input, its output of 2 parts, and Gloo's
+# flat copy of that output).
+expect_exit 2 "^comm-profile(\[[01]\])?: error: -e/--max-bytes: the sweep's largest allgather holds about 160\.0 GiB per rank, 320\.0 GiB for the 2 ranks on [^ ]+, which has [0-9.]+ GiB available; lower -e/--max-bytes to [0-9.]+ [KMG]iB or less$" -- \
     comm-profile --nproc 2 -e 64G -n 1 -w 0 --collectives allreduce,allgather
 [ "$(grep -c "error:" "$WORK/err")" = 1 ] || fail "the memory check was not reported once: $(cat "$WORK/err")"
 
@@ -54,8 +55,9 @@ got=0
 comm-profile --device cuda -e 64 -n 1 -q 2>"$WORK/err" || got=$?
 if [ "$got" != 0 ]; then
     [ "$got" = 2 ] || fail "--device cuda without a usable GPU exited with $got: $(cat "$WORK/err")"
-    refused="^comm-profile: error: (the nccl backend needs a build against a CUDA LibTorch|--device cuda: no CUDA"
-    grep -qE "$refused device is available)" "$WORK/err" || fail "--device cuda without a usable GPU: $(cat "$WORK/err")"
+    # In the words of every other program, in a CPU-only build too.
+    grep -qE "^comm-profile: error: --device cuda: no CUDA device is available \(this LibTorch was built without CUDA, or no GPU is visible\); use --device cpu$" "$WORK/err" ||
+        fail "--device cuda without a usable GPU: $(cat "$WORK/err")"
     [ "$(wc -l <"$WORK/err")" = 1 ] || fail "--device cuda without a usable GPU printed more than one line"
 fi
 # Gloo has no reduce-scatter algorithm: both LibTorch versions measure it as an allreduce.
@@ -72,9 +74,15 @@ limit=$(memory_limit_kib 500000)  # 0.5 GB beyond the libraries: too little for 
 expect_exit 1 "^comm-profile: error: computing with LibTorch: LibTorch failed: .*can't allocate memory" -- \
     bash -c 'ulimit -v "$0"; exec comm-profile -e 64 -n 1 -w 0 --collectives broadcast --model mlp --batch-size 1048576' "$limit"
 grep -q "frame #" "$WORK/err" && fail "a stack trace reached the user: $(cat "$WORK/err")"
-# A sweep too large for that limit is refused before it allocates anything.
-expect_exit 2 "^comm-profile: error: -e/--max-bytes: the sweep's largest broadcast holds about 1\.0 GiB per rank, 1\.0 GiB for the 1 rank on [^ ]+, which has 0\.[0-9] GiB available; lower -e/--max-bytes$" -- \
+# A sweep too large for that limit is refused before it allocates anything,
+# naming the largest size that fits (here below -b, so both options).
+expect_exit 2 "^comm-profile: error: -e/--max-bytes: the sweep's largest broadcast holds about 1\.0 GiB per rank, 1\.0 GiB for the 1 rank on [^ ]+, which has 0\.[0-9] GiB available; lower -b/--min-bytes and -e/--max-bytes to [0-9]+ MiB or less$" -- \
     bash -c 'ulimit -v "$0"; exec comm-profile -b 1G -e 1G -n 1 -w 0 --collectives broadcast' "$limit"
+# One rank's allgather of 1 GiB holds 3 GiB: its input, its output and Gloo's flat
+# copy of the output. With 2.5 GiB left it is refused, naming 512 MiB (1.5 GiB).
+limit=$(memory_limit_kib 2621440)
+expect_exit 2 "^comm-profile: error: -e/--max-bytes: the sweep's largest allgather holds about 3\.0 GiB per rank, 3\.0 GiB for the 1 rank on [^ ]+, which has 2\.[0-9] GiB available; lower -b/--min-bytes and -e/--max-bytes to 512 MiB or less$" -- \
+    bash -c 'ulimit -v "$0"; exec comm-profile -b 1G -e 1G -n 1 -w 0 -q --collectives allgather' "$limit"
 # A missing output directory is created.
 comm-profile -e 64 -n 1 -w 0 -q -o new/dir/comm.h5 >/dev/null || fail "comm-profile did not create new/dir"
 [ -s new/dir/comm.h5 ] || fail "no new/dir/comm.h5"
