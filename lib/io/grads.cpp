@@ -22,7 +22,9 @@ std::string snapshot_group(std::int64_t epoch) { return "/snapshots/epoch_" + st
 
 const char* const kProfileFractions = "/profile/topk_fraction";
 const char* const kProfileTail = "/profile/topk_tail";
-std::string singular_values_dataset(const std::string& parameter) { return "/profile/singular_values/" + parameter; }
+const char* const kProfileSpectra = "/profile/singular_values";
+
+std::string singular_values_dataset(const std::string& parameter) { return std::string(kProfileSpectra) + "/" + parameter; }
 
 // Length of a matrix parameter's spectrum: the smaller side of PowerSGD's view,
 // shape[0] rows by numel / shape[0] columns (docs/formats.md).
@@ -67,7 +69,18 @@ GradProfile read_profile(const H5File& f, const std::vector<Parameter>& paramete
                            "; tail fractions lie in [0, 1]");
                 if (k > 0 && row[k] > row[k - 1])
                     f.fail(std::string(kProfileTail) + " grows with the fraction kept" + at_epoch(e, parameters[p]));
+                // Top-k keeps every entry at fraction 1, and of a tensor of one entry at any fraction.
+                if (row[k] != 0 && (out.topk_fractions[k] == 1 || parameters[p].numel() <= 1))
+                    f.fail(std::string(kProfileTail) + " is " + std::to_string(row[k]) + at_epoch(e, parameters[p]) +
+                           " at fraction " + std::to_string(out.topk_fractions[k]) +
+                           ", where Top-k leaves nothing out; it must be 0");
             }
+        }
+    if (f.exists(kProfileSpectra))
+        for (const std::string& name : f.list(kProfileSpectra)) {
+            const bool known = std::any_of(parameters.begin(), parameters.end(),
+                                           [&](const Parameter& p) { return p.name == name; });
+            if (!known) f.fail(singular_values_dataset(name) + " names no parameter of /parameters");
         }
     for (size_t p = 0; p < count; ++p) {
         const std::string ds = singular_values_dataset(parameters[p].name);
@@ -236,7 +249,10 @@ GradStats read_grads(const std::string& path) {
     if (f.has_attr("/", "model")) g.run.model = f.read_attr_string("/", "model");
     if (f.has_attr("/", "dataset")) g.run.dataset = f.read_attr_string("/", "dataset");
     if (f.has_attr("/", "batch_size")) g.run.batch_size = f.read_attr_int("/", "batch_size");
-    if (f.has_attr("/", "world_size")) g.run.world_size = f.read_attr_int("/", "world_size");
+    if (f.has_attr("/", "world_size")) {
+        g.run.world_size = f.read_attr_int("/", "world_size");
+        if (g.run.world_size < 1) f.fail("world_size is " + std::to_string(g.run.world_size) + "; it must be at least 1");
+    }
     if (f.has_attr("/", "seed")) g.run.seed = f.read_attr_int("/", "seed");
     g.parameters = read_parameters(f);
     g.epochs = read_epochs(f, g.parameters);
@@ -250,6 +266,9 @@ GradStats read_grads(const std::string& path) {
         }
     }
     g.has_profile = f.exists("/profile");
+    if (g.has_profile && g.header.major == 1 && g.header.minor < 1)
+        f.fail("/profile is present, but format_version " + std::to_string(g.header.major) + "." +
+               std::to_string(g.header.minor) + " has no profile (it came with 1.1); write format_version 1.1");
     if (g.has_profile) g.profile = read_profile(f, g.parameters, epochs);
     return g;
 }

@@ -71,6 +71,14 @@ Schedule read_schedule(const std::string& path) {
     if (dims[0] == 0) f.fail("the schedule covers no epoch");
     s.epochs = static_cast<std::int64_t>(dims[0]);
     const Dims table = dims, column{dims[0]};
+    // Optional for files written by hand; regime-detect always writes it.
+    if (f.exists("/epochs/epoch")) {
+        const std::vector<std::int64_t> index = f.read_shaped<std::int64_t>("/epochs/epoch", column, "one per epoch");
+        for (size_t e = 0; e < index.size(); ++e)
+            if (index[e] != static_cast<std::int64_t>(e))
+                f.fail("/epochs/epoch row " + std::to_string(e) + " is " + std::to_string(index[e]) +
+                       "; epochs must be numbered 0, 1, 2, ...");
+    }
     s.critical = f.read_shaped<std::uint8_t>("/epochs/critical", table, "epochs x parameters");
     s.ratio = f.read_shaped<double>("/epochs/ratio", table, "epochs x parameters");
     s.reason = f.read_shaped<std::int8_t>("/epochs/reason", table, "epochs x parameters");

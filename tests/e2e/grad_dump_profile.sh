@@ -100,5 +100,21 @@ damage short.h5 'v = f["profile/topk_tail"][:2]; del f["profile/topk_tail"]; f["
 expect_exit 1 "short.h5: /profile/topk_tail has shape 2x6x9, expected 3x6x9" -- regime-detect short.h5 -o s.h5 -q
 damage nan.h5 'd = f["profile/singular_values/fc1.weight"]; v = d[()]; v[0, 5] = np.nan; d[...] = v'
 expect_exit 1 "nan.h5: /profile/singular_values/fc1.weight holds nan at epoch 0" -- regime-detect nan.h5 -o s.h5 -q
+damage extra.h5 'f["profile/singular_values/intruder"] = f["profile/singular_values/fc1.weight"][()]'
+expect_exit 1 "extra.h5: /profile/singular_values/intruder names no parameter of /parameters$" -- \
+    regime-detect extra.h5 -o s.h5 -q
+# Top-k leaves nothing out at fraction 1: a tail there is not a profile of Top-k.
+damage tail.h5 'd = f["profile/topk_tail"]; v = d[()]; v[1, 0, :] = np.maximum(v[1, 0, :], 0.25); d[...] = v'
+expect_exit 1 "tail.h5: /profile/topk_tail is 0.25.* at epoch 1, parameter 'fc1.weight' at fraction 1(\.0*)?, where Top-k leaves nothing out; it must be 0$" -- \
+    regime-detect tail.h5 -o s.h5 -q
+# A 1.0 file has no profile (docs/formats.md): one that holds it is refused, not planned on.
+damage old.h5 'f.attrs["format_version"] = "1.0"'
+expect_exit 1 "old.h5: /profile is present, but format_version 1.0 has no profile \(it came with 1.1\); write format_version 1.1$" -- \
+    regime-detect old.h5 --plan powersgd:1,powersgd:2 -o s.h5 -q
+# world_size below 1, as the comm-profile reader refuses it, in both readers of grads files.
+damage ranks.h5 'f.attrs["world_size"] = -3'
+expect_exit 1 "^regime-detect: error: ranks.h5: world_size is -3; it must be at least 1$" -- regime-detect ranks.h5 -o s.h5 -q
+expect_exit 1 "^compress-bench: error: ranks.h5: world_size is -3; it must be at least 1$" -- \
+    compress-bench --from ranks.h5 --compressors none --world 2 --reps 1 -q
 
 finish

@@ -406,6 +406,33 @@ TEST(Schedule, RefusesHugeLrScaleAndMisplacedNanRatio) {
                      "interval (reason 2), here the reason is 1");
 }
 
+// /epochs/epoch must number the epochs 0..E-1, as in a grads file: another
+// numbering or length is refused, naming the row.
+TEST(Schedule, EpochIndexMustReadZeroToEMinusOne) {
+    TempDir dir;
+    const std::string path = dir.file("sched.h5");
+    for (const auto& index : {std::vector<std::int64_t>{0, 99}, std::vector<std::int64_t>{0, 1, 2},
+                              std::vector<std::int64_t>{1}}) {
+        write_schedule(path, sample_schedule("compression"));
+        {
+            H5File f = H5File::open(path, true);
+            f.write("/epochs/epoch", index, {index.size()});
+            f.close();
+        }
+        const std::string message = error_of([&] { read_schedule(path); });
+        if (index.size() == 2)
+            EXPECT_EQ(message, path + ": /epochs/epoch row 1 is 99; epochs must be numbered 0, 1, 2, ...");
+        else
+            EXPECT_CONTAINS(message, path + ": /epochs/epoch has shape " + std::to_string(index.size()));
+    }
+}
+
+TEST(Grads, WorldSizeBelowOneIsRefused) {
+    expect_grads_error([](H5File& f) { f.write_attr("/", "world_size", std::int64_t{-3}); },
+                       {"world_size is -3; it must be at least 1"});
+    expect_grads_error([](H5File& f) { f.write_attr("/", "world_size", std::int64_t{0}); }, {"world_size is 0"});
+}
+
 TEST(Atomic, UncommittedFilesVanishAndCommitReplaces) {
     TempDir dir;
     std::string dest = dir.file("out.h5");
