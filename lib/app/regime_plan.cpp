@@ -8,6 +8,7 @@
 #include "perf/model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -214,10 +215,32 @@ struct PlanInputs {
     const PlanConfig& plan;
     const Spec& low;
     const Spec& high;
+    const std::string& grads_path;
     const io::GradStats& grads;
     const regime::Decisions& critical;
     std::vector<size_t> matrices;
 };
+
+// The error of `spec` on parameter p, predicted from profile epoch q. The reader
+// checked each number; what they give together (squares too large for a double)
+// is refused here, naming the file, the dataset, the epoch and the parameter.
+double level_error(const PlanInputs& in, const Spec& spec, size_t q, size_t p) {
+    const std::string& name = in.grads.parameters[p].name;
+    try {
+        const double error = regime::layer_error(residual_norm(spec, in.grads, q, p), in.plan.error);
+        if (!std::isfinite(error))
+            throw Error(std::string("error (") + regime::error_measure_name(in.plan.error) + ") is infinite");
+        return error;
+    } catch (const UsageError&) {
+        throw;
+    } catch (const FileError&) {
+        throw;
+    } catch (const Error& e) {
+        const std::string dataset = spec.name == "powersgd" ? "/profile/singular_values/" + name : "/profile/topk_tail";
+        throw FileError(in.grads_path, dataset + " at epoch " + std::to_string(q) + ", parameter '" + name + "': " +
+                                           spec.text() + "'s " + e.what());
+    }
+}
 
 // One epoch: Accordion's levels (low where critical), then the cheapest levels
 // within the error budget, kept only where they cost less. `levels` gets the
@@ -238,12 +261,10 @@ PlannedEpoch plan_epoch(const PlanInputs& in, PlanCosts& costs, std::int64_t epo
         const Spec& u = in.critical.critical[in.critical.at(epoch, static_cast<std::int64_t>(p))] ? in.low : in.high;
         uniform[p] = &costs.of(u)[p];
         uniform_level[p] = u;
-        uniform_layers.push_back(
-            {{costs.layer(*uniform[p]), regime::layer_error(residual_norm(u, in.grads, q, p), in.plan.error)}});
+        uniform_layers.push_back({{costs.layer(*uniform[p]), level_error(in, u, q, p)}});
         std::vector<regime::Candidate> options;
         for (const Spec& spec : in.plan.candidates)
-            options.push_back({costs.layer(costs.of(spec)[p]),
-                               regime::layer_error(residual_norm(spec, in.grads, q, p), in.plan.error)});
+            options.push_back({costs.layer(costs.of(spec)[p]), level_error(in, spec, q, p)});
         layers.push_back(std::move(options));
     }
     for (size_t p = 0; p < P; ++p)
@@ -305,7 +326,7 @@ PlannedSchedule plan_schedule(const PlanConfig& plan, const Spec& low_spec, cons
                               const std::string& grads_path, const io::GradStats& grads,
                               const regime::Decisions& critical) {
     check_profile(plan, low_spec, high_spec, grads_path, grads);
-    const PlanInputs in{plan, low_spec, high_spec, grads, critical, matrices_of(grads)};
+    const PlanInputs in{plan, low_spec, high_spec, grads_path, grads, critical, matrices_of(grads)};
     PlanCosts costs(grads);
     // Every channel the levels may use, so that the network file is checked for each.
     std::set<Channel> channels;

@@ -144,3 +144,31 @@ TEST(AppPlan, RefusesInputsItCannotPlan) {
     // Without Top-k levels, another grid does not matter.
     EXPECT_NO_THROW(app::plan_schedule(ranks({"powersgd:1"}), level("powersgd:2"), level("powersgd:1"), "grads.h5", g, d));
 }
+
+// A profile whose every number is in range can still give an infinite error
+// (squares beyond a double): the error names the file, the dataset, the epoch and
+// the parameter.
+TEST(AppPlan, AnInfiniteErrorNamesTheFileDatasetEpochAndParameter) {
+    io::GradStats g = sample(2);
+    for (double& s : g.profile.singular_values[0][1]) s *= 1e300;
+    const auto d = decisions({0}, 2);
+    try {
+        app::plan_schedule(ranks({"powersgd:1"}), level("powersgd:2"), level("powersgd:1"), "grads.h5", g, d);
+        FAIL() << "planned with an infinite residual norm";
+    } catch (const FileError& e) {
+        EXPECT_EQ(std::string(e.what()), "grads.h5: /profile/singular_values/small.weight at epoch 0, parameter "
+                                         "'small.weight': powersgd:2's residual norm is infinite; it must be a finite "
+                                         "number >= 0");
+    }
+    g = sample(2);
+    g.epochs[0].norm[0] = 1e200;  // finite, but its square is not
+    app::PlanConfig squares = ranks({"topk:0.01"});
+    squares.error = regime::ErrorMeasure::summed_squares;
+    try {
+        app::plan_schedule(squares, level("powersgd:2"), level("powersgd:1"), "grads.h5", g, d);
+        FAIL() << "planned with an infinite error";
+    } catch (const FileError& e) {
+        EXPECT_EQ(std::string(e.what()), "grads.h5: /profile/topk_tail at epoch 0, parameter 'big.weight': "
+                                         "topk:0.01's error (summed_squares) is infinite");
+    }
+}
