@@ -204,7 +204,6 @@ void add_gravac_settings(Settings& s, const TrainDistConfig& c) {
         out << v;
         return out.str();
     };
-    s.add("--gravac", regime::gravac_family_name(*c.gravac), true, true);
     s.add("--gravac-theta-min", n(g.theta_min), true, true);
     s.add("--gravac-theta-max", n(g.theta_max), true, true);
     s.add("--gravac-epsilon", n(g.epsilon), true, true);
@@ -224,6 +223,8 @@ Settings train_dist_settings(const TrainDistConfig& c, bool batch_mode) {
     add_training_settings(s, c.train, !batch_mode);
     s.add("--dgc-warmup-epochs", std::to_string(c.dgc_warmup_epochs), true, true);
     s.add("--schedule-extend", c.schedule_extend_last ? "last" : "none", true, true);
+    // Always a row, so that resuming a GraVAC run without --gravac (or the reverse) names it.
+    s.add("--gravac", c.gravac ? regime::gravac_family_name(*c.gravac) : "(not given)", true, true);
     if (c.gravac) add_gravac_settings(s, c);
     // Accordion's rule decides the levels: a resume must keep it, and the ranks must agree even unused.
     s.add("--eta", fmt::format("{}", c.accordion_config.eta), true, c.accordion);

@@ -3,6 +3,7 @@
 #include "app/train_dist_config.hpp"
 #include "app/train_dist_options.hpp"
 #include "compress/spec.hpp"
+#include "train/config.hpp"
 
 #include "test_support.hpp"
 
@@ -57,4 +58,23 @@ TEST(TrainDistOptions, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     // Two runs in one directory keep their own checkpoints.
     EXPECT_EQ(app::checkpoint_path(parse({"--metrics", "runs/a.h5"})), "runs/a.ckpt.h5");
     EXPECT_EQ(app::checkpoint_path(parse({"--metrics", "runs/b.metrics"})), "runs/b.metrics.ckpt.h5");
+}
+
+// A GraVAC run resumed without --gravac, or a plain run resumed with it, is told
+// which option changed, as a changed --gravac-window is.
+TEST(TrainDistOptions, ResumeNamesAnAddedOrDroppedGravac) {
+    auto settings = [](std::vector<std::string> args) {
+        app::TrainDistConfig config;
+        CLI::App app;
+        app::add_train_dist_options(app, config);
+        args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
+        std::reverse(args.begin(), args.end());
+        app.parse(args);
+        return app::train_dist_settings(config, false).resume_text();
+    };
+    const std::string gravac = settings({"--gravac", "topk"}), plain = settings({});
+    EXPECT_EQ(train::changed_settings(gravac, plain), (std::vector<std::string>{"--gravac topk, not (not given)"}));
+    EXPECT_EQ(train::changed_settings(plain, gravac), (std::vector<std::string>{"--gravac (not given), not topk"}));
+    EXPECT_EQ(train::changed_settings(gravac, settings({"--gravac", "topk", "--gravac-window", "7"})).size(), 1u);
+    EXPECT_TRUE(train::changed_settings(gravac, settings({"--gravac", "topk"})).empty());
 }
