@@ -116,8 +116,9 @@ public:
     Forwarder(std::string tool, bool live) : tool_(std::move(tool)), live_(live) {}
 
     // Once a rank has exited and its output is drained: passes its error lines on,
-    // except a usage error (exit 2) that another rank already reported in the
-    // same words; every rank finds the same bad option, and the user should read it once.
+    // except one that another rank already reported in the same words (a bad
+    // option, a missing data directory: every rank finds it), which the user
+    // should read once.
     void report(Child& child) {
         if (child.reported || child.running || child.err.fd >= 0) return;
         child.reported = true;
@@ -128,7 +129,7 @@ public:
             const std::string line = child.errors.substr(start, end - start);
             start = end;
             const std::string message = line.substr(line.find("]: error: ") + 1);
-            if (child.status == 2 && !usage_errors_.insert(message).second) continue;
+            if (!reported_.insert(message).second) continue;
             kept += line;
         }
         if (!kept.empty()) {
@@ -195,7 +196,7 @@ private:
         return "[" + std::to_string(rank) + "] " + line;
     }
     std::string tool_;
-    std::set<std::string> usage_errors_;
+    std::set<std::string> reported_;
     bool live_ = false;
     bool shown_ = false;  // a live line is on the terminal
 };

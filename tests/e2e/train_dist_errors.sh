@@ -78,6 +78,10 @@ expect_exit 2 "^train-dist\[0\]: error: odd.h5 does not fit this run: \(1\) its 
 expect_exit 2 "^train-dist\[[0-3]\]: error: --batch-size: the training split \(5 [a-z]+\) gives each of the 4 ranks no batch of at least 2 samples at batch size [0-9]+$" -- \
     train-dist --model mlp --hidden-size 8 --dataset synthetic --train-samples 5 --test-samples 8 --threads 1 --epochs 1 --nproc 4
 [ "$(grep -c "error:" "$WORK/err")" = 1 ] || fail "--nproc 4: a usage error is not printed once: $(cat "$WORK/err")"
+# So is a runtime error every rank meets in the same words (a missing --data-dir).
+expect_exit 1 "^train-dist\[[0-2]\]: error: $WORK/missing: no such directory" -- \
+    train-dist --model mlp --hidden-size 8 --dataset fashion-mnist --data-dir "$WORK/missing" --threads 1 --epochs 1 --nproc 3
+[ "$(grep -c "error:" "$WORK/err")" = 1 ] || fail "--nproc 3: a runtime error is not printed once: $(cat "$WORK/err")"
 
 # Resuming with other options than the stopped run's.
 expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --seed 42, not 7; resume with the options of the original run$" -- \
