@@ -98,6 +98,10 @@ expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with levels
 # Every changed option at once, the levels among them.
 expect_exit 2 "^train-dist: error: --resume: m.ckpt.h5 is from a run with --lr 0.1, not 0.5; levels \[none, topk:0.5\], not \[none, powersgd:2\]; resume with" -- \
     train-dist "${small[@]}" --epochs 2 --compress powersgd:2 --metrics m.h5 --resume --lr 0.5
+# A GraVAC run resumed without --gravac: the option is named, as a changed --gravac-window is.
+train-dist "${small[@]}" --epochs 1 --gravac topk --metrics gv.h5 -q 2>"$WORK/err" || fail "--gravac topk: $(cat "$WORK/err")"
+expect_exit 2 "^train-dist: error: --resume: gv.ckpt.h5 is from a run with --gravac topk, not \(not given\); resume with the options of the original run$" -- \
+    train-dist "${small[@]}" --epochs 2 --metrics gv.h5 --resume
 cp m.ckpt.h5 gone.ckpt.h5
 expect_exit 1 "^train-dist: error: gone.h5: no such file; --resume continues the metrics file of the stopped run$" -- \
     train-dist "${small[@]}" --epochs 2 --compress topk:0.5 --metrics gone.h5 --resume
