@@ -648,9 +648,8 @@ void add_input_options(CLI::App& app, BenchConfig& config) {
         ->type_name("MODEL|FILE");
     app.add_option("--from", config.from, "Gradient-statistics file whose gradient snapshots to use")
         ->type_name("GRADS.h5");
-    app.add_option("--snapshots", config.snapshots, "With --from: the snapshot epochs to use [all]")
-        ->delimiter(',')
-        ->check(cli::whole_number(0, 1000000))
+    cli::add_whole_number_list(app, "--snapshots", config.snapshots, 0, 1000000,
+                               "With --from: the snapshot epochs to use [all]")
         ->type_name("EPOCH,...");
     std::vector<std::string> defaults;
     for (const auto& spec : default_specs()) defaults.push_back(spec.text());
@@ -660,9 +659,8 @@ void add_input_options(CLI::App& app, BenchConfig& config) {
            "Compressor specs, comma-separated [" + join(defaults, ",") + "]")
         ->delimiter(',')
         ->type_name("SPEC,...");
-    app.add_option("--world", config.worlds, "World sizes to predict for, comma-separated [4,16,64]")
-        ->delimiter(',')
-        ->check(cli::whole_number(1, 1000000))
+    cli::add_whole_number_list(app, "--world", config.worlds, 1, 1000000,
+                               "World sizes to predict for, comma-separated [4,16,64]")
         ->type_name("W,...");
     app.add_option("--reps", config.reps, "Timed steps per compressor and world size, after one warm-up")
         ->check(cli::whole_number(1, 1000000))

@@ -16,11 +16,9 @@ void add_grad_dump_options(CLI::App& app, GradDumpConfig& config) {
         ->group(group);
     app.add_flag("--resume", config.resume, "Continue a stopped run from its checkpoint")->group(group);
     app.add_flag("--force", config.force, "Replace an output file that is read-only or not an HDF5 file")->group(group);
-    app.add_option("--snapshot-epochs", config.snapshot_epochs,
-                   "Also store the summed gradient tensors of these epochs (e.g. 0,10,150)")
-        ->delimiter(',')
-        ->check(cli::whole_number(0, 1000000))
-        ->default_str("")
+    cli::add_whole_number_list(app, "--snapshot-epochs", config.snapshot_epochs, 0, 1000000,
+                               "Also store the summed gradient tensors of these epochs (e.g. 0,10,150)")
+        ->type_name("LIST")
         ->group(group);
     app.add_flag("--profile", config.profile,
                  "Also store each epoch's compressibility profile (singular values, Top-k tails) for "

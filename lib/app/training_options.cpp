@@ -132,11 +132,9 @@ void add_run_options(CLI::App& app, train::TrainConfig& c) {
         ->check(cli::number(0, kMaxRate))
         ->default_str("")
         ->group(train_group);
-    app.add_option("--lr-decay-epochs", c.schedule.decay_epochs,
-                   "Divide the learning rate by the decay factor from each of these epochs on (e.g. 150,250)")
-        ->delimiter(',')
-        ->check(cli::whole_number(1, kMaxEpochs))
-        ->default_str("")
+    cli::add_whole_number_list(app, "--lr-decay-epochs", c.schedule.decay_epochs, 1, kMaxEpochs,
+                               "Divide the learning rate by the decay factor from each of these epochs on (e.g. 150,250)")
+        ->type_name("LIST")
         ->group(train_group);
     app.add_option("--lr-decay-factor", c.schedule.decay_factor, "Divisor of each learning-rate decay")
         ->check(cli::number(1, 1e12))

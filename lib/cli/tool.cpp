@@ -102,6 +102,12 @@ std::string foreign_message(const std::exception& e) {
     return doing + ": " + (torch ? "LibTorch failed: " : "internal error: ") + text;
 }
 
+// A number in decimal notation, as the pages describe them: strtod would also
+// take hexadecimal ("0x10"), leading spaces, "inf" and "nan".
+bool decimal(const std::string& text) {
+    return !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+}
+
 }  // namespace
 
 std::vector<std::string> similar_options(const CLI::App& app, const std::string& name) {
@@ -151,7 +157,7 @@ CLI::Validator positive() {
             try {
                 size_t used = 0;
                 double value = std::stod(input, &used);
-                if (used == input.size() && value > 0) return "";
+                if (decimal(input) && used == input.size() && value > 0) return "";
             } catch (const std::exception&) {
             }
             return "must be a number > 0, not '" + input + "'";
@@ -173,6 +179,32 @@ CLI::Validator whole_number(long long minimum, long long maximum) {
         "in " + range);
 }
 
+CLI::Option* add_whole_number_list(CLI::App& app, const std::string& name, std::vector<std::int64_t>& target,
+                                   long long minimum, long long maximum, const std::string& description) {
+    const CLI::Validator item = whole_number(minimum, maximum);
+    const std::string range = "[" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]";
+    const CLI::Validator list(
+        [item, range](std::string& input) -> std::string {
+            for (std::string part : split(input, ',')) {
+                if (part.empty())
+                    return "an empty item in '" + input + "'; give whole numbers in " + range + " separated by commas";
+                if (std::string problem = item(part); !problem.empty()) return problem;
+            }
+            return "";
+        },
+        "in " + range);
+    return app
+        .add_option_function<std::vector<std::string>>(
+            name,
+            [&target](const std::vector<std::string>& texts) {
+                target.clear();
+                for (const std::string& text : texts)
+                    for (const std::string& part : split(text, ',')) target.push_back(std::stoll(part));
+            },
+            description)
+        ->check(list);
+}
+
 CLI::Validator number(double minimum, double maximum, bool above_minimum) {
     const std::string range =
         (above_minimum ? "(" : "[") + format_range(minimum) + ", " + format_range(maximum) + "]";
@@ -181,7 +213,7 @@ CLI::Validator number(double minimum, double maximum, bool above_minimum) {
             char* end = nullptr;
             errno = 0;
             const double value = std::strtod(input.c_str(), &end);
-            const bool whole = !input.empty() && !std::isspace(static_cast<unsigned char>(input[0])) && *end == '\0';
+            const bool whole = decimal(input) && *end == '\0';
             const bool in_range = std::isfinite(value) && (above_minimum ? value > minimum : value >= minimum) &&
                                   value <= maximum;
             if (whole && errno != ERANGE && in_range) return "";

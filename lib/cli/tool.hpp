@@ -51,6 +51,13 @@ CLI::Validator positive();
 /// takes one, so that no value saturates, wraps or means "forever".
 CLI::Validator whole_number(long long minimum, long long maximum);
 
+/// A comma-separated list of whole numbers in [minimum, maximum] into `target`
+/// (the option may also be given several times, or with several values): each
+/// item is checked as whole_number checks one, and an empty item ("1,,2", a
+/// trailing comma), which CLI11's own splitting would drop, is refused.
+CLI::Option* add_whole_number_list(CLI::App& app, const std::string& name, std::vector<std::int64_t>& target,
+                                   long long minimum, long long maximum, const std::string& description);
+
 /// A CLI11 validator for finite numbers in [minimum, maximum], or in
 /// (minimum, maximum] when `above_minimum`: what a float or double option may hold.
 CLI::Validator number(double minimum, double maximum, bool above_minimum = false);

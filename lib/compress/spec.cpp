@@ -10,8 +10,10 @@
 namespace acc::compress {
 namespace {
 
+// Decimal notation only: strtod would also take hexadecimal ("0x10"), which no
+// page describes.
 bool parse_number(const std::string& text, double& value) {
-    if (text.empty()) return false;
+    if (text.empty() || text.find_first_not_of("0123456789.eE+-") != std::string::npos) return false;
     char* end = nullptr;
     value = std::strtod(text.c_str(), &end);
     return end && *end == '\0' && std::isfinite(value);

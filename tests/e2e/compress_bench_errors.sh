@@ -12,6 +12,12 @@ expect_exit 2 "^compress-bench: error: --compressors: 'topk:2': FRACTION must be
     compress-bench --shapes model.txt --compressors none,topk:2
 expect_exit 2 "--compressors: 'zip' is not a compressor spec; valid levels are:" -- compress-bench --compressors zip
 expect_exit 2 "--world: must be a whole number in \[1, 1000000\], not '0'" -- compress-bench --shapes model.txt --world 4,0
+# A list is numbers between commas: an empty item or another notation is refused.
+expect_exit 2 "^compress-bench: error: --world: an empty item in '4,,8'; give whole numbers in \[1, 1000000\] separated by commas" -- \
+    compress-bench --shapes model.txt --world 4,,8
+expect_exit 2 "^compress-bench: error: --world: must be a whole number in \[1, 1000000\], not '0x10'" -- \
+    compress-bench --shapes model.txt --world 0x10
+expect_exit 2 "^compress-bench: error: --snapshots: an empty item in '0,'" -- compress-bench --shapes model.txt --snapshots 0,
 expect_exit 2 "--reps: must be a whole number in \[1, 1000000\], not '0'" -- compress-bench --shapes model.txt --reps 0
 expect_exit 2 "--alpha needs --bandwidth" -- compress-bench --shapes model.txt --alpha 1e-5
 expect_exit 2 "--bandwidth needs --alpha" -- compress-bench --shapes model.txt --bandwidth 1e9

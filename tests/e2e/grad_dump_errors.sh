@@ -26,6 +26,11 @@ expect_exit 2 "--batch-size: the training split \(1 images\) gives no batch of a
     grad-dump --model mlp --train-samples 1 --test-samples 20 --epochs 1
 expect_exit 2 "--lr-decay-epochs: must be a whole number in \[1, 1000000\], not .0." -- \
     grad-dump "${tiny[@]}" --epochs 1 --lr-decay-epochs 0
+expect_exit 2 "^grad-dump: error: --lr-decay-epochs: an empty item in '1,,2'; give whole numbers in \[1, 1000000\] separated by commas" -- \
+    grad-dump "${tiny[@]}" --epochs 3 --lr-decay-epochs 1,,2
+expect_exit 2 "^grad-dump: error: --snapshot-epochs: an empty item in '0,1,'" -- \
+    grad-dump "${tiny[@]}" --epochs 3 --snapshot-epochs 0,1,
+expect_exit 2 "^grad-dump: error: --lr: must be a number in .*, not '0x10'" -- grad-dump "${tiny[@]}" --epochs 1 --lr 0x10
 
 # A misspelt option is named first, with the option meant, even when a required one is missing too.
 expect_exit 2 "^grad-dump: error: --epoch: unknown option; did you mean --epochs\? \(see 'grad-dump --help'\)$" -- \

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -64,12 +66,43 @@ TEST(Cli, NumbersFiniteAndInRange) {
     EXPECT_EQ(check(v, "0"), "");
     EXPECT_EQ(check(v, "1e30"), "");
     EXPECT_EQ(check(v, "0.5"), "");
-    for (const char* bad : {"1e300", "1e400", "nan", "inf", "-0.1", "", "1x", "0.5 "})
+    for (const char* bad : {"1e300", "1e400", "nan", "inf", "-0.1", "", "1x", "0.5 ", " 0.5", "0x10", "0x1p-3"})
         EXPECT_EQ(check(v, bad), "must be a number in [0, 1e+30], not '" + std::string(bad) + "'") << bad;
     const auto positive = cli::number(0, 1, true);
     EXPECT_NE(check(positive, "0"), "");
     EXPECT_EQ(check(positive, "1e-9"), "");
     EXPECT_EQ(check(positive, "0"), "must be a number in (0, 1], not '0'");
+}
+
+// A list of whole numbers is what the pages say: numbers between commas. CLI11's
+// own splitting would drop an empty item; here it is refused, naming the list.
+TEST(Cli, WholeNumberListsRefuseEmptyItems) {
+    auto parse = [](std::vector<std::string> args) {
+        CLI::App app;
+        std::vector<std::int64_t> list{99};
+        cli::add_whole_number_list(app, "--list", list, 1, 100, "numbers");
+        std::reverse(args.begin(), args.end());
+        app.parse(args);
+        return list;
+    };
+    EXPECT_EQ(parse({"--list", "4,16,64"}), (std::vector<std::int64_t>{4, 16, 64}));
+    EXPECT_EQ(parse({"--list", "4", "8", "--list", "2,3"}), (std::vector<std::int64_t>{4, 8, 2, 3}));
+    EXPECT_EQ(parse({}), (std::vector<std::int64_t>{99}));
+    for (const std::string bad : {"4,,8", "4,8,", ",4", ",", "0x10", "4, 8", "101", "0", "1.5"}) {
+        try {
+            parse({"--list", bad});
+            ADD_FAILURE() << "accepted '" << bad << "'";
+        } catch (const CLI::ValidationError& e) {
+            const std::string message = e.what();
+            if (bad.find(',') != std::string::npos && bad.find(' ') == std::string::npos)
+                EXPECT_NE(message.find("an empty item in '" + bad + "'; give whole numbers in [1, 100] separated by "
+                                       "commas"),
+                          std::string::npos)
+                    << message;
+            else
+                EXPECT_NE(message.find("must be a whole number in [1, 100], not '"), std::string::npos) << message;
+        }
+    }
 }
 
 TEST(Cli, UnknownOptionComesFirstWithAHint) {

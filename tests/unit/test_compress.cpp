@@ -24,7 +24,8 @@ TEST(Spec, ParsesEveryKnownCompressor) {
 
 TEST(Spec, RejectsBadSpecsWithTheValidList) {
     for (const char* text : {"", "foo", "powersgd", "powersgd:0", "powersgd:1.5", "powersgd:x", "topk:0", "topk:1.5",
-                             "topk:-0.1", "topk:nan", "none:1", "signsgd:2", "qsgd:0", "qsgd:40000", "topk:", "TOPK:0.1"}) {
+                             "topk:-0.1", "topk:nan", "none:1", "signsgd:2", "qsgd:0", "qsgd:40000", "topk:", "TOPK:0.1",
+                             "powersgd:0x10", "topk:0x1p-3", "powersgd: 2", "topk:inf"}) {
         EXPECT_THROW(parse_spec(text), acc::UsageError) << text;
     }
     try {
