@@ -44,8 +44,8 @@ assert abs(lr["high"] - 4 * lr["low"]) < 1e-12, lr  # the learning rate scales w
 PY
 
 expect_exit 2 "--mode: expected compression or batch" -- bash "$ACC_SOURCE/examples/pipeline.sh" --mode fast
-expect_exit 2 "^pipeline.sh: error: /nonexistent/python3 cannot import h5py, numpy, matplotlib, which the comparison needs: set ACC_PYTHON to a Python that can$" -- \
-    env ACC_PYTHON=/nonexistent/python3 bash "$ACC_SOURCE/examples/pipeline.sh" --out x --plots
+expect_exit 2 "^pipeline.sh: error: $WORK/missing/python3 cannot import h5py, numpy, matplotlib, which the comparison needs: set ACC_PYTHON to a Python that can$" -- \
+    env ACC_PYTHON="$WORK/missing/python3" bash "$ACC_SOURCE/examples/pipeline.sh" --out x --plots
 [ ! -e x ] || fail "pipeline.sh made its output directory before refusing"
 expect_exit 2 "batch sizes must split over 2 ranks" -- bash "$ACC_SOURCE/examples/pipeline.sh" --out x --mode batch --low 65 --high 256
 expect_exit 2 "--online: train-dist decides compression levels online" -- bash "$ACC_SOURCE/examples/pipeline.sh" --mode batch --online

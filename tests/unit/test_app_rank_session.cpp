@@ -92,7 +92,8 @@ TEST(RankSession, ValuesAndTextFromRankZero) {
 }
 
 TEST(RankSession, ResumeSendsRankZerosCheckpoint) {
-    const std::string path = ::testing::TempDir() + "/session.ckpt.h5";
+    acc::test::TempDir dir;
+    const std::string path = dir.file("session.ckpt.h5");
     {
         std::ofstream out(path, std::ios::binary);
         out << "rank 0's bytes";
@@ -100,7 +101,7 @@ TEST(RankSession, ResumeSendsRankZerosCheckpoint) {
     thread_ranks(2, [&](int rank, Collectives& comm) {
         RankSession session(&comm);
         // Only rank 0 reads the file: the others may run where it is not.
-        const auto image = session.checkpoint_image(rank == 0 ? path : "/nonexistent/elsewhere.h5");
+        const auto image = session.checkpoint_image(rank == 0 ? path : dir.file("elsewhere/session.ckpt.h5"));
         EXPECT_EQ(std::string(image.begin(), image.end()), "rank 0's bytes");
     });
     RankSession alone(nullptr);

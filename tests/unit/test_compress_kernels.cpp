@@ -6,6 +6,8 @@
 #include "compress/shapes.hpp"
 #include "compress/spec.hpp"
 
+#include "test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -776,8 +778,8 @@ TEST(Shapes, PresetsHaveTheirModelsParameterCounts) {
 
 namespace {
 
-std::string write_text(const std::string& name, const std::string& text) {
-    std::string path = testing::TempDir() + name;
+std::string write_text(const acc::test::TempDir& dir, const std::string& name, const std::string& text) {
+    std::string path = dir.file(name);
     std::ofstream(path) << text;
     return path;
 }
@@ -785,15 +787,16 @@ std::string write_text(const std::string& name, const std::string& text) {
 }  // namespace
 
 TEST(Shapes, FileFormat) {
-    auto shapes = read_shapes_file(write_text("ok.txt", "# a model\n\nfc.weight 10x512\nfc.bias 10\n  scale scalar\n"));
+    acc::test::TempDir dir;
+    auto shapes = read_shapes_file(write_text(dir, "ok.txt", "# a model\n\nfc.weight 10x512\nfc.bias 10\n  scale scalar\n"));
     ASSERT_EQ(shapes.size(), 3u);
     EXPECT_EQ(shapes[0].shape, (std::vector<std::int64_t>{10, 512}));
     EXPECT_EQ(shapes[1].shape, (std::vector<std::int64_t>{10}));
     EXPECT_TRUE(shapes[2].shape.empty());
     EXPECT_EQ(shapes[2].numel(), 1);
-    auto message = [](const std::string& text) {
+    auto message = [&dir](const std::string& text) {
         try {
-            read_shapes_file(write_text("bad.txt", text));
+            read_shapes_file(write_text(dir, "bad.txt", text));
         } catch (const acc::FileError& e) {
             return std::string(e.what());
         }
@@ -806,5 +809,5 @@ TEST(Shapes, FileFormat) {
     EXPECT_NE(message("a 3 4\n").find("line 1: unexpected '4'"), std::string::npos);
     EXPECT_NE(message("a 3\na 4\n").find("line 2: 'a' appears twice"), std::string::npos);
     EXPECT_NE(message("# nothing\n").find("lists no tensor"), std::string::npos);
-    EXPECT_THROW(read_shapes_file(testing::TempDir() + "missing.txt"), acc::FileError);
+    EXPECT_THROW(read_shapes_file(dir.file("missing.txt")), acc::FileError);
 }

@@ -3,6 +3,8 @@
 #include "io/bench.hpp"
 #include "io/h5.hpp"
 
+#include "test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,7 +60,8 @@ BenchFile sample() {
 }  // namespace
 
 TEST(BenchFile, RoundTrips) {
-    std::string path = testing::TempDir() + "bench-roundtrip.h5";
+    acc::test::TempDir dir;
+    std::string path = dir.file("bench-roundtrip.h5");
     BenchFile b = sample();
     write_bench(path, b);
     BenchFile r = read_bench(path);
@@ -91,7 +94,8 @@ TEST(BenchFile, RoundTrips) {
 }
 
 TEST(BenchFile, RefusesBadFiles) {
-    std::string path = testing::TempDir() + "bench-bad.h5";
+    acc::test::TempDir dir;
+    std::string path = dir.file("bench-bad.h5");
     BenchFile b = sample();
     b.rows[2].input = 5;
     write_bench(path, b);
@@ -102,5 +106,5 @@ TEST(BenchFile, RefusesBadFiles) {
         EXPECT_NE(std::string(e.what()).find("/results/input is 5 at row 2, but there are 2 inputs"), std::string::npos)
             << e.what();
     }
-    EXPECT_THROW(read_bench(testing::TempDir() + "no-such-bench.h5"), acc::FileError);
+    EXPECT_THROW(read_bench(dir.file("no-such-bench.h5")), acc::FileError);
 }

@@ -76,8 +76,8 @@ TEST(Models, ResNet18MatchesThePaperAndSynthGrads) {
     EXPECT_EQ(params.size(), 62u);
     EXPECT_EQ(count_values(*model), 11173962);
     // examples/synth_grads.py lists the CIFAR ResNet-18 with h5py; ours must be identical.
-    const std::string file =
-        (fs::temp_directory_path() / ("resnet-names-" + std::to_string(getpid()) + ".h5")).string();
+    TempDir dir;
+    const std::string file = dir.file("resnet-names.h5");
     const std::string command =
         std::string(ACC_TEST_PYTHON) + " " + ACC_TEST_SOURCE_DIR + "/examples/synth_grads.py --epochs 1 -o " + file;
     ASSERT_EQ(std::system(command.c_str()), 0) << command;
@@ -256,15 +256,19 @@ TEST(Datasets, SyntheticIsSeeded) {
 }
 
 TEST(Datasets, OpenNamesMissingPieces) {
+    // A missing directory of the test's own: a fixed path such as /nonexistent
+    // may exist on some machine (a program run there creates its outputs' parents).
+    TempDir dir;
+    const std::string missing = dir.file("missing");
     DataConfig c;
     c.name = "cifar10";
     EXPECT_CONTAINS(error_of([&] { open_dataset(c, 1); }), "--data-dir: dataset cifar10 has no default location");
-    c.dir = "/nonexistent";
-    EXPECT_CONTAINS(error_of([&] { open_dataset(c, 1); }), "/nonexistent/data_batch_1.bin: no such file");
+    c.dir = missing;
+    EXPECT_CONTAINS(error_of([&] { open_dataset(c, 1); }), missing + "/data_batch_1.bin: no such file");
     c.name = "fashion-mnist";
-    EXPECT_CONTAINS(error_of([&] { open_dataset(c, 1); }), "/nonexistent: no such directory (expected Fashion-MNIST's");
+    EXPECT_CONTAINS(error_of([&] { open_dataset(c, 1); }), missing + ": no such directory (expected Fashion-MNIST's");
     c.name = "wikitext2";
-    EXPECT_CONTAINS(error_of([&] { open_dataset(c, 1); }), "/nonexistent/wiki.train.tokens: cannot open");
+    EXPECT_CONTAINS(error_of([&] { open_dataset(c, 1); }), missing + "/wiki.train.tokens: cannot open");
 }
 
 TEST(Sgd, MatchesLibTorchsOwnSgd) {
