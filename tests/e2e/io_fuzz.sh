@@ -49,21 +49,33 @@ PY
     tail -1 "$kind.result"
 done
 
-# A batch-mode schedule too: its batch sizes and lr_scale are values to change.
+# A batch-mode schedule too: its batch sizes and lr_scale are values to change;
+# and a grads file with a compressibility profile (/profile) and a world_size.
 regime-detect grads.h5 --interval 1 --mode batch --low 32 --high 128 -o batch-schedule.h5 -q ||
     fail "regime-detect --mode batch"
-for kind in schedule batch-schedule comm-profile; do
+grad-dump --model mlp --hidden-size 8 --dataset synthetic --train-samples 32 --test-samples 8 --batch-size 16 \
+    --threads 1 --epochs 2 --profile -o profiled-grads.h5 -q 2>dump.log || fail "grad-dump --profile: $(tail -3 dump.log)"
+# Half the changes go to these, the fields the readers learned last ("@NAME": an attribute).
+declare -A focus=(
+    [schedule]="epochs/epoch"
+    [batch-schedule]="epochs/epoch"
+    [comm-profile]="@world_size"
+    [profiled-grads]="@world_size,@format_version,profile/topk_tail,profile/topk_fraction,profile/singular_values,profile/singular_values/fc1.weight"
+)
+for kind in schedule batch-schedule comm-profile profiled-grads; do
     reader_kind=${kind#batch-}
+    reader_kind=${reader_kind#profiled-}
     "$reader" "$reader_kind" 10 "$kind.h5" | grep -q " 1 read," || fail "the unchanged $kind.h5 does not read"
     mkdir "values-$kind"
-    "$ACC_PYTHON" - "$kind.h5" "values-$kind" "$value_count" <<'PY' || fail "changing the values of $kind.h5"
+    "$ACC_PYTHON" - "$kind.h5" "values-$kind" "$value_count" "${focus[$kind]}" <<'PY' || fail "changing the values of $kind.h5"
 import random, shutil, sys, zlib
 import h5py, numpy as np
 source, out, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+focus = [target.partition("@") for target in sys.argv[4].split(",")] if sys.argv[4] else []
 rng = random.Random(zlib.crc32(source.encode()) + 1)
-numbers = [np.nan, np.inf, -np.inf, -1, 0, 1, 1e-300, 1e300, -1e300, 2**31, 2**53 + 1, 2**62, 2**63 - 1, -2**63]
+numbers = [np.nan, np.inf, -np.inf, -3, -1, 0, 1, 1e-300, 1e300, -1e300, 2**31, 2**53 + 1, 2**62, 2**63 - 1, -2**63]
 texts = ["", "x" * 300, "none", "powersgd:0", "powersgd:-1", "topk:nan", "topk:2", "batch", "compression",
-         "allreduce", "nccl", "\u00ff\u00fe", "1e999", "-5"]
+         "allreduce", "nccl", "\u00ff\u00fe", "1e999", "-5", "1.0", "1.1", "2.0"]
 
 def items(f):
     found = []
@@ -71,14 +83,22 @@ def items(f):
     return [""] + found
 
 def change(f):
-    name = rng.choice(items(f))
+    name, _, key = rng.choice(focus) if focus and rng.random() < 0.5 else (rng.choice(items(f)), "", "")
+    if name and name not in f:
+        return
     obj = f[name] if name else f
-    attrs = list(obj.attrs)
+    attrs = [key] if key else list(obj.attrs)
     is_data = isinstance(obj, h5py.Dataset)
-    what = rng.choice(["attr", "attr", "value", "value", "shrink", "delete"])
-    if what == "attr" and attrs:
+    what = "attr" if key else rng.choice(["attr", "attr", "value", "value", "shrink", "delete", "extra"])
+    if what == "extra":
+        # A dataset that names nothing the file lists: a copy of one, beside it or in the group.
+        group = obj.parent if is_data else obj
+        sources = [v for v in group.values() if isinstance(v, h5py.Dataset)]
+        if sources:
+            group.create_dataset("extra_%d" % rng.randrange(1000), data=rng.choice(sources)[()])
+    elif what == "attr" and attrs:
         key = rng.choice(attrs)
-        old = obj.attrs[key]
+        old = obj.attrs[key] if key in obj.attrs else 0
         if isinstance(old, (bytes, str)) or getattr(old, "dtype", None) is not None and old.dtype.kind in "SUO":
             obj.attrs[key] = rng.choice(texts)
         else:

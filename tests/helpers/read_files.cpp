@@ -11,6 +11,7 @@
 #include "io/bench.hpp"
 #include "io/comm_profile.hpp"
 #include "io/grads.hpp"
+#include "io/h5.hpp"
 #include "io/metrics.hpp"
 #include "io/schedule.hpp"
 #include "perf/fit.hpp"
@@ -62,13 +63,46 @@ void model_network(const acc::io::CommProfile& profile, const std::string& path)
     }
 }
 
+// What a grads file that reads must hold: ranks to plan for, a profile only from
+// 1.1 on, a spectrum for no name but a matrix parameter's, and Top-k tails of 0
+// where Top-k keeps everything (fraction 1, or one entry).
+void check_grads(const acc::io::GradStats& g, const std::string& path) {
+    if (g.run.world_size < 1) garbage(path, "a world_size below 1");
+    if (!g.has_profile) return;
+    if (g.header.major == 1 && g.header.minor < 1) garbage(path, "a profile in a 1.0 file");
+    const acc::io::H5File f = acc::io::H5File::open(path, false);
+    for (const std::string& name : f.list("/profile/singular_values")) {
+        bool matrix = false;
+        for (const auto& p : g.parameters) matrix = matrix || (p.name == name && p.is_matrix());
+        if (!matrix) garbage(path, "/profile/singular_values/" + name + ", which names no matrix parameter");
+    }
+    for (const auto& epoch : g.profile.topk_tail)
+        for (size_t p = 0; p < epoch.size(); ++p)
+            for (size_t k = 0; k < epoch[p].size(); ++k)
+                if (epoch[p][k] != 0 && (g.profile.topk_fractions[k] == 1 || g.parameters[p].numel() <= 1))
+                    garbage(path, "a Top-k tail where Top-k keeps every entry");
+}
+
+// A schedule's epochs as a reader must have found them numbered.
+void check_epoch_index(const acc::io::Schedule& s, const std::string& path) {
+    const acc::io::H5File f = acc::io::H5File::open(path, false);
+    if (!f.exists("/epochs/epoch")) return;
+    const auto index = f.read<std::int64_t>("/epochs/epoch");
+    if (static_cast<std::int64_t>(index.size()) != s.epochs) garbage(path, "an /epochs/epoch of another length");
+    for (size_t e = 0; e < index.size(); ++e)
+        if (index[e] != static_cast<std::int64_t>(e)) garbage(path, "an /epochs/epoch that is not 0..E-1");
+}
+
 void read_one(const std::string& kind, const std::string& path) {
     using namespace acc::io;
     if (kind == "grads") {
         GradStats g = read_grads(path);
         for (std::int64_t e : g.snapshot_epochs) read_snapshot(path, e);
+        check_grads(g, path);
     } else if (kind == "schedule") {
-        plan_schedule(read_schedule(path), path);
+        const Schedule s = read_schedule(path);
+        check_epoch_index(s, path);
+        plan_schedule(s, path);
     } else if (kind == "metrics") {
         read_metrics(path);
     } else if (kind == "comm-profile") {
