@@ -51,6 +51,10 @@ public:
     /// Copies root's `tensor` into every other rank's `tensor`.
     virtual void broadcast(at::Tensor& tensor, int root) = 0;
     virtual void barrier() = 0;
+    /// How long one collective may take before its peers count as lost (seconds: the
+    /// run's --timeout); 0 where the toolkit sets no bound of its own (a group made
+    /// elsewhere: its backend's timeout applies).
+    virtual double timeout_seconds() const { return 0; }
 
     virtual const Traffic& traffic() const = 0;
 };

@@ -648,7 +648,9 @@ void create_process_group(ProcessGroupCollectives::Impl& impl) {
             ::setenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "0", 0);
             auto options = c10d::ProcessGroupNCCL::Options::create();
             options->timeout = timeout;
-            impl.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rv.rank, rv.world_size, options);
+            auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rv.rank, rv.world_size, options);
+            compat::bind_nccl_device(*nccl, gpu);
+            impl.pg = nccl;
             impl.device = gpu;
             return;
         }
@@ -727,6 +729,7 @@ Backend ProcessGroupCollectives::backend() const { return impl_->backend; }
 at::Device ProcessGroupCollectives::device() const { return impl_->device; }
 const std::vector<std::string>& ProcessGroupCollectives::hosts() const { return impl_->hosts; }
 const Traffic& ProcessGroupCollectives::traffic() const { return impl_->traffic; }
+double ProcessGroupCollectives::timeout_seconds() const { return impl_->rendezvous.timeout; }
 void ProcessGroupCollectives::reset_traffic() { impl_->traffic = Traffic{}; }
 
 void ProcessGroupCollectives::allreduce(at::Tensor& tensor, ReduceOp op) {

@@ -70,6 +70,8 @@ public:
     /// each failure itself: nothing to do there, as with one rank.
     void confirm();
     const Traffic& traffic() const override;
+    /// The rendezvous' timeout (--timeout), which also bounds each collective.
+    double timeout_seconds() const override;
 
     // Beyond the interface.
 

@@ -120,6 +120,20 @@ inline void abort_nccl(c10d::ProcessGroupNCCL& pg) {
 #endif
 }
 
+/// Binds an NCCL group to the rank's GPU and starts its communicator now (2.3 on).
+/// Unbound, NCCL starts at the first collective, whose step then carries its set-up,
+/// and a barrier guesses the device from the rank, with a warning. 1.13 has neither:
+/// there NCCL starts at the first collective on the current device.
+inline void bind_nccl_device(c10d::ProcessGroupNCCL& pg, const at::Device& device) {
+#if ACC_TORCH_AT_LEAST(2, 3)
+    pg.setBoundDeviceId(device);
+    pg.eagerConnectSingleDevice(device);
+#else
+    (void)pg;
+    (void)device;
+#endif
+}
+
 /// What NCCL's watchdog has found since the group started, "" if nothing: a
 /// collective that failed or timed out after its wait() had returned (wait() does
 /// not block the host). Asked of getError() from 2.7 on; with an older LibTorch, ""

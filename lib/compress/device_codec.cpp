@@ -23,6 +23,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -59,21 +60,34 @@ at::Tensor uniform(std::uint64_t key, std::int64_t begin, std::int64_t n, const 
     return h.__rshift__(8).to(at::kFloat) * (1.0f / 16777216.0f);
 }
 
-#if ACC_CUDA_KERNELS
+CudaKernels cuda_kernels_from(const char* value) {
+    if (value != nullptr && std::strcmp(value, "0") == 0) return CudaKernels::none;
+    if (value != nullptr && std::strcmp(value, "all") == 0) return CudaKernels::all;
+    return CudaKernels::measured;
+}
+
 namespace {
 
-// ACC_CUDA_KERNELS in the environment: 0 none, all every kernel, otherwise (unset
-// included) the kernels on by default (signSGD's, QSGD's and fp16's; top-k's wait to
-// be measured on a GPU).
-enum class KernelsWanted { none, measured, all };
+// The choice as an int (atomic: compressors on several threads ask it); -1 until set or read.
+std::atomic<int> kernels_choice{-1};
 
-// Read at every call (a tensor's encode), so that a test can compare both paths.
-KernelsWanted kernels_wanted() {
-    const char* v = std::getenv("ACC_CUDA_KERNELS");
-    if (v != nullptr && std::strcmp(v, "0") == 0) return KernelsWanted::none;
-    if (v != nullptr && std::strcmp(v, "all") == 0) return KernelsWanted::all;
-    return KernelsWanted::measured;
+}  // namespace
+
+CudaKernels cuda_kernels() {
+    int choice = kernels_choice.load(std::memory_order_relaxed);
+    if (choice < 0) {
+        int unset = -1;
+        const int from_environment = static_cast<int>(cuda_kernels_from(std::getenv("ACC_CUDA_KERNELS")));
+        // A choice set meanwhile wins over the environment.
+        choice = kernels_choice.compare_exchange_strong(unset, from_environment) ? from_environment : unset;
+    }
+    return static_cast<CudaKernels>(choice);
 }
+
+void set_cuda_kernels(CudaKernels choice) { kernels_choice.store(static_cast<int>(choice)); }
+
+#if ACC_CUDA_KERNELS
+namespace {
 
 // Whether the kernels run on a CUDA device: asked once per device, and where they do not
 // (a GPU whose architecture the build left out), said once; the ATen operations run there.
@@ -107,7 +121,7 @@ bool kernels_run_on(const at::Device& device) {
 
 bool cuda_kernels_for(const at::Tensor& x) {
 #if ACC_CUDA_KERNELS
-    return kernels_wanted() != KernelsWanted::none && x.is_cuda() && kernels_run_on(x.device());
+    return cuda_kernels() != CudaKernels::none && x.is_cuda() && kernels_run_on(x.device());
 #else
     (void)x;
     return false;
@@ -116,7 +130,7 @@ bool cuda_kernels_for(const at::Tensor& x) {
 
 bool cuda_unmeasured_kernels_for(const at::Device& device) {
 #if ACC_CUDA_KERNELS
-    return kernels_wanted() == KernelsWanted::all && device.is_cuda() && kernels_run_on(device);
+    return cuda_kernels() == CudaKernels::all && device.is_cuda() && kernels_run_on(device);
 #else
     (void)device;
     return false;

@@ -113,12 +113,24 @@ namespace device {
 at::Tensor uniform(std::uint64_t key, std::int64_t begin, std::int64_t n, const at::Device& device);
 /// A 0-dim bool tensor holding `value`.
 at::Tensor flag(bool value, const at::Device& device);
+/// Which of the toolkit's CUDA kernels run where a build has them: none (the ATen
+/// operations, to compare or measure them), the measured ones (the default), or all,
+/// those not yet measured on a GPU included.
+enum class CudaKernels { none, measured, all };
+/// ACC_CUDA_KERNELS's value as a choice: "0" none, "all" all, anything else (unset
+/// included) the measured ones.
+CudaKernels cuda_kernels_from(const char* value);
+/// The process's choice: what set_cuda_kernels set, else ACC_CUDA_KERNELS as it was at
+/// the first call (read once: CUDA's, NCCL's and the profiler's threads read the
+/// environment, so a choice must not be made by changing it).
+CudaKernels cuda_kernels();
+/// Sets the choice for the whole process from now on (the GPU tests compare paths so).
+void set_cuda_kernels(CudaKernels choice);
 /// Whether the CUDA kernels of compress/cuda/encoders.hpp encode x: built with them
-/// (ACC_CUDA_KERNELS), x on a CUDA device, and the environment variable ACC_CUDA_KERNELS
-/// not 0 (which runs the ATen operations instead, to compare or measure them).
+/// (ACC_CUDA_KERNELS), x on a CUDA device, and cuda_kernels() not none.
 bool cuda_kernels_for(const at::Tensor& x);
 /// Whether the CUDA kernels not yet measured on a GPU (top-k's selection, PowerSGD's
-/// rounds) run on `device`: a CUDA device, a build with the kernels, ACC_CUDA_KERNELS=all.
+/// rounds) run on `device`: a CUDA device, a build with the kernels, cuda_kernels() all.
 bool cuda_unmeasured_kernels_for(const at::Device& device);
 /// The architectures the CUDA kernels were built for ("75-real,80-real,..."; empty in a
 /// build without them).

@@ -8,6 +8,7 @@
 // values go as one run.
 #include "base/clock.hpp"
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "comm/torch_compat.hpp"
 #include "exchange/gradient_exchange_impl.hpp"
 
@@ -291,7 +292,15 @@ void GradientExchange::Impl::settle_checks(bool all) {
                 pending.push_back(std::move(p));
                 return;
             }
-            while (!p.copied->query()) std::this_thread::yield();
+            // The copy follows the step's collectives on the stream: where one never
+            // completes (a peer lost or stuck, and NCCL's watchdog has not aborted it), the
+            // wait ends after the run's timeout instead of holding a core forever.
+            const double timeout = comm.timeout_seconds();
+            if (!wait_until([&] { return p.copied->query(); }, timeout))
+                throw Error("rank " + std::to_string(comm.rank()) + ": step " + std::to_string(p.step) +
+                            ": the step's collectives have not completed on " + device.str() + " after " +
+                            short_number(timeout) + " s" +
+                            " (--timeout): a peer is lost or stuck, and the backend did not abort the collective");
         }
         if (!p.all_ok.item<bool>()) check_now(p.checks, p.step);
     }

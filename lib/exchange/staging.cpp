@@ -25,6 +25,7 @@ public:
     Staged(comm::Collectives& inner, at::Device device) : inner_(inner), device_(device) {}
     int rank() const override { return inner_.rank(); }
     int world_size() const override { return inner_.world_size(); }
+    double timeout_seconds() const override { return inner_.timeout_seconds(); }
 
     void allreduce(at::Tensor& tensor, comm::ReduceOp op) override {
         if (here(tensor)) return inner_.allreduce(tensor, op);

@@ -2,17 +2,18 @@
 # Puts the GPU kit inside the checkout, where a lent GPU machine can get it: only
 # the checkout travels there, and an ignored folder only when a call names it in
 # `carry` (docs/gpu.md).
-#   scripts/gpu/make-kit.sh KIT_SOURCE [DEST]
+#   scripts/gpu/make-kit.sh [--with-data] KIT_SOURCE [DEST]
 # KIT_SOURCE is a GPU kit directory: Debian 12 .deb files of the libraries the
 # machine lacks (debs/), Gloo's public headers (gloo/include) and env.sh, which
 # unpacks them there and sets CMAKE_ARGS. DEST (default .gpu-kit, a folder inside
-# the checkout, named from its root) gets a copy of the three, and Fashion-MNIST in
-# DEST/data/fashion-mnist when $FASHION_MNIST (default
-# /usr/share/datasets/fashion-mnist) exists: the tests and the default dataset read
-# it, and env.sh puts it in place on a machine without it. DEST goes into git's
-# info/exclude, so that it stays out of `git status`. What travels (the checkout's
-# files and DEST) must stay under 64 MiB: the script says the size, refuses more,
-# and prints the `carry` and the command for the call.
+# the checkout, named from its root) gets a copy of the three. The short GPU run
+# trains on synthetic data, so the kit travels without a data set (about 9 MiB with
+# the checkout); --with-data adds Fashion-MNIST from $FASHION_MNIST (default
+# /usr/share/datasets/fashion-mnist) as DEST/data/fashion-mnist, which the second
+# run's default suite reads (env.sh puts it in place on a machine without it; 30 MB
+# more). DEST goes into git's info/exclude, so that it stays out of `git status`.
+# What travels (the checkout's files and DEST) must stay under 64 MiB: the script
+# says the size, refuses more, and prints the `carry` and the command for the call.
 set -euo pipefail
 
 say() { echo "make-kit: $*" >&2; }
@@ -22,8 +23,13 @@ die() {
 }
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 
-if [ $# -lt 1 ] || [ $# -gt 2 ] || [ -z "$1" ]; then
-    echo "usage: scripts/gpu/make-kit.sh KIT_SOURCE [DEST]   (DEST defaults to .gpu-kit)" >&2
+with_data=
+if [ "${1:-}" = --with-data ]; then
+    with_data=1
+    shift
+fi
+if [ $# -lt 1 ] || [ $# -gt 2 ] || [ -z "$1" ] || [[ $1 == -* ]]; then
+    echo "usage: scripts/gpu/make-kit.sh [--with-data] KIT_SOURCE [DEST]   (DEST defaults to .gpu-kit)" >&2
     exit 2
 fi
 what="a GPU kit directory holds env.sh, debs/*.deb and gloo/include"
@@ -34,8 +40,12 @@ src=$(cd "$src" && pwd)
 [ -f "$src/env.sh" ] || die "$src/env.sh: missing, so $src is not a GPU kit ($what)"
 compgen -G "$src/debs/*.deb" >/dev/null || die "$src/debs: no .deb files, so $src is not a GPU kit ($what)"
 [ -d "$src/gloo/include" ] || die "$src/gloo/include: missing, so $src is not a GPU kit ($what)"
-fashion=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
-[ -d "$fashion" ] && fashion=$(cd "$fashion" && pwd)
+fashion=
+if [ -n "$with_data" ]; then
+    fashion=${FASHION_MNIST:-/usr/share/datasets/fashion-mnist}
+    [ -d "$fashion" ] || die "$fashion: no Fashion-MNIST there (--with-data; FASHION_MNIST names another place)"
+    fashion=$(cd "$fashion" && pwd)
+fi
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -58,10 +68,10 @@ tree=$({ git ls-files -z -co --exclude-standard -- . ":(exclude)$dest" | du -cb 
     tail -1 | cut -f1; } || true)
 kit=$(bytes "$src")
 data=0
-[ -d "$fashion" ] && data=$(bytes "$fashion")
+[ -z "$fashion" ] || data=$(bytes "$fashion")
 total=$((${tree:-0} + kit + data))
 limit=$((64 * 1048576))
-sizes="the kit $(mib "$kit"), Fashion-MNIST $(mib "$data"), the checkout's files $(mib "${tree:-0}")"
+sizes="the kit $(mib "$kit")${fashion:+, Fashion-MNIST $(mib "$data")}, the checkout's files $(mib "${tree:-0}")"
 [ "$total" -lt "$limit" ] || die "$(mib "$total") would travel ($sizes), over the 64 MiB limit"
 
 # Copied under a temporary name and renamed, so that an interrupted copy leaves no half kit.
@@ -70,11 +80,9 @@ trap 'rm -rf "$tmp"' EXIT
 rm -rf "$tmp"
 mkdir -p "$tmp"
 cp -R "$src/env.sh" "$src/debs" "$src/gloo" "$tmp/"
-if [ -d "$fashion" ]; then
+if [ -n "$fashion" ]; then
     mkdir -p "$tmp/data"
     cp -R "$fashion" "$tmp/data/fashion-mnist"
-else
-    say "no Fashion-MNIST at $fashion (FASHION_MNIST): the tests that read it fail where the GPU machine lacks it"
 fi
 chmod -R u+w "$tmp" # the source may be read-only; a later run must be able to replace the copy
 rm -rf "$dest"
@@ -87,6 +95,7 @@ grep -qxF "/$dest/" "$exclude" 2>/dev/null || echo "/$dest/" >>"$exclude"
 
 say "$dest: $(mib "$total") travel with it ($sizes; the limit is 64 MiB)"
 command=scripts/gpu/run-all.sh
+[ -z "$with_data" ] || command+=" second"
 [ "$dest" = .gpu-kit ] || command="ACC_GPU_KIT=$dest $command"
 echo "carry: [\"$dest\"]"
 echo "command: $command"

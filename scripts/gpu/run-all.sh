@@ -1,64 +1,84 @@
 #!/usr/bin/env bash
-# Everything a lent GPU machine has to do, in one call of at most 10 minutes
-# (docs/gpu.md), from the project's root with the GPU kit in .gpu-kit
-# (scripts/gpu/make-kit.sh makes it):
-#   scripts/gpu/run-all.sh [all] [OUTDIR]       configure + build against pip's LibTorch,
-#       `ctest -L gpu`, scripts/gpu/bench-train.sh, scripts/gpu/bench-compress.sh, then
-#       `ctest -LE 'slow|gpu'` (the default suite, which CI runs anyway, last) and figures.md
-#       (the tables of docs/benchmarks.md's GPU section)
-#   scripts/gpu/run-all.sh build-test [OUTDIR]  the build and the two test runs only (GPU tests first)
-#   scripts/gpu/run-all.sh bench [OUTDIR]       the build (a fresh machine rebuilds) and the benchmarks
-#   scripts/gpu/run-all.sh cpu-check [OUTDIR]   the whole flow on the CPU, in seconds, so that it is
-#       checked between GPU sessions (tests/e2e/gpu_flow.sh): no configure or build (B, default
-#       build, must hold the programs), both test runs limited to `ctest -R "$CHECK_TESTS"`, and
-#       the benchmarks with --device cpu and tiny sizes
-# The GPU machine returns at most 8 files, so OUTDIR ($OUT when set, else gpu-results)
-# gets four: gpu-results.tar.gz (everything: logs/, steps.tsv, the measurements'
-# train.jsonl and compress.jsonl, the traces trace-*.json of training and compressor steps
-# and their summaries traces-train.md and traces-compress.md, figures.md, summary.txt), and summary.txt, steps.tsv
-# and figures.md to read at once. They are rewritten after every step, so that a call
-# stopped at its limit still returns what was done.
+# What a lent GPU machine has to do, in two runs of under 10 minutes each (docs/gpu.md),
+# from the project's root with the GPU kit in .gpu-kit (scripts/gpu/make-kit.sh makes it):
+#   scripts/gpu/run-all.sh [short] [OUTDIR]   every figure, within BUDGET (default 420 s) of
+#       a bare machine: the kit, a build of the five programs and test_gpu alone, for this
+#       machine's GPU architecture (CUDA_ARCH, else nvidia-smi's compute capability), then
+#       `ctest -R gpu.unit`, scripts/gpu/bench-train.sh (batch 128 only), scripts/gpu/bench-compress.sh
+#       (REPS 10), and the GPU tests of the programs (`ctest -L gpu`, comm-profile over NCCL
+#       among them, the Python package's left for the second run)
+#   scripts/gpu/run-all.sh second [OUTDIR]    what the short run leaves out, within BUDGET
+#       (default 540 s): the whole tree built for the default architectures, then
+#       gpu.python_hook_cuda (which builds the Python package) and the default suite
+#       (`ctest -LE 'slow|gpu'`, which CI runs anyway, last; it reads Fashion-MNIST, so its
+#       kit is made with make-kit.sh --with-data)
+#   scripts/gpu/run-all.sh --cpu-check [short|second] [OUTDIR]   the same steps on the CPU,
+#       in seconds, so that the flow is checked between GPU runs (tests/e2e/gpu_flow.sh): no
+#       configure or build (B, default build, must hold the programs), the default suite
+#       limited to `ctest -R "$CHECK_TESTS"`, the benchmarks with --device cpu and tiny sizes
+# It prints its plan first (each step, its expected seconds, the time limit). OUTDIR ($OUT
+# when set, else gpu-results) gets four files: gpu-results.tar.gz (everything: logs/,
+# steps.tsv, the measurements' train.jsonl and compress.jsonl, the traces trace-*.json of
+# training and compressor steps and their summaries traces-train.md and traces-compress.md,
+# figures.md, summary.txt), and summary.txt, steps.tsv and figures.md to read at once.
+# They are rewritten after every step, so that a run stopped at its limit still returns
+# what was done.
 # A failing step (a benchmark with a failed measurement too) is recorded in steps.tsv
 # with its status, seconds and log, and the next one still runs (a failed build ends
-# the call); the exit status is 1 if anything failed.
-# Environment: B (build directory, default build-gpu), JOBS (16), ACC_KIT_GLOO (1: the
-# kit's Gloo headers, for the Gloo backend), ACC_GPU_KIT (the kit, default .gpu-kit;
+# the run); the exit status is 1 if anything failed.
+# Environment: B (build directory, default build-gpu), JOBS (16), CUDA_ARCH (the short
+# run's kernel architecture, e.g. 90; default: the GPU's, from nvidia-smi), ACC_KIT_GLOO
+# (1: the kit's Gloo headers, for the Gloo backend), ACC_GPU_KIT (the kit, default .gpu-kit;
 # "none" on a machine that has the dependencies: then PYTHON, default the first python3
 # with torch, gives LibTorch's CMake prefix and -DACC_PYTHON), CTEST_ARGS (more ctest
-# options for both test runs, e.g. "-R train" to rerun some), CHECK_TESTS (cpu-check's
-# ctest -R, default '^(Text\.|gpu\.unit$)'), BUDGET (seconds for the whole call,
-# default 540: a step that would run past it is stopped, or not started, and recorded,
-# so that the results are packed before a 10-minute limit ends the call), ARCHIVE_LIMIT
-# (bytes, default 15 MiB: a larger archive is packed again without the traces), and the
-# benchmarks' own (DEVICE, BATCHES, STEPS, REPS, ...: see their headers).
+# options for every test step, e.g. "-E nccl"), CHECK_TESTS (--cpu-check's ctest -R for
+# the default suite, default '^(Text\.|gpu\.unit$)'), BUDGET (seconds for the whole run:
+# a step that would run past it is stopped, or not started, and recorded, so that the
+# results are packed before a 10-minute limit ends the call), ARCHIVE_LIMIT (bytes,
+# default 15 MiB: a larger archive is packed again without the traces), and the
+# benchmarks' own (DEVICE, BATCHES, STEPS, REPS, ...: see their headers; the short run's
+# sizes are defaults there, the caller's values win).
 set -euo pipefail
-mode=${1:-all}
-case $mode in
-build-test | bench | all | cpu-check) ;;
-*)
-    echo "usage: scripts/gpu/run-all.sh build-test|bench|all|cpu-check [OUTDIR]   (all when no mode is given)" >&2
+usage="usage: scripts/gpu/run-all.sh [--cpu-check] [short|second] [OUTDIR]   (short when no mode is given)"
+cpu_check=
+if [ "${1:-}" = --cpu-check ]; then
+    cpu_check=1
+    shift
+fi
+mode=short
+case ${1:-} in
+short | second)
+    mode=$1
+    shift
+    ;;
+-*)
+    echo "$usage" >&2
     exit 2
     ;;
 esac
-out=${2:-${OUT:-gpu-results}}
+[ $# -le 1 ] || { echo "$usage" >&2; exit 2; }
+out=${1:-${OUT:-gpu-results}}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 cd "$(dirname "$0")/../.."
 default_b=build-gpu
-[ "$mode" != cpu-check ] || default_b=build
+[ -z "$cpu_check" ] || default_b=build
 export B=${B:-$default_b}
 jobs=${JOBS:-16}
 kit=${ACC_GPU_KIT:-.gpu-kit}
 failed=0
-budget=${BUDGET:-540}
+default_budget=420
+[ "$mode" = short ] || default_budget=540
+budget=${BUDGET:-$default_budget}
 reserve=15 # seconds kept for figures.md and the archive
 archive_limit=${ARCHIVE_LIMIT:-$((15 << 20))}
 started=$(date +%s)
 configured=
+label="$mode${cpu_check:+ (--cpu-check)}"
 
 say() { echo "run-all: $*" >&2; }
 
-if [ "$mode" = cpu-check ]; then
+if [ -n "$cpu_check" ]; then
     kit=none
     check_tests=${CHECK_TESTS:-'^(Text\.|gpu\.unit$)'}
     # The benchmarks' smallest sizes (as tests/gpu/scripts_cpu.sh runs them); the
@@ -66,7 +86,30 @@ if [ "$mode" = cpu-check ]; then
     export DEVICE=cpu BATCHES=${BATCHES:-2} STEPS=${STEPS:-1} EPOCHS=${EPOCHS:-2} TORCH_STEPS=${TORCH_STEPS:-1} \
         TORCH_WARMUP=${TORCH_WARMUP:-0} THREADS=${THREADS:-1} VALUES=${VALUES:-20000} SHAPES=${SHAPES:-tiny} \
         REPS=${REPS:-1}
+else
+    # The short run's sizes: the batch of the training goal (128) alone, 30 steps an
+    # epoch, 10 repetitions of each compressor (the benchmarks' defaults are larger).
+    export BATCHES=${BATCHES:-128} STEPS=${STEPS:-30} REPS=${REPS:-10} TORCH_STEPS=${TORCH_STEPS:-60}
 fi
+
+# The plan: each step with the seconds it is expected to take on a bare 16-core
+# machine with one H100 or H200 (estimates from the machine's earlier runs: the kit
+# 9 s, the whole tree built for six architectures 110 s, the GPU tests 93 s).
+if [ "$mode" = short ]; then
+    plan=("kit 10" "build (programs and test_gpu) 90" "gpu.unit 40" "bench-train 100" "bench-compress 70"
+        "ctest -L gpu (programs) 90")
+else
+    plan=("kit 10" "build (whole tree) 120" "gpu.python_hook_cuda 200" "ctest -LE 'slow|gpu' 180")
+fi
+planned=0
+plan_text=
+for p in "${plan[@]}"; do
+    planned=$((planned + ${p##* }))
+    plan_text+="${plan_text:+, }${p% *} ~${p##* } s"
+done
+plan_line="plan ($label): $plan_text; about $planned s of a $budget s limit"
+say "$plan_line"
+[ "$planned" -le "$budget" ] || say "warning: the plan's $planned s exceed BUDGET ($budget s): the last steps may not run"
 
 # Everything is written to a folder of its own and packed into OUTDIR after each step.
 rm -f "$out/gpu-results.tar.gz" "$out/summary.txt" "$out/steps.tsv" "$out/figures.md"
@@ -138,7 +181,8 @@ publish() {
     timeout 30 "$scripts_python" scripts/gpu/figures.py "$res" >"$res/figures.md" 2>"$res/logs/figures.log" ||
         echo "figures.py failed: see logs/figures.log" >>"$res/figures.md"
     {
-        echo "scripts/gpu/run-all.sh $mode: $state; $(($(date +%s) - started)) s of a $budget s budget"
+        echo "scripts/gpu/run-all.sh $label: $state; $(($(date +%s) - started)) s of a $budget s budget"
+        echo "$plan_line"
         echo "machine: $(uname -n), ${gpu_seen:-no GPU seen by nvidia-smi}"
         [ -z "$configured" ] || echo "configure: $configured"
         echo "everything (logs/, steps.tsv, *.jsonl, figures.md): gpu-results.tar.gz"
@@ -197,7 +241,7 @@ if [ "$kit" != none ]; then
         exit 1
     fi
     record kit ok "$(($(date +%s) - start))" logs/kit.log
-elif [ "$mode" != cpu-check ]; then
+elif [ -z "$cpu_check" ]; then
     # Without the kit, LibTorch's CMake files still come from the Python that has torch
     # (pip's wheel), which is also the Python the tests use.
     python=${PYTHON:-}
@@ -219,22 +263,46 @@ elif [ "$mode" != cpu-check ]; then
     fi
 fi
 export ACC_BUILD_DIR=$B
-if [ "$mode" != cpu-check ]; then
+if [ -z "$cpu_check" ]; then
     nvidia-smi >"$res/logs/nvidia-smi.log" 2>&1 || say "nvidia-smi failed or is missing (logs/nvidia-smi.log)"
 fi
 
+# The short run builds the kernels for this machine's GPU alone: CUDA_ARCH, else the
+# compute capability nvidia-smi reports ("9.0" is 90); without either, the default list.
+build_targets=()
+if [ "$mode" = short ]; then
+    build_targets=(--target grad-dump regime-detect train-dist compress-bench comm-profile test_gpu)
+    arch=${CUDA_ARCH:-}
+    if [ -z "$arch" ] && [ -z "$cpu_check" ]; then
+        arch=$( (nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null || true) | head -1 | tr -d ' .')
+    fi
+    if [[ $arch =~ ^[0-9]+$ ]]; then
+        CMAKE_ARGS+=("-DACC_CUDA_ARCHITECTURES=$arch-real")
+        say "CUDA kernels for this GPU's architecture: $arch-real"
+    elif [ -z "$cpu_check" ]; then
+        [ -z "$arch" ] || say "warning: CUDA_ARCH '$arch' is not a number such as 90: building the default architectures"
+        [ -n "$arch" ] || say "warning: nvidia-smi gave no compute capability: building the default architectures"
+    fi
+else
+    CMAKE_ARGS+=(-UACC_CUDA_ARCHITECTURES) # the default list, whatever a short run left in B
+fi
+
 build() {
-    if [ "$mode" = cpu-check ]; then
+    if [ -n "$cpu_check" ]; then
         # shellcheck disable=SC2016
         step "build (existing)" build.log bash -c 'for p in grad-dump train-dist compress-bench; do
-            [ -x "$B/bin/$p" ] || { echo "$B/bin/$p: missing; cpu-check uses a build made before (B)"; exit 1; }
-            done; echo "cpu-check: no configure or build; the programs of $B/bin"; ls -l "$B/bin/"'
+            [ -x "$B/bin/$p" ] || { echo "$B/bin/$p: missing; --cpu-check uses a build made before (B)"; exit 1; }
+            done; echo "--cpu-check: no configure or build; the programs of $B/bin"; ls -l "$B/bin/"'
         return
     fi
-    # In a shell of its own, so that the time budget's `timeout` can stop it.
+    # In a shell of its own, so that the time budget's `timeout` can stop it. The targets
+    # follow "--" (none: the whole tree).
+    local name="build (whole tree)"
+    [ "$mode" != short ] || name="build (programs and test_gpu)"
     # shellcheck disable=SC2016
-    if step build build.log bash -c 'jobs=$1; shift; cmake -S . -B "$B" "$@" && cmake --build "$B" -j "$jobs"' \
-        configure-and-build "$jobs" "${CMAKE_ARGS[@]}"; then
+    if step "$name" build.log bash -c 'jobs=$1; shift; args=(); while [ "$1" != -- ]; do args+=("$1"); shift; done; shift
+        cmake -S . -B "$B" "${args[@]}" && cmake --build "$B" -j "$jobs" "$@"' \
+        configure-and-build "$jobs" "${CMAKE_ARGS[@]}" -- "${build_targets[@]}"; then
         if grep -q "CUDA LibTorch" "$res/logs/build.log"; then
             configured=$(grep -m1 'CUDA LibTorch' "$res/logs/build.log")
             # What the programs say they were built with: LibTorch, backends, the kernels' architectures.
@@ -252,19 +320,22 @@ build() {
 
 ctest_extra=()
 read -r -a ctest_extra <<<"${CTEST_ARGS:-}"
-[ "$mode" != cpu-check ] || ctest_extra+=(-R "$check_tests")
 
-# The GPU tests, one at a time: they share the one GPU.
-gpu_tests() {
-    step "ctest -L gpu" ctest-gpu.log ctest --test-dir "$B" -L gpu -j 1 --output-on-failure -V "${ctest_extra[@]}" || true
+# ctest_step NAME LOG CTEST-SELECTION...: one ctest run, one test at a time (the GPU
+# tests share the one GPU); a failed test is recorded and the run goes on.
+ctest_step() {
+    local name=$1 log=$2
+    shift 2
+    step "$name" "$log" ctest --test-dir "$B" -j 1 --output-on-failure -V "$@" "${ctest_extra[@]}" || true
 }
 
 # The default suite as CI runs it, without the GPU tests. It comes last: CI runs it on
-# every change, while the GPU tests and benchmarks run only where a GPU is lent, so
-# they get the time budget first.
+# every change, while what only a GPU can show gets the time budget first.
 default_tests() {
+    local select=()
+    [ -z "$cpu_check" ] || select=(-R "$check_tests")
     step "ctest -LE 'slow|gpu'" ctest-default.log \
-        ctest --test-dir "$B" -LE 'slow|gpu' -j 12 --output-on-failure "${ctest_extra[@]}" || true
+        ctest --test-dir "$B" -LE 'slow|gpu' -j 12 --output-on-failure "${select[@]}" "${ctest_extra[@]}" || true
 }
 
 bench() {
@@ -272,17 +343,18 @@ bench() {
     measures=compress.jsonl step "bench-compress" bench-compress.log scripts/gpu/bench-compress.sh "$res" || true
 }
 
-case $mode in
-build-test)
-    build && gpu_tests && default_tests
-    ;;
-bench)
-    build && bench
-    ;;
-all | cpu-check)
-    build && gpu_tests && bench && default_tests
-    ;;
-esac
+if [ "$mode" = short ]; then
+    if build; then
+        ctest_step "gpu.unit" ctest-gpu-unit.log -R '^gpu\.unit$'
+        bench
+        ctest_step "ctest -L gpu (programs)" ctest-gpu.log -L gpu -E '^gpu\.(unit|python_hook_cuda)$'
+    fi
+else
+    if build; then
+        ctest_step "gpu.python_hook_cuda" ctest-gpu-python.log -R '^gpu\.python_hook_cuda$'
+        default_tests
+    fi
+fi
 publish final
 say "results: $out/gpu-results.tar.gz (everything), summary.txt, steps.tsv, figures.md"
 cat "$res/figures.md" >&2

@@ -16,6 +16,7 @@ if ! comm-profile --device cuda -b 8 -e 16M -f 8 -n 10 -w 2 --check \
 fi
 grep -q "before the host had queued" err.txt && fail "timings include the host's time to queue: $(grep -m1 queued err.txt)"
 no_teardown_warning err.txt
+no_device_guess err.txt
 "$ACC_PYTHON" - <<'PY' || fail "comm-profile's NCCL figures (see above)"
 import json
 import h5py

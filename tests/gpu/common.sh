@@ -37,6 +37,16 @@ no_teardown_warning() {
     fi
 }
 
+# no_device_guess LOG: the NCCL group was bound to the rank's GPU, so PyTorch did
+# not guess the device from the rank (its warning names device_id or says the devices
+# used by this process are unknown).
+no_device_guess() {
+    if grep -Eq "Guessing device ID|devices used by this process are currently unknown|specify device_id" "$1"; then
+        fail "$1: the NCCL process group was not bound to a device:"
+        grep -Em3 "Guessing device ID|currently unknown|device_id" "$1" | sed 's/^/    /' >&2
+    fi
+}
+
 # same_first_epoch GPU_JSON CPU_JSON: the two runs' first epochs agree (loss within
 # 2%, the same samples and steps): the device computes what the CPU does.
 same_first_epoch() {

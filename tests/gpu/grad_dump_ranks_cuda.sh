@@ -23,6 +23,7 @@ if [ "$got" = 0 ]; then
     grep -q "data-parallel on 2 ranks (nccl)" "$WORK/nccl.err" || fail "the run did not average over NCCL"
     learned "$WORK/nccl.json" "grad-dump --nproc 2 over NCCL"
     no_teardown_warning "$WORK/nccl.err"
+    no_device_guess "$WORK/nccl.err"
 elif [ "$got" = 1 ] && grep -q "rank 1 needs GPU 1 (LOCAL_RANK), but this machine has 1 GPU" "$WORK/nccl.err"; then
     echo "one GPU: rank 1 of the NCCL run was refused as expected"
     grep -q "Traceback\|frame #" "$WORK/nccl.err" && fail "the refusal comes with a stack trace"

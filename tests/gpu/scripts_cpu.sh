@@ -103,31 +103,32 @@ printf '#!/bin/sh\necho "train-dist (Accordion toolkit) 0.1.0"\necho "LibTorch 9
     >"$WORK/b/bin/train-dist"
 chmod +x "$WORK/fake/cmake" "$WORK/fake/ctest" "$WORK/b/bin/train-dist"
 got=0
-PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh build-test "$WORK/ra" >/dev/null \
+PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh second "$WORK/ra" >/dev/null \
     2>"$WORK/ra.err" || got=$?
-[ "$got" = 1 ] || fail "run-all.sh build-test with a failing test run: exit $got, expected 1"
-printf 'build\tok\nctest -L gpu\tok\nctest -LE '"'"'slow|gpu'"'"'\tFAILED (exit 8)\n' >"$WORK/want"
+[ "$got" = 1 ] || fail "run-all.sh second with a failing test run: exit $got, expected 1"
+printf 'build (whole tree)\tok\ngpu.python_hook_cuda\tok\nctest -LE '"'"'slow|gpu'"'"'\tFAILED (exit 8)\n' >"$WORK/want"
 cut -f1,2 "$WORK/ra/steps.tsv" | diff "$WORK/want" - >&2 || fail "run-all.sh recorded the wrong steps"
 grep -qF "| ctest -LE 'slow\|gpu' | FAILED (exit 8) |" "$WORK/ra/figures.md" || fail "figures.md lacks the failed step"
 grep -q "configure: -- CUDA LibTorch.*; LibTorch 9.9 with CUDA; CUDA kernels: 90$" "$WORK/ra.err" ||
     fail "run-all.sh did not report the configure line and what train-dist --version says"
 grep -q "configure: .*CUDA kernels: 90$" "$WORK/ra/summary.txt" || fail "summary.txt lacks what the programs were built with"
 got=0
-FAKE_BUILD_FAILS=1 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh bench "$WORK/rb" \
+FAKE_BUILD_FAILS=1 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh short "$WORK/rb" \
     >/dev/null 2>"$WORK/rb.err" || got=$?
-[ "$got" = 1 ] || fail "run-all.sh bench with a failing build: exit $got, expected 1"
-[ "$(cut -f1,2 "$WORK/rb/steps.tsv")" = "$(printf 'build\tFAILED (exit 1)')" ] ||
+[ "$got" = 1 ] || fail "run-all.sh short with a failing build: exit $got, expected 1"
+[ "$(cut -f1,2 "$WORK/rb/steps.tsv")" = "$(printf 'build (programs and test_gpu)\tFAILED (exit 1)')" ] ||
     fail "a failed build must stop the benchmarks: $(cat "$WORK/rb/steps.tsv")"
 [ -f "$WORK/rb/figures.md" ] || fail "run-all.sh wrote no figures.md after a failed build"
 # No time left: nothing starts, the step says why, figures.md is still written.
 got=0
-BUDGET=5 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh build-test "$WORK/rc" \
+BUDGET=5 PATH="$WORK/fake:$PATH" ACC_GPU_KIT=none B="$WORK/b" scripts/gpu/run-all.sh second "$WORK/rc" \
     >/dev/null 2>"$WORK/rc.err" || got=$?
 [ "$got" = 1 ] || fail "run-all.sh with no time left: exit $got, expected 1"
-[ "$(cut -f1,2 "$WORK/rc/steps.tsv")" = "$(printf 'build\tNOT RUN (time budget spent)')" ] ||
+grep -q "warning: the plan's [0-9]* s exceed BUDGET (5 s)" "$WORK/rc.err" || fail "run-all.sh did not warn that its plan exceeds BUDGET"
+[ "$(cut -f1,2 "$WORK/rc/steps.tsv")" = "$(printf 'build (whole tree)\tNOT RUN (time budget spent)')" ] ||
     fail "with no time left the build must not start: $(cat "$WORK/rc/steps.tsv")"
 [ -f "$WORK/rc/figures.md" ] || fail "run-all.sh wrote no figures.md with no time left"
 
-expect_exit 2 "usage: scripts/gpu/run-all.sh build-test\|bench\|all" -- scripts/gpu/run-all.sh bogus "$WORK/r"
-expect_exit 1 "error: $WORK/no-kit/env.sh: no GPU kit" -- env ACC_GPU_KIT="$WORK/no-kit" scripts/gpu/run-all.sh bench "$WORK/r"
+expect_exit 2 "usage: scripts/gpu/run-all.sh \[--cpu-check\] \[short\|second\]" -- scripts/gpu/run-all.sh -x "$WORK/r"
+expect_exit 1 "error: $WORK/no-kit/env.sh: no GPU kit" -- env ACC_GPU_KIT="$WORK/no-kit" scripts/gpu/run-all.sh short "$WORK/r"
 finish

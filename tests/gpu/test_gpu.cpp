@@ -217,8 +217,8 @@ TEST(DeviceTimerOnCuda, AHeldPartLeavesOutTheHostsTimeToQueueIt) {
 TEST(CudaKernels, RunOnThisGpu) {
     namespace c = acc::compress;
     if (!c::device::LowRankKernels::available()) GTEST_SKIP() << "built without ACC_CUDA_KERNELS";
-    const char* wanted = std::getenv("ACC_CUDA_KERNELS");
-    if (wanted != nullptr && std::string(wanted) == "0") GTEST_SKIP() << "ACC_CUDA_KERNELS=0 in the environment";
+    if (c::device::cuda_kernels() == c::device::CudaKernels::none)
+        GTEST_SKIP() << "ACC_CUDA_KERNELS=0 in the environment";
     EXPECT_TRUE(c::device::cuda_kernels_for(torch::zeros({1}, torch::TensorOptions().device(kGpu))))
         << "this GPU's architecture is not among the build's (ACC_CUDA_ARCHITECTURES)";
 }
@@ -279,25 +279,19 @@ TEST(CudaKernels, PayloadsEqualTheHostCodecs) {
         }
 }
 
-// ACC_CUDA_KERNELS set for a scope, as it was afterwards.
+// The kernels' choice set for a scope, as it was afterwards: through the library, not the
+// environment, which CUDA's, NCCL's and the profiler's threads may read meanwhile.
 class KernelsWanted {
 public:
-    explicit KernelsWanted(const char* value) {
-        const char* was = std::getenv("ACC_CUDA_KERNELS");
-        had_ = was != nullptr;
-        if (had_) was_ = was;
-        ::setenv("ACC_CUDA_KERNELS", value, 1);
+    explicit KernelsWanted(const char* value) : was_(acc::compress::device::cuda_kernels()) {
+        acc::compress::device::set_cuda_kernels(acc::compress::device::cuda_kernels_from(value));
     }
-    ~KernelsWanted() {
-        if (had_)
-            ::setenv("ACC_CUDA_KERNELS", was_.c_str(), 1);
-        else
-            ::unsetenv("ACC_CUDA_KERNELS");
-    }
+    ~KernelsWanted() { acc::compress::device::set_cuda_kernels(was_); }
+    KernelsWanted(const KernelsWanted&) = delete;
+    KernelsWanted& operator=(const KernelsWanted&) = delete;
 
 private:
-    bool had_ = false;
-    std::string was_;
+    acc::compress::device::CudaKernels was_;
 };
 
 // The finite check's kernel (a buffer's parts, or all of a tensor) flags what the ATen

@@ -1,7 +1,8 @@
 # train-dist --device cuda on one rank (NCCL): uncompressed and powersgd:2 runs
 # learn, the uncompressed run's first epoch agrees with the same seeded run on the
 # CPU, and each ends with its process group destroyed (no PyTorch warning that
-# destroy_process_group() was not called).
+# destroy_process_group() was not called) and bound to its GPU (no warning that
+# PyTorch guesses the device).
 source "$(dirname "$0")/common.sh"
 require_cuda
 
@@ -18,6 +19,7 @@ last = d["trained"][-1]
 accuracy = last["test_accuracy"]
 assert accuracy > 0.5, f"test accuracy {accuracy} (chance: 0.1)"' || fail "--compress $spec did not learn"
         no_teardown_warning "$WORK/err"
+        no_device_guess "$WORK/err"
     else
         fail "train-dist --device cuda --compress $spec failed:"
         sed 's/^/    /' "$WORK/err" >&2

@@ -53,6 +53,7 @@ inline EmulatedDim3 blockDim, gridDim;
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 struct alignas(8) uint2 {
     unsigned x, y;
 };

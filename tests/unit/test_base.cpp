@@ -1,4 +1,5 @@
-// Text helpers used in messages and summaries.
+// Text helpers used in messages and summaries; bounded waits.
+#include "base/clock.hpp"
 #include "base/memory.hpp"
 #include "base/text.hpp"
 
@@ -49,6 +50,27 @@ TEST(Text, SplitKeepsEmptyFieldsAndJoinReverses) {
 #include <fstream>
 
 using acc::test::TempDir;
+
+// A wait for the device (an event that never completes where a collective hangs) ends
+// at its timeout; without one it lasts until the condition holds.
+TEST(Clock, WaitUntilEndsAtItsTimeout) {
+    int asks = 0;
+    const SteadyClock::time_point start = SteadyClock::now();
+    EXPECT_FALSE(wait_until(
+        [&] {
+            ++asks;
+            return false;
+        },
+        0.05));
+    const double waited = seconds_since(start);
+    EXPECT_GE(waited, 0.05);
+    EXPECT_LT(waited, 10.0);
+    EXPECT_GT(asks, 1);
+    int calls = 0;
+    EXPECT_TRUE(wait_until([&] { return ++calls == 50; }, 0.0));
+    EXPECT_EQ(calls, 50);
+    EXPECT_TRUE(wait_until([] { return true; }, 1e-9));
+}
 
 TEST(Paths, SameFileByIdentityNotSpelling) {
     TempDir t;

@@ -455,6 +455,41 @@ TEST(CudaPowerSgdEmulated, GramSchmidtAsTheHostWithinRounding) {
         }
 }
 
+// A NaN in the first column stays where it lies, as on the host and the ATen path: the
+// column's other values become zero (divided by infinity) and every later column NaN, so
+// that a NaN gradient is not orthogonalized away.
+TEST(CudaPowerSgdEmulated, GramSchmidtKeepsANaNAsTheHost) {
+    for (const bool columns : {false, true}) {
+        LowRankStep s = low_rank_step(9);
+        std::vector<float>& buffer = columns ? s.q : s.p;
+        const powersgd::Matrix& a = s.layout.matrices[3];  // rank 4
+        const std::int64_t at = columns ? a.q : a.p, n = columns ? a.cols : a.rows;
+        const int rank = static_cast<int>(a.rank);
+        buffer[static_cast<size_t>(at + 5 * rank)] = std::numeric_limits<float>::quiet_NaN();  // row 5, column 0
+        const std::vector<float> before = buffer;
+        powersgd::orthogonalize(emulated_launch, s.layout, s.layout.matrices.data(), buffer.data(), columns, 0.0f);
+        std::vector<float> host(before.begin() + at, before.begin() + at + n * rank);
+        kernels::gram_schmidt(host.data(), n, rank, 0.0f);
+        const std::string what = columns ? "Q" : "P";
+        for (std::int64_t row = 0; row < n; ++row)
+            for (int k = 0; k < rank; ++k) {
+                const float got = buffer[static_cast<size_t>(at + row * rank + k)];
+                const float want = host[static_cast<size_t>(row * rank + k)];
+                const std::string where = what + " row " + std::to_string(row) + " column " + std::to_string(k);
+                EXPECT_EQ(std::isnan(got), std::isnan(want)) << where;
+                if (k > 0 || row == 5)
+                    EXPECT_TRUE(std::isnan(got)) << where;
+                else
+                    EXPECT_EQ(got, 0.0f) << where;
+            }
+        // The other matrices are untouched by it.
+        const powersgd::Matrix& b = s.layout.matrices[0];
+        const std::int64_t b_at = columns ? b.q : b.p, b_n = columns ? b.cols : b.rows;
+        for (std::int64_t i = 0; i < b_n * b.rank; ++i)
+            EXPECT_TRUE(std::isfinite(buffer[static_cast<size_t>(b_at + i)])) << what << " of another matrix, " << i;
+    }
+}
+
 TEST(CudaPowerSgdEmulated, ExpansionIsTheHostsSumInItsOrder) {
     LowRankStep s = low_rank_step(5);
     std::mt19937 rng(13);

@@ -739,6 +739,43 @@ TEST(DeviceCodec, BatchedOrthogonalizationEqualsThePerMatrixHostOne) {
     }
 }
 
+// A NaN keeps its place on both paths (the CUDA kernel's too, tests/unit's emulated
+// test): the rest of its column becomes zero and every later column NaN.
+TEST(DeviceCodec, OrthogonalizationKeepsANaNAsTheHost) {
+    at::Tensor m = at::randn({2, 40, 3}, at::make_generator<at::CPUGeneratorImpl>(5));
+    m[1][7][0] = std::numeric_limits<float>::quiet_NaN();
+    at::Tensor batched = m.clone();
+    device::orthogonalize(batched, true, 0.0f);
+    at::Tensor one = m[1].contiguous().clone();
+    kernels::gram_schmidt(one.data_ptr<float>(), 40, 3, 0.0f);
+    EXPECT_TRUE(at::equal(at::isnan(one), at::isnan(batched[1])));
+    EXPECT_TRUE(at::isnan(batched[1][7][0]).item<bool>());
+    EXPECT_EQ(at::count_nonzero(batched[1].select(1, 0)).item<std::int64_t>(), 1);  // the NaN alone
+    EXPECT_TRUE(at::isnan(batched[1].narrow(1, 1, 2)).all().item<bool>());
+    EXPECT_TRUE(at::isfinite(batched[0]).all().item<bool>());  // the other matrix untouched by it
+}
+
+// The kernels' choice is the process's, set without touching the environment (which
+// CUDA's and NCCL's threads read); ACC_CUDA_KERNELS gives it where nothing set it.
+TEST(DeviceCodec, CudaKernelChoiceIsSetWithoutTheEnvironment) {
+    EXPECT_EQ(device::cuda_kernels_from(nullptr), device::CudaKernels::measured);
+    EXPECT_EQ(device::cuda_kernels_from("0"), device::CudaKernels::none);
+    EXPECT_EQ(device::cuda_kernels_from("all"), device::CudaKernels::all);
+    EXPECT_EQ(device::cuda_kernels_from("1"), device::CudaKernels::measured);
+    const device::CudaKernels was = device::cuda_kernels();
+    const char* env = std::getenv("ACC_CUDA_KERNELS");
+    const std::string env_before = env ? env : "(unset)";
+    for (const auto choice : {device::CudaKernels::none, device::CudaKernels::all, device::CudaKernels::measured}) {
+        device::set_cuda_kernels(choice);
+        EXPECT_EQ(device::cuda_kernels(), choice);
+        env = std::getenv("ACC_CUDA_KERNELS");
+        EXPECT_EQ(env ? env : "(unset)", env_before);
+    }
+    device::set_cuda_kernels(was);
+    // On a CPU tensor no kernel runs, whatever the choice.
+    EXPECT_FALSE(device::cuda_kernels_for(at::zeros({4})));
+}
+
 // ---------------------------------------------------------------- the whole exchange
 
 namespace {

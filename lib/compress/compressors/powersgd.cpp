@@ -8,6 +8,8 @@
 
 #ifndef ACC_COMPRESS_DEVICE  // ------------------------------------------ host section
 
+#include <limits>
+
 namespace acc::compress {
 
 // ---------------------------------------------------------------- kernels
@@ -116,11 +118,11 @@ void gram_schmidt(float* m, std::int64_t n, int r, float epsilon) {
         double squares = 0;
         for (std::int64_t row = 0; row < n; ++row) squares += static_cast<double>(m[row * r + i]) * m[row * r + i];
         const float norm = static_cast<float>(std::sqrt(squares));
+        // A divisor that is not positive (a zero column, or a NaN in it) divides by
+        // infinity: a zero column stays zero and a NaN stays NaN, on every path.
         const float divisor = epsilon > 0 ? norm + epsilon : norm;
-        for (std::int64_t row = 0; row < n; ++row) {
-            float& v = m[row * r + i];
-            v = divisor > 0 ? v / divisor : 0.0f;
-        }
+        const float d = divisor > 0 ? divisor : std::numeric_limits<float>::infinity();
+        for (std::int64_t row = 0; row < n; ++row) m[row * r + i] /= d;
         for (int j = i + 1; j < r; ++j) {
             double dot = 0;
             for (std::int64_t row = 0; row < n; ++row) dot += static_cast<double>(m[row * r + i]) * m[row * r + j];

@@ -128,14 +128,16 @@ constexpr int kBlockValues = kBucketsPerBlock * kBucket;
 // different banks.
 constexpr int kRow = kBucket + 8;
 
-// A block's 32 buckets are read into shared memory with 16-byte loads. Eight threads
+// A block's 32 buckets are read into shared memory with 16-byte loads and stored there
+// whole (a warp's 32 stores of 16 bytes fill one bucket's row without a bank conflict,
+// where four stores of 4 bytes each would meet four lanes in a bank). Eight threads
 // per bucket then sum its squares, thread `lane` values lane, lane + 8, ... in order (the
 // host's lane), and combine the eight sums in the host's order; the norms written, each
 // thread codes four consecutive values at a time, with the same random stream.
 template <class Code, bool Vector>
 __global__ void qsgd_kernel(const float* x, std::int64_t n, int levels, std::uint32_t key32, std::uint8_t* payload,
                             std::int64_t buckets, bool* ok) {
-    __shared__ float tile[kBucketsPerBlock * kRow];
+    alignas(16) __shared__ float tile[kBucketsPerBlock * kRow];
     __shared__ float norms[kBucketsPerBlock];
     __shared__ bool usable[kBucketsPerBlock];
     constexpr int kRounds = kBlockValues / 4 / kThreads;
@@ -144,7 +146,9 @@ __global__ void qsgd_kernel(const float* x, std::int64_t n, int levels, std::uin
     for (int r = 0; r < kRounds; ++r) load4(x, base + 4 * (r * kThreads + threadIdx.x), n, Vector, v[r]);
     for (int r = 0; r < kRounds; ++r) {
         const int at = 4 * (r * kThreads + static_cast<int>(threadIdx.x));
-        for (int q = 0; q < 4; ++q) tile[(at / kBucket) * kRow + at % kBucket + q] = v[r][q];
+        // kRow and at are multiples of 4: every float4 lies at a multiple of 16 bytes.
+        *reinterpret_cast<float4*>(&tile[(at / kBucket) * kRow + at % kBucket]) =
+            make_float4(v[r][0], v[r][1], v[r][2], v[r][3]);
     }
     __syncthreads();
 

@@ -18,6 +18,7 @@
 #include "compress/cuda/common.cuh"
 #include "compress/cuda/powersgd_layout.hpp"
 
+#include <cmath>  // INFINITY
 #include <cstdint>
 
 namespace acc::compress::cuda::powersgd {
@@ -95,8 +96,9 @@ __device__ __forceinline__ double block_sum(double value, double* scratch) {
 }
 
 // Gram-Schmidt on the columns of one matrix per block ([n, rank]), as the host's
-// gram_schmidt: each column divided by its norm (plus epsilon where epsilon > 0; a zero
-// divisor gives a zero column), then taken out of the later columns; the norms and dot
+// gram_schmidt: each column divided by its norm (plus epsilon where epsilon > 0; a
+// divisor that is not positive, zero or NaN, is infinity: a zero column stays zero and a
+// NaN stays NaN), then taken out of the later columns; the norms and dot
 // products summed in double. Each thread keeps to its own rows, so only the sums need
 // the block.
 __global__ void orthogonalize_kernel(float* buffer, const Matrix* matrices, bool columns, float epsilon) {
@@ -112,10 +114,11 @@ __global__ void orthogonalize_kernel(float* buffer, const Matrix* matrices, bool
             squares = __dadd_rn(squares, __dmul_rn(v, v));
         }
         const float norm = static_cast<float>(sqrt(block_sum(squares, scratch)));
-        const float divisor = epsilon > 0.0f ? __fadd_rn(norm, epsilon) : norm;
+        const float sum = epsilon > 0.0f ? __fadd_rn(norm, epsilon) : norm;
+        const float divisor = sum > 0.0f ? sum : INFINITY;
         for (std::int64_t row = threadIdx.x; row < n; row += kThreads) {
             float& v = x[row * rank + i];
-            v = divisor > 0.0f ? __fdiv_rn(v, divisor) : 0.0f;
+            v = __fdiv_rn(v, divisor);
         }
         for (int j = i + 1; j < rank; ++j) {
             double dot = 0.0;
