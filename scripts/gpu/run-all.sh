@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # What a lent GPU machine has to do, in two runs of under 10 minutes each (docs/gpu.md),
 # from the project's root with the GPU kit in .gpu-kit (scripts/gpu/make-kit.sh makes it):
-#   scripts/gpu/run-all.sh [short] [OUTDIR]   every figure, within BUDGET (default 420 s) of
+#   scripts/gpu/run-all.sh [short [OUTDIR]]   every figure, within BUDGET (default 420 s) of
 #       a bare machine: the kit, a build of the five programs and test_gpu alone, for this
 #       machine's GPU architecture (CUDA_ARCH, else nvidia-smi's compute capability), then
 #       `ctest -R gpu.unit`, scripts/gpu/bench-train.sh (batch 128 only), scripts/gpu/bench-compress.sh
 #       (REPS 10), and the GPU tests of the programs (`ctest -L gpu`, comm-profile over NCCL
 #       among them, the Python package's left for the second run)
-#   scripts/gpu/run-all.sh second [OUTDIR]    what the short run leaves out, within BUDGET
+#   scripts/gpu/run-all.sh second [OUTDIR]     what the short run leaves out, within BUDGET
 #       (default 540 s): the whole tree built for the default architectures, then
 #       gpu.python_hook_cuda (which builds the Python package) and the default suite
 #       (`ctest -LE 'slow|gpu'`, which CI runs anyway, last; it reads Fashion-MNIST, so its
 #       kit is made with make-kit.sh --with-data)
-#   scripts/gpu/run-all.sh --cpu-check [short|second] [OUTDIR]   the same steps on the CPU,
+#   scripts/gpu/run-all.sh --cpu-check [short|second [OUTDIR]]   the same steps on the CPU,
 #       in seconds, so that the flow is checked between GPU runs (tests/e2e/gpu_flow.sh): no
 #       configure or build (B, default build, must hold the programs), the default suite
 #       limited to `ctest -R "$CHECK_TESTS"`, the benchmarks with --device cpu and tiny sizes
@@ -39,19 +39,16 @@
 # benchmarks' own (DEVICE, BATCHES, STEPS, REPS, ...: see their headers; the short run's
 # sizes are defaults there, the caller's values win).
 set -euo pipefail
-usage="usage: scripts/gpu/run-all.sh [--cpu-check] [short|second] [OUTDIR]   (short when no mode is given)"
+usage="usage: scripts/gpu/run-all.sh [--cpu-check] [short|second [OUTDIR]]   (short when no mode is given)"
 cpu_check=
 if [ "${1:-}" = --cpu-check ]; then
     cpu_check=1
     shift
 fi
-mode=short
-case ${1:-} in
-short | second)
-    mode=$1
-    shift
-    ;;
--*)
+mode=${1:-short}
+case $mode in
+short | second) [ $# -eq 0 ] || shift ;;
+*)
     echo "$usage" >&2
     exit 2
     ;;

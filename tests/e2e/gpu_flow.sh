@@ -62,7 +62,7 @@ second_steps=$(printf '%s\n' "build (existing)" gpu.python_hook_cuda "ctest -LE 
 # The short run, as it runs on a GPU, on the CPU in seconds (the short run is the default).
 out=$WORK/ok-run
 got=0
-B=$b CHECK_TESTS='^tiny\.' scripts/gpu/run-all.sh --cpu-check "$out" >"$WORK/ok.out" 2>"$WORK/ok.err" || got=$?
+B=$b CHECK_TESTS='^tiny\.' scripts/gpu/run-all.sh --cpu-check short "$out" >"$WORK/ok.out" 2>"$WORK/ok.err" || got=$?
 [ "$got" = 0 ] || fail "run-all.sh --cpu-check: exit $got, expected 0: $(tail -20 "$WORK/ok.err")"
 check_out "$out" compress.jsonl train.jsonl logs/bench-compress.log logs/ctest-gpu-unit.log logs/ctest-gpu.log
 [ "$(cut -f1 "$out/steps.tsv")" = "$short_steps" ] || fail "the short run ran other steps: $(cat "$out/steps.tsv")"
@@ -121,7 +121,7 @@ grep -q "the traces (trace-\*.json) left out" "$small/summary.txt" || fail "summ
 # still written, and the exit status is 1.
 out=$WORK/bad-run
 got=0
-B=$b CHECK_TESTS='^tiny\.' BATCHES=x SHAPES=no-such-preset scripts/gpu/run-all.sh --cpu-check "$out" \
+B=$b CHECK_TESTS='^tiny\.' BATCHES=x SHAPES=no-such-preset scripts/gpu/run-all.sh --cpu-check short "$out" \
     >/dev/null 2>"$WORK/bad.err" || got=$?
 [ "$got" = 1 ] || fail "run-all.sh --cpu-check with failing benchmarks: exit $got, expected 1"
 check_out "$out" compress.jsonl
@@ -183,8 +183,10 @@ grep -qx -- "-UACC_CUDA_ARCHITECTURES" "$WORK/cmake.args" && ! grep -q -- "-DACC
     fail "the second run must build the default architectures: $(cat "$WORK/cmake.args")"
 expect_exit 1 "run-all: error: PYTHON=$WORK/fake/no-torch: cannot import torch" -- \
     env ACC_GPU_KIT=none PYTHON="$WORK/fake/no-torch" scripts/gpu/run-all.sh short "$WORK/none2"
-expect_exit 2 "usage: scripts/gpu/run-all.sh \[--cpu-check\] \[short\|second\] \[OUTDIR\]" -- \
+expect_exit 2 "usage: scripts/gpu/run-all.sh \[--cpu-check\] \[short\|second \[OUTDIR\]\]" -- \
     scripts/gpu/run-all.sh --bogus "$WORK/r"
+expect_exit 2 "usage: scripts/gpu/run-all.sh" -- scripts/gpu/run-all.sh shrot "$WORK/r"
+expect_exit 2 "usage: scripts/gpu/run-all.sh" -- scripts/gpu/run-all.sh "$WORK/r"
 expect_exit 2 "usage: scripts/gpu/run-all.sh" -- scripts/gpu/run-all.sh short "$WORK/r" extra
 
 # make-kit.sh, in a checkout of its own, with a kit made here: read-only, as a kit

@@ -129,6 +129,6 @@ grep -q "warning: the plan's [0-9]* s exceed BUDGET (5 s)" "$WORK/rc.err" || fai
     fail "with no time left the build must not start: $(cat "$WORK/rc/steps.tsv")"
 [ -f "$WORK/rc/figures.md" ] || fail "run-all.sh wrote no figures.md with no time left"
 
-expect_exit 2 "usage: scripts/gpu/run-all.sh \[--cpu-check\] \[short\|second\]" -- scripts/gpu/run-all.sh -x "$WORK/r"
+expect_exit 2 "usage: scripts/gpu/run-all.sh \[--cpu-check\] \[short\|second" -- scripts/gpu/run-all.sh -x "$WORK/r"
 expect_exit 1 "error: $WORK/no-kit/env.sh: no GPU kit" -- env ACC_GPU_KIT="$WORK/no-kit" scripts/gpu/run-all.sh short "$WORK/r"
 finish
