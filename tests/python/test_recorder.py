@@ -11,6 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
+import accordion
 from conftest import TREE, needs_hook, regime_detect, run_ranks
 
 NAMES = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
@@ -145,3 +146,15 @@ def test_a_stopped_run_resumes(tmp_path, programs):
     resumed = check_layout(tmp_path / "grads.h5", 4, complete=1)
     np.testing.assert_array_equal(resumed["norm"][:2], stopped["norm"][:2])
     check_against_reference(resumed, second, [2, 3])
+
+
+def test_a_lock_file_linked_to_another_file_is_refused_and_left_alone(one_rank, tmp_path):
+    """The recorder holds its output as the programs do: a hard link planted at the
+    lock's name is refused, and the file it leads to keeps its bytes."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("PRECIOUS\n")
+    os.link(victim, tmp_path / ".grads.h5.lock")
+    with pytest.raises(accordion.FileError, match=r"lock file .* is not a regular file with one link"):
+        accordion.GradientRecorder(one_rank, tmp_path / "grads.h5")
+    assert victim.read_text() == "PRECIOUS\n"
+    assert not (tmp_path / "grads.h5").exists()
