@@ -12,21 +12,28 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace acc;
 using acc::test::usage_error_of;
 
+namespace {
+
+// train-dist's options parsed from `args`, after --model mlp --epochs 1.
+app::TrainDistConfig parse(std::vector<std::string> args) {
+    app::TrainDistConfig config;
+    CLI::App app;
+    app::add_train_dist_options(app, config);
+    args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
+    std::reverse(args.begin(), args.end());
+    app.parse(args);
+    return config;
+}
+
+}  // namespace
+
 TEST(TrainDistOptions, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
-    auto parse = [](std::vector<std::string> args) {
-        app::TrainDistConfig config;
-        CLI::App app;
-        app::add_train_dist_options(app, config);
-        args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
-        std::reverse(args.begin(), args.end());
-        app.parse(args);
-        return config;
-    };
     EXPECT_THROW(parse({"--compress", "topk:0.1", "--accordion"}), CLI::ParseError);
     EXPECT_THROW(parse({"--compress", "topk:0.1", "--schedule", "s.h5"}), CLI::ParseError);
     EXPECT_THROW(parse({"--low", "topk:0.1"}), CLI::ParseError);
@@ -64,13 +71,7 @@ TEST(TrainDistOptions, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
 // which option changed, as a changed --gravac-window is.
 TEST(TrainDistOptions, ResumeNamesAnAddedOrDroppedGravac) {
     auto settings = [](std::vector<std::string> args) {
-        app::TrainDistConfig config;
-        CLI::App app;
-        app::add_train_dist_options(app, config);
-        args.insert(args.begin(), {"--model", "mlp", "--epochs", "1"});
-        std::reverse(args.begin(), args.end());
-        app.parse(args);
-        return app::train_dist_settings(config, false).resume_text();
+        return app::train_dist_settings(parse(std::move(args)), false).resume_text();
     };
     const std::string gravac = settings({"--gravac", "topk"}), plain = settings({});
     EXPECT_EQ(train::changed_settings(gravac, plain), (std::vector<std::string>{"--gravac topk, not (not given)"}));
