@@ -71,11 +71,12 @@ void check_grads(const acc::io::GradStats& g, const std::string& path) {
     if (!g.has_profile) return;
     if (g.header.major == 1 && g.header.minor < 1) garbage(path, "a profile in a 1.0 file");
     const acc::io::H5File f = acc::io::H5File::open(path, false);
-    for (const std::string& name : f.list("/profile/singular_values")) {
-        bool matrix = false;
-        for (const auto& p : g.parameters) matrix = matrix || (p.name == name && p.is_matrix());
-        if (!matrix) garbage(path, "/profile/singular_values/" + name + ", which names no matrix parameter");
-    }
+    if (f.exists("/profile/singular_values"))
+        for (const std::string& name : f.list("/profile/singular_values")) {
+            bool matrix = false;
+            for (const auto& p : g.parameters) matrix = matrix || (p.name == name && p.is_matrix());
+            if (!matrix) garbage(path, "/profile/singular_values/" + name + ", which names no matrix parameter");
+        }
     for (const auto& epoch : g.profile.topk_tail)
         for (size_t p = 0; p < epoch.size(); ++p)
             for (size_t k = 0; k < epoch[p].size(); ++k)
