@@ -10,7 +10,8 @@ batch size and learning rate from the schedule. With --compress SPEC (e.g.
 powersgd:2), --schedule SCHED.h5 (a compression schedule), --accordion (decided
 online) or --gravac FAMILY (GraVAC: a factor chosen every step) DDP exchanges the
 gradients through accordion.compression_hook (PyTorch 2.x), at that level or at
-each epoch's or step's. --resume continues a stopped run from its
+each epoch's or step's (--warmup-steps N: the first N steps uncompressed, the
+hook's start_step). --resume continues a stopped run from its
 last checkpoint (OUTPUT.ckpt.pt, and each rank's OUTPUT.hook.rankR.pt), and its
 grads.h5 with it.
 Every rank uses one thread; the model is the toolkit's `mlp` (fc1, fc2, fc3), so
@@ -89,6 +90,9 @@ def main():
     parser.add_argument("--batch-schedule", help="a batch schedule from regime-detect --mode batch")
     parser.add_argument("--compress", help="compress every matrix's gradient at this level, e.g. powersgd:2")
     parser.add_argument("--schedule", help="a compression schedule from regime-detect: each epoch's levels")
+    parser.add_argument("--warmup-steps", type=int, default=0,
+                        help="with --compress, --schedule, --accordion or --gravac: send the first N steps "
+                             "uncompressed (the hook's start_step; default 0)")
     parser.add_argument("--accordion", action="store_true",
                         help="decide the levels online (powersgd:2 critical, powersgd:1 elsewhere, a decision "
                              "every 2 epochs)")
@@ -113,12 +117,14 @@ def main():
     # accordion: with --compress or --schedule, the gradients go through the toolkit's compressors
     compression = None
     if args.accordion:
-        compression = accordion.CompressionState(model, accordion=True, interval=2)  # accordion
+        compression = accordion.CompressionState(model, accordion=True, interval=2,  # accordion
+                                                 start_step=args.warmup_steps)
     elif args.gravac:
         gravac = accordion.Gravac(args.gravac, window=50, batch_size=args.batch_size)  # accordion
-        compression = accordion.CompressionState(model, gravac=gravac)  # accordion
+        compression = accordion.CompressionState(model, gravac=gravac, start_step=args.warmup_steps)  # accordion
     elif args.compress or args.schedule:
-        compression = accordion.CompressionState(model, args.compress, schedule=args.schedule)  # accordion
+        compression = accordion.CompressionState(model, args.compress, schedule=args.schedule,  # accordion
+                                                 start_step=args.warmup_steps)
     start = 0
     if args.resume:
         state = torch.load(checkpoint)
