@@ -16,8 +16,8 @@ shift "$acc_torch_shift"
 [ -x "$build/bin/regime-detect" ] ||
     { echo "test-python.sh: error: $build/bin/regime-detect: not built (scripts/build.sh --torch $torch)" >&2; exit 1; }
 build=$(cd "$build" && pwd)
-# The package's compiled part is built beside the programs, reused between runs.
-export ACCORDION_BUILD_DIR="$build/python-package"
+# The package comes from the build's own objects: one CMake run for the programs and it.
+export ACCORDION_BUILD_DIR="$build"
 start=$(date +%s)
 case $torch in
 debian)

@@ -135,6 +135,8 @@ std::vector<std::string> similar_options(const CLI::App& app, const std::string&
 
 const char* version() { return ACC_VERSION; }
 
+const char* torch_version() { return ACC_TORCH_VERSION; }
+
 const Provenance& provenance() { return g_provenance; }
 
 void setup_logging(const std::string& tool, int verbosity) {

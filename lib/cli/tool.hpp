@@ -22,6 +22,9 @@ inline constexpr int kExitUsage = 2;
 /// The toolkit's version, e.g. "0.1.0".
 const char* version();
 
+/// The LibTorch the toolkit was built against, e.g. "2.11.0" (its CMake version).
+const char* torch_version();
+
 /// Producer and command line of the running program, for file headers.
 const Provenance& provenance();
 

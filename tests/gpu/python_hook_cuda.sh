@@ -20,17 +20,10 @@ elif [ "$probe" != 0 ]; then
     exit 77
 fi
 
-cmake_args=()
-for variable in CMAKE_C_COMPILER CMAKE_CXX_COMPILER HDF5_C_INCLUDE_DIR HDF5_C_LIBRARY_hdf5 \
-    HDF5_C_COMPILER_EXECUTABLE CMAKE_CUDA_COMPILER CMAKE_CUDA_HOST_COMPILER ACC_CUDA_ARCHITECTURES; do
-    value=$(cmake_cached "$variable")
-    case $value in "" | *-NOTFOUND) ;; *) cmake_args+=("-D$variable=$value") ;; esac
-done
-extra=
-[ ${#cmake_args[@]} = 0 ] || extra=$(printf '%q ' "${cmake_args[@]}")
 site="$WORK/site"
 started=$(date +%s)
-if ! ACCORDION_BUILD_DIR="$ACC_BUILD_DIR/python-package-gpu" ACCORDION_CMAKE_ARGS="$extra" \
+# The package comes from this build's own objects (one CMake run for the programs and it).
+if ! ACCORDION_BUILD_DIR="$ACC_BUILD_DIR" \
     "$ACC_PYTHON" -m pip install -v --disable-pip-version-check --no-deps --no-build-isolation --target "$site" \
     "$ACC_SOURCE/python" >"$WORK/install.log" 2>&1; then
     fail "pip install ./python against $ACC_PYTHON's torch failed:"

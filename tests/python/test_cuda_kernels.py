@@ -1,7 +1,8 @@
 """The toolkit's CUDA kernels in the package's library: built where the programs'
 build on the same machine built them (a CUDA torch and an nvcc of its CUDA), for
 the same GPU architectures, and bound to the CUDA runtime torch loads. Then the
-package's configure decision itself, for an nvcc of another CUDA than torch's."""
+build's decision itself (cmake/AccCudaKernelsChoice.cmake), for an nvcc of another
+CUDA than torch's, none, or one that cannot run."""
 
 import os
 import re
@@ -45,62 +46,55 @@ def test_the_kernels_use_the_cuda_runtime_torch_loaded():
         os.path.dirname(torch.__file__)))), runtimes
 
 
-def _configure(tmp_path, cuda_version, kernels):
-    torch_dir = os.path.dirname(torch.__file__)
-    command = ["cmake", "-S", os.path.join(TREE, "python"), "-B", str(tmp_path / "build"),
-               "-DACC_TORCH_DIR=" + torch_dir, "-DACC_TORCH_CXX11_ABI=" + str(int(torch._C._GLIBCXX_USE_CXX11_ABI)),
-               "-DACC_TORCH_CUDA=" + cuda_version, "-DACC_CUDA_KERNELS=" + kernels]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+CHOICE = os.path.join(TREE, "cmake", "AccCudaKernelsChoice.cmake")
 
 
-def _nvcc_major():
+def _choose(tmp_path, nvcc, torch_cuda):
+    """The build's decision (cmake/AccCudaKernelsChoice.cmake, run with cmake -P): (ok, reason)."""
+    if shutil.which("cmake") is None:
+        pytest.skip("needs cmake")
+    script = tmp_path / "choose.cmake"
+    script.write_text(f'include("{CHOICE}")\n'
+                      f'acc_cuda_kernels_choice("{nvcc}" "{torch_cuda}" ok reason)\n'
+                      'message("${ok}|${reason}")\n')
+    done = subprocess.run(["cmake", "-P", str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    ok, reason = done.stderr.strip().split("|", 1)
+    return ok, " ".join(reason.split())
+
+
+def _nvcc():
     nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-    if not torch.version.cuda or nvcc is None or shutil.which("cmake") is None:
-        pytest.skip("needs a CUDA torch, nvcc and cmake")
+    if nvcc is None:
+        pytest.skip("needs nvcc")
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
-    return int(re.search(r"release (\d+)\.", version).group(1))
+    return nvcc, int(re.search(r"release (\d+)\.", version).group(1))
+
+
+def test_an_nvcc_of_torchs_cuda_builds_the_kernels(tmp_path):
+    nvcc, major = _nvcc()
+    assert _choose(tmp_path, nvcc, f"{major}.0") == ("ON", "")
+    assert _choose(tmp_path, nvcc, "") == ("ON", "")  # a LibTorch whose CUDA is not known: any working nvcc
 
 
 def test_an_nvcc_of_another_cuda_builds_no_kernels(tmp_path):
-    other = f"{_nvcc_major() - 1}.8"  # a torch of the CUDA before this nvcc's
-    done = _configure(tmp_path, other, "AUTO")
-    assert done.returncode == 0, done.stderr
-    assert re.search(rf"CUDA kernels: off, nvcc \S+ \(.*\) is not of torch's CUDA {re.escape(other)}", done.stdout)
-    with open(tmp_path / "build" / "CMakeCache.txt", encoding="utf-8") as f:
-        assert _cached(f.read(), "ACC_CUDA_KERNELS") == "OFF"
+    nvcc, major = _nvcc()
+    other = f"{major - 1}.8"  # a torch of the CUDA before this nvcc's
+    ok, reason = _choose(tmp_path, nvcc, other)
+    assert ok == "OFF" and re.search(rf"nvcc \S+ \(.*\) is not of torch's CUDA {re.escape(other)}", reason)
 
 
-def test_kernels_asked_for_with_an_nvcc_of_another_cuda_stop_configure(tmp_path):
-    other = f"{_nvcc_major() - 1}.8"
-    done = _configure(tmp_path, other, "ON")
-    assert done.returncode != 0
-    error = " ".join(done.stderr.split())  # CMake wraps its messages
-    assert "ACC_CUDA_KERNELS=ON: nvcc" in error and f"is not of torch's CUDA {other}" in error
+def test_without_nvcc_no_kernels_are_built(tmp_path):
+    assert _choose(tmp_path, "", "13.0") == ("OFF", "no working nvcc found (CUDA 13.0's toolkit, on PATH or as CUDACXX)")
 
 
-def test_without_nvcc_the_package_builds_without_kernels(tmp_path, monkeypatch):
-    if not torch.version.cuda or shutil.which("cmake") is None:
-        pytest.skip("needs a CUDA torch and cmake")
-    monkeypatch.delenv("CUDACXX", raising=False)
-    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not os.path.exists(os.path.join(d, "nvcc"))]
-    cmake = os.path.dirname(shutil.which("cmake"))
-    monkeypatch.setenv("PATH", os.pathsep.join(path + ([cmake] if cmake not in path else [])))
-    done = _configure(tmp_path, torch.version.cuda, "AUTO")
-    assert done.returncode == 0, done.stderr
-    assert "CUDA kernels: off, no working nvcc found" in done.stdout
-
-
-def test_an_nvcc_that_cannot_compile_builds_no_kernels(tmp_path, monkeypatch):
+def test_an_nvcc_that_cannot_run_builds_no_kernels(tmp_path):
     # As an nvcc that refuses the host compiler's version does.
-    if not torch.version.cuda or shutil.which("cmake") is None:
-        pytest.skip("needs a CUDA torch and cmake")
     nvcc = tmp_path / "nvcc"
     nvcc.write_text("#!/bin/sh\necho 'nvcc fatal : unsupported GNU version' >&2\nexit 1\n")
     nvcc.chmod(0o755)
-    monkeypatch.setenv("CUDACXX", str(nvcc))
-    done = _configure(tmp_path, torch.version.cuda, "AUTO")
-    assert done.returncode == 0, done.stderr
-    assert "CUDA kernels: off, no working nvcc found" in done.stdout
+    ok, reason = _choose(tmp_path, str(nvcc), "13.0")
+    assert ok == "OFF" and reason.startswith("no working nvcc found")
 
 
 def test_parameters_on_a_gpu_without_the_kernels_get_a_note(monkeypatch):
