@@ -29,6 +29,15 @@ void silence_hdf5() {
     (void)done;
 }
 
+// Objects are written without HDF5's creation and modification times, so that the
+// same contents make the same bytes (a schedule from accordion.detect and one from
+// regime-detect, two runs of one command); the files' "created" attribute says when.
+Handle untimed(hid_t property_class) {
+    Handle plist(H5Pcreate(property_class), H5Pclose);
+    H5Pset_obj_track_times(plist.get(), false);
+    return plist;
+}
+
 // The innermost message on HDF5's error stack, e.g. "truncated file: eof = ...".
 std::string innermost_hdf5_error() {
     std::string message;
@@ -133,7 +142,8 @@ std::string dims_text(const Dims& dims) {
 
 H5File H5File::create(const std::string& disk_path, const std::string& display_path) {
     silence_hdf5();
-    hid_t id = H5Fcreate(disk_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    Handle fcpl = untimed(H5P_FILE_CREATE);  // the root group's
+    hid_t id = H5Fcreate(disk_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT);
     if (id < 0) {
         std::string why = innermost_hdf5_error();
         throw FileError(display_path, "cannot create the file" + (why.empty() ? "" : " (" + why + ")"));
@@ -221,9 +231,17 @@ bool H5File::exists(const std::string& object) const {
 
 void H5File::create_group(const std::string& group) {
     if (exists(group)) return;
-    hid_t id = H5Gcreate2(file_.get(), group.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    create_parents(group);
+    Handle gcpl = untimed(H5P_GROUP_CREATE);
+    hid_t id = H5Gcreate2(file_.get(), group.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT);
     if (id < 0) fail("cannot create group " + group + " (" + innermost_hdf5_error() + ")");
     H5Gclose(id);
+}
+
+void H5File::create_parents(const std::string& path) {
+    // HDF5's own intermediate groups would be created with times (the default).
+    for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1))
+        create_group(path.substr(0, slash));
 }
 
 std::vector<std::string> H5File::list(const std::string& group) const {
@@ -510,7 +528,7 @@ void H5File::write_raw(const std::string& dataset, hid_t file_type, hid_t mem_ty
     Handle space(dims.empty() ? H5Screate(H5S_SCALAR)
                               : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                  H5Sclose);
-    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    Handle dcpl = untimed(H5P_DATASET_CREATE);
     if (gzip_level > 0 && !dims.empty() && element_count(dims) > 0) {
         // Chunks of at most ~1 Mi elements, cut along the first dimension.
         Dims chunk = dims;
@@ -519,9 +537,8 @@ void H5File::write_raw(const std::string& dataset, hid_t file_type, hid_t mem_ty
         H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
         H5Pset_deflate(dcpl.get(), static_cast<unsigned>(gzip_level));
     }
-    Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-    H5Pset_create_intermediate_group(lcpl.get(), 1);
-    Handle ds(H5Dcreate2(file_.get(), dataset.c_str(), file_type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+    create_parents(dataset);
+    Handle ds(H5Dcreate2(file_.get(), dataset.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
               H5Dclose);
     if (!ds) fail("cannot create dataset " + dataset + " (" + innermost_hdf5_error() + ")");
     if (element_count(dims) > 0 && H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
@@ -643,11 +660,10 @@ void H5File::create_growing_raw(const std::string& dataset, hid_t type, const Di
         chunk.push_back(std::max<hsize_t>(d, 1));
     }
     Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max.data()), H5Sclose);
-    Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    Handle dcpl = untimed(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
-    Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-    H5Pset_create_intermediate_group(lcpl.get(), 1);
-    Handle ds(H5Dcreate2(file_.get(), dataset.c_str(), type, space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT),
+    create_parents(dataset);
+    Handle ds(H5Dcreate2(file_.get(), dataset.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
               H5Dclose);
     if (!ds) fail("cannot create dataset " + dataset + " (" + innermost_hdf5_error() + ")");
 }

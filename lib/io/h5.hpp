@@ -106,6 +106,8 @@ public:
     [[noreturn]] void fail(const std::string& problem) const;
 
 private:
+    /// Creates the groups above `path` ("/a/b/c": /a and /a/b) that do not exist yet.
+    void create_parents(const std::string& path);
     /// Checks, before anything is allocated, that `dataset` keeps its data in this
     /// file and that the file can hold what its shape declares; returns the number
     /// of elements.

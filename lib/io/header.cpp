@@ -1,9 +1,13 @@
 #include "io/header.hpp"
 
+#include "base/error.hpp"
 #include "io/atomic.hpp"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
+#include <string>
 
 namespace acc::io {
 
@@ -59,7 +63,18 @@ FileHeader read_header(const H5File& file, const std::string& format, int suppor
 }
 
 std::string utc_now() {
+    // SOURCE_DATE_EPOCH (seconds since 1970, the reproducible-builds convention) stands
+    // for the clock, so that a command run twice writes the same bytes.
     std::time_t now = std::time(nullptr);
+    if (const char* fixed = std::getenv("SOURCE_DATE_EPOCH"); fixed && *fixed) {
+        char* end = nullptr;
+        errno = 0;
+        const long long seconds = std::strtoll(fixed, &end, 10);
+        if (*end != '\0' || errno != 0 || seconds < 0)
+            throw UsageError(std::string("SOURCE_DATE_EPOCH: must be a whole number of seconds since 1970, not '") +
+                             fixed + "'");
+        now = static_cast<std::time_t>(seconds);
+    }
     std::tm tm{};
     gmtime_r(&now, &tm);
     char buffer[32];

@@ -40,7 +40,8 @@ void write_file(const std::string& path, const FileHeader& header, const char* f
 /// line are tolerated (reported as empty).
 FileHeader read_header(const H5File& file, const std::string& format, int supported_major);
 
-/// The current UTC time as "2026-11-22T10:00:00Z".
+/// The current UTC time as "2026-11-22T10:00:00Z", or SOURCE_DATE_EPOCH's where it is set
+/// (UsageError where it is not a whole number of seconds).
 std::string utc_now();
 
 }  // namespace acc::io

@@ -9,6 +9,8 @@ the file regime-detect reads, and read the schedules it writes:
     recorder.finish()
 
     schedule = accordion.load_schedule("sched.h5", model)
+    schedule = accordion.detect("grads.h5", eta=0.5, interval=2)   # regime-detect in-process
+    schedule.save("sched.h5")
     plan = schedule.batch(epoch, lr)          # batch schedules: batch size and lr
 
     state = accordion.CompressionState(ddp_model, "powersgd:2")   # or schedule=, accordion=True, gravac=
@@ -22,11 +24,13 @@ from ._errors import Error, FileError, UsageError
 from ._library import BUILT_FOR as TORCH_VERSION
 from ._library import CUDA_KERNELS
 from ._library import VERSION as __version__
+from .detect import command as detect_command
+from .detect import detect
 from .gravac import Gravac, GravacStep
 from .hook import CompressionState, compression_hook
 from .recorder import GradientRecorder
 from .schedule import BatchEpoch, Schedule, load_schedule, parameter_mismatches, trainable_parameters
 
-__all__ = ["Error", "FileError", "UsageError", "CompressionState", "compression_hook", "Gravac", "GravacStep",
+__all__ = ["detect", "detect_command", "Error", "FileError", "UsageError", "CompressionState", "compression_hook", "Gravac", "GravacStep",
            "GradientRecorder", "Schedule", "BatchEpoch", "load_schedule", "parameter_mismatches",
            "trainable_parameters", "TORCH_VERSION", "CUDA_KERNELS", "__version__"]

@@ -3,6 +3,7 @@ read with the toolkit's own reader and checks."""
 
 import math
 import os
+import tempfile
 from collections import namedtuple
 
 from . import _library
@@ -67,6 +68,29 @@ class Schedule:
         self._level = rows(f.level()) if self.mode == "compression" else []
         self._batch_size = f.batch_size()
         self._lr_scale = f.lr_scale()
+
+    def save(self, path):
+        """Writes the schedule file (the one it was read from, or the one
+        accordion.detect made) to `path`, replacing any file there."""
+        path = os.fspath(path)
+        contents = getattr(self, "_contents", None)
+        if contents is None:
+            with open(self.path, "rb") as f:
+                contents = f.read()
+        folder = os.path.dirname(os.path.abspath(path))
+        temp = None
+        try:
+            fd, temp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(contents)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temp, 0o666 & ~umask)  # as a file the program writes
+            os.replace(temp, path)
+        except OSError as e:
+            if temp is not None and os.path.exists(temp):
+                os.unlink(temp)
+            raise FileError(f"{path}: cannot write the schedule ({e.strerror or e})") from None
 
     def __repr__(self):
         return (f"Schedule({self.path!r}: mode {self.mode}, {self.epochs} epochs, "

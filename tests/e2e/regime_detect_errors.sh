@@ -115,4 +115,17 @@ rm -f sched.h5
 regime-detect nan.h5 -o sched.h5 2>/dev/null && fail "NaN input accepted"
 [ ! -e sched.h5 ] || fail "a failed run left sched.h5"
 ls -a | grep -q '\.tmp-' && fail "a temporary file was left behind"
+# SOURCE_DATE_EPOCH fixes the files' time: the same command twice writes the same bytes
+# (no HDF5 object times either); a value that is not seconds is refused, the output kept.
+SOURCE_DATE_EPOCH=1767225600 regime-detect good.h5 --interval 2 -q -o same.h5 && cp same.h5 first.h5
+sleep 1
+SOURCE_DATE_EPOCH=1767225600 regime-detect good.h5 --interval 2 -q -o same.h5
+cmp -s first.h5 same.h5 || fail "the same command with the same SOURCE_DATE_EPOCH wrote different bytes"
+[ "$(h5dump -a /created same.h5 | sed -n 's/.*(0): "\(.*\)".*/\1/p')" = "2026-01-01T00:00:00Z" ] ||
+    fail "created is not SOURCE_DATE_EPOCH's time: $(h5dump -a /created same.h5)"
+SOURCE_DATE_EPOCH=tomorrow expect_exit 2 \
+    "^regime-detect: error: SOURCE_DATE_EPOCH: must be a whole number of seconds since 1970, not 'tomorrow'" -- \
+    regime-detect good.h5 --interval 2 -q -o same.h5
+cmp -s first.h5 same.h5 || fail "a refused SOURCE_DATE_EPOCH changed the output"
+
 finish
