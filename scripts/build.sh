@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds into build/ (or $ACC_BUILD_DIR). Extra arguments go to cmake.
+# ACC_BUILD_TARGETS (e.g. "grad-dump regime-detect train-dist") builds those targets
+# only; by default everything, the tests and the Python package's library included.
 #   scripts/build.sh               against Debian's LibTorch 1.13 (CPU), into build/
 #   scripts/build.sh --torch pip   against pip's torch 2.11 (CUDA 13, NCCL), into build-pip/;
 #                                  scripts/setup-pip-torch.sh installs it first
@@ -46,8 +48,12 @@ fi
 grep -E '^-- (LibTorch|CUDA LibTorch|CUDA kernels|NCCL|Gloo|fmt)' "$build/configure.log" | sed 's/^-- /build.sh: /' >&2 || true
 # A first build takes minutes (LibTorch's headers alone take ~14 s a file); a
 # rebuild with nothing to do takes a second.
-echo "build.sh: building $build with $jobs job(s); the programs go to $build/bin" >&2
-if ! cmake --build "$build" -j "$jobs"; then
+targets=()
+for target in ${ACC_BUILD_TARGETS:-}; do targets+=(--target "$target"); done
+what="everything"
+[ ${#targets[@]} = 0 ] || what="$ACC_BUILD_TARGETS"
+echo "build.sh: building $what in $build with $jobs job(s); the programs go to $build/bin" >&2
+if ! cmake --build "$build" -j "$jobs" "${targets[@]}"; then
     echo "build.sh: error: the build failed; the compiler's messages are above" >&2
     exit 1
 fi

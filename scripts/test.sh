@@ -4,6 +4,10 @@
 #   scripts/test.sh --all    every test, slow ones included
 #   scripts/test.sh --torch pip [--all]
 #                            the same against pip's torch 2.11 (CUDA 13, NCCL) in build-pip/
+#   ... --skip-torch-independent
+#                            without the tests labelled torch_independent, whose checks do
+#                            not depend on the PyTorch version (CI's second build: its
+#                            first ran them)
 # Further arguments go to ctest, e.g. -L unit or -R regime; without them the Python
 # package's tests follow (scripts/test-python.sh).
 set -euo pipefail
@@ -14,6 +18,12 @@ shift "$acc_torch_shift"
 select=(-LE slow) suite="the default test suite (no tests labelled slow)"
 if [ "${1:-}" = "--all" ]; then
     select=() suite="every test"
+    shift
+fi
+if [ "${1:-}" = "--skip-torch-independent" ]; then
+    # CI's second build: what does not depend on the PyTorch version ran in the first.
+    if [ ${#select[@]} = 0 ]; then select=(-LE torch_independent); else select=(-LE 'slow|torch_independent'); fi
+    suite+=", without the tests labelled torch_independent"
     shift
 fi
 # Each part's time is printed as it ends: a run stopped from outside (CI's limit)
