@@ -7,17 +7,22 @@
 #
 #   examples/pytorch/record-and-detect.sh [OUT]      (files go to OUT, default build/pytorch-example)
 #
-# Needs the package in the Python that runs it (pip install ./python) and the
-# toolkit's regime-detect (from ${ACC_BUILD_DIR:-build}/bin when built there,
-# else PATH). PYTHON names the Python (default python3).
+# Needs nothing but the Python environment the toolkit was installed into
+# (pip install ./python), whose bin/ has regime-detect; PYTHON names its Python
+# (default python3). Where that environment has no regime-detect, the toolkit's
+# build's (${ACC_BUILD_DIR:-build}/bin) or PATH's is used.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-build/pytorch-example}
 python=${PYTHON:-python3}
 bin="$here/${ACC_BUILD_DIR:-build}/bin"
 [ -x "$bin/regime-detect" ] && export PATH="$bin:$PATH"
+# The environment's own programs first: built with its torch, by the same install as the package.
+envbin=$("$python" -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null) || envbin=
+if [ -n "$envbin" ] && [ -x "$envbin/regime-detect" ]; then export PATH="$envbin:$PATH"; fi
 command -v regime-detect >/dev/null ||
-    { echo "record-and-detect.sh: error: regime-detect: not built (scripts/build.sh) and not on PATH" >&2; exit 1; }
+    { echo "record-and-detect.sh: error: regime-detect: not in $python's environment (pip install ./python)," \
+        "not built (scripts/build.sh) and not on PATH" >&2; exit 1; }
 "$python" -c 'import accordion' ||
     { echo "record-and-detect.sh: error: $python: cannot import accordion; pip install ./python into it" >&2; exit 1; }
 mkdir -p "$out"
