@@ -3,10 +3,9 @@
 # of ACC_PYTHON, offline), its compressing DDP hook trains on CUDA tensors over Gloo
 # (two ranks), NCCL (one rank) and a Gloo group without a CPU backend (two ranks) as
 # on the CPU, for every compressor family
-# (python_hook_cuda.py says how it compares). The package is compiled with the HDF5,
-# the compilers and the CUDA architectures this build found (ACCORDION_CMAKE_ARGS), in
-# the build's python-package-gpu folder, kept for the next run, and must have the CUDA
-# kernels this build has: the hook then runs them.
+# (python_hook_cuda.py says how it compares). The package comes from this build's own
+# folder (ACCORDION_BUILD_DIR: the same CMake run, nothing compiled again), so it has
+# the CUDA kernels this build has: the hook then runs them.
 source "$(dirname "$0")/common.sh"
 : "${ACC_BUILD_DIR:?set by ctest}"
 
