@@ -12,17 +12,13 @@ from . import _library
 from ._errors import UsageError
 from .schedule import Schedule
 
-# Keyword -> regime-detect's option; None leaves the program's default.
-_OPTIONS = (("eta", "--eta"), ("interval", "--interval"), ("mode", "--mode"), ("low", "--low"), ("high", "--high"),
-            ("granularity", "--granularity"))
-
 
 def command(grads, eta=None, interval=None, low=None, high=None, mode=None, granularity=None, monotone=False):
     """regime-detect's arguments (without the program's name and -o) for these keywords."""
     args = [os.fspath(grads)]
-    given = {"eta": eta, "interval": interval, "mode": mode, "low": low, "high": high, "granularity": granularity}
-    for keyword, option in _OPTIONS:
-        value = given[keyword]
+    # None leaves the program's default, and the option off its command line.
+    for option, value in (("--eta", eta), ("--interval", interval), ("--mode", mode), ("--low", low),
+                          ("--high", high), ("--granularity", granularity)):
         if value is not None:
             args += [option, str(value)]
     if monotone:
