@@ -1,5 +1,5 @@
 """The console scripts of the toolkit's programs (grad-dump, regime-detect,
-train-dist, compress-bench, comm-profile) that `pip install ./python` puts on the
+train-dist, compress-bench, comm-profile, and any other under tools/) that `pip install ./python` puts on the
 environment's PATH. Each runs the program the package carries (accordion/bin/),
 built against one torch, after checking that the environment still has that
 torch: after an upgrade a program would otherwise stop at its first symbol with
@@ -63,21 +63,16 @@ def run(program, argv=None):
     return 1  # not reached: execv returns only by raising
 
 
-def grad_dump():
-    return run("grad-dump")
+def __getattr__(name):
+    """The console script of a program, by the name its entry point gives
+    (comm_profile for comm-profile): every program the wheel carries has one, so a
+    new program needs no change here."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise AttributeError(name)
+    program = name.replace("_", "-")
 
+    def console_script():
+        return run(program)
 
-def regime_detect():
-    return run("regime-detect")
-
-
-def train_dist():
-    return run("train-dist")
-
-
-def compress_bench():
-    return run("compress-bench")
-
-
-def comm_profile():
-    return run("comm-profile")
+    console_script.__name__ = name
+    return console_script

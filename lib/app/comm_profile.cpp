@@ -13,7 +13,7 @@
 #include "cli/tool.hpp"
 #include "comm/launch.hpp"
 #include "comm/torch_compat.hpp"
-#include "compress/device_timer.hpp"
+#include "comm/device_timer.hpp"
 #include "io/output.hpp"
 #include "train/compute_time.hpp"
 #include "train/model_table.hpp"
@@ -193,13 +193,13 @@ SizeResult measure_size(ProcessGroupCollectives& comm, const CollectiveRun& run,
     // held before the start event until the host has queued the collective, as
     // the back-to-back calls of nccl-tests hide it: else a small message's time
     // would count c10d's bookkeeping.
-    compress::DeviceTimer clock;
+    comm::DeviceTimer clock;
     int late = 0;
     for (auto& t : times) {
         comm.barrier();
         clock.begin_step(comm.device(), true);
         clock.hold(kHoldCycles);
-        const compress::DeviceTimer::Mark start = clock.start();
+        const comm::DeviceTimer::Mark start = clock.start();
         run.run(comm, buffers);
         late += clock.reached(start);
         double seconds = 0;

@@ -10,7 +10,7 @@
 #include "cli/json.hpp"
 #include "cli/tool.hpp"
 #include "cli/progress.hpp"
-#include "compress/loopback.hpp"
+#include "comm/loopback.hpp"
 #include "compress/shapes.hpp"
 #include "exchange/gradient_exchange.hpp"
 #include "io/bench.hpp"
@@ -38,6 +38,7 @@
 namespace acc::app {
 
 using namespace compress;
+using comm::LoopbackCollectives;
 
 namespace {
 
@@ -241,16 +242,20 @@ std::string csv_field(const std::string& text) {
 }  // namespace
 
 const std::vector<std::string>& compressor_path_names() {
+    // In CompressorPath's order.
     static const std::vector<std::string> names = {"host", "device"};
     return names;
 }
 
-const char* compressor_path_name(CompressorPath path) { return path == CompressorPath::device ? "device" : "host"; }
+const char* compressor_path_name(CompressorPath path) {
+    return compressor_path_names().at(static_cast<size_t>(path)).c_str();
+}
 
 CompressorPath parse_compressor_path(const std::string& name) {
-    if (name == "host") return CompressorPath::host;
-    if (name == "device") return CompressorPath::device;
-    throw UsageError("--path: must be host or device, not '" + name + "'");
+    const auto& names = compressor_path_names();
+    for (size_t i = 0; i < names.size(); ++i)
+        if (names[i] == name) return static_cast<CompressorPath>(i);
+    throw UsageError("--path: must be " + join(names, " or ") + ", not '" + name + "'");
 }
 
 const char* vector_level_name(VectorLevel level) { return level == VectorLevel::compress ? "compress" : "none"; }
@@ -439,7 +444,7 @@ private:
             const std::string text = spec.text();
             std::vector<Spec> levels;
             for (const auto& t : tensors_)
-                levels.push_back(c_.vectors == VectorLevel::compress || t.shape.size() > 1 ? spec : kNone);
+                levels.push_back(c_.vectors == VectorLevel::compress || t.shape.size() > 1 ? spec : no_compression());
             for (auto w : c_.worlds) {
                 progress_.start_item((inputs_.size() > 1 ? in.name + ": " : "") + text + " W=" + std::to_string(w));
                 io::BenchRow row = measure_row(input, text, levels, w, work);

@@ -181,7 +181,7 @@ DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* pg)
         trainer_->set_recorder(&*recorder_);
     }
     if (pg) {
-        const std::vector<compress::Spec> none(tensors_.size(), compress::kNone);
+        const std::vector<compress::Spec> none(tensors_.size(), compress::no_compression());
         exchange_ = std::make_unique<exchange::BucketSync>(tensors_, trainer_->parameters(), *session_.comm(),
                                                          session_.device(), exchange::ExchangeSetup{}, none);
         trainer_->set_exchange(exchange_.get());

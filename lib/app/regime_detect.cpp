@@ -427,11 +427,13 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
     // After --mode, so that its value is known when these are read.
     app.add_option_function<std::string>(
         "--low", [&config](const std::string& text) { read_level(config, "--low", text, config.low, config.low_batch); },
-        "Level for critical epochs: a compressor spec [powersgd:2], or in batch mode the small batch size [512]");
+        "Level for critical epochs: a compressor spec [" + compress::kDefaultLow.text() +
+            "], or in batch mode the small batch size [512]");
     app.add_option_function<std::string>(
         "--high",
         [&config](const std::string& text) { read_level(config, "--high", text, config.high, config.high_batch); },
-        "Level elsewhere: a compressor spec [powersgd:1], or in batch mode the large batch size [4096]");
+        "Level elsewhere: a compressor spec [" + compress::kDefaultHigh.text() +
+            "], or in batch mode the large batch size [4096]");
     app.add_option_function<std::string>(
            "--granularity",
            [&config](const std::string& v) { config.granularity = v == "model" ? Granularity::model : Granularity::layer; },

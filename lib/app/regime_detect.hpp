@@ -34,8 +34,8 @@ struct DetectConfig {
     ScheduleMode mode = ScheduleMode::compression;
     // --low and --high, read as the --mode before them on the option list says (CLI11
     // reads options in the order they are added, whatever the command line's order).
-    compress::Spec low{"powersgd", 2};                 ///< --low: critical epochs' level
-    compress::Spec high{"powersgd", 1};                ///< --high: the other epochs' level
+    compress::Spec low = compress::kDefaultLow;       ///< --low: critical epochs' level
+    compress::Spec high = compress::kDefaultHigh;     ///< --high: the other epochs' level
     std::int64_t low_batch = 512;                      ///< --low in batch mode: the small batch
     std::int64_t high_batch = 4096;                    ///< --high in batch mode: the large batch
     std::optional<Granularity> granularity;            ///< unset: layer (compression) or model (batch)

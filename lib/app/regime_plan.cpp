@@ -24,15 +24,40 @@ std::string grid_text() {
     return join(parts, ", ");
 }
 
+// "none, powersgd:RANK and topk:F": the compressors the planner has an error model for.
+std::string plannable_list() {
+    std::vector<std::string> names;
+    for (const compress::CompressorInfo& c : compress::compressors()) {
+        if (c.residual_model == compress::ResidualModel::unknown) continue;
+        names.push_back(c.parameter_info.short_name ? std::string(c.name) + ":" + c.parameter_info.short_name : c.name);
+    }
+    if (names.size() < 2) return join(names, "");
+    const std::string last = names.back();
+    names.pop_back();
+    return join(names, ", ") + " and " + last;
+}
+
+// The short name of the parameter the profile's Top-k tails are on ("F").
+std::string tail_parameter() {
+    for (const compress::CompressorInfo& c : compress::compressors())
+        if (c.residual_model == compress::ResidualModel::topk_tail) return c.parameter_info.short_name;
+    return "F";
+}
+
 // The error model of a level, or why it has none.
 std::string unplannable_reason(const Spec& spec) {
-    if (spec.name == "none" || spec.name == "powersgd") return "";
-    if (spec.name == "topk") {
+    switch (spec.info().residual_model) {
+    case compress::ResidualModel::exact:
+    case compress::ResidualModel::singular_values: return "";
+    case compress::ResidualModel::topk_tail: {
         const auto& grid = regime::kTopkFractions;
         if (std::find(grid.begin(), grid.end(), spec.parameter) != grid.end()) return "";
         return "the profile holds Top-k tails only at the fractions " + grid_text();
     }
-    return "no error model for it; plannable levels are none, powersgd:RANK and topk:F with F in " + grid_text();
+    case compress::ResidualModel::unknown: break;
+    }
+    return "no error model for it; plannable levels are " + plannable_list() + " with " + tail_parameter() + " in " +
+           grid_text();
 }
 
 Spec parse_plannable(const std::string& option, const std::string& text) {
@@ -91,14 +116,21 @@ LevelCost level_cost(const Spec& spec, const std::vector<std::int64_t>& shape) {
 // Residual norm of `spec` on parameter p's summed gradient of epoch q, from the profile.
 double residual_norm(const Spec& spec, const io::GradStats& g, size_t q, size_t p) {
     const std::vector<std::int64_t>& shape = g.parameters[p].shape;
-    if (spec.name == "none") return 0;
-    if (spec.name == "powersgd") {
+    switch (spec.info().residual_model) {
+    case compress::ResidualModel::exact: return 0;
+    case compress::ResidualModel::singular_values: {
         const auto rank = static_cast<std::int64_t>(spec.parameter);
         if (!compress::powersgd_compresses(shape, rank)) return 0;  // sent whole
         return regime::powersgd_residual(g.profile.singular_values[q][p], rank);
     }
-    return regime::topk_residual(g.epochs[q].norm[p], g.profile.topk_tail[q][p], spec.parameter);
+    case compress::ResidualModel::topk_tail:
+        return regime::topk_residual(g.epochs[q].norm[p], g.profile.topk_tail[q][p], spec.parameter);
+    case compress::ResidualModel::unknown: break;
+    }
+    throw UsageError(spec.text() + " cannot be planned: no error model for it");  // check_plannable refused it before
 }
+
+bool uses_tails(const Spec& spec) { return spec.info().residual_model == compress::ResidualModel::topk_tail; }
 
 ExchangeModel read_network(const std::string& path, const io::GradStats& grads, const std::set<Channel>& channels) {
     const io::CommProfile profile = io::read_comm_profile(path);
@@ -141,8 +173,8 @@ void check_profile(const PlanConfig& plan, const Spec& low, const Spec& high, co
     check_plannable("--low", low);
     check_plannable("--high", high);
     const auto& candidates = plan.candidates;
-    const bool uses_topk = std::any_of(candidates.begin(), candidates.end(), [](const Spec& s) { return s.name == "topk"; }) ||
-                           low.name == "topk" || high.name == "topk";
+    const bool uses_topk = std::any_of(candidates.begin(), candidates.end(), uses_tails) || uses_tails(low) ||
+                           uses_tails(high);
     if (uses_topk && !std::equal(grads.profile.topk_fractions.begin(), grads.profile.topk_fractions.end(),
                                  regime::kTopkFractions.begin(), regime::kTopkFractions.end()))
         throw FileError(grads_path, "its profile's Top-k fractions (/profile/topk_fraction) are not the grid " +
@@ -236,7 +268,7 @@ double level_error(const PlanInputs& in, const Spec& spec, size_t q, size_t p) {
     } catch (const FileError&) {
         throw;
     } catch (const Error& e) {
-        const std::string dataset = spec.name == "powersgd" ? "/profile/singular_values/" + name : "/profile/topk_tail";
+        const std::string dataset = uses_tails(spec) ? "/profile/topk_tail" : "/profile/singular_values/" + name;
         throw FileError(in.grads_path, dataset + " at epoch " + std::to_string(q) + ", parameter '" + name + "': " +
                                            spec.text() + "'s " + e.what());
     }
@@ -247,7 +279,7 @@ double level_error(const PlanInputs& in, const Spec& spec, size_t q, size_t p) {
 // chosen level of every parameter.
 PlannedEpoch plan_epoch(const PlanInputs& in, PlanCosts& costs, std::int64_t epoch, std::vector<Spec>& levels) {
     const size_t P = in.grads.parameters.size();
-    const Spec& none = compress::kNone;
+    const Spec& none = compress::no_compression();
     PlannedEpoch r;
     r.epoch = epoch;
     // The schedule is replayed: the epoch before is the latest one whose
@@ -334,7 +366,7 @@ PlannedSchedule plan_schedule(const PlanConfig& plan, const Spec& low_spec, cons
         for (size_t p : in.matrices) channels.insert(costs.of(spec)[p].channel);
     for (const Spec* spec : {&low_spec, &high_spec})
         for (size_t p : in.matrices) channels.insert(costs.of(*spec)[p].channel);
-    if (in.matrices.size() < grads.parameters.size()) channels.insert(costs.of(compress::kNone)[0].channel);
+    if (in.matrices.size() < grads.parameters.size()) channels.insert(costs.of(compress::no_compression())[0].channel);
 
     PlannedSchedule out;
     out.seconds = !plan.comm.empty();
@@ -344,8 +376,8 @@ PlannedSchedule plan_schedule(const PlanConfig& plan, const Spec& low_spec, cons
         costs.use(network);
     }
     const size_t P = grads.parameters.size(), E = grads.epochs.size();
-    std::map<std::string, std::int32_t> index{{compress::kNone.text(), 0}};
-    out.levels = {compress::kNone};
+    std::map<std::string, std::int32_t> index{{compress::no_compression().text(), 0}};
+    out.levels = {compress::no_compression()};
     auto level_index = [&](const Spec& spec) {
         auto [it, added] = index.try_emplace(spec.text(), static_cast<std::int32_t>(out.levels.size()));
         if (added) out.levels.push_back(spec);

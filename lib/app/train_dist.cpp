@@ -86,11 +86,12 @@ RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& s
     switch (c.mode()) {
     case Mode::fixed: return RunPlan::fixed(parameters, c.fixed_level(), epochs);
     // GravacSync sends every matrix at its own per-step factor; the plan's levels stay none.
-    case Mode::gravac: return RunPlan::fixed(parameters, compress::kNone, epochs);
+    case Mode::gravac: return RunPlan::fixed(parameters, compress::no_compression(), epochs);
     case Mode::schedule: {
         const io::Schedule& s = schedule.value();
-        check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend_last, world, c.batch_size_given);
-        return RunPlan::from_schedule(s, parameters, epochs);
+        const std::vector<compress::Spec> levels =
+            check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend_last, world, c.batch_size_given);
+        return RunPlan::from_schedule(s, levels, parameters, epochs);
     }
     case Mode::accordion: {
         std::vector<double> lr;
@@ -161,13 +162,28 @@ struct LevelTable {
     }
 };
 
+// Rank 0's level table on every rank, typed: the mode, then each level as its
+// compressor's place in the registry and its parameter. No rank parses text.
 LevelTable agree_on_levels(RankSession& session, const RunPlan* plan) {
-    std::string text;
-    if (plan) text = std::string(plan->batch_mode() ? "batch" : "compression") + "\n" + join(plan->level_names(), "\n");
-    const std::vector<std::string> lines = split(session.broadcast(text), '\n');
+    std::vector<double> values;
+    if (plan) {
+        values.push_back(plan->batch_mode() ? 1 : 0);
+        for (const compress::Spec& level : plan->levels()) {
+            values.push_back(static_cast<double>(compress::registry_index(level.info())));
+            values.push_back(level.parameter);
+        }
+    }
+    const auto count =
+        static_cast<size_t>(session.broadcast(std::vector<double>{static_cast<double>(values.size())}, 1).at(0));
+    values = session.broadcast(values, count);
     LevelTable table;
-    table.batch_mode = lines.front() == "batch";
-    for (size_t i = 1; i < lines.size(); ++i) table.levels.push_back(compress::parse_spec(lines[i]));
+    table.batch_mode = values.at(0) != 0;
+    const auto& registry = compress::compressors();
+    for (size_t i = 1; i + 1 < values.size(); i += 2) {
+        const auto index = static_cast<size_t>(values[i]);
+        if (index >= registry.size()) throw Error("internal error: rank 0 sent an unknown compressor");
+        table.levels.push_back(compress::Spec{registry[index].name, values[i + 1]});
+    }
     return table;
 }
 

@@ -24,8 +24,8 @@ enum class Mode {
 };
 
 struct AccordionConfig {
-    compress::Spec low{"powersgd", 2};   ///< level of critical epochs (little compression)
-    compress::Spec high{"powersgd", 1};  ///< level of the other epochs
+    compress::Spec low = compress::kDefaultLow;   ///< level of critical epochs (little compression)
+    compress::Spec high = compress::kDefaultHigh; ///< level of the other epochs
     double eta = regime::kDefaultEta;///< threshold on the relative change of the norm
     std::int64_t interval = regime::kDefaultInterval; ///< epochs between decisions
 };
@@ -60,7 +60,7 @@ struct TrainDistConfig {
                                    : Mode::fixed;
     }
     /// The level of Mode::fixed.
-    compress::Spec fixed_level() const { return compress ? *compress : compress::kNone; }
+    compress::Spec fixed_level() const { return compress ? *compress : compress::no_compression(); }
 };
 
 /// GraVAC's settings for `world_size` ranks: the options, with the paper's smoothing

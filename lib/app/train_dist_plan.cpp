@@ -23,8 +23,6 @@ std::int32_t index_in(std::vector<compress::Spec>& levels, const compress::Spec&
     return static_cast<std::int32_t>(levels.size() - 1);
 }
 
-const compress::Spec kNone{"none", 0};
-
 // Every way the schedule's parameters differ from the model's, one phrase each.
 std::vector<std::string> parameter_mismatches(const std::vector<io::Parameter>& model,
                                               const std::vector<io::Parameter>& schedule) {
@@ -60,20 +58,20 @@ RunPlan RunPlan::fixed(const std::vector<io::Parameter>& parameters, const compr
     RunPlan plan;
     plan.epochs_ = epochs;
     plan.is_matrix_ = matrices(parameters);
-    const std::int32_t none = index_in(plan.levels_, kNone), chosen = index_in(plan.levels_, spec);
+    const std::int32_t none = index_in(plan.levels_, compress::no_compression()), chosen = index_in(plan.levels_, spec);
     std::vector<std::int32_t> row;
     for (bool m : plan.is_matrix_) row.push_back(m ? chosen : none);
     for (std::int64_t e = 0; e < epochs; ++e) plan.table_.insert(plan.table_.end(), row.begin(), row.end());
     return plan;
 }
 
-RunPlan RunPlan::from_schedule(const io::Schedule& s, const std::vector<io::Parameter>& parameters,
-                               std::int64_t epochs) {
+RunPlan RunPlan::from_schedule(const io::Schedule& s, const std::vector<compress::Spec>& levels,
+                               const std::vector<io::Parameter>& parameters, std::int64_t epochs) {
     RunPlan plan;
     plan.epochs_ = epochs;
     plan.is_matrix_ = matrices(parameters);
     const size_t count = parameters.size();
-    index_in(plan.levels_, kNone);
+    index_in(plan.levels_, compress::no_compression());
     auto row_of = [&](std::int64_t e) { return std::min(e, s.epochs - 1); };
     if (s.mode == "batch") {
         plan.batch_mode_ = true;
@@ -84,8 +82,11 @@ RunPlan RunPlan::from_schedule(const io::Schedule& s, const std::vector<io::Para
         }
         return plan;
     }
+    if (levels.size() != s.levels.size())
+        throw Error("internal error: " + std::to_string(levels.size()) + " parsed levels for a schedule of " +
+                    std::to_string(s.levels.size()));
     std::vector<std::int32_t> index;
-    for (const auto& level : s.levels) index.push_back(index_in(plan.levels_, compress::parse_spec(level)));
+    for (const auto& level : levels) index.push_back(index_in(plan.levels_, level));
     for (std::int64_t e = 0; e < epochs; ++e)
         for (size_t p = 0; p < count; ++p)
             plan.table_.push_back(index[static_cast<size_t>(s.level[s.at(row_of(e), p)])]);
@@ -101,7 +102,7 @@ RunPlan RunPlan::accordion(const std::vector<io::Parameter>& parameters, const A
     plan.accordion_ = config;
     plan.lr_ = std::move(lr);
     // The order regime::plan_compression gives: none, low, high.
-    index_in(plan.levels_, kNone);
+    index_in(plan.levels_, compress::no_compression());
     plan.low_ = index_in(plan.levels_, config.low);
     plan.high_ = index_in(plan.levels_, config.high);
     return plan;
@@ -158,8 +159,10 @@ std::int64_t RunPlan::global_batch(std::int64_t epoch) const {
 
 double RunPlan::lr_scale(std::int64_t epoch) const { return batch_mode_ ? scale_.at(static_cast<size_t>(epoch)) : 1.0; }
 
-void check_schedule(const io::Schedule& s, const std::string& path, const std::vector<io::Parameter>& parameters,
-                    std::int64_t epochs, bool extend_last, int world_size, bool batch_size_given) {
+std::vector<compress::Spec> check_schedule(const io::Schedule& s, const std::string& path,
+                                           const std::vector<io::Parameter>& parameters, std::int64_t epochs,
+                                           bool extend_last, int world_size, bool batch_size_given) {
+    std::vector<compress::Spec> levels;
     std::vector<std::string> problems = parameter_mismatches(parameters, s.parameters);
     if (s.epochs < epochs && !extend_last)
         problems.push_back("it covers " + std::to_string(s.epochs) + (s.epochs == 1 ? " epoch" : " epochs") +
@@ -168,7 +171,7 @@ void check_schedule(const io::Schedule& s, const std::string& path, const std::v
     if (s.mode == "compression") {
         for (const auto& level : s.levels) {
             try {
-                compress::parse_spec(level);
+                levels.push_back(compress::parse_spec(level));
             } catch (const UsageError&) {
                 problems.push_back("its level '" + level + "' is not a compressor spec");
             }
@@ -194,7 +197,7 @@ void check_schedule(const io::Schedule& s, const std::string& path, const std::v
     } else {
         problems.push_back("its mode is '" + s.mode + "'; train-dist replays 'compression' and 'batch' schedules");
     }
-    if (problems.empty()) return;
+    if (problems.empty()) return levels;
     std::string message = path + " does not fit this run: ";
     for (size_t i = 0; i < problems.size(); ++i)
         message += (i ? "; " : "") + ("(" + std::to_string(i + 1) + ") ") + problems[i];

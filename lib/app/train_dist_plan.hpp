@@ -30,10 +30,9 @@ class RunPlan {
 public:
     /// --compress SPEC: SPEC on every matrix parameter, none on the others.
     static RunPlan fixed(const std::vector<io::Parameter>& parameters, const compress::Spec& spec, std::int64_t epochs);
-    /// A schedule file, checked against the run by check_schedule first; its level
-    /// names are parsed here, once.
-    static RunPlan from_schedule(const io::Schedule& schedule, const std::vector<io::Parameter>& parameters,
-                                 std::int64_t epochs);
+    /// A schedule file with its levels as check_schedule parsed them (none in batch mode).
+    static RunPlan from_schedule(const io::Schedule& schedule, const std::vector<compress::Spec>& levels,
+                                 const std::vector<io::Parameter>& parameters, std::int64_t epochs);
     /// Accordion online: `lr` holds the learning rate of every epoch of the run.
     static RunPlan accordion(const std::vector<io::Parameter>& parameters, const AccordionConfig& config,
                              std::vector<double> lr);
@@ -42,7 +41,7 @@ public:
     size_t parameters() const { return is_matrix_.size(); }
     /// Every level the run may use, each once; "none" first. EpochLevels::level indexes it.
     const std::vector<compress::Spec>& levels() const { return levels_; }
-    /// levels() as canonical text, as the metrics file and the checkpoint record them.
+    /// levels() as canonical text, as the metrics file records them.
     std::vector<std::string> level_names() const;
     bool batch_mode() const { return batch_mode_; }
     bool online() const { return online_; }
@@ -80,8 +79,9 @@ private:
 /// order, shapes), the epochs it covers (a shorter schedule needs --schedule-extend
 /// last), and its mode (compression: valid compressor specs; batch: global batch
 /// sizes that split evenly over the ranks, and no --batch-size). Throws UsageError
-/// naming `path` and every mismatch found.
-void check_schedule(const io::Schedule& schedule, const std::string& path, const std::vector<io::Parameter>& parameters,
+/// naming `path` and every mismatch found. Returns the schedule's levels, parsed
+/// (the only parse of its text; none in batch mode), for RunPlan::from_schedule.
+std::vector<compress::Spec> check_schedule(const io::Schedule& schedule, const std::string& path, const std::vector<io::Parameter>& parameters,
                     std::int64_t epochs, bool extend_last, int world_size, bool batch_size_given);
 
 /// "none x41, powersgd:2 x21": how many parameters use each level of `levels`, in its order.

@@ -1,4 +1,4 @@
-#include "compress/device_timer.hpp"
+#include "comm/device_timer.hpp"
 
 #include "comm/torch_compat.hpp"
 
@@ -11,7 +11,7 @@
 
 #include <deque>
 
-namespace acc::compress {
+namespace acc::comm {
 
 // A deque: events are neither copied nor moved once made.
 struct DeviceTimer::Events {
@@ -23,14 +23,14 @@ void DeviceTimer::begin_step(const at::Device& device, bool device_work) {
     if (!device_work || !device.is_cuda())
         method_ = Method::host_clock;
     else
-        method_ = comm::compat::kTimedEvents ? Method::events : Method::synchronize;
+        method_ = compat::kTimedEvents ? Method::events : Method::synchronize;
     used_ = 0;
     pending_.clear();
 }
 
 size_t DeviceTimer::record() {
     if (!events_) events_ = std::make_shared<Events>();
-    if (used_ == events_->pool.size()) events_->pool.push_back(comm::compat::timed_event(device_.type()));
+    if (used_ == events_->pool.size()) events_->pool.push_back(compat::timed_event(device_.type()));
     events_->pool[used_].record(c10::impl::VirtualGuardImpl(device_.type()).getStream(device_));
     return used_++;
 }
@@ -71,9 +71,9 @@ void DeviceTimer::finish_step() {
     if (pending_.empty()) return;
     torch::cuda::synchronize(device_.index());  // every event of the step has completed
     for (const Pending& p : pending_)
-        *p.seconds += comm::compat::elapsed_ms(events_->pool[p.start], events_->pool[p.end]) / 1e3;
+        *p.seconds += compat::elapsed_ms(events_->pool[p.start], events_->pool[p.end]) / 1e3;
     pending_.clear();
     used_ = 0;
 }
 
-}  // namespace acc::compress
+}  // namespace acc::comm

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-namespace acc::compress {
+namespace acc::comm {
 
 class DeviceTimer {
 public:
@@ -61,4 +61,4 @@ private:
     std::vector<Pending> pending_;
 };
 
-}  // namespace acc::compress
+}  // namespace acc::comm

@@ -1,11 +1,11 @@
-#include "compress/loopback.hpp"
+#include "comm/loopback.hpp"
 
 #include "base/clock.hpp"
 #include "base/error.hpp"
 
 #include <chrono>
 
-namespace acc::compress {
+namespace acc::comm {
 namespace {
 
 class DoneWork : public comm::Work {
@@ -47,4 +47,4 @@ void LoopbackCollectives::broadcast(at::Tensor& tensor, int root) {
     traffic_.bytes += static_cast<std::int64_t>(tensor.nbytes());
 }
 
-}  // namespace acc::compress
+}  // namespace acc::comm

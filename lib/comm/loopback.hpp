@@ -6,9 +6,9 @@
 
 #include "comm/collectives.hpp"
 
-namespace acc::compress {
+namespace acc::comm {
 
-class LoopbackCollectives : public comm::Collectives {
+class LoopbackCollectives : public Collectives {
 public:
     explicit LoopbackCollectives(int world_size);
     int rank() const override { return 0; }
@@ -26,4 +26,4 @@ private:
     comm::Traffic traffic_;
 };
 
-}  // namespace acc::compress
+}  // namespace acc::comm

@@ -12,24 +12,25 @@ namespace acc::compress {
 namespace {
 
 struct DeviceEntry {
-    const char* name;
+    const CompressorInfo& (*compressor)();
     DeviceCodecFactory make;
 };
 
+// Each factory beside its compressor's registration function: no compressor is named here.
 const std::vector<DeviceEntry>& device_codecs() {
     static const std::vector<DeviceEntry> list = {
-        {"none", make_none_device_codec},       {"fp16", make_fp16_device_codec},
-        {"powersgd", make_powersgd_device_codec}, {"topk", make_topk_device_codec},
-        {"randomk", make_randomk_device_codec}, {"dgc", make_dgc_device_codec},
-        {"signsgd", make_signsgd_device_codec}, {"efsignsgd", make_efsignsgd_device_codec},
-        {"qsgd", make_qsgd_device_codec},       {"terngrad", make_terngrad_device_codec},
+        {none_compressor, make_none_device_codec},           {fp16_compressor, make_fp16_device_codec},
+        {powersgd_compressor, make_powersgd_device_codec},   {topk_compressor, make_topk_device_codec},
+        {randomk_compressor, make_randomk_device_codec},     {dgc_compressor, make_dgc_device_codec},
+        {signsgd_compressor, make_signsgd_device_codec},     {efsignsgd_compressor, make_efsignsgd_device_codec},
+        {qsgd_compressor, make_qsgd_device_codec},           {terngrad_compressor, make_terngrad_device_codec},
     };
     return list;
 }
 
 const DeviceEntry* find_device_codec(const std::string& name) {
     for (const auto& e : device_codecs())
-        if (name == e.name) return &e;
+        if (name == e.compressor().name) return &e;
     return nullptr;
 }
 

@@ -46,6 +46,13 @@ const CompressorInfo* find_compressor(const std::string& name) {
     return nullptr;
 }
 
+size_t registry_index(const CompressorInfo& info) {
+    const auto& all = compressors();
+    for (size_t i = 0; i < all.size(); ++i)
+        if (&all[i] == &info) return i;
+    throw Error(std::string("internal error: compressor '") + info.name + "' is not in the registry");
+}
+
 const CompressorInfo& Spec::info() const {
     if (const CompressorInfo* c = find_compressor(name)) return *c;
     throw UsageError("unknown compressor '" + name + "'");

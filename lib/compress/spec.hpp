@@ -30,6 +30,15 @@ struct ParameterInfo {
     std::vector<double> defaults;      ///< the values compress-bench runs when not told which
 };
 
+/// What the planner (regime-detect --plan) predicts a compressor leaves of a
+/// parameter's gradient, from the profile grad-dump --profile records.
+enum class ResidualModel {
+    unknown,          ///< no error model: the planner refuses its levels
+    exact,            ///< sends the gradient whole: nothing is left
+    singular_values,  ///< a rank-r factorisation: the singular values past r (/profile/singular_values)
+    topk_tail,        ///< the largest FRACTION of entries: the norm's tail past it (/profile/topk_tail)
+};
+
 /// One compressor, as its own file (compressors/<name>.cpp) registers it.
 struct CompressorInfo {
     const char* name = nullptr;
@@ -59,12 +68,16 @@ struct CompressorInfo {
     /// GraVAC's candidate compresses theta_min's output C_min(g_o) (multi-level: the top
     /// entries of C_min are those of g_o) rather than g_o itself (randomk's own draw).
     bool gravac_candidate_of_min = false;
+    /// The planner's error model of its levels.
+    ResidualModel residual_model = ResidualModel::unknown;
 };
 
 /// Every compressor the toolkit knows, in the order --help lists them (compress/registry.cpp).
 const std::vector<CompressorInfo>& compressors();
 /// The compressor of this name, or nullptr.
 const CompressorInfo* find_compressor(const std::string& name);
+/// `info`'s place in compressors(): how levels travel between ranks as numbers.
+size_t registry_index(const CompressorInfo& info);
 /// The compressors GraVAC scales (those with a gravac_candidate), in the order its
 /// messages list them.
 const std::vector<std::string>& gravac_families();
@@ -79,8 +92,13 @@ struct Spec {
     bool operator==(const Spec& other) const { return name == other.name && parameter == other.parameter; }
 };
 
-/// No compression, parse_spec("none"): what vectors are sent at, and the plans' first level.
-inline const Spec kNone{"none", 0};
+/// No compression (compressors/none.cpp): what vectors are sent at, and the plans' first level.
+const Spec& no_compression();
+
+/// Accordion's levels unless told otherwise (regime-detect and train-dist --low and
+/// --high): PowerSGD rank 2 in critical regimes, rank 1 elsewhere, as the paper runs it.
+inline const Spec kDefaultLow{"powersgd", 2};
+inline const Spec kDefaultHigh{"powersgd", 1};
 
 /// Parses and range-checks a spec; throws UsageError listing the valid ones.
 Spec parse_spec(const std::string& text);

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "compress/device_codec.hpp"
-#include "compress/device_timer.hpp"
+#include "comm/device_timer.hpp"
 #include "compress/kernels.hpp"
 #include "compress/low_rank_kernels.hpp"
 #include "exchange/gradient_exchange.hpp"
@@ -30,7 +30,7 @@ using compress::Channel;
 using compress::CodecOptions;
 using compress::Collective;
 using compress::DeviceCodec;
-using compress::DeviceTimer;
+using comm::DeviceTimer;
 using compress::LowRank;
 using compress::Spec;
 using compress::TensorCodec;

@@ -1,4 +1,5 @@
 #include "io/bench.hpp"
+#include "io/h5.hpp"
 
 namespace acc::io {
 namespace {

@@ -1,4 +1,5 @@
 #include "io/comm_profile.hpp"
+#include "io/h5.hpp"
 
 #include <cmath>
 

@@ -1,4 +1,5 @@
 #include "io/header.hpp"
+#include "io/h5.hpp"
 
 #include "base/error.hpp"
 #include "io/atomic.hpp"

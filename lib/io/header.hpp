@@ -2,12 +2,14 @@
 #pragma once
 
 #include "base/provenance.hpp"
-#include "io/h5.hpp"
 
 #include <functional>
 #include <string>
 
 namespace acc::io {
+
+// Declared only: HDF5's headers (io/h5.hpp) reach just the files that read or write one.
+class H5File;
 
 /// Who wrote a file and how; filled by the tool, stored as root attributes.
 using acc::Provenance;

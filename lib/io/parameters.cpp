@@ -1,4 +1,5 @@
 #include "io/parameters.hpp"
+#include "io/h5.hpp"
 
 #include "base/shape.hpp"
 

@@ -3,13 +3,15 @@
 #pragma once
 
 #include "base/shape.hpp"
-#include "io/h5.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 namespace acc::io {
+
+// Declared only: HDF5's headers (io/h5.hpp) reach just the files that read or write one.
+class H5File;
 
 /// Names, shapes and sizes of a model's tensors (defined in base, shared with compress).
 using acc::Parameter;

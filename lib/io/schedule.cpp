@@ -1,4 +1,5 @@
 #include "io/schedule.hpp"
+#include "io/h5.hpp"
 
 #include "base/text.hpp"
 

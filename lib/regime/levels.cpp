@@ -22,7 +22,7 @@ CompressionPlan plan_compression(const Decisions& decisions, const std::vector<b
         throw Error("internal error: " + std::to_string(is_matrix.size()) + " parameters but " +
                     std::to_string(decisions.columns) + " decision columns");
     CompressionPlan plan;
-    const std::int32_t none = index_of(plan.levels, compress::kNone);
+    const std::int32_t none = index_of(plan.levels, compress::no_compression());
     const std::int32_t low_index = index_of(plan.levels, low);
     const std::int32_t high_index = index_of(plan.levels, high);
     plan.level.resize(decisions.critical.size());

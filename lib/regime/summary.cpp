@@ -140,7 +140,7 @@ Communication compression_communication(const CompressionPlan& plan, const std::
     std::vector<std::vector<double>> per_level(plan.levels.size(), std::vector<double>(P));
     for (size_t l = 0; l < plan.levels.size(); ++l)
         for (size_t p = 0; p < P; ++p) per_level[l][p] = compress::wire_floats(plan.levels[l], shapes[p]);
-    const compress::Spec &low_spec = low, &high_spec = high, &none = compress::kNone;
+    const compress::Spec &low_spec = low, &high_spec = high, &none = compress::no_compression();
     double low_step = 0, high_step = 0;
     for (size_t p = 0; p < P; ++p) {
         bool matrix = shapes[p].size() > 1;

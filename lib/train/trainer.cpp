@@ -335,6 +335,56 @@ private:
     std::chrono::steady_clock::time_point last_delivery_ = std::chrono::steady_clock::now();
 };
 
+// Losses no step read (no `on_step`): checked for divergence once, when the epoch ends.
+class UnreadLosses {
+public:
+    void add(const torch::Tensor& loss, std::int64_t step) {
+        losses_.push_back(loss);
+        steps_.push_back(step);
+    }
+    void check(std::int64_t epoch) const {
+        if (losses_.empty()) return;
+        const torch::Tensor finite = torch::isfinite(torch::stack(losses_)).cpu();
+        const auto* ok = finite.data_ptr<bool>();
+        for (size_t k = 0; k < losses_.size(); ++k)
+            if (!ok[k]) check_finite_loss(losses_[k].item<double>(), epoch, steps_[k]);
+    }
+
+private:
+    std::vector<torch::Tensor> losses_;
+    std::vector<std::int64_t> steps_;
+};
+
+// The watched steps of one epoch (--trace): the window clipped to the epoch's end,
+// started before its first step and stopped after its last, inside a range of its own.
+class EpochWindow {
+public:
+    EpochWindow(std::optional<StepWindow> window, std::int64_t epoch, std::int64_t steps)
+        : window_(std::move(window)), epoch_(epoch) {
+        if (window_ && window_->count > 0 && steps > 0) {
+            first_ = std::min(window_->first, std::max<std::int64_t>(0, steps - window_->count));
+            last_ = std::min(steps, first_ + window_->count);
+        }
+    }
+    void before_step(std::int64_t i) {
+        if (i != first_) return;
+        window_->start();
+        range_ = trace::range("epoch " + std::to_string(epoch_) + ", steps " + std::to_string(first_) + " to " +
+                              std::to_string(last_ - 1));
+    }
+    void after_step(std::int64_t i) {
+        if (i + 1 != last_) return;
+        range_.reset();
+        window_->stop(epoch_, first_, last_);
+    }
+
+private:
+    std::optional<StepWindow> window_;
+    std::int64_t epoch_;
+    std::int64_t first_ = -1, last_ = -1;
+    std::unique_ptr<at::RecordFunction> range_;
+};
+
 }  // namespace
 
 // One step's forward and backward passes. Micro-batches: each loss is weighted by
@@ -411,29 +461,17 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
     const torch::TensorOptions on_device = torch::TensorOptions().device(options_.device);
     torch::Tensor loss_sum = torch::zeros({}, on_device.dtype(torch::kFloat64));
     torch::Tensor correct = torch::zeros({}, on_device.dtype(torch::kInt64));
-    std::vector<torch::Tensor> unread_losses;
-    std::vector<std::int64_t> unread_steps;
+    UnreadLosses unread;
     // Per-step gradient norms are read every step anyway (and belong to the step):
     // then every step is delivered as it ends, as on the CPU, where reading a loss costs nothing.
     const bool batched_callback =
         on_step && options_.device.is_cuda() && !(recorder_ && recorder_->keeps_step_norms());
     PendingSteps pending(on_step, epoch);
-    // The window of watched steps (--trace): this epoch's, clipped to its end.
-    std::optional<StepWindow> window = std::move(window_);
-    window_.reset();
     const std::int64_t steps = batches->size();
-    std::int64_t window_first = -1, window_last = -1;
-    if (window && window->count > 0 && steps > 0) {
-        window_first = std::min(window->first, std::max<std::int64_t>(0, steps - window->count));
-        window_last = std::min(steps, window_first + window->count);
-    }
-    std::unique_ptr<at::RecordFunction> window_range;
+    EpochWindow window(std::move(window_), epoch, steps);
+    window_.reset();
     for (std::int64_t i = 0; i < steps; ++i) {
-        if (i == window_first) {
-            window->start();
-            window_range = trace::range("epoch " + std::to_string(epoch) + ", steps " + std::to_string(window_first) +
-                                        " to " + std::to_string(window_last - 1));
-        }
+        window.before_step(i);
         auto step_range = trace::range("step");
         const auto step_started = std::chrono::steady_clock::now();
         std::unique_ptr<at::RecordFunction> part;
@@ -451,8 +489,7 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
             step_loss_value = step_loss.item<double>();
             check_finite_loss(step_loss_value, epoch, i);
         } else if (!on_step) {
-            unread_losses.push_back(step_loss);
-            unread_steps.push_back(i);
+            unread.add(step_loss, i);
         }
         step_gradients(gradients);
         if (recorder_) recorder_->add(gradients);
@@ -468,19 +505,11 @@ EpochResult Trainer::train_epoch(std::int64_t epoch, double lr, const StepCallba
         if (batched_callback) pending.add(info, step_loss, batch.samples);
         else if (on_step) on_step(info, step_loss_value, batch.samples);
         step_range.reset();
-        if (i + 1 == window_last) {
-            window_range.reset();
-            window->stop(epoch, window_first, window_last);
-        }
+        window.after_step(i);
     }
     if (exchange_) exchange_->settle();  // before the losses, which a NaN gradient made NaN
     pending.deliver();
-    if (!unread_losses.empty()) {
-        const torch::Tensor finite = torch::isfinite(torch::stack(unread_losses)).cpu();
-        const auto* ok = finite.data_ptr<bool>();
-        for (size_t k = 0; k < unread_losses.size(); ++k)
-            if (!ok[k]) check_finite_loss(unread_losses[k].item<double>(), epoch, unread_steps[k]);
-    }
+    unread.check(epoch);
     const double loss_total = loss_sum.item<double>();
     const std::int64_t correct_total = correct.item<std::int64_t>();
     result.loss = result.samples ? loss_total / static_cast<double>(result.samples) : 0;

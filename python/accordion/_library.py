@@ -27,6 +27,9 @@ classes = torch.classes.accordion
 # The GPU architectures the toolkit's CUDA kernels were built for ("75-real,80-real,...");
 # "" where the library has none and the device codecs use ATen operations on a GPU.
 CUDA_KERNELS = torch.ops.accordion.cuda_kernels()
+# No compression, and Accordion's default levels (the programs' --low and --high), as
+# the toolkit's compressor registry spells them.
+NO_COMPRESSION, DEFAULT_LOW, DEFAULT_HIGH = torch.ops.accordion.default_levels()
 
 
 def missing_kernels_note(devices, kernels=None):

@@ -54,8 +54,8 @@ class CompressionState:
     """
 
     def __init__(self, model, compress=None, *, schedule=None, extend_last=False, accordion=False, gravac=None,
-                 low="powersgd:2", high="powersgd:1", eta=0.5, interval=10, seed=0, error_feedback=True,
-                 start_step=0):
+                 low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=0.5, interval=10, seed=0,
+                 error_feedback=True, start_step=0):
         if not _is_ddp(model):
             raise UsageError("model: CompressionState compresses DistributedDataParallel's buckets; give it the "
                              f"model wrapped in torch.nn.parallel.DistributedDataParallel, not a "
@@ -115,12 +115,12 @@ class CompressionState:
             self.set_epoch(0)
         elif gravac is not None:
             self._gravac = GravacExchange(gravac, group, seed)
-            self._levels = {name: "none" for name in self.names}  # before start_step
+            self._levels = {name: _library.NO_COMPRESSION for name in self.names}  # before start_step
         elif compress is not None:
             if not isinstance(compress, str):
                 raise UsageError(f"compress: must be a compressor spec such as 'powersgd:2', not {compress!r}")
             level = self._spec("compress", compress)
-            self._levels = {name: level if self._matrix[name] else "none" for name in self.names}
+            self._levels = {name: level if self._matrix[name] else _library.NO_COMPRESSION for name in self.names}
         else:
             if not isinstance(interval, int) or isinstance(interval, bool):
                 raise UsageError(f"interval: must be a whole number, not {interval!r}")
@@ -215,7 +215,7 @@ class CompressionState:
             if bucket.is_last():
                 self._finish_gravac_step()
             return future
-        levels = [self._levels[n] if self.steps >= self.start_step else "none" for n in names]
+        levels = [self._levels[n] if self.steps >= self.start_step else _library.NO_COMPRESSION for n in names]
         _library.call(self._exchange.start, names, gradients, levels)
         self._pending.append((bucket.buffer(), gradients, future))
         # DDP hands the buckets over in order and waits for their futures only after
@@ -342,7 +342,8 @@ class _Online:
         decided = _library.call(self.regimes.decide, flat, len(names), self.lr, self.eta, self.interval)
         critical = {name: bool(c) for name, c in zip(names, decided[:len(names)])}
         reasons = {name: _REASONS[r] for name, r in zip(names, decided[len(names):])}
-        levels = {name: (self.low if critical[name] else self.high) if matrix[name] else "none" for name in names}
+        levels = {name: (self.low if critical[name] else self.high) if matrix[name] else _library.NO_COMPRESSION
+                  for name in names}
         return levels, critical, reasons
 
     def _end_epoch(self, names, group):

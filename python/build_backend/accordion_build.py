@@ -46,8 +46,20 @@ print(json.dumps({"version": torch.__version__, "dir": os.path.dirname(torch.__f
                   "cmake_prefix_path": torch.utils.cmake_prefix_path}))
 """
 
-# The programs the wheel carries, in the toolkit's build's bin/.
-PROGRAMS = ("grad-dump", "regime-detect", "train-dist", "compress-bench", "comm-profile")
+
+
+def _programs(tools_cmake):
+    """The programs tools/CMakeLists.txt adds, one folder each, in its order."""
+    try:
+        with open(tools_cmake, encoding="utf-8") as f:
+            return tuple(re.findall(r"^add_subdirectory\(([a-z][a-z0-9-]*)\)", f.read(), re.M))
+    except OSError:
+        return ()
+
+
+# The programs the wheel carries, in the toolkit's build's bin/: a new tool under tools/
+# is in the wheel without a change here.
+PROGRAMS = _programs(os.path.join(SOURCE, "tools", "CMakeLists.txt"))
 # What the build's CMake options are called; the configure step below sets them.
 _CCACHE_LAUNCHER = "env;CCACHE_SLOPPINESS=pch_defines,time_macros;ccache"
 
@@ -130,6 +142,8 @@ def _cuda_toolkit_given():
 def _build_toolkit(torch):
     """Configures and builds the package's library and the programs in one CMake run;
     returns the build folder."""
+    if not PROGRAMS:
+        _fail(f"{SOURCE}/tools/CMakeLists.txt: names no programs (one add_subdirectory(<program>) line each)")
     if not shutil.which("cmake"):
         _fail("cmake: not found on PATH (apt-get install cmake, or the toolkit's scripts/setup.sh)")
     if torch["cuda"] and not _cuda_toolkit_given():

@@ -8,6 +8,7 @@
 // never by position: DDP rebuilds its buckets after the first step, and a bucket
 // names its tensors only through the parameters it holds.
 #include "compress/device_codec.hpp"
+#include "compress/spec.hpp"
 #include "guarded.hpp"
 #include "io/grads.hpp"
 #include "io/output.hpp"
@@ -286,4 +287,9 @@ TORCH_LIBRARY(accordion, m) {
         .def("lr_scale", &ScheduleFile::lr_scale);
     // The GPU architectures of the toolkit's CUDA kernels in this library; empty without them.
     m.def("cuda_kernels() -> str", [] { return acc::compress::device::cuda_kernels_built(); });
+    // No compression, and Accordion's default low and high levels: the package's defaults are the programs'.
+    m.def("default_levels() -> str[]", [] {
+        return std::vector<std::string>{acc::compress::no_compression().text(), acc::compress::kDefaultLow.text(),
+                                        acc::compress::kDefaultHigh.text()};
+    });
 }

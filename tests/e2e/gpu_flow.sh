@@ -2,8 +2,8 @@
 # scripts/gpu/run-all.sh --cpu-check runs every step of the short run (the GPU unit
 # tests, both benchmarks with the programs of this build, the programs' GPU tests) and
 # of the second (the Python package's GPU test, the default suite), prints its plan
-# first, and packs the results into one archive beside a few files, since the GPU
-# machine returns at most 8; a failing step is recorded while the rest still runs;
+# first, and packs the results into one archive beside a few files (at most 8 in all,
+# for machines that hand back few files); a failing step is recorded while the rest still runs;
 # without the kit, LibTorch's prefix still comes from the Python that has torch, and
 # the short run builds the programs and test_gpu alone for the GPU's architecture;
 # scripts/gpu/make-kit.sh copies a kit into the checkout, without Fashion-MNIST unless
@@ -40,7 +40,7 @@ check_out() {
     local dir=$1 n
     shift
     n=$(find "$dir" -type f | wc -l)
-    [ "$n" -le 8 ] || fail "$dir: $n files, the GPU machine returns at most 8: $(find "$dir" -type f)"
+    [ "$n" -le 8 ] || fail "$dir: $n files, more than the 8 run-all.sh leaves at most: $(find "$dir" -type f)"
     [ "$(cd "$dir" && find . -type f | sort | tr '\n' ' ')" = \
         "./figures.md ./gpu-results.tar.gz ./steps.tsv ./summary.txt " ] ||
         fail "$dir: expected gpu-results.tar.gz, summary.txt, steps.tsv and figures.md: $(ls -A "$dir")"

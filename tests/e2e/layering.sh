@@ -4,8 +4,9 @@
 # includes a driver, nor does a unit test of an area (each is named for its area);
 # comm and train do not include each other; exchange, but for the trainer's hooks
 # in lib/exchange/trainer, includes neither train nor io; only lib/app and lib/cli
-# (and tools) see CLI11; only lib/io (and lib/app) include HDF5's headers; the
-# areas' libraries hold no CLI11 code.
+# (and tools) see CLI11; HDF5's headers reach only lib/io, lib/app and the trainer's
+# checkpoints, LibTorch's none of the areas listed without it (through the project's
+# own headers too); the areas' libraries hold no CLI11 code.
 source "$(dirname "$0")/common.sh"
 : "${ACC_BUILD_DIR:?set by ctest}"
 cd "$ACC_SOURCE"
@@ -70,8 +71,81 @@ forbid "lib/exchange (outside trainer/) includes train or io" 'train/|io/|exchan
 mapfile -t no_cli < <(sources "${areas[@]}" | grep -v '^lib/cli/')
 forbid "only lib/app, lib/cli and tools use CLI11" 'CLI/|cli/tool\.hpp' "${no_cli[@]}"
 
-mapfile -t no_hdf5 < <(sources "${areas[@]}" | grep -v '^lib/io/')
-forbid "only lib/io and lib/app include HDF5's headers" 'hdf5\.h|H5[A-Za-z]*\.h' "${no_hdf5[@]}"
+# What reaches a file through the project's own headers counts as included: HDF5's
+# headers reach only lib/io, lib/app and the trainer's checkpoints (lib/train/trainer.cpp);
+# LibTorch's reach none of the areas (or parts of one) that the architecture lists
+# without it.
+declare -A direct_includes
+# includes_of FILE: the headers FILE names in its #include lines, one a line, but for
+# those in its ACC_COMPRESS_DEVICE sections: the LibTorch-free compressor library is
+# compiled without them (the device codecs' library compiles them).
+includes_of() {
+    if [ -z "${direct_includes[$1]+set}" ]; then
+        direct_includes[$1]=$(awk '
+            /^[[:space:]]*#[[:space:]]*if/ { if (skip) depth++; else if ($0 ~ /^[[:space:]]*#[[:space:]]*ifdef[[:space:]]+ACC_COMPRESS_DEVICE/) { skip = 1; depth = 1 } }
+            /^[[:space:]]*#[[:space:]]*endif/ { if (skip && --depth == 0) { skip = 0; next } }
+            !skip && match($0, /^[[:space:]]*#[[:space:]]*include[[:space:]]*[<"][^>"]+[>"]/) {
+                line = substr($0, RSTART, RLENGTH); sub(/^[^<"]*[<"]/, "", line); sub(/[>"]$/, "", line); print line }' "$1")
+    fi
+    [ -z "${direct_includes[$1]}" ] || printf '%s\n' "${direct_includes[$1]}"
+}
+# reached FILE: every header FILE includes directly or through the project's headers
+# (those under lib/), as "HEADER<TAB>the chain of project headers it came through".
+reached() {
+    local -A seen=()
+    local queue=("$1") chains=("") file chain header
+    while [ "${#queue[@]}" -gt 0 ]; do
+        file=${queue[0]} chain=${chains[0]}
+        queue=("${queue[@]:1}") chains=("${chains[@]:1}")
+        while IFS= read -r header; do
+            [ -n "$header" ] || continue
+            [ -z "${seen[$header]+set}" ] || continue
+            seen[$header]=1
+            printf '%s\t%s\n' "$header" "$chain"
+            if [ -f "lib/$header" ]; then
+                queue+=("lib/$header") chains+=("${chain:+$chain -> }$header")
+            fi
+        done < <(includes_of "$file")
+    done
+}
+# forbid_reach RULE PATTERN FILES...: every file that a header matching PATTERN reaches breaks RULE.
+forbid_reach() {
+    local rule=$1 pattern=$2
+    shift 2
+    local file hit
+    for file in "$@"; do
+        [ -f "$file" ] || continue
+        hit=$(reached "$file" | grep -E "^($pattern)"$'\t' | head -1) || true
+        [ -z "$hit" ] || fail "$file: $rule (${hit%%$'\t'*} through ${hit#*$'\t'})"
+    done
+}
+hdf5_headers='hdf5\.h|H5[A-Za-z]*\.h'
+torch_headers='torch/[^\t]*|ATen/[^\t]*|c10/[^\t]*|c10d/[^\t]*'
+mapfile -t no_hdf5 < <(sources "${areas[@]}" | grep -v '^lib/io/' | grep -vx 'lib/train/trainer.cpp')
+forbid "only lib/io and lib/app include HDF5's headers" "$hdf5_headers" "${no_hdf5[@]}"
+forbid_reach "HDF5's headers reach it; only lib/io, lib/app and lib/train/trainer.cpp may see them" \
+    "$hdf5_headers" "${no_hdf5[@]}"
+mapfile -t no_torch < <(sources lib/base lib/cli lib/io lib/perf lib/regime lib/comm/rendezvous.* lib/comm/launch.* \
+    lib/comm/backend.hpp lib/compress/spec.* lib/compress/registry.cpp lib/compress/kernels.* lib/compress/codecs.* \
+    lib/train/config.* lib/train/model_table.*)
+[ "${#no_torch[@]}" -ge 40 ] || fail "found only ${#no_torch[@]} sources that must not see LibTorch"
+forbid_reach "LibTorch's headers reach it; docs/architecture.md lists it without LibTorch" "$torch_headers" "${no_torch[@]}"
+
+# A compressor is named in its own file: outside lib/compress/compressors/, the C++
+# code writes no compressor's name as a string (a level such as "topk" or
+# "powersgd:2"), but for Accordion's default levels in lib/compress/spec.hpp. ("none"
+# is left out: it also names other settings' absence; the level is
+# compress::no_compression().)
+mapfile -t compressor_names < <(sed -nE 's/^[[:space:]]*c\.name = "([a-z0-9]+)";.*/\1/p' lib/compress/compressors/*.cpp |
+    grep -vx none)
+[ "${#compressor_names[@]}" -ge 9 ] || fail "found only ${#compressor_names[@]} compressors' names in lib/compress/compressors"
+name_pattern="\"($(IFS='|'; echo "${compressor_names[*]}"))(:[A-Za-z0-9.]*)?\""
+named=$(find lib tools python/csrc -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' \) -not -path 'lib/compress/compressors/*' -print0 |
+    xargs -0 grep -nE "$name_pattern" | sed -E 's#//.*##' | grep -E "$name_pattern" || true)
+expected=$(printf '%s\n' 'lib/compress/spec.hpp:inline const Spec kDefaultLow{"powersgd", 2};' \
+    'lib/compress/spec.hpp:inline const Spec kDefaultHigh{"powersgd", 1};')
+[ "$(sed -E 's/^([^:]+):[0-9]+:/\1:/' <<<"$named")" = "$expected" ] ||
+    fail "compressor names written outside lib/compress/compressors (only Accordion's defaults may be): $named"
 
 # The rule must see a violation where there is one.
 probe="$WORK/lib/train/probe.cpp"
@@ -80,6 +154,9 @@ printf '#include "comm/collectives.hpp"\n' >"$probe"
 before=$failures
 forbid "probe" 'comm/' "$probe" 2>/dev/null
 [ "$failures" -eq $((before + 1)) ] || fail "the include check does not see an include"
+printf '#include "io/metrics.hpp"\n#include "train/trainer.hpp"\n' >"$probe"
+forbid_reach "probe" 'torch/torch\.h' "$probe" 2>/dev/null
+[ "$failures" -eq $((before + 2)) ] || fail "the check of what reaches a file does not see torch/torch.h through train/trainer.hpp"
 failures=$before
 
 # The areas' libraries, as built, hold no CLI11 code (what a link line would pull in).

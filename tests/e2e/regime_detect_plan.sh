@@ -139,7 +139,7 @@ expect_exit 2 "^regime-detect: error: --plan: an empty level in 'powersgd:1,,pow
     regime-detect grads.h5 --plan powersgd:1,,powersgd:2 -o bad.h5
 expect_exit 2 "^regime-detect: error: --plan: topk:0.02 cannot be planned: the profile holds Top-k tails only at the fractions 0.0001, .*, 1$" -- \
     regime-detect grads.h5 --plan powersgd:1,topk:0.02 -o bad.h5
-expect_exit 2 "^regime-detect: error: --plan: qsgd:127 cannot be planned: no error model for it" -- \
+expect_exit 2 "^regime-detect: error: --plan: qsgd:127 cannot be planned: no error model for it; plannable levels are none, powersgd:RANK and topk:F with F in 0.0001, .*, 1$" -- \
     regime-detect grads.h5 --plan powersgd:1,qsgd:127 -o bad.h5
 expect_exit 2 "^regime-detect: error: --low: fp16 cannot be planned: no error model for it" -- \
     regime-detect grads.h5 --plan powersgd:1 --low fp16 -o bad.h5

@@ -23,7 +23,10 @@ kernels=$(cmake_cuda_kernels)
 expected+="; CUDA kernels: ${kernels:-none}"
 echo "expected: $expected"
 
-for tool in grad-dump train-dist compress-bench comm-profile regime-detect; do
+tools=0
+for dir in "$ACC_SOURCE"/tools/*/; do
+    tool=$(basename "$dir")
+    tools=$((tools + 1))
     "$tool" --version >"$WORK/version" 2>"$WORK/err" || { fail "$tool --version exited with $?"; continue; }
     [ "$(sed -n 1p "$WORK/version")" = "$tool (Accordion toolkit) $version" ] ||
         fail "$tool --version, first line: $(sed -n 1p "$WORK/version")"
@@ -35,4 +38,5 @@ for tool in grad-dump train-dist compress-bench comm-profile regime-detect; do
     fi
     if [ -s "$WORK/err" ]; then fail "$tool --version wrote to stderr: $(cat "$WORK/err")"; fi
 done
+[ "$tools" -ge 5 ] || fail "found $tools programs under $ACC_SOURCE/tools"
 finish

@@ -4,8 +4,8 @@
 #include "comm/torch_compat.hpp"
 #include "compress/codecs.hpp"
 #include "compress/device_codec.hpp"
-#include "compress/device_timer.hpp"
-#include "compress/loopback.hpp"
+#include "comm/device_timer.hpp"
+#include "comm/loopback.hpp"
 #include "compress/low_rank_kernels.hpp"
 #include "compress/shapes.hpp"
 #include "compress/spec.hpp"
@@ -159,7 +159,7 @@ TEST(SgdOnCuda, MatchesTheCpu) {
 // compress-bench's GPU clock: CUDA events where LibTorch can time them, read at the
 // step's end; each part's seconds lie within the host's wall time around the step.
 TEST(DeviceTimerOnCuda, PartsHoldTheDevicesWork) {
-    using acc::compress::DeviceTimer;
+    using acc::comm::DeviceTimer;
     torch::Tensor a = torch::randn({2048, 2048}, torch::TensorOptions().device(kGpu));
     DeviceTimer timer;
     timer.begin_step(kGpu, true);
@@ -188,7 +188,7 @@ TEST(DeviceTimerOnCuda, PartsHoldTheDevicesWork) {
 // after a host delay is timed without it (the device had not reached the start when
 // the host queued the part); without the hold the delay is counted.
 TEST(DeviceTimerOnCuda, AHeldPartLeavesOutTheHostsTimeToQueueIt) {
-    using acc::compress::DeviceTimer;
+    using acc::comm::DeviceTimer;
     if (!acc::comm::compat::kTimedEvents) GTEST_SKIP() << "this LibTorch cannot time CUDA events";
     torch::Tensor a = torch::ones({1024}, torch::TensorOptions().device(kGpu));
     DeviceTimer timer;
@@ -350,7 +350,7 @@ TEST(CudaKernels, PowerSgdStepsEqualTheATenOperations) {
                 std::array<std::vector<torch::Tensor>, 2> out;
                 for (int kernels = 0; kernels < 2; ++kernels) {
                     KernelsWanted wanted(kernels == 1 ? "all" : "1");
-                    acc::compress::LoopbackCollectives comm(world);
+                    acc::comm::LoopbackCollectives comm(world);
                     x::ExchangeOptions o;
                     o.powersgd_variant = variant;
                     x::GradientExchange ex(tensors, std::vector<acc::compress::Spec>(tensors.size(),

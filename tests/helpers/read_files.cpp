@@ -38,8 +38,8 @@ void garbage(const std::string& path, const std::string& what) {
 
 // What train-dist does with a schedule before and while training.
 void plan_schedule(const acc::io::Schedule& s, const std::string& path) {
-    acc::app::check_schedule(s, path, s.parameters, s.epochs, false, 1, false);
-    const acc::app::RunPlan plan = acc::app::RunPlan::from_schedule(s, s.parameters, s.epochs);
+    const auto levels = acc::app::check_schedule(s, path, s.parameters, s.epochs, false, 1, false);
+    const acc::app::RunPlan plan = acc::app::RunPlan::from_schedule(s, levels, s.parameters, s.epochs);
     for (std::int64_t e = 0; e < plan.epochs(); ++e) {
         for (std::int32_t level : plan.levels_of(e).level)
             if (level < 0 || static_cast<size_t>(level) >= plan.levels().size()) garbage(path, "a level out of range");

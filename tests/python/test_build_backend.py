@@ -134,6 +134,23 @@ def test_the_console_scripts_name_each_program():
         assert name in module.PROGRAMS
 
 
+def test_the_programs_are_the_folders_under_tools(tmp_path, capsys):
+    module = load(BACKEND, "accordion_build_programs")
+    tools = os.path.join(TREE, "tools")
+    assert sorted(module.PROGRAMS) == sorted(d for d in os.listdir(tools) if os.path.isdir(os.path.join(tools, d)))
+    listing = tmp_path / "CMakeLists.txt"
+    listing.write_text("# One folder per program\nadd_subdirectory(regime-detect)\nadd_subdirectory(new-tool)\n")
+    assert module._programs(str(listing)) == ("regime-detect", "new-tool")
+    assert module._programs(str(tmp_path / "missing.txt")) == ()
+    # A new program has its console script with no change to the module.
+    programs = load(PROGRAMS_MODULE, "accordion_programs_new_tool")
+    assert programs.new_tool.__name__ == "new_tool"
+    assert programs.new_tool() == 1
+    assert capsys.readouterr().err.startswith("new-tool: error: ")
+    with pytest.raises(AttributeError):
+        getattr(programs, "New-Tool")
+
+
 def test_a_program_refuses_another_torch_in_one_line():
     programs = load(PROGRAMS_MODULE, "accordion_programs_mismatch")
     assert programs.mismatch("train-dist", "2.11.0+cu130", "2.11.0+cu130") is None

@@ -3,6 +3,7 @@ against DDP's own allreduce, the floats sent against the wire sizes worked out
 here from the shapes, a schedule replayed epoch by epoch, a resumed run against
 an uninterrupted one, and the errors users meet."""
 
+import inspect
 import json
 import os
 import subprocess
@@ -42,9 +43,21 @@ def floats_per_step(level, shape):
     raise ValueError(level)
 
 
+# Results of runs that read and write no files, by their arguments. Such a run is
+# deterministic (the tests compare runs bit for bit), so one launch serves every test
+# that asks for the same arguments: several tests compare with the same DDP run.
+_runs = {}
+FILE_OPTIONS = {"--save-after", "--start", "--record", "--schedule", "--output", "--reference", "--state", "--crash-after"}
+
+
 def run(tmp_path, *arguments):
+    key = tuple(str(a) for a in arguments)
+    if key in _runs:
+        return json.loads(_runs[key])
     ranks = run_ranks(["compress", "--steps", STEPS, *arguments], cwd=tmp_path)
     assert ranks.codes == [0, 0], ranks.describe()
+    if not FILE_OPTIONS.intersection(key):
+        _runs[key] = ranks.stdout(0)
     return json.loads(ranks.stdout(0))
 
 
@@ -199,6 +212,17 @@ def test_floats_sent_equal_train_dists_for_every_compressor(one_rank, programs, 
         for _ in range(2):
             torch.nn.functional.cross_entropy(model(torch.randn(64, 3072)), torch.randint(10, (64,))).backward()
         assert state.floats_sent == 2 * per_step, spec
+
+
+def test_the_default_levels_are_the_programs(programs):
+    # Accordion's defaults are written once, in the toolkit's registry: the package's
+    # low and high are regime-detect's --low and --high.
+    parameters = inspect.signature(accordion.CompressionState).parameters
+    shown = subprocess.run([os.path.join(programs, "regime-detect"), "--help"], capture_output=True, text=True).stdout
+    for option, default in (("--low", parameters["low"].default), ("--high", parameters["high"].default)):
+        line = next(line for line in shown.splitlines() if line.strip().startswith(option))
+        assert f"a compressor spec [{default}]" in line, line
+    assert (parameters["low"].default, parameters["high"].default) == ("powersgd:2", "powersgd:1")
 
 
 def message_of(e):

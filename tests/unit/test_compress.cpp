@@ -123,6 +123,37 @@ TEST(Registry, SaysWhatTheExchangesTreatSpecially) {
     EXPECT_FALSE(parse_spec("randomk:0.1").info().gravac_candidate_of_min);
 }
 
+TEST(Registry, SaysWhatThePlannerAndTheProgramsAsk) {
+    // The planner's error models, "none" and Accordion's defaults come from the
+    // compressors' files, not from names written in the planner or the drivers.
+    std::vector<std::string> exact, singular_values, tails, unknown;
+    for (const auto& c : compressors()) {
+        switch (c.residual_model) {
+        case ResidualModel::exact: exact.push_back(c.name); break;
+        case ResidualModel::singular_values: singular_values.push_back(c.name); break;
+        case ResidualModel::topk_tail: tails.push_back(c.name); break;
+        case ResidualModel::unknown: unknown.push_back(c.name); break;
+        }
+    }
+    EXPECT_EQ(exact, std::vector<std::string>{"none"});
+    EXPECT_EQ(singular_values, std::vector<std::string>{"powersgd"});
+    EXPECT_EQ(tails, std::vector<std::string>{"topk"});
+    EXPECT_EQ(unknown.size(), compressors().size() - 3);
+    EXPECT_EQ(no_compression(), parse_spec("none"));
+    EXPECT_EQ(kDefaultLow, parse_spec("powersgd:2"));
+    EXPECT_EQ(kDefaultHigh, parse_spec("powersgd:1"));
+    // A level travels between train-dist's ranks as its compressor's place in the
+    // registry and its parameter.
+    for (size_t i = 0; i < compressors().size(); ++i) EXPECT_EQ(registry_index(compressors()[i]), i);
+    for (const char* text : {"none", "powersgd:3", "topk:0.01", "qsgd:127", "dgc:0.001"}) {
+        const Spec spec = parse_spec(text);
+        EXPECT_EQ((Spec{compressors()[registry_index(spec.info())].name, spec.parameter}), spec) << text;
+    }
+    CompressorInfo stranger;
+    stranger.name = "stranger";
+    EXPECT_THROW(registry_index(stranger), acc::Error);
+}
+
 TEST(Registry, GeneratesTheListsOfHelpTexts) {
     EXPECT_EQ(spec_list(),
               "none, fp16, powersgd:RANK, topk:F, randomk:F, dgc:F, signsgd, efsignsgd, qsgd:LEVELS, terngrad");

@@ -7,9 +7,9 @@
 // process group over loopback (lib/comm), one thread per rank.
 #include "base/error.hpp"
 #include "compress/codecs.hpp"
-#include "compress/device_timer.hpp"
+#include "comm/device_timer.hpp"
 #include "compress/kernels.hpp"
-#include "compress/loopback.hpp"
+#include "comm/loopback.hpp"
 #include "comm/process_group.hpp"
 #include "exchange/gradient_exchange.hpp"
 #include "support/gloo_ranks.hpp"
@@ -27,6 +27,8 @@
 using namespace acc::compress;
 using namespace acc::exchange;
 using acc::comm::Collectives;
+using acc::comm::DeviceTimer;
+using acc::comm::LoopbackCollectives;
 using acc::test::thread_ranks;
 
 namespace {

@@ -44,9 +44,15 @@ const CompressorInfo& none_compressor() {
         c.collective = Collective::allreduce;
         c.wire_bytes = wire;
         c.make_codec = codec_util::make<DenseCodec>;
+        c.residual_model = ResidualModel::exact;
         return c;
     }();
     return info;
+}
+
+const Spec& no_compression() {
+    static const Spec spec{none_compressor().name, 0};
+    return spec;
 }
 
 }  // namespace acc::compress

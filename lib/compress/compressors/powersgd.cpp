@@ -184,6 +184,7 @@ const CompressorInfo& powersgd_compressor() {
         c.gravac_candidate = "powersgd";
         c.gravac_candidate_of_min = true;
         c.make_codec = make;
+        c.residual_model = ResidualModel::singular_values;
         return c;
     }();
     return info;

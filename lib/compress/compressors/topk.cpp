@@ -253,6 +253,7 @@ const CompressorInfo& topk_compressor() {
         c.gravac_candidate = "topk";
         c.gravac_candidate_of_min = true;
         c.make_codec = make;
+        c.residual_model = ResidualModel::topk_tail;
         return c;
     }();
     return info;

@@ -9,7 +9,7 @@
 namespace acc::exchange {
 namespace {
 
-bool is_none(const compress::Spec& level) { return level.name == "none"; }
+bool is_none(const compress::Spec& level) { return level == compress::no_compression(); }
 
 std::vector<size_t> compressed_of(const std::vector<compress::Spec>& levels) {
     std::vector<size_t> out;
