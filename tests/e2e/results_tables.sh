@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# docs/results.md's tables match the raw data they are made from
+# (scripts/results-tables.py --check), and the check sees a table that does not.
+source "$(dirname "$0")/common.sh"
+tables="$ACC_PYTHON $ACC_SOURCE/scripts/results-tables.py"
+$tables --check >"$WORK/out" 2>"$WORK/err" || fail "docs/results.md: $(cat "$WORK/err")"
+grep -qE "^results-tables.py: ([0-9]+) of \1 tables match their data$" "$WORK/out" || fail "--check said: $(cat "$WORK/out")"
+
+# The study's own report (scripts/experiments/time-to-accuracy.sh) makes the same
+# tables from the same runs and writes the runs back unchanged.
+variants="dense topk10x topk100x powersgd-r2 powersgd-r1 accordion-topk accordion-powersgd gravac-topk-exp
+          gravac-topk-geo gravac-dgc-exp gravac-dgc-geo gravac-powersgd-exp gravac-powersgd-geo"
+$ACC_PYTHON "$ACC_SOURCE/scripts/experiments/time_to_accuracy_report.py" --out "$WORK/none" --seeds "1 2 3" \
+    --models "mlp cnn" --links "20mbit 100mbit" --variants "$(echo $variants)" \
+    --runs "$ACC_SOURCE/docs/results/time-to-accuracy-runs.csv" --save-runs "$WORK/runs.csv" >"$WORK/report.md" \
+    2>"$WORK/err" || fail "time_to_accuracy_report.py: $(cat "$WORK/err")"
+cmp -s "$WORK/runs.csv" "$ACC_SOURCE/docs/results/time-to-accuracy-runs.csv" ||
+    fail "time_to_accuracy_report.py --save-runs changed the runs it read"
+for study in "20mbit mlp" "100mbit cnn"; do
+    awk -v begin="<!-- table: time-to-accuracy $study -->" '$0 == begin { inside = 1; next }
+        /^<!-- end of table -->$/ { inside = 0 } inside' "$ACC_SOURCE/docs/results.md" >"$WORK/table.md"
+    [ -s "$WORK/table.md" ] || fail "docs/results.md has no table 'time-to-accuracy $study'"
+    missing=$(awk 'NR == FNR { have[$0] = 1; next } !($0 in have)' "$WORK/report.md" "$WORK/table.md")
+    [ -z "$missing" ] || fail "docs/results.md's table for $study has lines the study's report does not: $missing"
+done
+
+# A number changed in a table: named, exit 1, nothing written.
+doc=$WORK/results.md
+awk '/^<!-- table: time-to-accuracy 20mbit mlp -->$/ { inside = 1 }
+     inside && /^\| Top-k 10x \|/ && !done { sub(/4\.33x \|$/, "4.34x |"); done = 1 }
+     { print }' "$ACC_SOURCE/docs/results.md" >"$doc"
+cmp -s "$doc" "$ACC_SOURCE/docs/results.md" && fail "the test's edit did not change the table"
+cp "$doc" "$doc.before"
+expect_exit 1 "the table 'time-to-accuracy 20mbit mlp' differs from its data" -- $tables --check --doc "$doc"
+cmp -s "$doc" "$doc.before" || fail "--check wrote to the document"
+# Without --check it is rewritten to match.
+$tables --doc "$doc" >/dev/null 2>&1 || fail "rewriting $doc failed"
+cmp -s "$doc" "$ACC_SOURCE/docs/results.md" || fail "the rewritten table differs from docs/results.md's"
+
+# Bad input: a table without its end, one this script does not make, data that is not the runs' CSV.
+sed '/^<!-- end of table -->$/d' "$ACC_SOURCE/docs/results.md" >"$doc"
+expect_exit 2 "has no '<!-- end of table -->' line after it" -- $tables --check --doc "$doc"
+printf '<!-- table: planner cnn -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "a table named 'planner cnn', which this script does not make" -- $tables --check --doc "$doc"
+mkdir -p "$WORK/data"
+printf 'a,b\n1,2\n' >"$WORK/data/time-to-accuracy-runs.csv"
+expect_exit 2 "time-to-accuracy-runs.csv: not a --save-runs file" -- $tables --check --data "$WORK/data"
+finish
