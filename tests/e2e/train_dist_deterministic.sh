@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A seed's training is deterministic: the same CNN run twice, uncompressed on one
-# rank and with PowerSGD rank 2 on two (--nproc 2, as the studies of
-# docs/results.md train), writes the same metrics bit for bit, all but the wall
-# times: losses, accuracies, floats sent, levels. Runs of another seed differ.
+# rank and with PowerSGD rank 2 on two (once with --nproc 2, once with the ranks
+# started by hand, the two ways the studies of docs/results.md train), writes the
+# same metrics bit for bit, all but the wall times: losses, accuracies, floats
+# sent, levels. Runs of another seed differ.
 source "$(dirname "$0")/common.sh"
 cd "$WORK"
 base=(--model cnn --train-samples 1024 --test-samples 512 --batch-size 64 --epochs 2 --lr 0.01 --momentum 0.9
@@ -12,6 +13,18 @@ for setting in "1 none" "2 powersgd:2"; do
     for run in a b; do
         name=$ranks-${spec/:/}-$run
         rm -rf ckpt
+        if [ "$ranks" = 2 ] && [ "$run" = b ]; then
+            # The second run's ranks started by hand (--rank, as on two machines or in
+            # the shaped-link studies' network namespaces), the first's by --nproc.
+            port=$(free_port)
+            train-dist "${base[@]}" --seed 3 --rank 1 --world-size 2 --master-port "$port" --compress "$spec" \
+                --metrics "$name.h5" --checkpoint-dir ckpt 2>"$name.rank1.err" &
+            rank1=$!
+            train-dist "${base[@]}" --seed 3 --rank 0 --world-size 2 --master-port "$port" --compress "$spec" \
+                --metrics "$name.h5" --checkpoint-dir ckpt 2>"$name.err" || fail "rank 0 by hand: $(tail -3 "$name.err")"
+            wait "$rank1" || fail "rank 1 by hand: $(tail -3 "$name.rank1.err")"
+            continue
+        fi
         train-dist "${base[@]}" --seed 3 --nproc "$ranks" --compress "$spec" --metrics "$name.h5" --checkpoint-dir ckpt \
             2>"$name.err" || fail "train-dist --nproc $ranks --compress $spec ($run): $(tail -3 "$name.err")"
     done
