@@ -81,8 +81,9 @@ private:
 /// sizes that split evenly over the ranks, and no --batch-size). Throws UsageError
 /// naming `path` and every mismatch found. Returns the schedule's levels, parsed
 /// (the only parse of its text; none in batch mode), for RunPlan::from_schedule.
-std::vector<compress::Spec> check_schedule(const io::Schedule& schedule, const std::string& path, const std::vector<io::Parameter>& parameters,
-                    std::int64_t epochs, bool extend_last, int world_size, bool batch_size_given);
+std::vector<compress::Spec> check_schedule(const io::Schedule& schedule, const std::string& path,
+                                           const std::vector<io::Parameter>& parameters, std::int64_t epochs,
+                                           bool extend_last, int world_size, bool batch_size_given);
 
 /// "none x41, powersgd:2 x21": how many parameters use each level of `levels`, in its order.
 std::string levels_summary(const std::vector<compress::Spec>& levels, const std::vector<std::int32_t>& level);
