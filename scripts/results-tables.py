@@ -6,6 +6,11 @@ Each recomputed table stands in docs/results.md between two lines,
     <!-- table: NAME -->
     <!-- end of table -->
 where NAME says what it is made from; the tables are:
+    accordion STUDY               the reproduction study's runs of STUDY (powersgd, topk
+                                  or batch), from docs/results/accordion-runs.csv
+    accordion seeds               the same runs' final accuracy per seed
+    gravac VARIANT...             the GraVAC study's variants (scripts/experiments/gravac.sh's
+                                  names), against its dense runs, from docs/results/gravac-runs.csv
     time-to-accuracy LINK MODEL   the study of that link and model, both targets,
                                   from docs/results/time-to-accuracy-runs.csv
 
@@ -17,10 +22,14 @@ where NAME says what it is made from; the tables are:
 The default test suite runs --check (e2e.results_tables). Exit 0 when every table
 matches (or was written), 1 when one differs, 2 on a usage or data error."""
 import argparse
+import csv
 import importlib.util
+import math
 import os
 import re
 import sys
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
@@ -33,9 +42,9 @@ def fail(message, code=2):
     sys.exit(code)
 
 
-def load_report():
-    path = os.path.join(HERE, "experiments", "time_to_accuracy_report.py")
-    spec = importlib.util.spec_from_file_location("time_to_accuracy_report", path)
+def load_report(name="time_to_accuracy_report"):
+    path = os.path.join(HERE, "experiments", name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -100,12 +109,161 @@ class TimeToAccuracy:
         plt.close(fig)
 
 
+class Accordion:
+    """The reproduction study's runs (scripts/reproduce-results.sh, written by
+    scripts/experiments/accordion_csv.py): per study, run and seed, its epochs."""
+
+    STUDIES = {
+        "powersgd": ("rank 2", "rank 1"),
+        "topk": ("99%", "10%"),
+        "batch": ("256", "1024"),
+    }
+    RUNS = ("low", "high", "accordion", "online")
+
+    def __init__(self, data):
+        self.path = os.path.join(data, "accordion-runs.csv")
+        self.runs = {}
+        try:
+            with open(self.path, newline="", encoding="utf-8") as f:
+                for row in csv.DictReader(f):
+                    key = (row["study"], row["run"], row["seed"])
+                    self.runs.setdefault(key, []).append(row)
+        except OSError as e:
+            fail(f"{self.path}: {e.strerror}")
+        except KeyError as e:
+            fail(f"{self.path}: no column {e}")
+
+    def label(self, study, run):
+        low, high = self.STUDIES[study]
+        return {"low": f"low ({low})", "high": f"high ({high})", "accordion": "Accordion, schedule replayed",
+                "online": "Accordion online"}[run]
+
+    def seeds(self, study):
+        return sorted({k[2] for k in self.runs if k[0] == study}, key=int)
+
+    def summary(self, study, run, seed):
+        """Final test accuracy (fraction), floats sent, training seconds, critical epochs."""
+        epochs = self.runs[(study, run, seed)]
+        try:
+            accuracy = [float(r["test_accuracy"]) for r in epochs if r["test_accuracy"] != ""]
+            floats = float(epochs[-1]["floats_sent_total"])
+            seconds = sum(float(r["seconds"]) for r in epochs)
+            critical = [(int(r["critical_matrices"]), int(r["matrices"])) for r in epochs
+                        if r["critical_matrices"] != ""]
+        except ValueError as e:
+            fail(f"{self.path}: {study} {run} seed {seed}: {e}")
+        return accuracy[-1] if accuracy else math.nan, floats, seconds, self.critical_text(critical, len(epochs))
+
+    @staticmethod
+    def critical_text(critical, epochs):
+        """As compare_runs.py writes it: the epochs any matrix was critical in, and the
+        share of (matrix, epoch) pairs that were."""
+        if not critical:
+            return "-"
+        if len(critical) != epochs:
+            fail("accordion-runs.csv: a run with critical matrices in some epochs only")
+        ranges, start = [], None
+        flags = [c > 0 for c, _ in critical] + [False]
+        for e, flag in enumerate(flags):
+            if flag and start is None:
+                start = e
+            elif not flag and start is not None:
+                ranges.append(f"{start}" if start == e - 1 else f"{start}-{e - 1}")
+                start = None
+        share = sum(c for c, _ in critical) / sum(m for _, m in critical)
+        return f"{', '.join(ranges)} ({100 * share:.0f}%)" if ranges else "none"
+
+    def table(self, study):
+        if study not in self.STUDIES:
+            fail(f"docs/results.md: a table 'accordion {study}'; the studies are {', '.join(self.STUDIES)}")
+        seeds = self.seeds(study)
+        rows = []
+        for run in self.RUNS:
+            have = [s for s in seeds if (study, run, s) in self.runs]
+            if not have:
+                continue
+            if have != seeds:
+                fail(f"{self.path}: {study} {run} has seeds {', '.join(have)}, the study {', '.join(seeds)}")
+            runs = [self.summary(study, run, s) for s in seeds]
+            accuracy = np.array([r[0] for r in runs])
+            critical = sorted({r[3] for r in runs})
+            rows.append((self.label(study, run), accuracy.mean(),
+                         accuracy.max() - accuracy.min() if len(runs) > 1 else math.nan,
+                         np.array([r[1] for r in runs]).mean(), np.array([r[2] for r in runs]).mean(),
+                         "; ".join(critical)))
+        if not rows or not rows[0][0].startswith("low"):
+            fail(f"{self.path}: no low-level runs of {study}, which the factors compare with")
+        base = rows[0]
+        out = ["| run | test accuracy | floats sent (M) | less sent than low (x) | time (s) | faster than low (x) "
+               "| critical epochs |", "|---|---|---|---|---|---|---|"]
+        for label, accuracy, spread, floats, seconds, critical in rows:
+            text = f"{100 * accuracy:.2f}%" + ("" if math.isnan(spread) else f" (±{50 * spread:.2f})")
+            out.append(f"| {label} | {text} | {floats / 1e6:.2f} | ({base[3] / floats:.2f}x) | {seconds:.1f} | "
+                       f"({base[4] / seconds:.2f}x) | {critical} |")
+        return "\n".join(out) + "\n"
+
+    def seeds_table(self):
+        seeds = sorted({k[2] for k in self.runs}, key=int)
+        out = ["| study | run | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|---|" + "---|" * len(seeds)]
+        for study in self.STUDIES:
+            for run in self.RUNS:
+                if (study, run, seeds[0]) not in self.runs:
+                    continue
+                cells = [f"{100 * self.summary(study, run, s)[0]:.2f}%" if (study, run, s) in self.runs else "-"
+                         for s in seeds]
+                out.append(f"| {study} | {self.label(study, run)} | " + " | ".join(cells) + " |")
+        return "\n".join(out) + "\n"
+
+
+class Gravac:
+    """The GraVAC study's runs (scripts/experiments/gravac.sh), by variant."""
+
+    def __init__(self, data):
+        self.report = load_report("gravac_report")
+        self.path = os.path.join(data, "gravac-runs.csv")
+        try:
+            self.runs = self.report.read_csv(self.path)
+        except OSError as e:
+            fail(f"{self.path}: {e.strerror}")
+        except (KeyError, ValueError, IndexError) as e:
+            fail(f"{self.path}: not the GraVAC study's runs ({e})")
+        if "dense" not in self.runs:
+            fail(f"{self.path}: no dense runs, which every factor compares with")
+        self.dense = np.mean([r["floats"] for r in self.runs["dense"]])
+
+    def table(self, variants):
+        missing = [v for v in variants if v not in self.runs]
+        if missing:
+            fail(f"{self.path}: no runs of {', '.join(missing)}")
+        return self.report.table([(v, self.runs[v]) for v in variants], self.dense)
+
+
+class Studies:
+    """Each study's data, read when a table first asks for it."""
+
+    def __init__(self, data):
+        self.data = data
+        self.loaded = {}
+
+    def get(self, kind):
+        if kind not in self.loaded:
+            self.loaded[kind] = {"time-to-accuracy": TimeToAccuracy, "accordion": Accordion,
+                                 "gravac": Gravac}[kind](self.data)
+        return self.loaded[kind]
+
+
 def recompute(name, studies):
     words = name.split()
     if len(words) == 3 and words[0] == "time-to-accuracy":
-        return studies.table(words[1], words[2])
+        return studies.get("time-to-accuracy").table(words[1], words[2])
+    if words == ["accordion", "seeds"]:
+        return studies.get("accordion").seeds_table()
+    if len(words) == 2 and words[0] == "accordion":
+        return studies.get("accordion").table(words[1])
+    if len(words) >= 2 and words[0] == "gravac":
+        return studies.get("gravac").table(words[1:])
     fail(f"docs/results.md: a table named '{name}', which this script does not make "
-         "(time-to-accuracy LINK MODEL)")
+         "(accordion STUDY, accordion seeds, gravac VARIANT..., time-to-accuracy LINK MODEL)")
 
 
 def main():
@@ -122,7 +280,7 @@ def main():
             lines = f.read().split("\n")
     except OSError as e:
         fail(f"{args.doc}: {e.strerror}")
-    studies = TimeToAccuracy(args.data)
+    studies = Studies(args.data)
     out, differ, names, i = [], [], [], 0
     while i < len(lines):
         match = BEGIN.match(lines[i])
@@ -161,7 +319,7 @@ def main():
             words = name.split()
             if words[0] == "time-to-accuracy":
                 path = os.path.join(args.data, f"tta-{words[2]}-{words[1]}.png")
-                studies.plot(words[1], words[2], path)
+                studies.get("time-to-accuracy").plot(words[1], words[2], path)
                 print(f"results-tables.py: wrote {path}")
 
 

@@ -160,6 +160,12 @@ void add_gravac_options(CLI::App& app, TrainDistConfig& c, CLI::Option* gravac) 
         ->default_str(regime::gravac_statistic_name(g.statistic))
         ->needs(gravac)
         ->group(gravac_group);
+    cli::add_typed_option(app, "--gravac-gain", g.gain, regime::parse_gravac_gain,
+                          "A step's compression gain: squared (||C(g)||^2 / ||g||^2, Algorithm 1's) or norm "
+                          "(||C(g)|| / ||g||, the authors' released code's)")
+        ->default_str(regime::gravac_gain_name(g.gain))
+        ->needs(gravac)
+        ->group(gravac_group);
 
 }
 
@@ -214,6 +220,7 @@ void add_gravac_settings(Settings& s, const TrainDistConfig& c) {
     s.add("--gravac-policy", regime::gravac_policy_name(g.policy), true, true);
     s.add("--gravac-throughput", regime::gravac_statistic_name(g.statistic), true, true);
     s.add("--gravac-reset-gains", setting_flag(g.reset_gains), true, true);
+    s.add("--gravac-gain", regime::gravac_gain_name(g.gain), true, true);
 }
 
 }  // namespace

@@ -78,6 +78,20 @@ GravacStatistic parse_gravac_statistic(const std::string& text) {
     throw UsageError("--gravac-throughput: must be 'median' or 'mean', not '" + text + "'");
 }
 
+const char* gravac_gain_name(GravacGain gain) {
+    switch (gain) {
+    case GravacGain::squared: return "squared";
+    case GravacGain::norm: return "norm";
+    }
+    return "?";
+}
+
+GravacGain parse_gravac_gain(const std::string& text) {
+    if (text == "squared") return GravacGain::squared;
+    if (text == "norm") return GravacGain::norm;
+    throw UsageError("--gravac-gain: must be 'squared' or 'norm', not '" + text + "'");
+}
+
 const char* gravac_choice_name(GravacChoice choice) {
     switch (choice) {
     case GravacChoice::candidate: return "candidate";
@@ -120,6 +134,8 @@ void validate(const GravacSettings& s) {
         throw UsageError("--gravac-policy: must be 'exponential' or 'geometric'");
     if (s.statistic != GravacStatistic::median && s.statistic != GravacStatistic::mean)
         throw UsageError("--gravac-throughput: must be 'median' or 'mean'");
+    if (s.gain != GravacGain::squared && s.gain != GravacGain::norm)
+        throw UsageError("--gravac-gain: must be 'squared' or 'norm'");
 }
 
 void GravacEwma::add(double x) {
@@ -158,6 +174,10 @@ GravacController::GravacController(const GravacSettings& settings)
       gain_min_(settings.smoothing),
       gain_candidate_(settings.smoothing) {}
 
+double GravacController::step_gain(double squared_ratio) const {
+    return settings_.gain == GravacGain::norm ? std::sqrt(squared_ratio) : squared_ratio;
+}
+
 GravacDecision GravacController::decide(const GravacNorms& norms) {
     if (pending_) throw std::logic_error("GraVAC: decide() called twice without end_step()");
     check_norm(norms.grad_sq, "the gradient");
@@ -165,8 +185,8 @@ GravacDecision GravacController::decide(const GravacNorms& norms) {
     check_norm(norms.candidate_sq, "the gradient compressed to the candidate factor");
 
     if (norms.grad_sq > 0) {
-        gain_min_.add(norms.min_sq / norms.grad_sq);
-        gain_candidate_.add(norms.candidate_sq / norms.grad_sq);
+        gain_min_.add(step_gain(norms.min_sq / norms.grad_sq));
+        gain_candidate_.add(step_gain(norms.candidate_sq / norms.grad_sq));
     } else {
         ++zero_norm_steps_;
     }

@@ -56,6 +56,18 @@ const char* gravac_statistic_name(GravacStatistic statistic);
 /// "median" or "mean"; anything else throws acc::UsageError naming --gravac-throughput.
 GravacStatistic parse_gravac_statistic(const std::string& text);
 
+/// How a step's compression gain is measured from the model's norms.
+enum class GravacGain : std::int8_t {
+    /// ||C(g_o)||^2 / ||g_o||^2: the ratio of squared norms (variances) Algorithm 1 writes.
+    squared = 0,
+    /// ||C(g_o)|| / ||g_o||: unsquared norms, as the authors' released code measures the
+    /// gain (the square root of `squared`, so larger for every gain below 1).
+    norm = 1,
+};
+const char* gravac_gain_name(GravacGain gain);
+/// "squared" or "norm"; anything else throws acc::UsageError naming --gravac-gain.
+GravacGain parse_gravac_gain(const std::string& text);
+
 /// The compressors GraVAC scales (--gravac FAMILY), listed once: --gravac's check
 /// and message, the exchange and the metrics file take their names from here.
 /// A family is its index in compress::gravac_families(), the registry's list.
@@ -88,6 +100,7 @@ struct GravacSettings {
     double smoothing = kGravacSmoothingPerWorker;  ///< in (0, 1]; set gravac_smoothing(N) for N workers
     GravacPolicy policy = GravacPolicy::exponential;
     GravacStatistic statistic = GravacStatistic::median;  ///< a factor's table entry from a window's steps
+    GravacGain gain = GravacGain::squared;  ///< how a step's gain is measured (epsilon is compared with it)
     /// Restart the candidate's gain EWMA when CheckGraVAC changes the candidate, and
     /// hand it to theta_min when theta_min is raised to it, so that each average
     /// holds only samples of the factor it stands for. Off: the paper says nothing
@@ -208,6 +221,8 @@ public:
 
 private:
     void check();
+    /// A step's gain from its ratio of squared norms, as settings().gain measures it.
+    double step_gain(double squared_ratio) const;
     std::vector<GravacThroughput> table_now() const;
 
     GravacSettings settings_;

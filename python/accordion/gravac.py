@@ -27,7 +27,9 @@ class Gravac:
       'randomk' or 'powersgd' (factor f is rank max(1, floor(rows cols / (f (rows + cols))))).
     - `theta_min` (10), `theta_max` (1000): the least and the largest factor;
       `theta_s` (2): the first candidate is theta_s x theta_min.
-    - `epsilon` (0.7): the least gain ||C(g)||^2 / ||g||^2 at which a factor is sent.
+    - `epsilon` (0.7): the least gain at which a factor is sent; `gain`: 'squared'
+      (||C(g)||^2 / ||g||^2, Algorithm 1's) or 'norm' (||C(g)|| / ||g||, as the
+      authors' released code measures it).
     - `window` (500): steps between the checks that scale the candidate;
       `omega` (0.01): the tolerance of the saturation and theta_min rules.
     - `smoothing`: the EWMA weight of a step's gain; None: min(1, N/100) for N ranks.
@@ -41,7 +43,7 @@ class Gravac:
 
     def __init__(self, family, *, theta_min=10.0, theta_max=1000.0, epsilon=0.7, window=500, omega=0.01,
                  theta_s=2.0, smoothing=None, policy="exponential", throughput="median", reset_gains=False,
-                 batch_size=1):
+                 gain="squared", batch_size=1):
         if not isinstance(family, str):
             raise UsageError(f"gravac: must be a compressor family such as 'topk', not {family!r}")
         for name, value in (("theta_min", theta_min), ("theta_max", theta_max), ("epsilon", epsilon),
@@ -52,7 +54,7 @@ class Gravac:
         for name, value in (("window", window), ("batch_size", batch_size)):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise UsageError(f"{name}: must be a whole number, not {value!r}")
-        for name, value in (("policy", policy), ("throughput", throughput)):
+        for name, value in (("policy", policy), ("throughput", throughput), ("gain", gain)):
             if not isinstance(value, str):
                 raise UsageError(f"{name}: must be text, not {value!r}")
         self.family, self.theta_min, self.theta_max, self.epsilon = family, float(theta_min), float(theta_max), \
@@ -61,10 +63,11 @@ class Gravac:
         self.smoothing = None if smoothing is None else float(smoothing)
         self.policy, self.throughput, self.reset_gains, self.batch_size = policy, throughput, bool(reset_gains), \
             batch_size
+        self.gain = gain
 
     def _key(self):
         return (self.family, self.theta_min, self.theta_max, self.epsilon, self.window, self.omega, self.theta_s,
-                self.smoothing, self.policy, self.throughput, self.reset_gains, self.batch_size)
+                self.smoothing, self.policy, self.throughput, self.reset_gains, self.gain, self.batch_size)
 
     def __repr__(self):
         return (f"Gravac({self.family!r}, theta_min={self.theta_min:g}, theta_max={self.theta_max:g}, "
@@ -96,7 +99,8 @@ class GravacExchange:
             self._exchange = _library.call(
                 _library.classes.HookGravac, group.boxed(), settings.family, settings.theta_min, settings.theta_max,
                 settings.epsilon, settings.window, settings.omega, settings.theta_s, settings.smoothing or 0.0,
-                settings.policy, settings.throughput, settings.reset_gains, seed, settings.batch_size)
+                settings.policy, settings.throughput, settings.reset_gains, settings.gain, seed,
+                settings.batch_size)
         except UsageError as e:
             raise UsageError(_keyword_names(str(e))) from None
         # Every rank must decide alike: the same settings everywhere, checked once.

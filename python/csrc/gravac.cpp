@@ -40,8 +40,8 @@ public:
     // samples in one step (throughput is samples over all ranks per second).
     HookGravac(c10::intrusive_ptr<c10d::ProcessGroup> group, std::string family, double theta_min, double theta_max,
                double epsilon, std::int64_t window, double omega, double theta_s, double smoothing,
-               std::string policy, std::string throughput, bool reset_gains, std::int64_t seed,
-               std::int64_t samples_per_step)
+               std::string policy, std::string throughput, bool reset_gains, std::string gain,
+               std::int64_t seed, std::int64_t samples_per_step)
         : comm_(guarded([&] { return std::make_unique<comm::GroupCollectives>(std::move(group)); })) {
         guarded([&] {
             options_.family = regime::parse_gravac_family(family);
@@ -57,6 +57,7 @@ public:
             s.policy = regime::parse_gravac_policy(policy);
             s.statistic = regime::parse_gravac_statistic(throughput);
             s.reset_gains = reset_gains;
+            s.gain = regime::parse_gravac_gain(gain);
             regime::validate(s);
             if (samples_per_step < 1)
                 throw UsageError("--gravac-batch-size: must be at least 1 sample, not " +
@@ -173,7 +174,8 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
     using acc::python::HookGravac;
     m.class_<HookGravac>("HookGravac")
         .def(torch::init<c10::intrusive_ptr<c10d::ProcessGroup>, std::string, double, double, double, std::int64_t,
-                         double, double, double, std::string, std::string, bool, std::int64_t, std::int64_t>())
+                         double, double, double, std::string, std::string, bool, std::string, std::int64_t,
+                         std::int64_t>())
         .def("smoothing", &HookGravac::smoothing)
         .def("restart_clock", &HookGravac::restart_clock)
         .def("exchange", &HookGravac::exchange)

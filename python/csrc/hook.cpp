@@ -6,7 +6,8 @@
 // step, so one GradientExchange serves each distinct bucket (its parameters, by
 // name), and every piece of compressor state (error memory, PowerSGD's Q, DGC's
 // momentum) is keyed by parameter name: when a parameter turns up in a new
-// bucket, its state leaves the old bucket's exchange and goes with it.
+// bucket, its state leaves the old bucket's exchange and goes with it
+// (exchange::BucketExchanges, which train-dist's buckets share).
 //
 // Built only against LibTorch 2.x: Python hands the process group over with
 // ProcessGroup.boxed(), which 1.13 lacks.
@@ -17,6 +18,7 @@
 #if TORCH_VERSION_MAJOR >= 2
 #include "comm/group.hpp"
 #include "compress/spec.hpp"
+#include "exchange/bucket_exchanges.hpp"
 #include "exchange/gradient_exchange.hpp"
 #include "exchange/staging.hpp"
 
@@ -27,7 +29,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,15 +36,7 @@
 namespace acc::python {
 namespace {
 
-using State = std::vector<std::pair<std::string, at::Tensor>>;
-
-// The parameter a state entry belongs to ("fc1.weight/error" -> "fc1.weight"); empty
-// for the exchange's own entries ("exchange/step"), which stay with their bucket.
-std::string owner_of(const std::string& entry) {
-    auto slash = entry.rfind('/');
-    std::string owner = slash == std::string::npos ? std::string() : entry.substr(0, slash);
-    return owner == "exchange" ? std::string() : owner;
-}
+using State = exchange::StateEntries;
 
 class HookExchange : public torch::CustomClassHolder {
 public:
@@ -100,11 +93,7 @@ public:
     }
 
     // Floats handed to collectives since the start (docs/metrics.md, "Data sent").
-    double floats_sent() const {
-        double bytes = static_cast<double>(retired_bytes_);
-        for (const auto& entry : buckets_) bytes += static_cast<double>(entry.second->total().bytes);
-        return bytes / 4.0;
-    }
+    double floats_sent() const { return static_cast<double>(buckets_.bytes_sent()) / 4.0; }
 
     // Every parameter's state, as "<parameter>/<what>" entries (what the package's
     // state_dict() holds). Entries of the exchanges themselves are left out.
@@ -121,14 +110,11 @@ public:
         guarded([&] {
             if (names.size() != tensors.size()) throw Error("internal error: state names and tensors differ in number");
             refuse_pending("load_state_dict()");
-            for (auto& entry : buckets_) retire(*entry.second);
-            buckets_.clear();
-            carried_.clear();
-            for (size_t i = 0; i < names.size(); ++i) {
-                const std::string owner = owner_of(names[i]);
-                if (owner.empty()) throw UsageError("state entry '" + names[i] + "': names no parameter");
-                carried_[owner].emplace_back(names[i], tensors[i]);
-            }
+            buckets_.dissolve_all();
+            buckets_.drop_carried();
+            State state;
+            for (size_t i = 0; i < names.size(); ++i) state.emplace_back(names[i], tensors[i]);
+            buckets_.carry(state);
             return 0;
         });
     }
@@ -149,41 +135,14 @@ private:
     }
 
     // The exchange of this bucket, made on the bucket's first step with the state
-    // its parameters carry from earlier buckets.
+    // its parameters carry from earlier buckets (whose exchanges are dissolved).
     exchange::GradientExchange& bucket(const std::vector<std::string>& names, const std::vector<at::Tensor>& gradients,
                                        const std::vector<compress::Spec>& levels) {
-        std::string key;
-        for (const auto& n : names) key += n + '\n';
-        auto it = buckets_.find(key);
-        if (it != buckets_.end()) return *it->second;
-        // A parameter in another bucket's exchange: that exchange is dissolved, its
-        // parameters' state carried to the buckets they turn up in next.
-        const std::set<std::string> here(names.begin(), names.end());
-        for (auto b = buckets_.begin(); b != buckets_.end();) {
-            bool overlaps = false;
-            for (const auto& t : b->second->tensors()) overlaps = overlaps || here.count(t.name) > 0;
-            if (overlaps) {
-                if (b->second->in_flight())
-                    throw UsageError("DDP regrouped its buckets within one step; the hook cannot follow that");
-                retire(*b->second);
-                b = buckets_.erase(b);
-            } else {
-                ++b;
-            }
-        }
+        if (auto* exchange = buckets_.find(names)) return *exchange;
         std::vector<compress::TensorInfo> tensors;
-        State state;
-        for (size_t i = 0; i < names.size(); ++i) {
-            tensors.push_back({names[i], gradients[i].sizes().vec()});
-            auto carried = carried_.find(names[i]);
-            if (carried == carried_.end()) continue;
-            state.insert(state.end(), carried->second.begin(), carried->second.end());
-            carried_.erase(carried);
-        }
+        for (size_t i = 0; i < names.size(); ++i) tensors.push_back({names[i], gradients[i].sizes().vec()});
         comm::Collectives& over = collectives_on(gradients.empty() ? at::Device(at::kCPU) : gradients[0].device());
-        auto exchange = std::make_unique<exchange::GradientExchange>(std::move(tensors), levels, over, options_);
-        if (!state.empty()) exchange->load_state(state);
-        return *buckets_.emplace(key, std::move(exchange)).first->second;
+        return buckets_.make(std::move(tensors), levels, over, options_);
     }
 
     // The group for an exchange of gradients on `device`. A group made for NCCL has no
@@ -196,15 +155,6 @@ private:
         return *staged;
     }
 
-    void retire(exchange::GradientExchange& exchange) {
-        exchange.settle();
-        retired_bytes_ += exchange.total().bytes;
-        for (auto& entry : exchange.state()) {
-            const std::string owner = owner_of(entry.first);
-            if (!owner.empty()) carried_[owner].push_back(std::move(entry));
-        }
-    }
-
     void refuse_pending(const char* what) const {
         if (!pending_.empty())
             throw UsageError(std::string(what) + ": during a step (buckets are in flight); call it between steps");
@@ -212,14 +162,7 @@ private:
 
     State state() const {
         refuse_pending("state_dict()");
-        State out;
-        for (const auto& entry : buckets_) {
-            entry.second->settle();
-            for (auto& e : entry.second->state())
-                if (!owner_of(e.first).empty()) out.push_back(std::move(e));
-        }
-        for (const auto& entry : carried_) out.insert(out.end(), entry.second.begin(), entry.second.end());
-        return out;
+        return buckets_.parameter_state();
     }
 
     static std::vector<std::string> names_of(const State& state) {
@@ -238,9 +181,7 @@ private:
     std::map<std::string, std::unique_ptr<comm::Collectives>> staged_;
     exchange::ExchangeOptions options_;
     std::map<std::string, compress::Spec> specs_;
-    std::map<std::string, std::unique_ptr<exchange::GradientExchange>> buckets_;  // by "name\n" of its parameters
-    std::map<std::string, State> carried_;  // by parameter: state waiting for its next bucket
-    std::int64_t retired_bytes_ = 0;        // sent by exchanges since dissolved
+    exchange::BucketExchanges buckets_;
     std::vector<exchange::GradientExchange*> pending_;  // started, in order, not yet finished
 };
 

@@ -7,13 +7,17 @@
 # metrics file goes to OUT/<variant>/seed<S>.h5 (a run whose file is complete is
 # kept, so the script resumes where it stopped); the tables and the plot of
 # iterations at each factor (the paper's Figure 7b) go to OUT/gravac.md and
-# OUT/gravac-factors.png.
+# OUT/gravac-factors.png, every run's epochs to OUT/gravac-runs.csv (the raw data
+# of docs/results.md's GraVAC tables, docs/results/gravac-runs.csv).
 #
 #   scripts/experiments/gravac.sh [OUT] [SEEDS] [EPOCHS] [VARIANTS]
 #       defaults: build/gravac "1 2 3" 8 "@sparse @powersgd @gravac-powersgd @low-epsilon"
 # VARIANTS names variants or groups (@sparse: dense, Top-k, DGC; @powersgd;
 # @gravac-powersgd: train-dist --gravac powersgd; @low-epsilon: GraVAC below
-# the paper's thresholds), e.g. "@gravac-powersgd dense". GRAVAC_EXTRA: more
+# the paper's thresholds; @gain: the paper's epsilons with the released code's
+# unsquared gain, --gravac-gain norm, beside the same runs with the squared one),
+# e.g. "@gravac-powersgd dense". A GraVAC variant is named
+# gravac-FAMILY-POLICY-EPSILON, with -norm at the end for --gravac-gain norm. GRAVAC_EXTRA: more
 # options for every run; its --gravac-* options go to the GraVAC runs only. The study in
 # docs/results.md trains on a third of the images, every row alike, and runs
 # CheckGraVAC once an epoch (79 steps):
@@ -28,7 +32,7 @@ main() {
     out=${1:-$here/build/gravac}
     seeds=${2:-1 2 3}
     epochs=${3:-8}
-    bin=$here/build/bin
+    bin=${ACC_BUILD_DIR:-$here/build}/bin  # the programs of that build, else those on PATH
     [ -x "$bin/train-dist" ] && PATH=$bin:$PATH
     mkdir -p "$out"
     # Accordion decides every 2 epochs, the Accordion study's interval (the paper's
@@ -59,13 +63,17 @@ main() {
         [gravac-powersgd]="gravac-powersgd-exp-0.7 gravac-powersgd-exp-0.9 gravac-powersgd-geo-0.7 gravac-powersgd-geo-0.9"
         # Below the paper's thresholds: on this model 10x keeps less than 70 % of the squared norm.
         [low-epsilon]="gravac-topk-exp-0.5 gravac-topk-geo-0.5 gravac-topk-exp-0.3 gravac-dgc-exp-0.5"
+        # Which gain GraVAC measures decides what it sends at the paper's epsilons.
+        [gain]="dense topk10x powersgd-r9 gravac-topk-exp-0.7 gravac-topk-exp-0.7-norm gravac-topk-exp-0.9-norm
+                gravac-dgc-exp-0.7 gravac-dgc-exp-0.7-norm gravac-powersgd-exp-0.7 gravac-powersgd-exp-0.7-norm
+                gravac-powersgd-exp-0.9 gravac-powersgd-exp-0.9-norm"
     )
-    # GraVAC variants are named gravac-FAMILY-POLICY-EPSILON; their options follow from the name.
+    # GraVAC variants are named gravac-FAMILY-POLICY-EPSILON[-norm]; their options follow from the name.
     declare -A policy=([exp]=exponential [geo]=geometric)
-    for v in ${groups[sparse]} ${groups[gravac-powersgd]} ${groups[low-epsilon]}; do
+    for v in ${groups[sparse]} ${groups[gravac-powersgd]} ${groups[low-epsilon]} ${groups[gain]}; do
         [[ $v == gravac-* ]] || continue
-        IFS=- read -r _ family p epsilon <<<"$v"
-        args[$v]="--gravac $family --gravac-policy ${policy[$p]} --gravac-epsilon $epsilon"
+        IFS=- read -r _ family p epsilon gain <<<"$v"
+        args[$v]="--gravac $family --gravac-policy ${policy[$p]} --gravac-epsilon $epsilon --gravac-gain ${gain:-squared}"
     done
     default="@sparse @powersgd @gravac-powersgd @low-epsilon"
     variants=()
@@ -109,13 +117,15 @@ main() {
     dense=$out/dense
     report=()
     declare -A titles=([sparse]="Top-k and DGC" [powersgd]="PowerSGD, static and Accordion"
-                   [gravac-powersgd]="GraVAC with PowerSGD" [low-epsilon]="GraVAC below the paper's thresholds")
-    for group in sparse powersgd gravac-powersgd low-epsilon; do
+                   [gravac-powersgd]="GraVAC with PowerSGD" [low-epsilon]="GraVAC below the paper's thresholds"
+                   [gain]="The gain GraVAC measures: squared or unsquared norms")
+    for group in sparse powersgd gravac-powersgd low-epsilon gain; do
         table=("${titles[$group]}")
         for v in ${groups[$group]}; do table+=("$v=$out/$v"); done
         report+=(--table "${table[@]}")
     done
-    "$python" "$here/scripts/experiments/gravac_report.py" --dense "$dense" --plot "$out/gravac-factors.png" "${report[@]}" |
+    "$python" "$here/scripts/experiments/gravac_report.py" --dense "$dense" --plot "$out/gravac-factors.png" \
+        --csv "$out/gravac-runs.csv" "${report[@]}" |
         tee "$out/gravac.md"
 }
 main "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Tables and Figure 7b of the GraVAC study (scripts/experiments/gravac.sh).
 
-  gravac_report.py [--dense DIR] [--plot OUT.png] [LABEL=DIR ...] [--table TITLE LABEL=DIR ... ...]
+  gravac_report.py [--dense DIR] [--plot OUT.png] [--csv OUT.csv] [LABEL=DIR ...] [--table TITLE LABEL=DIR ... ...]
 
 Each DIR holds seed<S>.h5 metrics files of train-dist runs. Prints one markdown
 table per --table (the positional LABEL=DIR, if any, make a first table
@@ -13,8 +13,18 @@ chose: for GraVAC runs the share of iterations at each compression factor
 last epoch (mean over seeds); for Accordion runs the critical epochs. A label
 without a complete run is listed as not run. --plot draws iterations at each
 factor sent, one panel per table with GraVAC runs (the paper's Figure 7b).
+--csv writes every run's epochs (the raw data the tables are made from; read_csv()
+reads it back, as scripts/results-tables.py does):
+
+    variant,seed,epoch,test_accuracy,floats_sent_total,seconds,gain_min,factor_steps,critical_matrices,matrices
+
+factor_steps: the epoch's steps at each factor sent ("1:3 10:76"; 1 is dense) and
+gain_min theta_min's EWMA gain at the epoch's end, for GraVAC runs;
+critical_matrices of matrices: the weight matrices critical in the epoch, for
+Accordion runs; empty otherwise.
 """
 import argparse
+import csv
 import glob
 import os
 import sys
@@ -26,29 +36,84 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from accordion_runs import Run, epoch_ranges  # noqa: E402
 
 
-def load(directory):
-    runs = []
+CSV_COLUMNS = ("variant", "seed", "epoch", "test_accuracy", "floats_sent_total", "seconds", "gain_min",
+               "factor_steps", "critical_matrices", "matrices")
+
+
+def epochs_of(directory):
+    """Per complete run of DIR, per epoch: what write_csv() keeps of it."""
+    out = []
     for path in sorted(glob.glob(os.path.join(directory, "seed*.h5"))):
         with h5py.File(path, "r") as f:
             if not f.attrs["complete"]:
                 continue
             e = f["epochs"]
-            run = {
-                "seed": os.path.basename(path),
-                "accuracy": float(e["test_accuracy"][-1]),
-                "floats": float(e["floats_sent_total"][-1]),
-                "seconds": float(np.sum(e["seconds"][()])),
-                "epochs": len(e["lr"][()]),
-                "factors": None,
-                "critical": None,
-            }
-            if "gravac" in f:
-                run["factors"] = f["gravac/steps/factor"][()]
-                run["gain_min"] = f["gravac/epochs/gain_min"][()]
-            elif "critical" in e:
-                run["critical"] = Run(path).critical
-            runs.append(run)
-    return runs
+            seed = os.path.basename(path)[len("seed"):-len(".h5")]
+            gravac = "gravac" in f
+            critical = Run(path).critical if not gravac and "critical" in e else None
+            for i in range(len(e["lr"][()])):
+                row = {"seed": seed, "epoch": str(i), "test_accuracy": repr(float(e["test_accuracy"][i])),
+                       "floats_sent_total": repr(float(e["floats_sent_total"][i])),
+                       "seconds": repr(float(e["seconds"][i])), "gain_min": "", "factor_steps": "",
+                       "critical_matrices": "", "matrices": ""}
+                if gravac:
+                    factors = f["gravac/steps/factor"][()][f["gravac/steps/epoch"][()] == i]
+                    values, counts = np.unique(factors, return_counts=True)
+                    row["gain_min"] = repr(float(f["gravac/epochs/gain_min"][i]))
+                    row["factor_steps"] = " ".join(f"{v:g}:{c}" for v, c in zip(values, counts))
+                if critical is not None:
+                    row["critical_matrices"], row["matrices"] = str(int(critical[i].sum())), str(int(critical[i].size))
+                out.append(row)
+    return out
+
+
+def write_csv(path, directories):
+    """directories: {variant: DIR}."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        for variant, directory in directories.items():
+            for row in epochs_of(directory):
+                writer.writerow({"variant": variant, **row})
+
+
+def run_of(rows):
+    """One run (a dict the tables read) from its epochs' rows."""
+    rows = sorted(rows, key=lambda r: int(r["epoch"]))
+    run = {"seed": f"seed{rows[0]['seed']}", "accuracy": float(rows[-1]["test_accuracy"]),
+           "floats": float(rows[-1]["floats_sent_total"]), "seconds": sum(float(r["seconds"]) for r in rows),
+           "epochs": len(rows), "factors": None, "critical": None}
+    if rows[0]["factor_steps"]:
+        run["factors"] = np.array([float(part.split(":")[0]) for r in rows for part in r["factor_steps"].split()
+                                   for _ in range(int(part.split(":")[1]))])
+        run["gain_min"] = np.array([float(r["gain_min"]) for r in rows])
+    elif rows[0]["critical_matrices"] != "":
+        # Only which epochs had a critical matrix, and the share of them, matter here.
+        matrices = int(rows[0]["matrices"])
+        run["critical"] = np.array([[m < int(r["critical_matrices"]) for m in range(matrices)] for r in rows])
+    return run
+
+
+def runs_of(rows):
+    """[run, ...] by seed from the epochs' rows of one variant."""
+    by_seed = {}
+    for row in rows:
+        by_seed.setdefault(str(row["seed"]), []).append(row)
+    return [run_of(by_seed[seed]) for seed in sorted(by_seed, key=int)]
+
+
+def load(directory):
+    """The complete runs of DIR's seed<S>.h5 files."""
+    return runs_of(epochs_of(directory))
+
+
+def read_csv(path):
+    """{variant: [run, ...]} from write_csv()'s file."""
+    rows = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            rows.setdefault(row["variant"], []).append(row)
+    return {variant: runs_of(r) for variant, r in rows.items()}
 
 
 def factor_name(value):
@@ -69,21 +134,27 @@ def chosen(runs):
     return "-"
 
 
-def print_table(title, groups, dense):
-    if title:
-        print(f"\n### {title}\n")
-    print("| run | seeds | epochs | test accuracy | floats sent (M) | less than dense (x) | time (s) | chosen |")
-    print("|---|---|---|---|---|---|---|---|")
+def table(groups, dense):
+    """The markdown table of [(label, runs)] against `dense` floats (None: no factor)."""
+    lines = ["| run | seeds | epochs | test accuracy | floats sent (M) | less than dense (x) | time (s) | chosen |",
+             "|---|---|---|---|---|---|---|---|"]
     for label, runs in groups:
         if not runs:
-            print(f"| {label} | 0 | - | not run | - | - | - | - |")
+            lines.append(f"| {label} | 0 | - | not run | - | - | - | - |")
             continue
         acc = [r["accuracy"] for r in runs]
         floats = np.mean([r["floats"] for r in runs])
         less = f"{dense / floats:.2f}x" if dense else "-"
-        print(f"| {label} | {len(runs)} | {runs[0]['epochs']} | {100 * np.mean(acc):.2f}% "
-              f"(±{50 * (max(acc) - min(acc)):.2f}) | {floats / 1e6:.2f} | {less} | "
-              f"{np.mean([r['seconds'] for r in runs]):.1f} | {chosen(runs)} |")
+        lines.append(f"| {label} | {len(runs)} | {runs[0]['epochs']} | {100 * np.mean(acc):.2f}% "
+                     f"(±{50 * (max(acc) - min(acc)):.2f}) | {floats / 1e6:.2f} | {less} | "
+                     f"{np.mean([r['seconds'] for r in runs]):.1f} | {chosen(runs)} |")
+    return "\n".join(lines) + "\n"
+
+
+def print_table(title, groups, dense):
+    if title:
+        print(f"\n### {title}\n")
+    print(table(groups, dense), end="")
 
 
 def plot(path, tables):
@@ -120,6 +191,7 @@ def main():
     parser.add_argument("--table", nargs="+", action="append", default=[], metavar="TITLE LABEL=DIR")
     parser.add_argument("--dense", metavar="DIR")
     parser.add_argument("--plot")
+    parser.add_argument("--csv", metavar="OUT.csv", help="also write every run's epochs")
     args = parser.parse_args()
     specs = ([("", args.runs)] if args.runs else []) + [(t[0], t[1:]) for t in args.table]
     tables = []
@@ -140,6 +212,13 @@ def main():
         print_table(title, groups, dense)
     if args.plot:
         plot(args.plot, tables)
+    if args.csv:
+        directories = {}
+        for _, items in specs:
+            for item in items:
+                label, _, directory = item.partition("=")
+                directories.setdefault(label, directory)
+        write_csv(args.csv, directories)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ main() {
     out=${1:-$here/build/planner}
     seeds=${2:-1 2 3}
     models=${3:-mlp cnn}
-    bin=$here/build/bin
+    bin=${ACC_BUILD_DIR:-$here/build}/bin  # the programs of that build, else those on PATH
     [ -x "$bin/train-dist" ] || { echo "planner.sh: error: $bin/train-dist: build first (scripts/build.sh)" >&2; exit 1; }
     PATH=$bin:$PATH
     mkdir -p "$out"

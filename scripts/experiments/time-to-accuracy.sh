@@ -33,7 +33,7 @@ main() {
     seeds=${2:-1 2 3}
     models=${3:-mlp cnn}
     links=${4:-100mbit 20mbit}
-    bin=$here/build/bin
+    bin=${ACC_BUILD_DIR:-$here/build}/bin  # the programs of that build, else those on PATH
     [ -x "$bin/train-dist" ] || { echo "time-to-accuracy.sh: error: $bin/train-dist: build first (scripts/build.sh)" >&2; exit 1; }
     mkdir -p "$out"
     out=$(cd "$out" && pwd)

@@ -36,6 +36,10 @@ expect_exit 2 "^train-dist: error: --gravac-throughput: must be 'median' or 'mea
     train-dist "${small[@]}" --epochs 1 --gravac topk --gravac-throughput last
 expect_exit 2 "^train-dist: error: --gravac-throughput requires --gravac" -- \
     train-dist "${small[@]}" --epochs 1 --gravac-throughput mean
+expect_exit 2 "^train-dist: error: --gravac-gain: must be 'squared' or 'norm', not 'plain'" -- \
+    train-dist "${small[@]}" --epochs 1 --gravac topk --gravac-gain plain
+expect_exit 2 "^train-dist: error: --gravac-gain requires --gravac" -- \
+    train-dist "${small[@]}" --epochs 1 --gravac-gain norm
 expect_exit 2 "^train-dist: error: --gravac-reset-gains requires --gravac" -- \
     train-dist "${small[@]}" --epochs 1 --gravac-reset-gains
 
@@ -48,8 +52,9 @@ same_gravac_decisions g.log 2
 
 # The choices the paper leaves open, set the other way: both ranks still agree.
 train-dist "${base[@]}" --epochs 1 --gravac topk --gravac-theta-min 4 --gravac-theta-max 64 --gravac-window 10 \
-    --gravac-epsilon 0.6 --gravac-throughput mean --gravac-reset-gains --gravac-smoothing 0.32 --metrics r.h5 \
-    >r.out 2>r.log || fail "gravac run with --gravac-throughput mean --gravac-reset-gains: exit $?: $(tail -3 r.log)"
+    --gravac-epsilon 0.6 --gravac-throughput mean --gravac-reset-gains --gravac-smoothing 0.32 --gravac-gain norm \
+    --metrics r.h5 >r.out 2>r.log ||
+    fail "gravac run with --gravac-throughput mean --gravac-reset-gains --gravac-gain norm: exit $?: $(tail -3 r.log)"
 same_gravac_decisions r.log 1
 
 $ACC_PYTHON - g.h5 <<'PY' || fail "GraVAC metrics"

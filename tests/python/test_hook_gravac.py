@@ -118,6 +118,7 @@ def test_what_gravac_refuses(one_rank):
     refused(r"^window: must be at least 1 step, not 0$", gravac=accordion.Gravac("topk", window=0))
     refused(r"^policy: must be 'exponential' or 'geometric', not 'linear'$",
             gravac=accordion.Gravac("topk", policy="linear"))
+    refused(r"^gain: must be 'squared' or 'norm', not 'plain'$", gravac=accordion.Gravac("topk", gain="plain"))
     refused(r"^batch_size: must be at least 1 sample, not 0$", gravac=accordion.Gravac("topk", batch_size=0))
     refused(r"^error_feedback: GraVAC always keeps", gravac="topk", error_feedback=False)
     refused(r"not compress and gravac$", compress="topk:0.1", gravac="topk")

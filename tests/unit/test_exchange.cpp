@@ -11,6 +11,7 @@
 #include "compress/kernels.hpp"
 #include "comm/loopback.hpp"
 #include "comm/process_group.hpp"
+#include "exchange/bucket_exchanges.hpp"
 #include "exchange/gradient_exchange.hpp"
 #include "support/gloo_ranks.hpp"
 #include "support/thread_collectives.hpp"
@@ -598,6 +599,87 @@ TEST(Exchange, LoopbackStandsInForIdenticalWorkers) {
         EXPECT_EQ(a.last_step().bytes, b.last_step().bytes);
         EXPECT_EQ(four.traffic().bytes, one.traffic().bytes + 32);  // plus the check that workers agree
     }
+}
+
+TEST(BucketExchanges, StateOwnersAreParameters) {
+    EXPECT_EQ(state_owner("fc1.weight/error"), "fc1.weight");
+    EXPECT_EQ(state_owner("blocks/0/conv.weight/powersgd_q"), "blocks/0/conv.weight");
+    EXPECT_EQ(state_owner("exchange/step"), "");
+    EXPECT_EQ(state_owner("exchange/powersgd_rng"), "");
+    EXPECT_EQ(state_owner("error"), "");
+}
+
+// Buckets regrouped between steps: each parameter's state follows it by name, so two
+// steps over {conv.weight}, {fc.weight} and then {conv.weight, fc.weight} give what one
+// exchange over both gives, and every byte is counted.
+TEST(BucketExchanges, RegroupedBucketsCarryTheirParametersState) {
+    LoopbackCollectives comm(2);
+    const std::vector<TensorInfo> tensors = {{"conv.weight", {16, 72}}, {"fc.weight", {10, 144}}};
+    const std::vector<Spec> levels(2, parse_spec("topk:0.1"));
+    GradientExchange whole(tensors, levels, comm);
+    BucketExchanges buckets;
+    GradientExchange& first = buckets.make({tensors[0]}, {levels[0]}, comm, {});
+    GradientExchange& second = buckets.make({tensors[1]}, {levels[1]}, comm, {});
+    EXPECT_EQ(buckets.find({"conv.weight"}), &first);
+    EXPECT_EQ(buckets.find({"fc.weight"}), &second);
+    EXPECT_EQ(buckets.find({"conv.weight", "fc.weight"}), nullptr);
+
+    auto g = gradients(tensors, 0, 0);
+    auto reference = clones(g);
+    whole.step(reference);
+    std::vector<at::Tensor> a = {g[0].clone()}, b = {g[1].clone()};
+    first.step(a);
+    second.step(b);
+    EXPECT_TRUE(a[0].equal(reference[0]));
+    EXPECT_TRUE(b[0].equal(reference[1]));
+
+    GradientExchange& both = buckets.make(tensors, levels, comm, {});  // dissolves the two
+    EXPECT_EQ(buckets.find({"conv.weight"}), nullptr);
+    EXPECT_EQ(buckets.find({"conv.weight", "fc.weight"}), &both);
+    auto g2 = gradients(tensors, 0, 1);
+    auto reference2 = clones(g2), out = clones(g2);
+    whole.step(reference2);
+    both.step(out);
+    for (size_t i = 0; i < tensors.size(); ++i) EXPECT_TRUE(out[i].equal(reference2[i])) << tensors[i].name;
+    EXPECT_TRUE(error_of(both, tensors[0]).equal(error_of(whole, tensors[0])));
+    EXPECT_EQ(buckets.bytes_sent(), whole.total().bytes);
+
+    // Dissolved, the state is carried and kept: every parameter's entries, no own entry.
+    buckets.dissolve_all();
+    EXPECT_TRUE(buckets.empty());
+    std::map<std::string, at::Tensor> carried;
+    for (auto& [name, t] : buckets.parameter_state()) carried[name] = t;
+    EXPECT_EQ(carried.size(), 2u);
+    EXPECT_TRUE(carried["fc.weight/error"].reshape({10, 144}).equal(error_of(whole, tensors[1])));
+    bool step_kept = false;
+    for (auto& [name, t] : buckets.own_state()) step_kept = step_kept || name == "exchange/step";
+    EXPECT_TRUE(step_kept);
+    EXPECT_EQ(buckets.bytes_sent(), whole.total().bytes);
+    EXPECT_EQ(buckets.take_carried("conv.weight").size(), 1u);
+    EXPECT_TRUE(buckets.take_carried("conv.weight").empty());
+}
+
+TEST(BucketExchanges, RefusesARegroupingWithinAStepAndOwnEntriesToCarry) {
+    LoopbackCollectives comm(1);
+    const std::vector<TensorInfo> tensors = {{"a", {8, 8}}, {"b", {8}}};
+    BucketExchanges buckets;
+    GradientExchange& a = buckets.make({tensors[0]}, {parse_spec("topk:0.5")}, comm, {});
+    a.start(gradients({tensors[0]}, 0, 0));
+    try {
+        buckets.make(tensors, {parse_spec("topk:0.5"), parse_spec("none")}, comm, {});
+        FAIL() << "regrouped during a step";
+    } catch (const acc::UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("buckets regrouped within one step"), std::string::npos) << e.what();
+    }
+    a.finish();
+    EXPECT_THROW(buckets.carry({{"exchange/step", at::zeros({1})}}), acc::UsageError);
+
+    // Loaded state goes to the live exchange that holds its parameter, the rest waits.
+    buckets.load_state({{"a/error", at::full({8, 8}, 2.0f)}, {"b/error", at::ones({8})}}, {});
+    EXPECT_TRUE(error_of(a, tensors[0]).equal(at::full({8, 8}, 2.0f)));
+    auto waiting = buckets.take_carried("b");
+    ASSERT_EQ(waiting.size(), 1u);
+    EXPECT_EQ(waiting[0].first, "b/error");
 }
 
 // The CPU (either path) is timed with the host's clock around each part, at once,

@@ -56,6 +56,7 @@ TEST(GravacSettings, DefaultsAreThePapers) {
     EXPECT_EQ(s.policy, GravacPolicy::exponential);
     EXPECT_EQ(s.statistic, GravacStatistic::median);
     EXPECT_FALSE(s.reset_gains);
+    EXPECT_EQ(s.gain, GravacGain::squared);
     EXPECT_DOUBLE_EQ(gravac_defaults(4).smoothing, 0.04);
     EXPECT_DOUBLE_EQ(gravac_smoothing(32), 0.32);
     EXPECT_EQ(gravac_smoothing(500), 1.0);
@@ -65,6 +66,39 @@ TEST(GravacSettings, DefaultsAreThePapers) {
     EXPECT_EQ(c.theta_min(), 10);
     EXPECT_EQ(c.candidate(), 20);
     EXPECT_EQ(c.candidate_scale(), 2);
+}
+
+// The released code's unsquared gain is the square root of Algorithm 1's: a step
+// keeping 49 % of the squared norm has gain 0.49 or 0.7, and only the second
+// passes epsilon 0.7.
+TEST(GravacSettings, NormGainIsTheSquareRootOfTheSquaredOne) {
+    EXPECT_STREQ(gravac_gain_name(GravacGain::norm), "norm");
+    EXPECT_EQ(parse_gravac_gain("squared"), GravacGain::squared);
+    EXPECT_EQ(parse_gravac_gain("norm"), GravacGain::norm);
+    try {
+        parse_gravac_gain("plain");
+        ADD_FAILURE() << "accepted 'plain'";
+    } catch (const acc::UsageError& e) {
+        EXPECT_STREQ(e.what(), "--gravac-gain: must be 'squared' or 'norm', not 'plain'");
+    }
+    const GravacNorms norms{100.0, 49.0, 16.0};
+    for (GravacGain gain : {GravacGain::squared, GravacGain::norm}) {
+        GravacSettings s;
+        s.gain = gain;
+        GravacController c(s);
+        const GravacDecision d = c.decide(norms);
+        const GravacState st = c.state();
+        if (gain == GravacGain::squared) {
+            EXPECT_DOUBLE_EQ(st.gain_min, 0.49);
+            EXPECT_DOUBLE_EQ(st.gain_candidate, 0.16);
+            EXPECT_EQ(d.choice, GravacChoice::dense);
+        } else {
+            EXPECT_DOUBLE_EQ(st.gain_min, 0.7);
+            EXPECT_DOUBLE_EQ(st.gain_candidate, 0.4);
+            EXPECT_EQ(d.choice, GravacChoice::theta_min);
+            EXPECT_DOUBLE_EQ(d.gain, 0.7);
+        }
+    }
 }
 
 TEST(GravacSettings, InvalidSettingsNameTheirOption) {
@@ -96,6 +130,7 @@ TEST(GravacSettings, InvalidSettingsNameTheirOption) {
         {[](GravacSettings& s) { s.smoothing = kNaN; }, "--gravac-smoothing: "},
         {[](GravacSettings& s) { s.policy = static_cast<GravacPolicy>(7); }, "--gravac-policy: "},
         {[](GravacSettings& s) { s.statistic = static_cast<GravacStatistic>(7); }, "--gravac-throughput: "},
+        {[](GravacSettings& s) { s.gain = static_cast<GravacGain>(7); }, "--gravac-gain: "},
     };
     for (const auto& k : cases) {
         GravacSettings s;

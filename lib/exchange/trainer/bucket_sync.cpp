@@ -18,15 +18,7 @@ std::vector<size_t> compressed_of(const std::vector<compress::Spec>& levels) {
     return out;
 }
 
-bool starts_with(const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; }
-
 torch::Tensor step_tensor(std::int64_t step) { return torch::tensor(std::vector<std::int64_t>{step}, torch::kLong); }
-
-// The parameter a per-parameter entry belongs to ("fc1.weight/error" -> "fc1.weight").
-std::string owner_of(const std::string& entry) {
-    const auto slash = entry.rfind('/');
-    return slash == std::string::npos ? std::string() : entry.substr(0, slash);
-}
 
 }  // namespace
 
@@ -49,7 +41,7 @@ BucketSync::BucketSync(std::vector<torch::Tensor> parameters, std::vector<io::Pa
     levels_ = levels;
     compressed_ = compressed_of(levels_);
     route(levels_);
-    make_exchanges(levels_, levels_, {}, {});
+    make_exchanges(levels_, levels_, {});
 }
 
 BucketSync::~BucketSync() = default;
@@ -66,18 +58,13 @@ std::vector<size_t> BucketSync::members_of(size_t bucket) const {
     return out;
 }
 
-bool BucketSync::any_exchange() const {
-    return std::any_of(exchanges_.begin(), exchanges_.end(), [](const auto& e) { return e != nullptr; });
-}
-
-// An exchange per compressed bucket at the `initial` levels, with the state each
-// bucket's parameters bring (`state`, by bucket) and the exchanges' own entries
-// (`shared`), then set to the `target` levels (a level change, where they differ).
+// An exchange per compressed bucket at the `initial` levels, with the state its
+// parameters carry and the exchanges' own entries `own`, then set to the `target`
+// levels (a level change, where they differ).
 void BucketSync::make_exchanges(const std::vector<compress::Spec>& initial, const std::vector<compress::Spec>& target,
-                                  std::map<size_t, StateEntries> state, const StateEntries& shared) {
-    exchanges_.clear();
-    exchanges_.resize(reducer_->buckets().size());
-    for (size_t b = 0; b < exchanges_.size(); ++b) {
+                                const StateEntries& own) {
+    by_bucket_.assign(reducer_->buckets().size(), nullptr);
+    for (size_t b = 0; b < by_bucket_.size(); ++b) {
         if (reducer_->bucket_routes()[b] != Route::compressed) continue;
         const std::vector<size_t> members = members_of(b);
         std::vector<io::Parameter> infos;
@@ -90,15 +77,13 @@ void BucketSync::make_exchanges(const std::vector<compress::Spec>& initial, cons
         ExchangeOptions options = setup_.compression;
         options.first_stream = static_cast<std::uint64_t>(
             std::lower_bound(compressed_.begin(), compressed_.end(), members.front()) - compressed_.begin());
-        auto exchange = std::make_unique<GradientExchange>(infos, first, comm_, options);
-        exchange->set_epoch(epoch_);
-        StateEntries entries = shared;
+        StateEntries entries = own;
         entries.emplace_back("exchange/step", step_tensor(steps_));
-        auto own = state.find(b);
-        if (own != state.end()) entries.insert(entries.end(), own->second.begin(), own->second.end());
-        exchange->load_state(entries);
-        if (!(then == first)) exchange->set_levels(then);
-        exchanges_[b] = std::move(exchange);
+        GradientExchange& exchange = exchanges_.make(
+            std::vector<compress::TensorInfo>(infos.begin(), infos.end()), first, comm_, options, entries);
+        exchange.set_epoch(epoch_);
+        if (!(then == first)) exchange.set_levels(then);
+        by_bucket_[b] = &exchange;
     }
 }
 
@@ -111,11 +96,11 @@ void BucketSync::set_levels(const std::vector<compress::Spec>& levels) {
         rebuild(levels);
         return;
     }
-    for (size_t b = 0; b < exchanges_.size(); ++b) {
-        if (!exchanges_[b]) continue;
+    for (size_t b = 0; b < by_bucket_.size(); ++b) {
+        if (!by_bucket_[b]) continue;
         std::vector<compress::Spec> specs;
         for (size_t i : members_of(b)) specs.push_back(levels[i]);
-        exchanges_[b]->set_levels(specs);
+        by_bucket_[b]->set_levels(specs);
     }
     levels_ = levels;
 }
@@ -123,91 +108,66 @@ void BucketSync::set_levels(const std::vector<compress::Spec>& levels) {
 // The set of compressed parameters changes: new buckets, new exchanges, each
 // parameter's state carried over by name.
 void BucketSync::rebuild(const std::vector<compress::Spec>& levels) {
-    std::map<std::string, torch::Tensor> old_state;
-    if (any_exchange()) {
-        for (const auto& exchange : exchanges_)
-            if (exchange)
-                for (auto& [name, tensor] : exchange->state()) old_state[name] = tensor;
-    } else {
-        old_state = carried_;
-    }
+    exchanges_.dissolve_all();
+    by_bucket_.clear();
+    // The exchanges' own entries; the step is the one this hook counts.
+    StateEntries own;
+    for (auto& entry : exchanges_.own_state())
+        if (entry.first != "exchange/step") own.push_back(std::move(entry));
     const std::vector<size_t> compressed = compressed_of(levels);
     std::vector<bool> was(parameters_.size(), false), will(parameters_.size(), false);
     for (size_t i : compressed_) was[i] = true;
     for (size_t i : compressed) will[i] = true;
-
-    // The exchanges' own entries; the step is the one this exchange counts.
-    StateEntries shared;
-    for (auto& [name, tensor] : old_state)
-        if (starts_with(name, "exchange/") && name != "exchange/step") shared.emplace_back(name, tensor);
-    std::map<std::string, StateEntries> by_parameter;
     std::vector<compress::Spec> initial = levels;
     for (size_t i = 0; i < parameters_.size(); ++i) {
         const std::string& name = description_[i].name;
         if (was[i] && !will[i]) {
             // Leaves compression: what its memory held back goes out once with its next bucket.
-            auto it = old_state.find(name + "/error");
-            if (it != old_state.end()) reducer_->add_leftover(i, it->second);
+            for (auto& [entry, tensor] : exchanges_.take_carried(name))
+                if (entry == name + "/error") reducer_->add_leftover(i, tensor);
         } else if (was[i]) {
-            // Stays compressed: starts at its old level with its old state, then the new
-            // level comes the way a level change always does.
+            // Stays compressed: starts at its old level with the state it carries, then the
+            // new level comes the way a level change always does.
             initial[i] = levels_[i];
-            for (auto& [entry, tensor] : old_state)
-                if (owner_of(entry) == name) by_parameter[name].emplace_back(entry, tensor);
         } else if (will[i]) {
             torch::Tensor leftover = reducer_->take_leftover(i);
             if (leftover.defined())
-                by_parameter[name].emplace_back(name + "/error", leftover.to(torch::kCPU).view(parameters_[i].sizes()));
+                exchanges_.carry({{name + "/error", leftover.to(torch::kCPU).view(parameters_[i].sizes())}});
         }
     }
-    exchanges_.clear();
-    carried_.clear();
     levels_ = levels;
     compressed_ = compressed;
     route(levels_);
-    if (compressed_.empty()) {
-        for (auto& [name, tensor] : shared) carried_[name] = tensor;
-        return;
-    }
-    std::map<size_t, StateEntries> state;
-    for (size_t b = 0; b < reducer_->buckets().size(); ++b)
-        for (size_t i : reducer_->buckets()[b]) {
-            auto it = by_parameter.find(description_[i].name);
-            if (it != by_parameter.end()) state[b].insert(state[b].end(), it->second.begin(), it->second.end());
-        }
-    make_exchanges(initial, levels_, std::move(state), shared);
+    if (!compressed_.empty()) make_exchanges(initial, levels_, own);
+    exchanges_.drop_carried();
 }
 
 void BucketSync::set_epoch(std::int64_t epoch) {
     epoch_ = epoch;
-    for (auto& exchange : exchanges_)
-        if (exchange) exchange->set_epoch(epoch);
+    exchanges_.set_epoch(epoch);
 }
 
 std::vector<bool> BucketSync::momentum_in_gradient() const {
     std::vector<bool> out(parameters_.size(), false);
-    for (size_t b = 0; b < exchanges_.size(); ++b) {
-        if (!exchanges_[b]) continue;
+    for (size_t b = 0; b < by_bucket_.size(); ++b) {
+        if (!by_bucket_[b]) continue;
         const std::vector<size_t> members = members_of(b);
         for (size_t j = 0; j < members.size(); ++j)
-            out[members[j]] = exchanges_[b]->effective_level(j).info().momentum_in_gradient;
+            out[members[j]] = by_bucket_[b]->effective_level(j).info().momentum_in_gradient;
     }
     return out;
 }
 
 void BucketSync::before_backward(const train::StepInfo&, bool accumulated) { reducer_->arm(accumulated); }
 
-void BucketSync::settle() {
-    for (auto& exchange : exchanges_)
-        if (exchange) exchange->settle();
-}
+void BucketSync::settle() { exchanges_.settle(); }
 
 void BucketSync::start(size_t bucket, const std::vector<torch::Tensor>& gradients) {
-    exchanges_.at(bucket)->start(gradients);
+    by_bucket_.at(bucket)->start(gradients);
 }
 
 void BucketSync::finish(size_t bucket) {
-    GradientExchange& exchange = *exchanges_.at(bucket);
+    GradientExchange& exchange = *by_bucket_.at(bucket);
     exchange.finish();
     const StepStats& s = exchange.last_step();
     totals_.bytes += s.bytes;
@@ -225,14 +185,8 @@ void BucketSync::exchange(std::vector<torch::Tensor>& gradients, const train::St
 
 train::TensorMap BucketSync::state() const {
     train::TensorMap out;
-    if (any_exchange()) {
-        // The exchanges' own entries are the same in each: one RandomState, one step count.
-        for (const auto& exchange : exchanges_)
-            if (exchange)
-                for (auto& [name, tensor] : exchange->state()) out[name] = tensor;
-    } else {
-        out = carried_;
-    }
+    for (auto& [name, tensor] : exchanges_.parameter_state()) out[name] = tensor;
+    for (auto& [name, tensor] : exchanges_.own_state()) out[name] = tensor;
     out["exchange/step"] = step_tensor(steps_);
     for (size_t i = 0; i < parameters_.size(); ++i) {
         const torch::Tensor& leftover = reducer_->leftovers()[i];
@@ -244,29 +198,23 @@ train::TensorMap BucketSync::state() const {
 void BucketSync::load_state(const train::TensorMap& state) {
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < description_.size(); ++i) index[description_[i].name] = i;
-    std::vector<size_t> bucket_of(parameters_.size(), 0);
-    for (size_t b = 0; b < reducer_->buckets().size(); ++b)
-        for (size_t i : reducer_->buckets()[b]) bucket_of[i] = b;
     for (size_t i = 0; i < parameters_.size(); ++i) reducer_->take_leftover(i);
-    StateEntries shared;
-    std::map<size_t, StateEntries> by_bucket;
-    train::TensorMap exchange_entries;
+    StateEntries own, compressed;
     for (const auto& [name, tensor] : state) {
-        if (starts_with(name, "exchange/")) {
+        const std::string owner = state_owner(name);
+        if (owner.empty() && name.rfind("exchange/", 0) == 0) {
             if (name == "exchange/step") {
                 if (tensor.numel() != 1) throw Error("exchange state 'exchange/step' must hold one number");
                 steps_ = tensor.to(torch::kCPU).to(torch::kLong).item<std::int64_t>();
             }
-            shared.emplace_back(name, tensor);
-            exchange_entries[name] = tensor;
+            own.emplace_back(name, tensor);
             continue;
         }
-        const auto slash = name.rfind('/');
-        auto it = slash == std::string::npos ? index.end() : index.find(name.substr(0, slash));
+        auto it = index.find(owner);
         if (it == index.end()) throw Error("exchange state '" + name + "' names no parameter of this model");
         if (!is_none(levels_[it->second])) {
-            by_bucket[bucket_of[it->second]].emplace_back(name, tensor);
-        } else if (name.substr(slash + 1) == "error") {
+            compressed.emplace_back(name, tensor);
+        } else if (name == owner + "/error") {
             if (tensor.numel() != parameters_[it->second].numel())
                 throw Error("exchange state '" + name + "' has " + std::to_string(tensor.numel()) + " values, expected " +
                             std::to_string(parameters_[it->second].numel()));
@@ -276,17 +224,8 @@ void BucketSync::load_state(const train::TensorMap& state) {
                         "' is at level none");
         }
     }
-    if (!any_exchange()) {
-        carried_ = exchange_entries;
-        return;
-    }
-    for (size_t b = 0; b < exchanges_.size(); ++b) {
-        if (!exchanges_[b]) continue;
-        StateEntries entries = shared;
-        auto own = by_bucket.find(b);
-        if (own != by_bucket.end()) entries.insert(entries.end(), own->second.begin(), own->second.end());
-        exchanges_[b]->load_state(entries);
-    }
+    // Every compressed parameter is in a live exchange, which takes its entries.
+    exchanges_.load_state(compressed, own);
 }
 
 ExchangeTotals BucketSync::take_totals() {

@@ -17,9 +17,11 @@
 // compressor state (GradientExchange::set_levels). A parameter that
 // changes to none sends its memory once, in its next bucket, and then keeps none.
 // When the set of compressed parameters changes, the compressed buckets are made
-// anew and each parameter's state follows it by name.
+// anew and each parameter's state follows it by name (BucketExchanges, which the
+// Python package's DDP hook shares).
 #pragma once
 
+#include "exchange/bucket_exchanges.hpp"
 #include "exchange/gradient_exchange.hpp"
 #include "exchange/totals.hpp"
 #include "exchange/trainer/reducer.hpp"
@@ -73,16 +75,14 @@ public:
     const BucketReducer& reducer() const { return *reducer_; }
 
 private:
-    using StateEntries = std::vector<std::pair<std::string, at::Tensor>>;
     void start(size_t bucket, const std::vector<torch::Tensor>& gradients) override;
     void finish(size_t bucket) override;
     void route(const std::vector<compress::Spec>& levels);
     void make_exchanges(const std::vector<compress::Spec>& initial, const std::vector<compress::Spec>& target,
-                        std::map<size_t, StateEntries> state, const StateEntries& shared);
+                        const StateEntries& own);
     void rebuild(const std::vector<compress::Spec>& levels);
     /// A bucket's parameters in model order (the order its exchange takes them).
     std::vector<size_t> members_of(size_t bucket) const;
-    bool any_exchange() const;
 
     std::vector<torch::Tensor> parameters_;
     std::vector<io::Parameter> description_;
@@ -92,10 +92,10 @@ private:
     std::vector<compress::Spec> levels_;
     std::vector<size_t> compressed_;  // parameters at a compressed level, in model order
     std::unique_ptr<BucketReducer> reducer_;
-    // Per bucket of the reducer: the exchange of a compressed bucket (null for allreduce
-    // buckets). Declared after the reducer: destroyed before it.
-    std::vector<std::unique_ptr<GradientExchange>> exchanges_;
-    train::TensorMap carried_;  // the exchanges' own entries ("exchange/...") while there is none
+    // The compressed buckets' exchanges. Declared after the reducer: destroyed before it.
+    BucketExchanges exchanges_;
+    // Per bucket of the reducer: its exchange in exchanges_ (null for allreduce buckets).
+    std::vector<GradientExchange*> by_bucket_;
     std::int64_t epoch_ = 0;
     std::int64_t steps_ = 0;  // steps exchanged: the compressed exchange's step counter, kept while there is none
     ExchangeTotals totals_;
