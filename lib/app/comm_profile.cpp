@@ -308,6 +308,10 @@ void add_comm_profile_options(CLI::App& app, ProfileConfig& config) {
         ->default_str("");
     app.add_option("-b,--min-bytes", config.min_bytes, "Smallest message size in bytes (K, M, G: binary)");
     app.add_option("-e,--max-bytes", config.max_bytes, "Largest message size in bytes (K, M, G: binary)");
+    app.add_option("--fit-from", config.fit_from,
+                   "Fit the bandwidth over the sizes from this many bytes on, and the latency as the smaller "
+                   "ones' median time: a link that lets a burst through (a token bucket) sustains less than its small messages "
+                   "show [0: every size]");
     app.add_option("-f,--step-factor", config.factor, "Multiply the size by this much between rows")
         ->check(cli::whole_number(2, 1024));
     app.add_option("-n,--iters", config.iterations, "Timed iterations per size")->check(cli::whole_number(1, 1000000));
@@ -340,6 +344,7 @@ SweepPlan make_plan(const ProfileConfig& config) {
     }
     plan.min_bytes = parse_size(config.min_bytes, "-b/--min-bytes");
     plan.max_bytes = parse_size(config.max_bytes, "-e/--max-bytes");
+    plan.fit_from = config.fit_from == "0" ? 0 : parse_size(config.fit_from, "--fit-from");
     plan.factor = config.factor;
     plan.iterations = config.iterations;
     plan.warmup = config.warmup;
@@ -370,7 +375,7 @@ std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const Sweep
             result.rows.push_back(measure_size(comm, run, count, plan, observer));
             if (observer.row) observer.row(result.rows.back());
         }
-        fit_rows(result);
+        fit_rows(result, plan.fit_from);
         if (observer.end) observer.end(result);
         results.push_back(std::move(result));
     }

@@ -24,6 +24,7 @@ struct ProfileConfig {
     std::vector<std::string> collectives{"allreduce", "allgather", "broadcast"};
     std::string min_bytes = "8";    ///< -b, with K/M/G binary suffixes
     std::string max_bytes = "64M";  ///< -e
+    std::string fit_from = "0";     ///< --fit-from: fit the bandwidth from this size on
     int factor = 2;                 ///< -f
     int iterations = 20;            ///< -n
     int warmup = 5;                 ///< -w

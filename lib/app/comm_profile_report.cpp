@@ -76,6 +76,10 @@ void SweepPlan::validate() const {
     if (factor < 2) throw UsageError("-f/--step-factor: must be at least 2");
     if (iterations < 1) throw UsageError("-n/--iters: must be at least 1");
     if (warmup < 0) throw UsageError("-w/--warmup-iters: must be at least 0");
+    if (fit_from < 0) throw UsageError("--fit-from: must be at least 0 bytes");
+    if (fit_from > max_bytes)
+        throw UsageError("--fit-from " + std::to_string(fit_from) + " is larger than -e/--max-bytes " +
+                         std::to_string(max_bytes) + ": no size to fit the bandwidth over");
 }
 
 std::string SweepPlan::signature() const {
@@ -110,15 +114,24 @@ double fit_bus_bandwidth(const CollectiveResult& result) {
     return result.bus_factor == 0 ? 0 : result.fit.bandwidth * result.bus_factor;
 }
 
-void fit_rows(CollectiveResult& result) {
+void fit_rows(CollectiveResult& result, std::int64_t fit_from) {
     result.fit = perf::AlphaBetaFit{};
+    result.fit_from = fit_from;
+    result.burst_end = 0;
     if (result.rows.size() < 2) return;
     std::vector<double> bytes, seconds;
+    std::size_t past = 0;
     for (const auto& row : result.rows) {
         bytes.push_back(static_cast<double>(row.size));
         seconds.push_back(row.time.median);
+        if (row.size >= fit_from) ++past;
     }
-    result.fit = perf::fit_alpha_beta(bytes, seconds);
+    if (fit_from > result.rows.front().size && past < 2)
+        throw UsageError("--fit-from: " + size_text(fit_from) + " leaves " + std::to_string(past) + " of " +
+                         perf::collective_name(result.collective) +
+                         "'s sizes to fit the bandwidth over, which needs two; lower it or raise -e/--max-bytes");
+    result.fit = perf::fit_past_burst(bytes, seconds, static_cast<double>(fit_from));
+    if (fit_from == 0) result.burst_end = static_cast<std::int64_t>(perf::burst_end(bytes, seconds));
 }
 
 std::string fit_number(double value, int width) {
@@ -161,10 +174,19 @@ std::string fit_line(const CollectiveResult& result) {
                                       ? std::string("unbounded (time does not grow with size)")
                                       : printf_text("%.4g GB/s", f.bandwidth / 1e9) + " (busbw " +
                                             printf_text("%.4g GB/s", fit_bus_bandwidth(result) / 1e9) + ")";
-    return "# " + name + " fit t(S) = alpha + S/B: alpha " + printf_text("%.1f us", f.alpha * 1e6) + ", B " +
-           bandwidth + "; R^2 " + printf_text("%.4f", f.r2) + ", relative residuals rms " +
-           printf_text("%.1f%%", f.rms_relative_residual * 100) + ", max " +
-           printf_text("%.1f%%", f.max_relative_residual * 100) + "\n";
+    std::string out = "# " + name + " fit t(S) = alpha + S/B: alpha " + printf_text("%.1f us", f.alpha * 1e6) +
+                      ", B " + bandwidth + "; R^2 " + printf_text("%.4f", f.r2) + ", relative residuals rms " +
+                      printf_text("%.1f%%", f.rms_relative_residual * 100) + ", max " +
+                      printf_text("%.1f%%", f.max_relative_residual * 100) + "\n";
+    if (f.latency_points > 0)
+        out += "#   B over the " + std::to_string(f.points) + " sizes from " + size_text(result.fit_from) +
+               " on (--fit-from); alpha the median time of the " + std::to_string(f.latency_points) +
+               " smaller sizes\n";
+    if (result.burst_end > 0)
+        out += "# warning: " + name + " messages of up to " + size_text(result.burst_end) +
+               " ran more than 1.25x faster than the largest: if the link lets a burst through (a token bucket), "
+               "this fit is not its sustained rate; fit past the burst with --fit-from\n";
+    return out;
 }
 
 std::string compute_lines(const io::ComputeProfile& c, int world_size) {
@@ -251,7 +273,9 @@ nlohmann::json collective_json(const CollectiveResult& r) {
                     {"r2", cli::json_number(r.fit.r2)},
                     {"rms_relative_residual", cli::json_number(r.fit.rms_relative_residual)},
                     {"max_relative_residual", cli::json_number(r.fit.max_relative_residual)},
-                    {"points", r.fit.points}};
+                    {"points", r.fit.points},
+                    {"fit_from_bytes", r.fit_from},
+                    {"latency_points", r.fit.latency_points}};
     else
         c["fit"] = nullptr;
     return c;
@@ -329,6 +353,7 @@ io::CommProfile to_comm_profile(const std::vector<CollectiveResult>& results, co
             c.rms_relative_residual = r.fit.rms_relative_residual;
             c.max_relative_residual = r.fit.max_relative_residual;
             c.fit_points = static_cast<std::int64_t>(r.fit.points);
+            c.fit_from = r.fit_from;
         } else {
             // A single size cannot separate latency from bandwidth: the whole
             // time goes to bandwidth, which predicts large messages best.

@@ -32,6 +32,9 @@ struct SweepPlan {
     int iterations = 20;  ///< timed iterations per size
     int warmup = 5;       ///< untimed iterations per size before them
     bool check = false;   ///< check the results on integer-valued data
+    /// The bandwidth is fitted over the sizes from this many bytes on, and alpha from the
+    /// smaller ones (perf::fit_past_burst); 0: every size (perf::fit_alpha_beta).
+    std::int64_t fit_from = 0;
 
     /// Throws acc::UsageError naming the option at fault.
     void validate() const;
@@ -65,13 +68,18 @@ struct CollectiveResult {
     double bus_factor = 1;
     std::vector<SizeResult> rows;
     perf::AlphaBetaFit fit;  ///< over the rows' median times
+    std::int64_t fit_from = 0;  ///< SweepPlan::fit_from the fit was made with
+    /// Without fit_from: the largest size whose algbw was more than 1.25x the largest
+    /// size's (perf::burst_end), a burst the fit did not see past; 0: none.
+    std::int64_t burst_end = 0;
 };
 
 /// Fills algbw and busbw of `row` from its median time.
 void set_bandwidths(SizeResult& row, perf::Collective collective, int world_size);
 /// Fits the alpha-beta model over the rows (needs two or more sizes; otherwise
-/// the fit is left empty with points = 0).
-void fit_rows(CollectiveResult& result);
+/// the fit is left empty with points = 0), past `fit_from` bytes (SweepPlan::fit_from).
+/// Throws acc::UsageError naming --fit-from when fewer than two sizes are past it.
+void fit_rows(CollectiveResult& result, std::int64_t fit_from = 0);
 
 /// The fit's bus bandwidth, bytes/s: bandwidth * bus factor (0 on one rank).
 double fit_bus_bandwidth(const CollectiveResult& result);

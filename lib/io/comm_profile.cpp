@@ -124,6 +124,7 @@ void write_comm_profile(const std::string& path, const CommProfile& p) {
             f.write_attr(g, "rms_relative_residual", c.rms_relative_residual);
             f.write_attr(g, "max_relative_residual", c.max_relative_residual);
             f.write_attr(g, "fit_points", c.fit_points);
+            f.write_attr(g, "fit_from", c.fit_from);
         }
         if (p.compute) write_compute(f, *p.compute);
     });
@@ -177,6 +178,7 @@ CommProfile read_comm_profile(const std::string& path) {
         if (f.has_attr(g, "max_relative_residual"))
             c.max_relative_residual = f.read_attr_double(g, "max_relative_residual");
         if (f.has_attr(g, "fit_points")) c.fit_points = f.read_attr_int(g, "fit_points");
+        if (f.has_attr(g, "fit_from")) c.fit_from = f.read_attr_int(g, "fit_from");
         check_collective(f, g, c);
         p.collectives.push_back(std::move(c));
     }

@@ -40,6 +40,7 @@ struct CollectiveProfile {
     double rms_relative_residual = 0;
     double max_relative_residual = 0;
     std::int64_t fit_points = 0;  ///< sizes the fit used
+    std::int64_t fit_from = 0;    ///< bytes: the bandwidth was fitted from this size on (comm-profile --fit-from); 0: all
 
     /// Predicted time in seconds of this collective on `bytes` (its size S).
     double predict(double bytes) const;

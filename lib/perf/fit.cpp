@@ -142,4 +142,51 @@ AlphaBetaFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<
     return fit;
 }
 
+AlphaBetaFit fit_past_burst(const std::vector<double>& bytes, const std::vector<double>& seconds, double from_bytes) {
+    if (bytes.size() != seconds.size() || bytes.empty() || from_bytes <= *std::min_element(bytes.begin(), bytes.end()))
+        return fit_alpha_beta(bytes, seconds);
+    std::vector<double> past_bytes, past_seconds;
+    for (size_t i = 0; i < bytes.size(); ++i)
+        if (bytes[i] >= from_bytes) {
+            past_bytes.push_back(bytes[i]);
+            past_seconds.push_back(seconds[i]);
+        }
+    if (past_bytes.size() < 2)
+        throw Error("alpha-beta fit: needs at least two message sizes from " + std::to_string(from_bytes) +
+                    " bytes on, where the bandwidth is fitted; " + std::to_string(past_bytes.size()) + " there");
+    AlphaBetaFit fit = fit_alpha_beta(past_bytes, past_seconds);
+    // Past a burst a message's time is alpha + (S - burst) / B: a line whose intercept may
+    // be negative, which the constrained fit would bend. Its slope is the sustained rate.
+    std::vector<double> w;
+    for (double t : past_seconds) w.push_back(1 / (t * t));
+    const Line line = weighted_line(past_bytes, past_seconds, w);
+    if (line.beta > 0) fit.bandwidth = 1 / line.beta;
+    std::vector<double> latencies;
+    for (size_t i = 0; i < bytes.size(); ++i)
+        if (bytes[i] < from_bytes) latencies.push_back(seconds[i]);
+    std::sort(latencies.begin(), latencies.end());
+    const size_t half = latencies.size() / 2;
+    fit.alpha = latencies.size() % 2 ? latencies[half] : (latencies[half - 1] + latencies[half]) / 2;
+    fit.latency_points = latencies.size();
+    double rel2 = 0;
+    fit.max_relative_residual = 0;
+    for (size_t i = 0; i < past_bytes.size(); ++i) {
+        const double rel = std::fabs(past_seconds[i] - fit.predict(past_bytes[i])) / past_seconds[i];
+        rel2 += rel * rel;
+        fit.max_relative_residual = std::max(fit.max_relative_residual, rel);
+    }
+    fit.rms_relative_residual = std::sqrt(rel2 / static_cast<double>(past_bytes.size()));
+    return fit;
+}
+
+double burst_end(const std::vector<double>& bytes, const std::vector<double>& seconds, double factor) {
+    if (bytes.size() != seconds.size() || bytes.size() < 2) return 0;
+    const size_t largest = static_cast<size_t>(std::max_element(bytes.begin(), bytes.end()) - bytes.begin());
+    const double sustained = bytes[largest] / seconds[largest];
+    double end = 0;
+    for (size_t i = 0; i < bytes.size(); ++i)
+        if (i != largest && bytes[i] / seconds[i] > factor * sustained) end = std::max(end, bytes[i]);
+    return end;
+}
+
 }  // namespace acc::perf

@@ -55,7 +55,9 @@ struct AlphaBetaFit {
     double r2 = 0;                     ///< weighted coefficient of determination (1 is a perfect fit)
     double rms_relative_residual = 0;  ///< sqrt(mean(((t - fit) / t)^2))
     double max_relative_residual = 0;  ///< max |t - fit| / t
-    std::size_t points = 0;
+    std::size_t points = 0;            ///< sizes the bandwidth (and, without a burst, alpha) was fitted over
+    /// fit_past_burst: sizes below the burst's end whose times gave alpha (0: alpha from the fit)
+    std::size_t latency_points = 0;
 
     /// Predicted time in seconds of a message of `bytes`.
     double predict(double bytes) const;
@@ -68,5 +70,21 @@ struct AlphaBetaFit {
 /// on the boundary. Throws acc::Error unless there are at least two distinct
 /// sizes, sizes are finite and >= 0 and times are finite and > 0.
 AlphaBetaFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+/// The fit of a link that lets a burst through faster than the rate it sustains (a
+/// token bucket, such as tc's tbf): its smaller messages say nothing of the bandwidth
+/// and fool fit_alpha_beta into a high bandwidth and a latency of 0. The bandwidth is
+/// the slope of a weighted line over the sizes >= `from_bytes` alone (at least two; its
+/// intercept may be negative, the burst's bytes having gone free); alpha, the time no
+/// message avoids, is the median time of the smaller sizes (which the burst lets through
+/// at the wire's speed), or the fit's own alpha when there are none. The
+/// residuals are those of the sizes >= `from_bytes`. from_bytes <= the smallest size:
+/// fit_alpha_beta. Throws acc::Error as fit_alpha_beta does, and when fewer than two
+/// sizes are >= from_bytes.
+AlphaBetaFit fit_past_burst(const std::vector<double>& bytes, const std::vector<double>& seconds, double from_bytes);
+
+/// The largest size whose algbw exceeds `factor` times that of the largest size, or 0:
+/// a sign of a burst (a token bucket) the bandwidth fit should start past.
+double burst_end(const std::vector<double>& bytes, const std::vector<double>& seconds, double factor = 1.25);
 
 }  // namespace acc::perf
