@@ -3,7 +3,9 @@
 # fixed levels on Fashion-MNIST for PowerSGD, Top-k and batch size, over several
 # seeds, offline (schedule replayed) and online for the compressors. Every
 # run's files go under OUT/<variant>/seed<S>/; the tables, means over seeds,
-# go to OUT/results.md. About 10 minutes per seed on an idle 2-core machine.
+# go to OUT/results.md, and every run's epochs to OUT/accordion-runs.csv (the raw
+# data of docs/results.md's tables, docs/results/accordion-runs.csv). About 10
+# minutes per seed on an idle 2-core machine.
 #
 #   scripts/reproduce-results.sh [OUT] [SEEDS]      # defaults: build/results "1 2 3"
 set -euo pipefail
@@ -42,4 +44,5 @@ files() { local list=() s; for s in $seeds; do list+=("$out/$1/seed$s/$2.h5"); d
         "$python" "$here/scripts/plot_runs.py" "${labels[@]}" -o "$out/$v.png" --title "$v: ${args[$v]}" 2>/dev/null
     done
 } > "$out/results.md"
+"$python" "$here/scripts/experiments/accordion_csv.py" "$out" "$seeds" -o "$out/accordion-runs.csv" >&2
 cat "$out/results.md"

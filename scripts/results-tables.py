@@ -13,6 +13,9 @@ where NAME says what it is made from; the tables are:
                                   names), against its dense runs, from docs/results/gravac-runs.csv
     time-to-accuracy LINK MODEL   the study of that link and model, both targets,
                                   from docs/results/time-to-accuracy-runs.csv
+    model-check                   the network model against train-dist's exchange per step on
+                                  a shaped link, from docs/results/model-check.csv
+                                  (scripts/experiments/shaped-model-check.sh)
 
     scripts/results-tables.py            rewrite the tables in place
     scripts/results-tables.py --check    say which tables differ from their data (exit 1), write nothing
@@ -238,6 +241,30 @@ class Gravac:
         return self.report.table([(v, self.runs[v]) for v in variants], self.dense)
 
 
+class ModelCheck:
+    """The network model's exchange per step against the measured one."""
+
+    def __init__(self, data):
+        self.path = os.path.join(data, "model-check.csv")
+        try:
+            with open(self.path, newline="", encoding="utf-8") as f:
+                self.rows = list(csv.DictReader(f))
+        except OSError as e:
+            fail(f"{self.path}: {e.strerror}")
+
+    def table(self):
+        out = ["| model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
+               "model's error |", "|---|---|---|---|---|---|"]
+        try:
+            for r in self.rows:
+                modelled, measured = float(r["modelled_seconds"]), float(r["measured_seconds"])
+                out.append(f"| {r['model']} | {r['level']} | {1e3 * float(r['compute_seconds']):.1f} | "
+                           f"{1e3 * modelled:.2f} | {1e3 * measured:.2f} | {100 * (modelled / measured - 1):+.0f}% |")
+        except (KeyError, ValueError) as e:
+            fail(f"{self.path}: not shaped-model-check.sh's table ({e})")
+        return "\n".join(out) + "\n"
+
+
 class Studies:
     """Each study's data, read when a table first asks for it."""
 
@@ -248,7 +275,7 @@ class Studies:
     def get(self, kind):
         if kind not in self.loaded:
             self.loaded[kind] = {"time-to-accuracy": TimeToAccuracy, "accordion": Accordion,
-                                 "gravac": Gravac}[kind](self.data)
+                                 "gravac": Gravac, "model-check": ModelCheck}[kind](self.data)
         return self.loaded[kind]
 
 
@@ -260,10 +287,12 @@ def recompute(name, studies):
         return studies.get("accordion").seeds_table()
     if len(words) == 2 and words[0] == "accordion":
         return studies.get("accordion").table(words[1])
+    if words == ["model-check"]:
+        return studies.get("model-check").table()
     if len(words) >= 2 and words[0] == "gravac":
         return studies.get("gravac").table(words[1:])
     fail(f"docs/results.md: a table named '{name}', which this script does not make "
-         "(accordion STUDY, accordion seeds, gravac VARIANT..., time-to-accuracy LINK MODEL)")
+         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check, time-to-accuracy LINK MODEL)")
 
 
 def main():

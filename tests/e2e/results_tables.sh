@@ -37,12 +37,22 @@ cmp -s "$doc" "$doc.before" || fail "--check wrote to the document"
 $tables --doc "$doc" >/dev/null 2>&1 || fail "rewriting $doc failed"
 cmp -s "$doc" "$ACC_SOURCE/docs/results.md" || fail "the rewritten table differs from docs/results.md's"
 
-# Bad input: a table without its end, one this script does not make, data that is not the runs' CSV.
+# Bad input: a table without its end, one this script does not make, data that is not a study's CSV.
 sed '/^<!-- end of table -->$/d' "$ACC_SOURCE/docs/results.md" >"$doc"
 expect_exit 2 "has no '<!-- end of table -->' line after it" -- $tables --check --doc "$doc"
 printf '<!-- table: planner cnn -->\n<!-- end of table -->\n' >"$doc"
 expect_exit 2 "a table named 'planner cnn', which this script does not make" -- $tables --check --doc "$doc"
-mkdir -p "$WORK/data"
-printf 'a,b\n1,2\n' >"$WORK/data/time-to-accuracy-runs.csv"
-expect_exit 2 "time-to-accuracy-runs.csv: not a --save-runs file" -- $tables --check --data "$WORK/data"
+for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-check.csv; do
+    rm -rf "$WORK/data"
+    mkdir -p "$WORK/data"
+    cp "$ACC_SOURCE"/docs/results/*.csv "$WORK/data/"
+    printf 'a,b\n1,2\n' >"$WORK/data/$bad"
+    case $bad in
+    time-to-accuracy-runs.csv) says="time-to-accuracy-runs.csv: not a --save-runs file" ;;
+    accordion-runs.csv) says="accordion-runs.csv: no column 'study'" ;;
+    gravac-runs.csv) says="gravac-runs.csv: not the GraVAC study's runs" ;;
+    model-check.csv) says="model-check.csv: not shaped-model-check.sh's table" ;;
+    esac
+    expect_exit 2 "$says" -- $tables --check --data "$WORK/data"
+done
 finish
