@@ -80,6 +80,17 @@ void SweepPlan::validate() const {
     if (fit_from > max_bytes)
         throw UsageError("--fit-from " + std::to_string(fit_from) + " is larger than -e/--max-bytes " +
                          std::to_string(max_bytes) + ": no size to fit the bandwidth over");
+    if (fit_from > min_bytes) {
+        int past = 0;
+        for (std::int64_t size = min_bytes; size <= max_bytes; size *= factor) {
+            if (size >= fit_from) ++past;
+            if (size > max_bytes / factor) break;
+        }
+        if (past < 2)
+            throw UsageError("--fit-from " + size_text(fit_from) + " leaves " + std::to_string(past) +
+                             " of the sweep's sizes to fit the bandwidth over, which needs two; lower it or raise "
+                             "-e/--max-bytes");
+    }
 }
 
 std::string SweepPlan::signature() const {

@@ -8,6 +8,11 @@ cd "$WORK"
 expect_exit 2 "^comm-profile: error: -b/--min-bytes: the size must be at least 1 byte$" -- comm-profile -b 0
 expect_exit 2 "-e/--max-bytes: '64Q' is not a size in bytes \(a whole number, optionally with K, M or G\)" -- comm-profile -e 64Q
 expect_exit 2 "-e/--max-bytes 4096 is smaller than -b/--min-bytes 8192" -- comm-profile -b 8K -e 4K
+expect_exit 2 "^comm-profile: error: --fit-from: '12Q' is not a size in bytes" -- comm-profile --fit-from 12Q
+expect_exit 2 "^comm-profile: error: --fit-from 16777216 is larger than -e/--max-bytes 8388608" -- \
+    comm-profile -e 8M --fit-from 16M
+expect_exit 2 "^comm-profile: error: --fit-from 64 KiB leaves 1 of the sweep's sizes to fit the bandwidth over" -- \
+    comm-profile -b 8 -e 64K --fit-from 64K
 expect_exit 2 "--step-factor: must be a whole number in \[2, 1024\], not '1'" -- comm-profile -f 1
 expect_exit 2 "--iters: must be a whole number in \[1, 1000000\], not '0'" -- comm-profile -n 0
 expect_exit 2 "--world-size: must be a whole number in \[1, 1048576\], not 'two'" -- comm-profile --world-size two
