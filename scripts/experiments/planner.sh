@@ -41,7 +41,7 @@ main() {
         shaped=1
         if [ ! -f "$comm" ]; then
             echo "comm-profile on the $link ..." >&2
-            shaped_ranks "$bin/comm-profile" --collectives allreduce,allgather -b 4K -e 8M -n 5 -w 1 --timeout 120 \
+            shaped_ranks "$bin/comm-profile" --collectives allreduce,allgather -b 4K -e 8M --fit-from 256K -n 5 -w 1 --timeout 120 \
                 -q -o "$comm.tmp" && mv "$comm.tmp" "$comm"
         fi
     else
