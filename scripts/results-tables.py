@@ -159,22 +159,16 @@ class Accordion:
 
     @staticmethod
     def critical_text(critical, epochs):
-        """As compare_runs.py writes it: the epochs any matrix was critical in, and the
-        share of (matrix, epoch) pairs that were."""
+        """As compare_runs.py writes it (accordion_runs.epoch_ranges): the epochs any
+        matrix was critical in, and the share of (matrix, epoch) pairs that were."""
         if not critical:
             return "-"
         if len(critical) != epochs:
             fail("accordion-runs.csv: a run with critical matrices in some epochs only")
-        ranges, start = [], None
-        flags = [c > 0 for c, _ in critical] + [False]
-        for e, flag in enumerate(flags):
-            if flag and start is None:
-                start = e
-            elif not flag and start is not None:
-                ranges.append(f"{start}" if start == e - 1 else f"{start}-{e - 1}")
-                start = None
-        share = sum(c for c, _ in critical) / sum(m for _, m in critical)
-        return f"{', '.join(ranges)} ({100 * share:.0f}%)" if ranges else "none"
+        # Which matrices were critical does not matter here, only how many.
+        flags = np.array([[m < c for m in range(matrices)] for c, matrices in critical])
+        from accordion_runs import epoch_ranges  # beside this script; imported once
+        return epoch_ranges(flags)
 
     def table(self, study):
         if study not in self.STUDIES:
