@@ -76,6 +76,7 @@ nlohmann::json epoch_json(const EpochSummary& s, const io::MetricsEpoch& m, cons
     j["compute_seconds"] = m.compute_seconds;
     j["compression_seconds"] = m.compression_seconds;
     j["communication_seconds"] = m.communication_seconds;
+    j["rank_communication_seconds"] = m.rank_communication_seconds;
     return j;
 }
 
@@ -407,6 +408,10 @@ io::MetricsEpoch DistRank::epoch_metrics(const EpochSummary& all, const Exchange
     m.communication_seconds = sent.communication_seconds;
     m.compute_seconds = std::max(0.0, all.seconds - m.compression_seconds - m.communication_seconds);
     m.level = orders_.level;
+    // Every rank's time, to tell the network's from the wait for a slower rank.
+    const auto ranks = session_.host()->allgather(
+        torch::tensor(std::vector<double>{sent.communication_seconds}, torch::kFloat64));
+    for (const auto& r : ranks) m.rank_communication_seconds.push_back(r.item<double>());
     return m;
 }
 

@@ -2,9 +2,11 @@
 #include "io/h5.hpp"
 
 #include "base/error.hpp"
+#include "base/text.hpp"
 #include "io/atomic.hpp"
 #include "io/schedule.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace acc::io {
@@ -201,6 +203,10 @@ void write_metrics(const std::string& path, const Metrics& m) {
     const bool decisions = m.has_decisions();
     for (size_t e = 0; e < epochs; ++e) {
         const MetricsEpoch& row = m.epochs[e];
+        if (!row.rank_communication_seconds.empty() &&
+            row.rank_communication_seconds.size() != static_cast<size_t>(m.run.world_size))
+            throw Error(path + ": internal error: epoch " + std::to_string(e) + " does not have one communication time "
+                        "per rank");
         if (row.level.size() != count || (decisions && (row.norm.size() != count || row.critical.size() != count ||
                                                         row.ratio.size() != count || row.reason.size() != count)))
             throw Error(path + ": internal error: epoch " + std::to_string(e) + " does not have one entry per parameter");
@@ -229,6 +235,17 @@ void write_metrics(const std::string& path, const Metrics& m) {
         f.write(std::string("/epochs/") + c.name, values, column);
     }
     f.write("/epochs/level", table(m.epochs, &MetricsEpoch::level), per_parameter);
+    // Epochs without the ranks' times (a run resumed from a file before 1.2) hold NaN.
+    const size_t world = static_cast<size_t>(m.run.world_size);
+    if (std::any_of(m.epochs.begin(), m.epochs.end(), [](const MetricsEpoch& e) { return !e.rank_communication_seconds.empty(); })) {
+        std::vector<double> seconds;
+        for (const auto& e : m.epochs)
+            if (e.rank_communication_seconds.empty())
+                seconds.insert(seconds.end(), world, MetricsEpoch::kNone);
+            else
+                seconds.insert(seconds.end(), e.rank_communication_seconds.begin(), e.rank_communication_seconds.end());
+        f.write("/epochs/rank_communication_seconds", seconds, Dims{epochs, world});
+    }
     if (decisions) {
         f.write("/epochs/norm", table(m.epochs, &MetricsEpoch::norm), per_parameter);
         f.write("/epochs/critical", table(m.epochs, &MetricsEpoch::critical), per_parameter);
@@ -288,6 +305,17 @@ Metrics read_metrics(const std::string& path) {
                    ", parameter '" + m.parameters[i % count].name + "', but /levels has " +
                    std::to_string(m.levels.size()) + " entries");
     spread(m.epochs, &MetricsEpoch::level, level, count);
+    if (f.exists("/epochs/rank_communication_seconds")) {  // format 1.2
+        const size_t world = static_cast<size_t>(r.world_size);
+        auto seconds = read_shaped<double>(f, "/epochs/rank_communication_seconds", Dims{epochs, world},
+                                           "epochs x ranks");
+        for (size_t i = 0; i < seconds.size(); ++i)
+            if (!std::isnan(seconds[i]) && !(seconds[i] >= 0 && std::isfinite(seconds[i])))
+                f.fail("/epochs/rank_communication_seconds is " + short_number(seconds[i]) + " at epoch " +
+                       std::to_string(i / world) + ", rank " + std::to_string(i % world) +
+                       "; it must be a number of seconds >= 0, or NaN (not recorded)");
+        spread(m.epochs, &MetricsEpoch::rank_communication_seconds, seconds, world);
+    }
     if (f.exists("/epochs/critical")) {
         spread(m.epochs, &MetricsEpoch::norm, read_shaped<double>(f, "/epochs/norm", per_parameter, "epochs x parameters"), count);
         auto critical = read_shaped<std::uint8_t>(f, "/epochs/critical", per_parameter, "epochs x parameters");

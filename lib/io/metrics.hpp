@@ -14,7 +14,8 @@ namespace acc::io {
 
 inline constexpr const char* kMetricsFormat = "accordion.metrics";
 inline constexpr int kMetricsMajor = 1;
-inline constexpr int kMetricsMinor = 1;  ///< 1.1 adds /gravac (train-dist --gravac); 1.0 files still read
+/// 1.1 adds /gravac (train-dist --gravac), 1.2 /epochs/rank_communication_seconds; older files still read
+inline constexpr int kMetricsMinor = 2;
 
 /// How the run was set up (root attributes).
 struct MetricsRun {
@@ -55,6 +56,10 @@ struct MetricsEpoch {
     double encode_seconds = kNone;
     double decode_seconds = kNone;
     double communication_seconds = kNone;  ///< issuing and waiting for collectives, not hidden by compute
+    /// Every rank's communication_seconds, in rank order (empty in files before 1.2). A rank
+    /// that reaches a collective first waits there for the others: the smallest of these is
+    /// the closest to the network's own time.
+    std::vector<double> rank_communication_seconds;
     std::vector<std::int32_t> level;     ///< per parameter: index into Metrics::levels
     // Accordion mode (empty otherwise): rank 0's gradient norms and the decision governing the epoch.
     std::vector<double> norm;

@@ -127,6 +127,11 @@ def data_sent(args):
         assert ((np.abs(parts - seconds) < 1e-6) | (compute == 0)).all(), (parts, seconds)
         assert np.allclose(f["epochs/compression_seconds"][()],
                            f["epochs/encode_seconds"][()] + f["epochs/decode_seconds"][()])
+        # Every rank's communication time, rank 0's the column's.
+        ranks = f["epochs/rank_communication_seconds"][()]
+        assert ranks.shape == (len(steps), f.attrs["world_size"]), ranks.shape
+        assert (ranks >= 0).all(), ranks
+        assert (ranks[:, 0] == f["epochs/communication_seconds"][()]).all(), ranks
     print("data sent: %d bytes per worker over %d epochs" % (total, len(steps)))
 
 

@@ -160,4 +160,54 @@ TEST(Metrics, RefusesBrokenFiles) {
     Metrics empty = sample(false);
     empty.epochs.clear();
     EXPECT_CONTAINS(error_of([&] { write_metrics(path, empty); }), "needs at least one epoch");
+
+    Metrics timed = sample(false);
+    for (auto& e : timed.epochs) e.rank_communication_seconds = {0.2, 0.05};
+    write_metrics(path, timed);
+    {
+        H5File f = H5File::open(path, true);
+        H5Ldelete(f.id(), "/epochs/rank_communication_seconds", H5P_DEFAULT);
+        f.write("/epochs/rank_communication_seconds", std::vector<double>{0.2, 0.1, 0.3, -1, 0.2, 0.1}, {3, 2});
+        f.close();
+    }
+    EXPECT_EQ(error_of([&] { read_metrics(path); }),
+              path + ": /epochs/rank_communication_seconds is -1 at epoch 1, rank 1; it must be a number of "
+                     "seconds >= 0, or NaN (not recorded)");
+    {
+        H5File f = H5File::open(path, true);
+        H5Ldelete(f.id(), "/epochs/rank_communication_seconds", H5P_DEFAULT);
+        f.write("/epochs/rank_communication_seconds", std::vector<double>{0.2, 0.1, 0.3}, {3, 1});
+        f.close();
+    }
+    EXPECT_CONTAINS(error_of([&] { read_metrics(path); }), "/epochs/rank_communication_seconds has shape 3x1");
+    timed.epochs[1].rank_communication_seconds = {0.1};
+    EXPECT_CONTAINS(error_of([&] { write_metrics(path, timed); }), "does not have one communication time per rank");
+}
+
+// Format 1.2: every rank's communication time per epoch; files without it read as before,
+// and a run resumed from such a file writes NaN for the epochs that recorded none.
+TEST(Metrics, RanksCommunicationSeconds) {
+    TempDir dir;
+    const std::string path = dir.file("m.h5");
+    Metrics m = sample(false);
+    for (size_t e = 0; e < m.epochs.size(); ++e) m.epochs[e].rank_communication_seconds = {0.2, 0.05 * (e + 1)};
+    write_metrics(path, m);
+    Metrics back = read_metrics(path);
+    for (size_t e = 0; e < m.epochs.size(); ++e)
+        EXPECT_EQ(back.epochs[e].rank_communication_seconds, m.epochs[e].rank_communication_seconds);
+
+    Metrics old = sample(false);  // no rank's times, as before 1.2
+    std::vector<MetricsEpoch> rows = old.epochs;
+    write_metrics(path, old);
+    EXPECT_TRUE(read_metrics(path).epochs[0].rank_communication_seconds.empty());
+    MetricsWriter resumed = MetricsWriter::resume(path, old, 2);
+    rows[2].rank_communication_seconds = {0.3, 0.1};
+    resumed.append_epoch(rows[2]);
+    resumed.finish();
+    back = read_metrics(path);
+    ASSERT_EQ(back.epochs.size(), 3u);
+    ASSERT_EQ(back.epochs[0].rank_communication_seconds.size(), 2u);
+    EXPECT_TRUE(std::isnan(back.epochs[0].rank_communication_seconds[0]));
+    EXPECT_TRUE(std::isnan(back.epochs[1].rank_communication_seconds[1]));
+    EXPECT_EQ(back.epochs[2].rank_communication_seconds, (std::vector<double>{0.3, 0.1}));
 }

@@ -71,7 +71,7 @@ TEST(MetricsGravac, RoundTripWithPerEpochSummaries) {
     write_metrics(path, m);
     Metrics back = read_metrics(path);
     EXPECT_EQ(back.header.major, 1);
-    EXPECT_EQ(back.header.minor, 1);
+    EXPECT_EQ(back.header.minor, kMetricsMinor);
     ASSERT_TRUE(back.gravac.enabled);
     EXPECT_EQ(back.gravac.family, "topk");
     EXPECT_EQ(back.gravac.policy, "geometric");
@@ -117,7 +117,7 @@ TEST(MetricsGravac, ReadsVersion10Files) {
     // And a run resumed from it continues it in the new version.
     MetricsWriter w = MetricsWriter::resume(path, sample(false), 2);
     w.append_epoch(sample(false).epochs[2]);
-    EXPECT_EQ(read_metrics(path).header.minor, 1);
+    EXPECT_EQ(read_metrics(path).header.minor, kMetricsMinor);
 }
 
 TEST(MetricsGravac, ResumeKeepsTheStepsOfKeptEpochs) {
