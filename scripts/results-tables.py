@@ -13,6 +13,8 @@ where NAME says what it is made from; the tables are:
                                   names), against its dense runs, from docs/results/gravac-runs.csv
     time-to-accuracy LINK MODEL   the study of that link and model, both targets,
                                   from docs/results/time-to-accuracy-runs.csv
+    planner MODEL                 the planner study's runs of MODEL (mlp or cnn), from
+                                  docs/results/planner-runs.csv (scripts/experiments/planner.sh)
     model-check                   the network model against train-dist's exchange per step on
                                   a shaped link, from docs/results/model-check.csv
                                   (scripts/experiments/shaped-model-check.sh)
@@ -247,16 +249,39 @@ class ModelCheck:
             fail(f"{self.path}: {e.strerror}")
 
     def table(self):
-        out = ["| model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
-               "model's error |", "|---|---|---|---|---|---|"]
+        out = ["| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
+               "rank 0's (ms) | model's error |", "|---|---|---|---|---|---|---|---|"]
         try:
             for r in self.rows:
                 modelled, measured = float(r["modelled_seconds"]), float(r["measured_seconds"])
-                out.append(f"| {r['model']} | {r['level']} | {1e3 * float(r['compute_seconds']):.1f} | "
-                           f"{1e3 * modelled:.2f} | {1e3 * measured:.2f} | {100 * (modelled / measured - 1):+.0f}% |")
+                out.append(f"| {int(r['repeat'])} | {r['model']} | {r['level']} | "
+                           f"{1e3 * float(r['compute_seconds']):.1f} | {1e3 * modelled:.2f} | {1e3 * measured:.2f} | "
+                           f"{1e3 * float(r['rank0_seconds']):.2f} | {100 * (modelled / measured - 1):+.0f}% |")
         except (KeyError, ValueError) as e:
             fail(f"{self.path}: not shaped-model-check.sh's table ({e})")
         return "\n".join(out) + "\n"
+
+
+class Planner:
+    """The planner study's runs (scripts/experiments/planner.sh), by model."""
+
+    def __init__(self, data):
+        self.report = load_report("planner_report")
+        self.path = os.path.join(data, "planner-runs.csv")
+        try:
+            self.runs = self.report.read_csv(self.path)
+        except OSError as e:
+            fail(f"{self.path}: {e.strerror}")
+        except (KeyError, ValueError) as e:
+            fail(f"{self.path}: not the planner study's runs ({e})")
+
+    def table(self, model):
+        if not any(key[0] == model for key in self.runs):
+            fail(f"{self.path}: no runs of {model}")
+        try:
+            return self.report.table(self.runs, model)[0]
+        except ValueError as e:
+            fail(f"{self.path}: {e}")
 
 
 class Studies:
@@ -269,7 +294,7 @@ class Studies:
     def get(self, kind):
         if kind not in self.loaded:
             self.loaded[kind] = {"time-to-accuracy": TimeToAccuracy, "accordion": Accordion,
-                                 "gravac": Gravac, "model-check": ModelCheck}[kind](self.data)
+                                 "gravac": Gravac, "model-check": ModelCheck, "planner": Planner}[kind](self.data)
         return self.loaded[kind]
 
 
@@ -283,10 +308,13 @@ def recompute(name, studies):
         return studies.get("accordion").table(words[1])
     if words == ["model-check"]:
         return studies.get("model-check").table()
+    if len(words) == 2 and words[0] == "planner":
+        return studies.get("planner").table(words[1])
     if len(words) >= 2 and words[0] == "gravac":
         return studies.get("gravac").table(words[1:])
     fail(f"docs/results.md: a table named '{name}', which this script does not make "
-         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check, time-to-accuracy LINK MODEL)")
+         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check, planner MODEL, "
+         "time-to-accuracy LINK MODEL)")
 
 
 def main():

@@ -9,7 +9,9 @@
 #   regime-detect                          Accordion's schedule
 #   regime-detect --plan powersgd:1..8     planned with Accordion's budget, PowerSGD candidates
 #   regime-detect --plan topk:...          the same budget, Top-k candidates
-#   train-dist                             low, high, and the three schedules replayed
+#   uniform-topk                           the control of the Top-k plan: one Top-k fraction
+#                                          everywhere, chosen so that it sends the plan's floats
+#   train-dist                             low, high, uniform-topk, and the three schedules replayed
 # The modelled exchange time comes from a comm-profile measurement on a 100 Mbit/s
 # link between two network namespaces (as root; else on loopback, and the report
 # says so), and with RUN_SHAPED=1 the first seed's five runs also train on that link.
@@ -41,12 +43,14 @@ main() {
         shaped=1
         if [ ! -f "$comm" ]; then
             echo "comm-profile on the $link ..." >&2
-            shaped_ranks "$bin/comm-profile" --collectives allreduce,allgather -b 4K -e 8M --fit-from 256K -n 5 -w 1 --timeout 120 \
-                -q -o "$comm.tmp" && mv "$comm.tmp" "$comm"
+            # As scripts/experiments/shaped-model-check.sh measures it: the bandwidth past the
+            # token bucket's burst, the latency from the small messages (8 B up).
+            shaped_ranks "$bin/comm-profile" --collectives allreduce,allgather -b 8 -e 8M --fit-from 256K -n 10 -w 2 \
+                --timeout 120 -q -o "$comm.tmp" && mv "$comm.tmp" "$comm"
         fi
     else
         link="loopback (no shaped link: $SHAPED_WHY)"
-        [ -f "$comm" ] || comm-profile --nproc 2 --collectives allreduce,allgather -b 4K -e 8M -n 5 -w 1 -q -o "$comm"
+        [ -f "$comm" ] || comm-profile --nproc 2 --collectives allreduce,allgather -b 8 -e 8M -n 10 -w 2 -q -o "$comm"
     fi
 
     accordion=(--eta 0.5 --interval 2 --low powersgd:2 --high powersgd:1)
@@ -54,7 +58,7 @@ main() {
     fractions=topk:0.001,topk:0.003,topk:0.01,topk:0.03,topk:0.1,topk:0.3,topk:1
     declare -A plan=([planned-powersgd]=$ranks [planned-topk]=$fractions)
     declare -A fixed=([low]=powersgd:2 [high]=powersgd:1)
-    runs=(low high accordion planned-powersgd planned-topk)
+    runs=(low high accordion planned-powersgd planned-topk uniform-topk)
     for model in $models; do
         extra_name=PLANNER_EXTRA_$model
         # shellcheck disable=SC2206
@@ -72,16 +76,12 @@ main() {
             fi
             regime-detect "$dir/grads.h5" "${accordion[@]}" --force -o "$dir/accordion.sched.h5" --json \
                 >"$dir/accordion.json" 2>"$dir/accordion.detect.log" || fail "$dir/accordion.detect.log"
-            # Uniform levels costed by the same model: Accordion with both levels equal.
-            for run in "${!fixed[@]}"; do
-                regime-detect "$dir/grads.h5" --eta 0.5 --interval 2 --low "${fixed[$run]}" --high "${fixed[$run]}" \
-                    --plan "${fixed[$run]}" --comm "$comm" --force -o "$dir/$run.sched.h5" --json \
-                    >"$dir/$run.json" 2>"$dir/$run.detect.log" || fail "$dir/$run.detect.log"
-            done
+            for run in low high; do uniform "$dir" "$run"; done
             for p in "${!plan[@]}"; do
                 regime-detect "$dir/grads.h5" "${accordion[@]}" --plan "${plan[$p]}" --comm "$comm" --force \
                     -o "$dir/$p.sched.h5" --json >"$dir/$p.json" 2>"$dir/$p.detect.log" || fail "$dir/$p.detect.log"
             done
+            fixed[uniform-topk]=$(topk_matching "$dir")
             for run in "${runs[@]}"; do
                 if [ -n "${fixed[$run]+x}" ]; then level=(--compress "${fixed[$run]}"); else level=(--schedule "$dir/$run.sched.h5"); fi
                 if ! complete "$dir/$run.h5"; then
@@ -101,6 +101,40 @@ main() {
     done
     "$python" "$here/scripts/experiments/planner_report.py" --out "$out" --seeds "$seeds" --models "$models" \
         --comm "$comm" --link "$link" | tee "$out/planner.md"
+}
+
+# uniform DIR RUN: the uniform level fixed[RUN] costed by the same model as the plans
+# (Accordion with both levels equal): DIR/RUN.json.
+uniform() {
+    regime-detect "$1/grads.h5" --eta 0.5 --interval 2 --low "${fixed[$2]}" --high "${fixed[$2]}" \
+        --plan "${fixed[$2]}" --comm "$comm" --force -o "$1/$2.sched.h5" --json \
+        >"$1/$2.json" 2>"$1/$2.detect.log" || fail "$1/$2.detect.log"
+}
+
+# topk_matching DIR: the Top-k level that sends as many floats as DIR's Top-k plan, and
+# DIR/uniform-topk.json, its floats and modelled exchange time. A fraction's floats and
+# modelled time per run are linear in it (k values and k indices per matrix, the vectors
+# whole; the collectives' bytes), so two uniform plans of the profile's grid give both
+# (the planner itself costs only the grid's fractions, those the profile measured).
+topk_matching() {
+    local f
+    for f in 0.01 0.1; do
+        regime-detect "$1/grads.h5" --eta 0.5 --interval 2 --low topk:$f --high topk:$f --plan topk:$f \
+            --comm "$comm" --force -o "$1/topk-$f.sched.h5" --json >"$1/topk-$f.json" 2>"$1/topk-$f.detect.log" ||
+            fail "$1/topk-$f.detect.log"
+    done
+    "$python" - "$1" <<'PY'
+import json, sys
+d = sys.argv[1]
+total = lambda name: json.load(open(f"{d}/{name}.json"))["plan"]["total"]
+a, b, want = total("topk-0.01"), total("topk-0.1"), total("planned-topk")["floats"]
+fraction = float(f"{0.01 + (want - a['floats']) * (0.1 - 0.01) / (b['floats'] - a['floats']):.3g}")
+at = lambda key: a[key] + (fraction - 0.01) * (b[key] - a[key]) / (0.1 - 0.01)
+level = f"topk:{fraction:g}"
+json.dump({"level": level, "floats": at("uniform_floats"), "modelled_exchange_seconds": at("uniform_cost"),
+           "interpolated_from": ["topk-0.01.json", "topk-0.1.json"]}, open(f"{d}/uniform-topk.json", "w"), indent=1)
+print(level)
+PY
 }
 
 fail() {

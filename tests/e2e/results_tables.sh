@@ -24,6 +24,17 @@ for study in "20mbit mlp" "100mbit cnn"; do
     [ -z "$missing" ] || fail "docs/results.md's table for $study has lines the study's report does not: $missing"
 done
 
+# The planner study's report makes the same table from the same raw data.
+$ACC_PYTHON "$ACC_SOURCE/scripts/experiments/planner_report.py" --from-csv "$ACC_SOURCE/docs/results/planner-runs.csv" \
+    --models mlp >"$WORK/planner.md" 2>"$WORK/err" || fail "planner_report.py: $(cat "$WORK/err")"
+awk '$0 == "<!-- table: planner mlp -->" { inside = 1; next } /^<!-- end of table -->$/ { inside = 0 } inside' \
+    "$ACC_SOURCE/docs/results.md" >"$WORK/table.md"
+[ -s "$WORK/table.md" ] || fail "docs/results.md has no table 'planner mlp'"
+missing=$(awk 'NR == FNR { have[$0] = 1; next } !($0 in have)' "$WORK/planner.md" "$WORK/table.md")
+[ -z "$missing" ] || fail "docs/results.md's planner table has lines planner_report.py does not: $missing"
+expect_exit 2 "error: give --out .* or --from-csv .*, one of them" -- \
+    $ACC_PYTHON "$ACC_SOURCE/scripts/experiments/planner_report.py"
+
 # A number changed in a table: named, exit 1, nothing written.
 doc=$WORK/results.md
 awk '/^<!-- table: time-to-accuracy 20mbit mlp -->$/ { inside = 1 }
@@ -40,9 +51,11 @@ cmp -s "$doc" "$ACC_SOURCE/docs/results.md" || fail "the rewritten table differs
 # Bad input: a table without its end, one this script does not make, data that is not a study's CSV.
 sed '/^<!-- end of table -->$/d' "$ACC_SOURCE/docs/results.md" >"$doc"
 expect_exit 2 "has no '<!-- end of table -->' line after it" -- $tables --check --doc "$doc"
-printf '<!-- table: planner cnn -->\n<!-- end of table -->\n' >"$doc"
-expect_exit 2 "a table named 'planner cnn', which this script does not make" -- $tables --check --doc "$doc"
-for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-check.csv; do
+printf '<!-- table: planner resnet -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "planner-runs.csv: no runs of resnet" -- $tables --check --doc "$doc"
+printf '<!-- table: planner -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "a table named 'planner', which this script does not make" -- $tables --check --doc "$doc"
+for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-check.csv planner-runs.csv; do
     rm -rf "$WORK/data"
     mkdir -p "$WORK/data"
     cp "$ACC_SOURCE"/docs/results/*.csv "$WORK/data/"
@@ -52,6 +65,7 @@ for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-ch
     accordion-runs.csv) says="accordion-runs.csv: no column 'study'" ;;
     gravac-runs.csv) says="gravac-runs.csv: not the GraVAC study's runs" ;;
     model-check.csv) says="model-check.csv: not shaped-model-check.sh's table" ;;
+    planner-runs.csv) says="planner-runs.csv: not the planner study's runs" ;;
     esac
     expect_exit 2 "$says" -- $tables --check --data "$WORK/data"
 done
