@@ -214,18 +214,23 @@ class Accordion:
         return "\n".join(out) + "\n"
 
 
+def read_study(report, path, what):
+    """A study's runs, by its report's read_csv(); a file that is not its raw data fails."""
+    try:
+        return report.read_csv(path)
+    except OSError as e:
+        fail(f"{path}: {e.strerror}")
+    except (KeyError, ValueError, IndexError) as e:
+        fail(f"{path}: not the {what}'s runs ({e})")
+
+
 class Gravac:
     """The GraVAC study's runs (scripts/experiments/gravac.sh), by variant."""
 
     def __init__(self, data):
         self.report = load_report("gravac_report")
         self.path = os.path.join(data, "gravac-runs.csv")
-        try:
-            self.runs = self.report.read_csv(self.path)
-        except OSError as e:
-            fail(f"{self.path}: {e.strerror}")
-        except (KeyError, ValueError, IndexError) as e:
-            fail(f"{self.path}: not the GraVAC study's runs ({e})")
+        self.runs = read_study(self.report, self.path, "GraVAC study")
         if "dense" not in self.runs:
             fail(f"{self.path}: no dense runs, which every factor compares with")
         self.dense = np.mean([r["floats"] for r in self.runs["dense"]])
@@ -268,12 +273,7 @@ class Planner:
     def __init__(self, data):
         self.report = load_report("planner_report")
         self.path = os.path.join(data, "planner-runs.csv")
-        try:
-            self.runs = self.report.read_csv(self.path)
-        except OSError as e:
-            fail(f"{self.path}: {e.strerror}")
-        except (KeyError, ValueError) as e:
-            fail(f"{self.path}: not the planner study's runs ({e})")
+        self.runs = read_study(self.report, self.path, "planner study")
 
     def table(self, model):
         if not any(key[0] == model for key in self.runs):
