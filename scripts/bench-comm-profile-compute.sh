@@ -7,15 +7,16 @@
 # alternating, and keep their lower medians. Prints both and the ratio
 # comm-profile / PyTorch (the two should agree: same kernels, same work).
 #   scripts/bench-comm-profile-compute.sh     STEPS=10 BATCH=32 by default
+# BENCH_RAW=DIR keeps the raw data: every run's medians (compute.csv:
+# model,batch,side,round,forward_seconds,backward_seconds) and the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/comm-profile
-source scripts/python.sh
-python=$(acc_python)
+source scripts/bench-common.sh
+trap bench_cleanup EXIT
 steps=${STEPS:-10}
 batch=${BATCH:-32}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+work=$tmp
 
 cat >"$work/loop.py" <<'PY'
 import sys, time
@@ -54,17 +55,25 @@ ours() {
         "$python" -c 'import json, sys; c = json.load(sys.stdin)["compute"]; print(c["forward_s"], c["backward_s"])'
 }
 
-printf '%-9s %6s  %-8s %12s %12s %8s\n' model batch pass "ours ms" "PyTorch ms" ratio
+echo "model,batch,side,round,forward_seconds,backward_seconds" >"$raw/compute.csv"
 for model in mlp resnet18; do
-    best_ours=(1e9 1e9) best_torch=(1e9 1e9)
-    for _ in 1 2; do
-        read -r f b < <(ours "$model")
-        best_ours=("$("$python" -c "print(min($f, ${best_ours[0]}))")" "$("$python" -c "print(min($b, ${best_ours[1]}))")")
-        read -r f b < <("$python" "$work/loop.py" "$model" "$batch" "$steps")
-        best_torch=("$("$python" -c "print(min($f, ${best_torch[0]}))")" "$("$python" -c "print(min($b, ${best_torch[1]}))")")
-    done
-    for i in 0 1; do
-        pass=$([ "$i" = 0 ] && echo forward || echo backward)
-        "$python" -c "o, t = ${best_ours[$i]}, ${best_torch[$i]}; print('%-9s %6d  %-8s %12.3f %12.3f %8.2f' % ('$model', $batch, '$pass', o * 1e3, t * 1e3, o / t))"
+    for round in 1 2; do
+        echo "$model,$batch,comm-profile,$round,$(ours "$model" | tr ' ' ,)" >>"$raw/compute.csv"
+        echo "$model,$batch,pytorch,$round,$("$python" "$work/loop.py" "$model" "$batch" "$steps" | tr ' ' ,)" \
+            >>"$raw/compute.csv"
     done
 done
+
+# Each side's lower median of its two runs, per model and pass.
+"$python" - "$raw/compute.csv" <<'PY' | bench_report
+import csv, sys
+best = {}
+for r in csv.DictReader(open(sys.argv[1])):
+    for p in ("forward", "backward"):
+        key = (r["model"], int(r["batch"]), p, r["side"])
+        best[key] = min(best.get(key, float("inf")), float(r[p + "_seconds"]))
+print("%-9s %6s  %-8s %12s %12s %8s" % ("model", "batch", "pass", "ours ms", "PyTorch ms", "ratio"))
+for model, batch, p in dict.fromkeys(k[:3] for k in best):
+    o, t = best[(model, batch, p, "comm-profile")], best[(model, batch, p, "pytorch")]
+    print("%-9s %6d  %-8s %12.3f %12.3f %8.2f" % (model, batch, p, o * 1e3, t * 1e3, o / t))
+PY

@@ -6,15 +6,15 @@
 # the ratio comm-profile / PyTorch per size and its geometric mean (goal: >= 0.9).
 # comm-profile reports the median of per-call times, the loop a mean over
 # back-to-back calls; on a busy machine the two differ by more than the
-# overhead, so run it on an otherwise idle one.
+# overhead, so run it on an otherwise idle one. BENCH_RAW=DIR keeps the raw data:
+# each run's busbw per size (comm-profile.csv, torch.csv: round,size,busbw) and the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/comm-profile
-source scripts/python.sh
-python=$(acc_python)
+source scripts/bench-common.sh
 iters=${ITERS:-20}
-work=$(mktemp -d)
-trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+work=$tmp
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; bench_cleanup' EXIT
 
 cat >"$work/loop.py" <<'PY'
 # A plain timing loop: per size, warm up, then time ITERS back-to-back
@@ -60,18 +60,19 @@ run_comm_profile() {
         awk -F, 'NR > 1 { print $2 "," $9 }'
 }
 
+echo "round,size,busbw" | tee "$raw/comm-profile.csv" >"$raw/torch.csv"
 for round in 1 2; do
-    run_comm_profile >>"$work/ours.csv"
-    run_torch >>"$work/theirs.csv"
+    run_comm_profile | sed "s/^/$round,/" >>"$raw/comm-profile.csv"
+    run_torch | sed "s/^/$round,/" >>"$raw/torch.csv"
 done
 
-"$python" - "$work/ours.csv" "$work/theirs.csv" <<'PY'
-import math, sys
+"$python" - "$raw/comm-profile.csv" "$raw/torch.csv" <<'PY' | bench_report
+import csv, math, sys
 def best(path):
     out = {}
-    for line in open(path):
-        size, busbw = line.strip().split(",")
-        out[int(size)] = max(out.get(int(size), 0.0), float(busbw))
+    for row in csv.DictReader(open(path)):
+        size, busbw = int(row["size"]), float(row["busbw"])
+        out[size] = max(out.get(size, 0.0), busbw)
     return out
 ours, theirs = best(sys.argv[1]), best(sys.argv[2])
 print("allreduce, 2 ranks on loopback (Gloo), busbw in GB/s, best of 2 runs each")

@@ -5,25 +5,25 @@
 #   signsgd, fp16, qsgd:127 encoding: at least 50% of this machine's memcpy bandwidth
 # Prints each measurement and ratio (from the fastest of REPS runs, medians alongside).
 #   scripts/bench-compress.sh            REPS=20 by default
+# BENCH_RAW=DIR keeps the raw data: compress-bench's and the PyTorch side's JSON
+# (fastest, median and slowest time of each), and the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/compress-bench
-source scripts/python.sh
-python=$(acc_python)
+source scripts/bench-common.sh
+trap bench_cleanup EXIT
 reps=${REPS:-20}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 
 # The data both sides read: one gradient snapshot of 11,173,962 normal values.
-"$python" scripts/write_flat_grads.py "$work/flat.h5" 11173962
+"$python" scripts/write_flat_grads.py "$tmp/flat.h5" 11173962
 
-"$bin" -q --from "$work/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127 --vectors compress --world 1 \
-    --reps "$reps" --threads 1 --json >"$work/flat.json"
+"$bin" -q --from "$tmp/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127 --vectors compress --world 1 \
+    --reps "$reps" --threads 1 --json >"$raw/flat.json"
 "$bin" -q --shapes resnet18 --compressors powersgd:2 --vectors compress --world 1 --reps "$reps" --threads 1 \
-    --json >"$work/resnet18.json"
-"$python" scripts/bench_compress_reference.py "$work/flat.h5" --reps "$reps" >"$work/torch.json"
+    --json >"$raw/resnet18.json"
+"$python" scripts/bench_compress_reference.py "$tmp/flat.h5" --reps "$reps" >"$raw/torch.json"
 
-"$python" - "$work/flat.json" "$work/resnet18.json" "$work/torch.json" <<'PY'
+"$python" - "$raw/flat.json" "$raw/resnet18.json" "$raw/torch.json" <<'PY' | bench_report
 import json, sys
 flat, resnet, torch = (json.load(open(p)) for p in sys.argv[1:4])
 rows = {r["compressor"]: r for r in flat["results"] + resnet["results"]}

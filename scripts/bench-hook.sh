@@ -21,37 +21,41 @@
 # Runs with pip's torch (scripts/setup-pip-torch.sh's environment; the hook needs
 # PyTorch 2.x) and the package as `scripts/test-python.sh --torch pip` installs it
 # in $ACC_BUILD_DIR (default build-pip)/python-site: run that first; train-dist is
-# that build's bin/train-dist.
+# that build's bin/train-dist. BENCH_RAW=DIR keeps the raw data: every run's steps
+# (<hook>.jsonl; on the link shaped-<hook>-<run>.0 and train-dist's td-<level>-<run>.h5)
+# and the reports (report.txt, shaped-report.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 site=${ACC_BUILD_DIR:-build-pip}/python-site
+source scripts/bench-common.sh
 python=$(scripts/setup-pip-torch.sh)
 export PYTHONPATH="$(cd "$(dirname "$site")" && pwd)/python-site${PYTHONPATH:+:$PYTHONPATH}"
 "$python" -c 'import accordion' 2>/dev/null ||
     { echo "bench-hook.sh: error: $site: no accordion package there (scripts/test-python.sh --torch pip installs it)" >&2; exit 1; }
 reps=${REPS:-3}
 steps=${STEPS:-8}
-work=$(mktemp -d)
+work=$raw
 shaped_steps=${SHAPED_STEPS:-3}
 shaped_reps=${SHAPED_REPS:-3}
 source scripts/shaped-link.sh
 # On every exit: no rank left running, the namespaces (and their veth pair) gone.
-trap 'kill -KILL $(jobs -p) 2>/dev/null || true; shaped_link_down; rm -rf "$work"' EXIT
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; shaped_link_down; bench_cleanup' EXIT
 
 if [ "${LOOPBACK:-1}" != 0 ]; then
 hooks=(none accordion-none powersgd accordion-powersgd)
+for hook in "${hooks[@]}"; do : >"$work/$hook.jsonl"; done  # a kept directory's earlier runs go
 for ((r = 1; r <= reps; r++)); do
     for hook in "${hooks[@]}"; do
         echo "bench-hook.sh: run $r/$reps: $hook" >&2
         OMP_NUM_THREADS=1 "$python" scripts/bench_train_dist_ddp.py --hook "$hook" --steps "$steps" --warmup 3 \
-            --rank-k 2 --port $((29600 + r)) >>"$work/$hook.jsonl" 2>"$work/err" || {
+            --rank-k 2 --port $((29600 + r)) >>"$work/$hook.jsonl" 2>"$tmp/err" || {
             echo "bench-hook.sh: error: run $r of $hook failed:" >&2
-            grep -v '^ ' "$work/err" | tail -5 >&2
+            grep -v '^ ' "$tmp/err" | tail -5 >&2
             exit 1
         }
     done
 done
-"$python" - "$work" "${hooks[@]}" <<'PY'
+"$python" - "$work" "${hooks[@]}" <<'PY' | bench_report
 import json, statistics, sys
 work, hooks = sys.argv[1], sys.argv[2:]
 median = {}
@@ -81,13 +85,13 @@ ddp_shaped() {
     for side in 1 0; do
         ip netns exec "${SHAPED_NS[$side]}" env OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME="${SHAPED_TAG}$side" \
             "$python" scripts/bench_train_dist_ddp.py --hook "$1" --rank "$side" --master-addr "${SHAPED_ADDR[0]}" \
-            --port 29541 --steps "$shaped_steps" --warmup 3 --rank-k 2 >"$work/shaped-$1-$2.$side" 2>"$work/err.$side" &
+            --port 29541 --steps "$shaped_steps" --warmup 3 --rank-k 2 >"$work/shaped-$1-$2.$side" 2>"$tmp/err.$side" &
         pids+=($!)
     done
     for side in 0 1; do
         wait "${pids[$side]}" || {
             echo "bench-hook.sh: error: $1 on the shaped link failed:" >&2
-            grep -hv '^ ' "$work/err.0" "$work/err.1" | tail -5 >&2
+            grep -hv '^ ' "$tmp/err.0" "$tmp/err.1" | tail -5 >&2
             exit 1
         }
     done
@@ -101,17 +105,17 @@ for ((r = 1; r <= shaped_reps; r++)); do
     done
     for spec in none powersgd:2; do
         echo "bench-hook.sh: shaped link, run $r of $shaped_reps: train-dist $spec" >&2
-        shaped_ranks "$bin/train-dist" "${model[@]}" --compress "$spec" --metrics "$work/td-$spec-$r.h5" \
-            --checkpoint-dir "$work"
+        shaped_ranks "$bin/train-dist" "${model[@]}" --compress "$spec" --metrics "$work/td-${spec//:/-}-$r.h5" \
+            --checkpoint-dir "$tmp"
     done
 done
-"$python" - "$work" "$shaped_reps" <<'PY'
+"$python" - "$work" "$shaped_reps" <<'PY' | tee "$raw/shaped-report.txt"
 import json, statistics, sys, h5py
 work, reps = sys.argv[1], int(sys.argv[2])
 def ddp(hook, r):
     return json.loads(open(f"{work}/shaped-{hook}-{r}.0").readline())["median"]
 def train_dist(spec, r):
-    with h5py.File(f"{work}/td-{spec}-{r}.h5", "r") as f:
+    with h5py.File(f"{work}/td-{spec.replace(':', '-')}-{r}.h5", "r") as f:
         return f["epochs/seconds"][1] / f["epochs/steps"][1]
 runs = range(1, reps + 1)
 sides = {"ddp": [ddp("none", r) for r in runs], "hook": [ddp("accordion-powersgd", r) for r in runs],
