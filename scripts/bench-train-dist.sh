@@ -14,18 +14,21 @@
 # and the median. train-dist's step time is its epoch time over the steps of the
 # second of two epochs (the first warms up); DDP's is the mean over STEPS timed
 # steps after 3 untimed ones. SHAPED=0 skips the shaped link, LOOPBACK=0 the comparison with DDP.
+# BENCH_RAW=DIR keeps the raw data: every run's step time (loopback.csv:
+# rep,side,level,seconds_per_step), the shaped link's profile (comm.h5), both runs'
+# metrics there (shaped-none.h5, shaped-powersgd-2.h5), the model's prediction
+# (model.json), and the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin
-source scripts/python.sh
-python=$(acc_python)
+source scripts/bench-common.sh
 reps=${REPS:-3}
 steps=${STEPS:-8}
 shaped_steps=${SHAPED_STEPS:-3}
-work=$(mktemp -d)
+work=$tmp
 source scripts/shaped-link.sh
 # On every exit: no rank left running, the namespaces (and their veth pair) gone.
-trap 'kill -KILL $(jobs -p) 2>/dev/null || true; shaped_link_down; rm -rf "$work"' EXIT
+trap 'kill -KILL $(jobs -p) 2>/dev/null || true; shaped_link_down; bench_cleanup' EXIT
 
 model=(--model resnet18 --dataset synthetic --test-samples 64 --eval-every 0 --batch-size 32 --epochs 2 --threads 1 -q)
 
@@ -63,16 +66,19 @@ ddp() {  # ddp HOOK: seconds per step (one retry: a port picked free can be take
 # summary NAME VALUES...: "fastest (median)" of the values.
 stats() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {printf "%.3f %.3f", v[1], (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
 
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+before="load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 if [ "${LOOPBACK:-1}" != 0 ]; then
 declare -a ours_none ddp_none ours_psgd ddp_psgd
+echo "rep,side,level,seconds_per_step" >"$raw/loopback.csv"
 for ((r = 0; r < reps; r++)); do
     ours_none+=("$(ours none)")
     ddp_none+=("$(ddp none)")
     ours_psgd+=("$(ours powersgd:2)")
     ddp_psgd+=("$(ddp powersgd)")
+    printf '%s\n' "$r,train-dist,none,${ours_none[r]}" "$r,ddp,none,${ddp_none[r]}" \
+        "$r,train-dist,powersgd:2,${ours_psgd[r]}" "$r,ddp,powersgd:2,${ddp_psgd[r]}" >>"$raw/loopback.csv"
 done
-echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
+after="load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
 report() {  # report LABEL "ours values" "theirs values"
     local a b
     read -r a_min a_med <<<"$(stats $2)"
@@ -81,9 +87,13 @@ report() {  # report LABEL "ours values" "theirs values"
         r = a / b; printf "  %s: train-dist %.3f s (%.3f s), DDP %.3f s (%.3f s) per step; ratio %.3f (%.3f), goal <= 1.0: %s\n",
             l, a, am, b, bm, r, am / bm, r <= 1.0 ? "ok" : "MISSED" }'
 }
+{
+echo "$before"
+echo "$after"
 echo "2 ranks, 1 thread each, resnet18, batch 32 per rank, loopback; fastest of $reps runs (median in brackets)"
 report "uncompressed vs DDP" "${ours_none[*]}" "${ddp_none[*]}"
 report "powersgd:2 vs DDP powerSGD_hook" "${ours_psgd[*]}" "${ddp_psgd[*]}"
+} | bench_report
 fi
 
 # ---------------------------------------------------------------- shaped link
@@ -100,16 +110,16 @@ pair() {
     shaped_ranks "$bin/$program" --timeout 120 "$@" -q
 }
 
-pair comm-profile --collectives allreduce,allgather -b 256K -e 8M -n 3 -w 1 -o "$work/comm.h5" -q
+pair comm-profile --collectives allreduce,allgather -b 256K -e 8M -n 3 -w 1 -o "$raw/comm.h5" -q
 for spec in none powersgd:2; do
     pair train-dist "${model[@]}" --train-samples $((shaped_steps * 64)) --compress "$spec" \
-        --metrics "$work/shaped-$spec.h5" --checkpoint-dir "$work"
+        --metrics "$raw/shaped-${spec//:/-}.h5" --checkpoint-dir "$work"
 done
-read -r none_step _ _ _ <<<"$(step_seconds "$work/shaped-none.h5")"
-read -r psgd_step psgd_compute psgd_compression psgd_comm <<<"$(step_seconds "$work/shaped-powersgd:2.h5")"
-"$bin/compress-bench" --shapes resnet18 --world 2 --comm "$work/comm.h5" --compressors none,powersgd:2 --reps 3 \
-    --compute-ms "$(awk -v t="$psgd_compute" 'BEGIN {print t * 1000}')" --json -q >"$work/model.json"
-"$python" - "$work/comm.h5" "$work/model.json" "$none_step" "$psgd_step" "$psgd_compute" "$psgd_compression" "$psgd_comm" <<'PY'
+read -r none_step _ _ _ <<<"$(step_seconds "$raw/shaped-none.h5")"
+read -r psgd_step psgd_compute psgd_compression psgd_comm <<<"$(step_seconds "$raw/shaped-powersgd-2.h5")"
+"$bin/compress-bench" --shapes resnet18 --world 2 --comm "$raw/comm.h5" --compressors none,powersgd:2 --reps 3 \
+    --compute-ms "$(awk -v t="$psgd_compute" 'BEGIN {print t * 1000}')" --json -q >"$raw/model.json"
+"$python" - "$raw/comm.h5" "$raw/model.json" "$none_step" "$psgd_step" "$psgd_compute" "$psgd_compression" "$psgd_comm" <<'PY' | tee "$raw/shaped-report.txt"
 import json, sys, h5py
 comm, model = h5py.File(sys.argv[1], "r"), json.load(open(sys.argv[2]))
 none_step, psgd_step, compute, compression, communication = map(float, sys.argv[3:8])
