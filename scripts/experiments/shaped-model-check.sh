@@ -31,6 +31,8 @@ main() {
     python=$(acc_python)
     out=${1:-$here/build/model-check}
     rate=${2:-100mbit}
+    repeats=${REPEATS:-3}
+    [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "shaped-model-check.sh: error: REPEATS=$repeats: a number of repeats, 1 or more" >&2; exit 2; }
     bin=${ACC_BUILD_DIR:-$here/build}/bin  # the programs of that build, else those on PATH
     [ -x "$bin/train-dist" ] && PATH=$bin:$PATH
     mkdir -p "$out"
@@ -38,7 +40,6 @@ main() {
     trap shaped_link_down EXIT
     shaped_link_up "$rate" || { echo "shaped-model-check.sh: no shaped link here: $SHAPED_WHY" >&2; exit 1; }
     levels=(none powersgd:2 topk:0.1)
-    repeats=${REPEATS:-3}
     for r in $(seq 1 "$repeats"); do
         dir=$out/repeat$r
         mkdir -p "$dir"
