@@ -7,10 +7,10 @@
 #   ... | bench_report   the report on stdout and in $raw/report.txt
 source scripts/python.sh
 python=$(acc_python)
+[ -z "${BENCH_RAW:-}" ] || [ ! -e "$BENCH_RAW" ] || [ -d "$BENCH_RAW" ] ||
+    { echo "$(basename "$0"): error: BENCH_RAW=$BENCH_RAW: not a directory" >&2; exit 2; }
 tmp=$(mktemp -d)
 if [ -n "${BENCH_RAW:-}" ]; then
-    [ ! -e "$BENCH_RAW" ] || [ -d "$BENCH_RAW" ] ||
-        { echo "$(basename "$0"): error: BENCH_RAW=$BENCH_RAW: not a directory" >&2; exit 2; }
     mkdir -p "$BENCH_RAW"
     raw=$(cd "$BENCH_RAW" && pwd)
 else
