@@ -61,7 +61,7 @@ def plan_of(directory, run):
     plan = summary["plan"]
     total = plan["total"]
     planned = run.startswith("planned")
-    level = "schedule" if run in ("accordion",) or planned else plan["candidates"][0]
+    level = "schedule" if run == "accordion" or planned else plan["candidates"][0]
     return {"level": level, "modelled_exchange_seconds": repr(float(total["cost" if planned else "uniform_cost"])),
             "kept_uniform_epochs": str(total["kept_uniform_epochs"]) if planned else "",
             "plan_epochs": str(len(plan["epochs"])) if planned else ""}
