@@ -89,14 +89,6 @@ public:
     virtual void decode_sum(const std::uint8_t* sum, int world, float* out, float* memory) const;
     /// Compressor state beyond the error memory (DGC's momentum), by name.
     virtual std::vector<std::pair<std::string, std::vector<float>*>> state() { return {}; }
-    /// For an exchange that compensated with this codec but sent another codec's payload
-    /// (GraVAC's levels): the sent level left `residual` of `input` (n floats each), and the
-    /// state beyond the error memory follows what was sent (DGC clears its momentum where
-    /// residual != input). encode() does this itself for its own payload.
-    virtual void mark_sent(const float* input, const float* residual) {
-        (void)input;
-        (void)residual;
-    }
 
 protected:
     TensorCodec(Spec spec, std::int64_t numel) : spec_(std::move(spec)), numel_(numel) {}

@@ -389,11 +389,6 @@ public:
         if (memory) write_back(*memory, mh);
     }
 
-    void mark_sent(const at::Tensor& input, const at::Tensor& residual) override {
-        at::Tensor ih = on_host(input), rh = on_host(residual);
-        host_->mark_sent(floats(ih), floats(rh));
-    }
-
     std::vector<std::pair<std::string, at::Tensor*>> state() override {
         // Views of the host codec's vectors, so that writing them writes the state.
         views_.clear();

@@ -80,11 +80,6 @@ public:
     virtual void decode_sum(const at::Tensor& sum, int world, at::Tensor& out, at::Tensor* memory);
     /// State beyond the error memory (DGC's momentum), by name; tensors of numel() values.
     virtual std::vector<std::pair<std::string, at::Tensor*>> state() { return {}; }
-    /// TensorCodec::mark_sent on tensors of numel() values.
-    virtual void mark_sent(const at::Tensor& input, const at::Tensor& residual) {
-        (void)input;
-        (void)residual;
-    }
 
 protected:
     explicit DeviceCodec(std::unique_ptr<TensorCodec> host) : host_(std::move(host)) {}

@@ -61,13 +61,9 @@ struct CompressorInfo {
     bool momentum_in_gradient = false;
     /// --dgc-warmup-epochs raises the keep fraction of the first epochs (DGC's sparsity warm-up).
     bool sparsity_warmup = false;
-    /// How GraVAC scales this compressor (train-dist --gravac NAME); nullptr: it does not.
-    /// The compressor of GraVAC's candidate level: the family's own, or topk for one whose
-    /// own selection is not exact (DGC's sampled threshold).
-    const char* gravac_candidate = nullptr;
-    /// GraVAC's candidate compresses theta_min's output C_min(g_o) (multi-level: the top
-    /// entries of C_min are those of g_o) rather than g_o itself (randomk's own draw).
-    bool gravac_candidate_of_min = false;
+    /// GraVAC scales its level (train-dist --gravac NAME): the level may change every step,
+    /// keeping the memory and the codec's state (exchange::LevelChange::within_family).
+    bool gravac_family = false;
     /// The planner's error model of its levels.
     ResidualModel residual_model = ResidualModel::unknown;
 };
@@ -78,7 +74,7 @@ const std::vector<CompressorInfo>& compressors();
 const CompressorInfo* find_compressor(const std::string& name);
 /// `info`'s place in compressors(): how levels travel between ranks as numbers.
 size_t registry_index(const CompressorInfo& info);
-/// The compressors GraVAC scales (those with a gravac_candidate), in the order its
+/// The compressors GraVAC scales (those with gravac_family), in the order its
 /// messages list them.
 const std::vector<std::string>& gravac_families();
 

@@ -118,6 +118,9 @@ void GradientExchange::Impl::apply_level(size_t i, const Spec& level, bool initi
     s.q.clear();
     s.device_q = at::Tensor();
     s.fresh_q = true;
+    s.q_spare = at::Tensor();
+    s.compensator.reset();
+    s.device_compensator.reset();
     s.effective = effective_of(level);
     configure(s, same_compressor);
 }
@@ -248,7 +251,11 @@ void GradientExchange::Impl::choose_path(const std::vector<at::Tensor>& grads) {
         s.device_codec.reset();
         s.device_memory = at::Tensor();
         s.device_q = at::Tensor();
+        s.device_compensator.reset();
+        s.measure_device_codecs.clear();
         if (device_path) s.device_codec = make_device_codec(s.effective, s.info.shape, codec_options);
+        if (device_path && s.compensator)
+            s.device_compensator = make_device_codec(s.compensator->spec(), s.info.shape, codec_options);
     }
     load_state(kept);
     layout_dirty = true;
@@ -358,14 +365,17 @@ std::vector<std::pair<std::string, at::Tensor>> GradientExchange::Impl::state() 
         if (s.memory_used)
             out.emplace_back(s.info.name + "/error", device_path ? host(s.device_memory, s.info.shape)
                                                                  : floats(s.memory, s.info.shape));
-        if (device_path ? s.device_q.defined() && !s.fresh_q : !s.q.empty() && !s.fresh_q)
-            out.emplace_back(s.info.name + "/powersgd_q",
-                             device_path ? host(s.device_q, {s.cols, s.rank}) : floats(s.q, {s.cols, s.rank}));
-        if (device_path && s.device_codec)
-            for (auto& entry : s.device_codec->state())
+        // Q with the columns a change within its family kept (LevelChange::within_family).
+        at::Tensor q = current_q(s);
+        if (s.q_spare.defined()) q = q.defined() ? at::cat({q, s.q_spare}, 1) : s.q_spare.clone();
+        if (q.defined()) out.emplace_back(s.info.name + "/powersgd_q", q);
+        DeviceCodec* device_codec = s.device_compensator ? s.device_compensator.get() : s.device_codec.get();
+        TensorCodec* codec = s.compensator ? s.compensator.get() : s.codec.get();
+        if (device_path && device_codec)
+            for (auto& entry : device_codec->state())
                 out.emplace_back(s.info.name + "/" + entry.first, host(*entry.second, {entry.second->numel()}));
-        if (!device_path && s.codec)
-            for (auto& entry : s.codec->state())
+        if (!device_path && codec)
+            for (auto& entry : codec->state())
                 out.emplace_back(s.info.name + "/" + entry.first,
                                  floats(*entry.second, {static_cast<std::int64_t>(entry.second->size())}));
     }
@@ -402,11 +412,15 @@ void GradientExchange::Impl::load_state(const std::vector<std::pair<std::string,
         s.q.clear();
         s.device_q = at::Tensor();
         s.fresh_q = true;
-        if (s.codec)
-            for (auto& entry : s.codec->state()) std::fill(entry.second->begin(), entry.second->end(), 0.0f);
-        if (s.device_codec)
-            for (auto& entry : s.device_codec->state()) entry.second->zero_();
+        s.q_spare = at::Tensor();
+        for (TensorCodec* codec : {s.codec.get(), s.compensator.get()})
+            if (codec)
+                for (auto& entry : codec->state()) std::fill(entry.second->begin(), entry.second->end(), 0.0f);
+        for (DeviceCodec* codec : {s.device_codec.get(), s.device_compensator.get()})
+            if (codec)
+                for (auto& entry : codec->state()) entry.second->zero_();
     }
+    const bool family = options.level_change == LevelChange::within_family;
     layout_dirty = true;  // PowerSGD groups hold views of the memories
     const at::TensorOptions on = at::TensorOptions().dtype(at::kFloat).device(device);
     for (const auto& [name, tensor] : state) {
@@ -434,28 +448,46 @@ void GradientExchange::Impl::load_state(const std::vector<std::pair<std::string,
                 s.memory = to_vector(c);
             s.memory_used = true;
         } else if (what == "powersgd_q") {
-            if (s.codec->channel() != Channel::low_rank)
+            const bool low_rank = s.codec->channel() == Channel::low_rank;
+            if (!low_rank && !(family && s.info.is_matrix()))
                 state_error(name, "is a PowerSGD Q, but level " + s.effective.text() + " compresses no matrix here");
-            if (tensor.dim() != 2 || tensor.size(0) != s.cols || tensor.size(1) != s.rank)
-                state_error(name, "must be " + std::to_string(s.cols) + "x" + std::to_string(s.rank) + " for level " +
-                                      s.effective.text());
-            at::Tensor c = checked_floats(name, tensor, s.cols * s.rank);
+            // Within a family Q may hold more columns than the level's rank: they are kept.
+            const std::int64_t cols = low_rank ? s.cols : compress::matrix_view(s.info.shape).cols;
+            const std::int64_t rank = low_rank ? s.rank : 1;
+            const std::int64_t most = std::min(cols, compress::matrix_view(s.info.shape).rows);
+            if (tensor.dim() != 2 || tensor.size(0) != cols || tensor.size(1) < rank ||
+                tensor.size(1) > (family ? most : rank))
+                state_error(name, "must be " + std::to_string(cols) + "x" +
+                                      (family ? std::to_string(rank) + " to " + std::to_string(cols) + "x" +
+                                                    std::to_string(most)
+                                              : std::to_string(rank)) +
+                                      " for level " + s.effective.text());
+            const std::int64_t width = tensor.size(1);
+            at::Tensor c = checked_floats(name, tensor, cols * width).view({cols, width});
+            if (!low_rank) {
+                s.q_spare = c.clone();
+                continue;
+            }
+            at::Tensor first = c.narrow(1, 0, s.rank).contiguous();
+            if (width > s.rank) s.q_spare = c.narrow(1, s.rank, width - s.rank).contiguous();
             if (device_path)
-                s.device_q = c.view({s.cols, s.rank}).to(on).clone();
+                s.device_q = first.to(on).clone();
             else
-                s.q = to_vector(c);
+                s.q = to_vector(first.view({-1}));
             s.fresh_q = false;
         } else {
             bool found = false;
-            if (!device_path && s.codec)
-                for (auto& entry : s.codec->state())
+            TensorCodec* codec = s.compensator ? s.compensator.get() : s.codec.get();
+            DeviceCodec* device_codec = s.device_compensator ? s.device_compensator.get() : s.device_codec.get();
+            if (!device_path && codec)
+                for (auto& entry : codec->state())
                     if (entry.first == what) {
                         *entry.second = to_vector(
                             checked_floats(name, tensor, static_cast<std::int64_t>(entry.second->size())));
                         found = true;
                     }
-            if (device_path && s.device_codec)
-                for (auto& entry : s.device_codec->state())
+            if (device_path && device_codec)
+                for (auto& entry : device_codec->state())
                     if (entry.first == what) {
                         *entry.second = checked_floats(name, tensor, entry.second->numel()).to(on).clone();
                         found = true;
@@ -501,6 +533,14 @@ void GradientExchange::set_levels(const std::vector<Spec>& levels) {
     if (levels.size() != impl_->slots.size())
         throw UsageError("gradient exchange: " + std::to_string(levels.size()) + " levels for " +
                          std::to_string(impl_->slots.size()) + " tensors");
+    if (impl_->options.level_change == LevelChange::within_family) {
+        for (size_t i = 0; i < levels.size(); ++i) {
+            validate(levels[i], impl_->slots[i].info);
+            if (!(levels[i] == impl_->slots[i].level)) impl_->change_within_family(i, levels[i]);
+        }
+        impl_->levels = levels;
+        return;
+    }
     for (size_t i = 0; i < levels.size(); ++i) impl_->apply_level(i, levels[i], false);
     impl_->levels = levels;
     impl_->check_agreement();

@@ -52,6 +52,22 @@ enum class PowerSgdVariant {
     accordion,
 };
 
+/// What set_levels() keeps of a tensor whose level changes.
+enum class LevelChange {
+    /// A schedule's change (Accordion, --schedule, the hook's set_epoch): the new level
+    /// starts fresh compressor state (a new PowerSGD Q) and keeps the error memory; DGC
+    /// keeps its momentum when only its fraction changes. Workers' levels are checked to agree.
+    restart,
+    /// GraVAC's change within one compressor family, as often as every step: the error
+    /// memory, DGC's momentum and PowerSGD's warm-start Q are kept. A lower PowerSGD rank
+    /// takes Q's first columns and keeps the others for later; a higher one draws the
+    /// columns missing (every worker the same). At a level that sends values whole
+    /// (`none`, GraVAC's dense steps) DGC's momentum still corrects what is sent, and the
+    /// memory is sent whole. Not checked across workers: the caller decides from values
+    /// every worker shares. state() then writes Q with every column kept.
+    within_family,
+};
+
 struct ExchangeOptions {
     PowerSgdVariant powersgd_variant = PowerSgdVariant::pytorch_hook;
     /// Added to column norms in PowerSGD's orthogonalization (the hook's orthogonalization_epsilon).
@@ -94,6 +110,7 @@ struct ExchangeOptions {
     /// reads them before the collectives start, as the host path does.
     enum class CheckTiming { immediate, deferred_on_gpu, deferred };
     CheckTiming check_timing = CheckTiming::deferred_on_gpu;
+    LevelChange level_change = LevelChange::restart;
 };
 
 /// What one worker did in one step (or, summed, in many).
@@ -131,12 +148,25 @@ public:
     /// The level in force this epoch (DGC's warm-up applied).
     compress::Spec effective_level(size_t tensor) const;
 
-    /// New levels (e.g. each epoch, from a schedule). A tensor whose level changes starts
-    /// fresh compressor state (a new PowerSGD Q) but keeps its error memory, as Accordion
-    /// does; a level without error feedback sends the memory once and then keeps none.
-    /// DGC keeps its momentum across a change of its fraction. Collective: checks that
-    /// every worker passes the same levels.
+    /// New levels (e.g. each epoch, from a schedule). What a tensor whose level changes
+    /// keeps is ExchangeOptions::level_change's: by default it starts fresh compressor
+    /// state (a new PowerSGD Q) but keeps its error memory, as Accordion does; a level
+    /// without error feedback sends the memory once and then keeps none. DGC keeps its
+    /// momentum across a change of its fraction. Collective with LevelChange::restart:
+    /// checks that every worker passes the same levels.
     void set_levels(const std::vector<compress::Spec>& levels);
+
+    /// This worker's squared norms, summed over `tensors` (indices), of what the next
+    /// step would compress (the gradient plus the error memory, DGC's momentum applied)
+    /// and of what each level set in `level_sets` (a level per tensor of the exchange)
+    /// would make of it on this worker alone: {input, level set 0, level set 1, ...}.
+    /// A level's approximation is the one the next step at that level sends (the same
+    /// random subset, PowerSGD's P and Q from the same warm-start Q), so GraVAC's gains
+    /// describe what it sends. Changes no state, but may draw PowerSGD Q columns a level
+    /// needs (as set_levels() would, identically on every worker). Not collective.
+    /// Levels must keep an error memory or send values whole (UsageError otherwise).
+    std::vector<double> squared_norms(const std::vector<at::Tensor>& grads, const std::vector<size_t>& tensors,
+                                      const std::vector<std::vector<compress::Spec>>& level_sets);
     /// The epoch about to run (for DGC's warm-up); 0 until called.
     void set_epoch(std::int64_t epoch);
 

@@ -63,7 +63,7 @@ void GradientExchange::Impl::layout_runs_device() {
         const Slot& s = slots[i];
         const bool fits = s.codec->channel() == Channel::fp32_sum && s.device_codec->sends_values() && s.n > 0 &&
                           s.n <= kRunTensorValues && s.codec->buffer_bytes() == 4 * s.n &&
-                          !s.codec->encode_failure_fatal();
+                          !s.codec->encode_failure_fatal() && !s.device_compensator;
         if (!fits) {
             if (s.codec->channel() == Channel::fp32_sum) close();  // the buffer's next values are not the run's
             continue;
@@ -142,7 +142,14 @@ void GradientExchange::Impl::compensate_device(size_t i, Slot& s) {
     s.device_t = s.device_grad;
     s.t_in_memory = false;
     if (s.n == 0 || codec.channel() == Channel::low_rank) return;  // PowerSGD: in its group
-    if (s.error_feedback) {
+    if (s.device_compensator) {
+        // A dense step within DGC's family: the momentum-corrected memory, sent whole.
+        s.device_t = device_memory_of(s);
+        s.t_in_memory = true;
+        const bool zero = !s.memory_used;
+        s.memory_used = true;
+        s.input_finite = s.device_compensator->compensate(s.device_grad, s.device_t, zero);
+    } else if (s.error_feedback) {
         s.device_t = device_memory_of(s);
         s.t_in_memory = true;
         const bool zero = !s.memory_used;

@@ -33,6 +33,14 @@ bool GradientExchange::Impl::compensate(Slot& s) {
     s.t = s.grad;
     s.t_in_memory = false;
     if (s.n == 0) return true;
+    if (s.compensator) {
+        // A dense step within DGC's family: the momentum-corrected memory, sent whole.
+        s.t = memory_of(s);
+        s.t_in_memory = true;
+        const bool zero = !s.memory_used;
+        s.memory_used = true;
+        return s.compensator->compensate(s.grad, s.t, zero);
+    }
     if (s.error_feedback) {
         s.t = memory_of(s);
         s.t_in_memory = true;
@@ -66,7 +74,7 @@ bool GradientExchange::Impl::sums_in_place() const {
     const c10::StorageImpl* storage = nullptr;
     for (const Slot& s : slots) {
         if (s.codec->channel() != Channel::fp32_sum) continue;
-        if (s.error_feedback || s.memory_used || s.staged.defined() || s.n == 0) return false;
+        if (s.error_feedback || s.memory_used || s.compensator || s.staged.defined() || s.n == 0) return false;
         const c10::StorageImpl* own = s.original.storage().unsafeGetStorageImpl();
         if (storage && (s.grad != next || own != storage)) return false;
         storage = own;

@@ -4,6 +4,7 @@
 //   gradient_exchange_device.cpp    a step on the gradients' device (ATen ops, compress/device_codec.hpp)
 //   gradient_exchange_powersgd.cpp  PowerSGD's two rounds on the host, and its Q matrices
 //   gradient_exchange_sparse.cpp    the device path's batches of top-k and DGC tensors
+//   gradient_exchange_family.cpp    level changes within a family, and the levels' norms (GraVAC)
 #pragma once
 
 #include "compress/device_codec.hpp"
@@ -18,6 +19,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +63,15 @@ struct Slot {
     int topk_batch = -1;           // device path: its TopkEncodeBatch, if any
     std::vector<float> q;          // host path
     bool fresh_q = true;
+    // LevelChange::within_family: Q's columns beyond the current rank (CPU, cols x k), and
+    // the family's codecs while the level sends values whole (DGC's momentum, kept and
+    // applied on dense steps).
+    at::Tensor q_spare;
+    std::unique_ptr<TensorCodec> compensator;
+    std::unique_ptr<DeviceCodec> device_compensator;
+    // squared_norms(): codecs of the levels measured, by level text.
+    std::map<std::string, std::unique_ptr<TensorCodec>> measure_codecs;
+    std::map<std::string, std::unique_ptr<DeviceCodec>> measure_device_codecs;
     // Place in its channel's flat buffer (bytes), and in P and Q (elements).
     std::int64_t offset = 0, p_offset = 0, q_offset = 0;
     std::int64_t bytes = 0;
@@ -161,6 +172,13 @@ struct PendingChecks {
     std::vector<DeviceCheck> checks;
     at::Tensor all_ok;
     std::unique_ptr<c10::Event> copied;
+};
+
+// squared_norms(): PowerSGD's local approximation at `rank` as the Gram matrices of its
+// factors, P^T P and Q'^T Q' (rank x rank, double).
+struct LowRankGrams {
+    int rank = 0;
+    at::Tensor pp, qq;
 };
 
 struct GradientExchange::Impl {
@@ -299,6 +317,17 @@ struct GradientExchange::Impl {
     void decode_sparse_batch(const SparseDecodeBatch& b, const at::Tensor& rows, std::vector<DeviceCheck>& checks);
     void layout_topk_device();
     void encode_topk_batch(TopkEncodeBatch& b);
+
+    // exchange_family.cpp
+    void change_within_family(size_t i, const Spec& level);
+    at::Tensor current_q(const Slot& s) const;
+    at::Tensor q_columns(Slot& s, int r, std::int64_t cols);
+    void orthogonalize_tensor(at::Tensor& m, int r) const;
+    at::Tensor compensated_copy(Slot& s, const at::Tensor& grad);
+    LowRankGrams low_rank_grams(Slot& s, const LowRank& low, int r, const at::Tensor& t);
+    double level_squared_norm(size_t i, Slot& s, const Spec& level, const at::Tensor& t, const LowRankGrams& grams);
+    TensorCodec& measure_codec(Slot& s, const Spec& level);
+    DeviceCodec& measure_device_codec(Slot& s, const Spec& level);
 };
 
 }  // namespace acc::exchange

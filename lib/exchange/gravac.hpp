@@ -1,27 +1,27 @@
 // GraVAC's per-step exchange (Tyagi & Swany, Algorithm 1): train-dist --gravac's
-// (through dist::GravacSync, dist/gravac_exchange.hpp) and anything else that hands it
-// a step's gradients. It needs only the compressors, the controller (regime) and
-// comm::Collectives: no trainer, no files.
+// (through exchange::GravacSync) and the Python package's. A policy over the one
+// gradient exchange (GradientExchange, levels changed within the family,
+// LevelChange::within_family): GraVAC keeps its gains, its controller (regime) and its
+// records; the error memories, DGC's momentum, PowerSGD's Q and every collective of the
+// gradients are the exchange's. No trainer, no files.
 //
-// Each step, on every rank, for every matrix parameter (vectors are always sent
+// Each step, on every rank, over the matrix parameters (vectors are always sent
 // dense, as in the other modes):
-//   1. error feedback: g_o = g + memory, by the family's codec (compensate; dgc's codec
-//      keeps its momentum u = m u + g and adds u, and clears u where the sent level sent
-//      entries: mark_sent);
-//   2. C_min(g_o): the family's codec at keep fraction 1 / theta_min;
-//   3. the candidate C_cand from C_min(g_o) (multi-level: topk and dgc take the
-//      top 1 / candidate of the n entries of C_min(g_o), which equals top-k of
-//      g_o at that fraction); randomk draws its shared random subset from g_o
-//      directly (a uniform random subset of a uniform random subset is one of
-//      g_o, so the distribution is the same);
-//   4. one allreduce (sum) of four doubles: ||g_o||^2, ||C_min||^2, ||C_cand||^2
-//      over all matrix parameters and ranks, and the samples of the step (an
-//      epoch's short last batch counts what it holds). Every rank passes the
-//      same sums to regime::GravacController::decide, so every rank takes the
-//      same decision;
-//   5. the chosen level (candidate, theta_min or dense) is exchanged and the
-//      error memory keeps what was not sent (dense: memory = 0);
-//   6. one allreduce (max) of the step's time, from the step's start
+//   1. the exchange's squared norms (GradientExchange::squared_norms) of g_o, the
+//      gradient plus the error memory (DGC: with its momentum), and of what the
+//      family's level at theta_min and at the candidate factor would send of it on
+//      this rank (the same selection, random subset or P and Q the step at that level
+//      sends: a sparsifier at keep fraction 1 / factor; powersgd at each matrix's rank
+//      for the factor, regime::powersgd_rank_for_factor, whole where PowerSGD would not
+//      compress it);
+//   2. one allreduce (sum) of four doubles: those three norms and the samples of the
+//      step (an epoch's short last batch counts what it holds). Every rank passes the
+//      same sums to regime::GravacController::decide, so every rank takes the same
+//      decision;
+//   3. the chosen level (candidate, theta_min or dense) set on the exchange, which
+//      averages the gradients at it: the error memory keeps what was not sent (dense:
+//      the memory is sent whole and cleared; DGC's momentum still corrects it);
+//   4. one allreduce (max) of the step's time, from the step's start
 //      (GravacStepInfo::started; train-dist: before its batch is read) to the end of the
 //      exchange, so that the throughput samples / time fed to
 //      GravacController::end_step (and CheckGraVAC) is the same on every rank.
@@ -30,29 +30,17 @@
 //      compression that measured their gains: it runs on every step, since the
 //      choice depends on it (Algorithm 1's line 23 leaves it out).
 //
-// The sparsifiers run compress's host codecs (float arrays) on CPU gradients and
-// its device codecs (compress/device_codec.hpp: ATen ops, the same payloads) on
-// gradients elsewhere, so GPU gradients stay on the GPU; encode_sparse_device()
-// and send_sparse_device() mirror encode_sparse() and send_sparse().
-//
-// powersgd (a rank per matrix and factor, regime::powersgd_rank_for_factor) runs
-// in ATen ops where the gradients are. Steps 2-3: with the warm-started Q of the
-// last exchange, P = g_o Q, P orthogonalized (Gram-Schmidt), Q' = g_o^T P, and
-// C(g_o) = P Q'^T at theta_min's rank; Gram-Schmidt treats columns in order, so
-// the candidate's (lower) rank takes the first columns of the same P and Q':
-// truncating C_min's factors equals compressing g_o directly at that rank. Step 5
-// at rank r is PowerSGD's exchange: allreduce (sum) of every matrix's g_o Q[:, :r],
-// orthogonalize, allreduce of g_o^T P, divided by the world size. Q keeps the
-// columns of the largest rank used (theta_min's first), an exchange at rank r
-// replaces the first r; a matrix PowerSGD would not compress at the level's rank
-// (compress::powersgd_compresses) is sent whole with the vectors, residual 0.
+// PowerSGD keeps Q's columns of the largest rank used: an exchange at a lower rank
+// takes and replaces the first ones (Gram-Schmidt treats columns in order, so the
+// candidate's approximation is theta_min's truncated). It runs the Accordion
+// reference's PowerSGD (PowerSgdVariant::accordion). Gradients on a GPU stay there (the
+// exchange's device path).
 #pragma once
 
 #include "base/clock.hpp"
 #include "comm/collectives.hpp"
-#include "compress/codecs.hpp"
-#include "compress/device_codec.hpp"
 #include "compress/shapes.hpp"
+#include "exchange/gradient_exchange.hpp"
 #include "exchange/totals.hpp"
 #include "regime/gravac.hpp"
 
@@ -80,8 +68,8 @@ struct GravacExchangeOptions {
     /// Samples of one step over all ranks (N b), for a step whose GravacStepInfo gives no
     /// samples (0): such a rank counts samples_per_step / N.
     std::int64_t samples_per_step = 1;
-    /// topk, dgc, randomk: run the device codecs (ATen ops) on CPU gradients too. Gradients
-    /// on a GPU always take them; the tests compare both on CPU this way.
+    /// Run the exchange's device path (ATen ops) on CPU gradients too. Gradients on a GPU
+    /// always take it; the tests compare both on CPU this way.
     bool device_path_on_cpu = false;
     /// The clock that ends a step's time (and starts it where GravacStepInfo::started is
     /// not set); empty: the steady clock. Tests fix it.
@@ -140,9 +128,9 @@ public:
     std::vector<bool> momentum_in_gradient() const;
     void set_samples_per_step(std::int64_t samples) { options_.samples_per_step = samples; }
 
-    /// Error memories ("<tensor>/error"), the family's codec state (dgc's momentum,
-    /// "<tensor>/dgc_momentum"),
-    /// powersgd's warm-start Q ("<tensor>/powersgd_q", cols x rank) and
+    /// The exchange's state (GradientExchange::state(): error memories "<tensor>/error",
+    /// dgc's momentum "<tensor>/dgc_momentum", powersgd's warm-start Q
+    /// "<tensor>/powersgd_q", cols x the largest rank used, its random state and step) and
     /// the controller's inputs so far ("gravac/inputs", steps x 4: the three all-reduced
     /// squared norms and the throughput in samples/s), from which load_state() replays the controller.
     TensorMap state() const;
@@ -164,34 +152,12 @@ public:
     std::vector<std::int64_t> powersgd_ranks(double factor) const;
 
 private:
-    struct Slot;
-    struct Level;
     bool powersgd() const { return family_->low_rank; }
-    std::int64_t powersgd_rank(const Slot& s, double factor) const;
+    /// The exchange's level of every tensor at `factor` (1: all dense).
+    std::vector<compress::Spec> levels_at(double factor) const;
+    std::int64_t powersgd_rank(size_t tensor, double factor) const;
     SteadyClock::time_point clock_now() const;
     regime::GravacNorms decide_from(std::vector<double> norms, double& samples, regime::GravacDecision& decision);
-    std::vector<double> encode_sparse(std::vector<torch::Tensor>& gradients, std::int64_t step, double theta_min,
-                                      double candidate);
-    void send_sparse(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision, std::int64_t step,
-                     double theta_min, double candidate);
-    void sync_to_host(Slot& s);
-    compress::DeviceCodec& device_level(Slot& s, double factor, bool candidate);
-    std::uint64_t level_key(const Slot& s, bool shared, bool candidate, std::int64_t step) const;
-    std::vector<double> encode_sparse_device(std::vector<torch::Tensor>& gradients, std::int64_t step,
-                                             double theta_min, double candidate);
-    void send_sparse_device(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision,
-                            double theta_min, double candidate);
-    std::vector<double> encode_powersgd(std::vector<torch::Tensor>& gradients, double theta_min, double candidate);
-    void send_powersgd(std::vector<torch::Tensor>& gradients, const regime::GravacDecision& decision);
-    torch::Tensor allreduce_mean(std::vector<torch::Tensor> parts);
-    void average_into(std::vector<torch::Tensor> sent, const std::vector<torch::Tensor>& into);
-    Level& level(Slot& s, double factor, bool candidate);
-    compress::CodecOptions codec_options() const;
-    compress::Spec feedback_spec() const;
-    void feedback_to_device(Slot& s, const torch::Device& device);
-    void encode_level(Slot& s, double factor, bool candidate, std::int64_t step, std::vector<float>& residual,
-                      std::vector<std::uint8_t>& payload);
-    void exchange_level(double factor, bool candidate, std::int64_t step, std::vector<std::vector<std::uint8_t>>& payloads);
 
     std::vector<compress::TensorInfo> tensors_;
     std::unique_ptr<comm::Collectives> staged_;
@@ -199,8 +165,8 @@ private:
     GravacExchangeOptions options_;
     const compress::CompressorInfo* family_ = nullptr;  // the registry's entry of options_.family
     std::unique_ptr<regime::GravacController> controller_;
-    std::vector<Slot> slots_;            // matrix tensors
-    std::vector<size_t> vectors_;        // tensors always sent dense
+    std::vector<size_t> matrices_;       // tensors GraVAC compresses
+    std::unique_ptr<GradientExchange> exchange_;
     std::vector<std::array<double, 4>> inputs_;  // the controller's inputs, every step
     std::vector<GravacStepRecord> records_;
     ExchangeTotals totals_;

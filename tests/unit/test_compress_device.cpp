@@ -674,33 +674,6 @@ TEST(DeviceCodec, DgcSendsTheExactTopKOfItsMomentumCorrectedMemory) {
     }
 }
 
-TEST(DeviceCodec, DgcMasksItsMomentumWhereAnotherLevelSent) {
-    // GraVAC compensates with the family's codec and may send another level's payload:
-    // mark_sent clears the momentum where that level's residual differs from its input,
-    // alike on the host, the device and through the staging codec.
-    CodecOptions o;
-    o.dgc_momentum = 0.5;
-    const Spec spec = parse_spec("dgc:0.1");
-    auto host = make_codec(spec, {50}, o);
-    auto dev = make_device_codec(spec, {50}, o);
-    auto staged = make_staging_codec(make_codec(spec, {50}, o));
-    std::vector<float> g = normal(50, 31), memory(50, 0.0f);
-    at::Tensor dmemory = at::zeros({50}), smemory = at::zeros({50});
-    ASSERT_TRUE(host->compensate(g.data(), memory.data(), false));
-    ASSERT_TRUE(compensated_finite(*dev, tensor_of(g), dmemory, false));
-    ASSERT_TRUE(staged->compensate(tensor_of(g), smemory, false).item<bool>());
-    std::vector<float> residual = memory;
-    for (size_t i : {3, 17, 40}) residual[i] = 0.0f;
-    host->mark_sent(memory.data(), residual.data());
-    dev->mark_sent(tensor_of(memory), tensor_of(residual));
-    staged->mark_sent(tensor_of(memory), tensor_of(residual));
-    std::vector<float> expected = g;  // u = m 0 + g
-    for (size_t i : {3, 17, 40}) expected[i] = 0.0f;
-    EXPECT_EQ(*host->state().front().second, expected);
-    expect_near(expected, *dev->state().front().second, 0, "device momentum");
-    expect_near(expected, *staged->state().front().second, 0, "staged momentum");
-}
-
 TEST(DeviceCodec, StagingCodecRunsTheHostCodec) {
     CodecOptions o;
     Spec spec = parse_spec("qsgd:5");

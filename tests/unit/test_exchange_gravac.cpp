@@ -108,9 +108,13 @@ TEST(GravacExchange, ErrorFeedbackConservesTheGradient) {
                     x.exchange(sent, GravacStepInfo{});
                     auto new_state = x.state();
                     for (size_t p : {size_t{0}, size_t{2}}) {
+                        // No error entry: the memory is empty (all zero).
                         const std::string error = names[p].name + "/error";
-                        torch::Tensor lhs = sent[p] + new_state.at(error);
-                        torch::Tensor rhs = g[p] + old_state.at(error);
+                        auto memory = [&](const TensorMap& state) {
+                            return state.count(error) ? state.at(error) : torch::zeros_like(g[p]);
+                        };
+                        torch::Tensor lhs = sent[p] + memory(new_state);
+                        torch::Tensor rhs = g[p] + memory(old_state);
                         EXPECT_TRUE(torch::allclose(lhs, rhs, 1e-5, 1e-6)) << family << " eps " << epsilon << " step " << s;
                     }
                     EXPECT_TRUE(torch::equal(sent[1], g[1])) << "vectors are sent whole";
@@ -331,8 +335,9 @@ TEST(GravacExchange, DevicePathMatchesTheHostPath) {
             bytes[device].resize(2);
             group.run([&](int rank, comm::Collectives& comm) {
                 auto tensors = model();
-                // randomk keeps about a quarter of the norm at theta_min 4.
-                auto o = options(family, 3, family == "randomk" ? 0.2 : 0.6);
+                // randomk keeps about a quarter of the norm at theta_min 4: epsilon near it
+                // sends theta_min on some steps and dense on others.
+                auto o = options(family, 3, family == "randomk" ? 0.26 : 0.6);
                 o.device_path_on_cpu = device;
                 GravacExchange x(describe(tensors), comm, torch::kCPU, o);
                 const auto r = static_cast<size_t>(rank);

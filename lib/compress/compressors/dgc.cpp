@@ -41,13 +41,6 @@ public:
         return {{"dgc_momentum", &momentum_u_}};
     }
 
-    // Momentum factor masking for a payload another codec encoded.
-    void mark_sent(const float* input, const float* residual) override {
-        if (momentum_u_.empty()) return;
-        for (std::int64_t i = 0; i < numel_; ++i)
-            if (residual[i] != input[i]) momentum_u_[static_cast<size_t>(i)] = 0.0f;
-    }
-
 private:
     float momentum_;
     std::vector<float> momentum_u_;
@@ -72,9 +65,7 @@ const CompressorInfo& dgc_compressor() {
         c.wire_bytes = sparse_wire_bytes;
         c.momentum_in_gradient = true;
         c.sparsity_warmup = true;
-        // The candidate is an exact top-k of C_min: the sampled threshold would not nest.
-        c.gravac_candidate = "topk";
-        c.gravac_candidate_of_min = true;
+        c.gravac_family = true;
         c.make_codec = make;
         return c;
     }();
@@ -119,10 +110,6 @@ public:
     std::vector<std::pair<std::string, at::Tensor*>> state() override {
         if (!momentum_u_.defined()) momentum_u_ = at::zeros({numel()}, at::kFloat);
         return {{"dgc_momentum", &momentum_u_}};
-    }
-
-    void mark_sent(const at::Tensor& input, const at::Tensor& residual) override {
-        if (momentum_u_.defined()) momentum_u_.masked_fill_(residual.ne(input), 0.0);
     }
 
 private:

@@ -181,8 +181,7 @@ const CompressorInfo& powersgd_compressor() {
         c.wire_bytes = wire;
         c.low_rank = true;
         // Gram-Schmidt treats columns in order: a lower rank's factors are the first columns.
-        c.gravac_candidate = "powersgd";
-        c.gravac_candidate_of_min = true;
+        c.gravac_family = true;
         c.make_codec = make;
         c.residual_model = ResidualModel::singular_values;
         return c;

@@ -100,7 +100,7 @@ const CompressorInfo& randomk_compressor() {
         c.error_feedback = true;
         c.wire_bytes = wire;
         // A uniform random subset of g_o drawn directly has the distribution of one of C_min.
-        c.gravac_candidate = "randomk";
+        c.gravac_family = true;
         c.make_codec = codec_util::make<RandomkCodec>;
         return c;
     }();

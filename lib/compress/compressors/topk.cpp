@@ -250,8 +250,7 @@ const CompressorInfo& topk_compressor() {
         c.collective = Collective::allgather;
         c.error_feedback = true;
         c.wire_bytes = sparse_wire_bytes;
-        c.gravac_candidate = "topk";
-        c.gravac_candidate_of_min = true;
+        c.gravac_family = true;
         c.make_codec = make;
         c.residual_model = ResidualModel::topk_tail;
         return c;
