@@ -63,7 +63,7 @@ using TensorMap = std::map<std::string, torch::Tensor>;
 struct GravacExchangeOptions {
     regime::GravacFamily family = regime::GravacFamily::topk;  ///< the compressor whose factor GraVAC chooses
     regime::GravacSettings settings;    ///< the controller's (smoothing already set for the world size)
-    std::uint32_t seed = 0;             ///< random streams (randomk; powersgd's first Q)
+    std::uint32_t seed = 0;             ///< the exchange's random streams (randomk's subsets, dgc's samples, powersgd's Q)
     double dgc_momentum = 0.9;          ///< dgc's momentum correction factor
     /// Samples of one step over all ranks (N b), for a step whose GravacStepInfo gives no
     /// samples (0): such a rank counts samples_per_step / N.
@@ -114,6 +114,7 @@ public:
     /// `tensors`: the gradients' names and shapes, in the order exchange() takes them;
     /// `device`: where the gradients are (a device other than the CPU stages host tensors
     /// there for the collectives). Throws acc::UsageError for an unknown family or settings.
+    /// Collective: the exchange checks that the ranks pass the same tensors.
     GravacExchange(std::vector<compress::TensorInfo> tensors, comm::Collectives& comm, torch::Device device,
                    GravacExchangeOptions options);
     ~GravacExchange();
