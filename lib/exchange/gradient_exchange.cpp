@@ -369,8 +369,8 @@ std::vector<std::pair<std::string, at::Tensor>> GradientExchange::Impl::state() 
         at::Tensor q = current_q(s);
         if (s.q_spare.defined()) q = q.defined() ? at::cat({q, s.q_spare}, 1) : s.q_spare.clone();
         if (q.defined()) out.emplace_back(s.info.name + "/powersgd_q", q);
-        DeviceCodec* device_codec = s.device_compensator ? s.device_compensator.get() : s.device_codec.get();
-        TensorCodec* codec = s.compensator ? s.compensator.get() : s.codec.get();
+        DeviceCodec* device_codec = s.state_device_codec();
+        TensorCodec* codec = s.state_codec();
         if (device_path && device_codec)
             for (auto& entry : device_codec->state())
                 out.emplace_back(s.info.name + "/" + entry.first, host(*entry.second, {entry.second->numel()}));
@@ -477,8 +477,8 @@ void GradientExchange::Impl::load_state(const std::vector<std::pair<std::string,
             s.fresh_q = false;
         } else {
             bool found = false;
-            TensorCodec* codec = s.compensator ? s.compensator.get() : s.codec.get();
-            DeviceCodec* device_codec = s.device_compensator ? s.device_compensator.get() : s.device_codec.get();
+            TensorCodec* codec = s.state_codec();
+            DeviceCodec* device_codec = s.state_device_codec();
             if (!device_path && codec)
                 for (auto& entry : codec->state())
                     if (entry.first == what) {

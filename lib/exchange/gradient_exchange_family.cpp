@@ -147,7 +147,7 @@ at::Tensor GradientExchange::Impl::compensated_copy(Slot& s, const at::Tensor& g
         return t;
     }
     if (device_path) {
-        DeviceCodec& codec = s.compensator ? *s.device_compensator : *s.device_codec;
+        DeviceCodec& codec = *s.state_device_codec();
         std::vector<at::Tensor> saved;
         for (auto& entry : codec.state()) saved.push_back(entry.second->defined() ? entry.second->clone() : at::Tensor());
         (void)codec.compensate(g, t, !s.memory_used);
@@ -161,7 +161,7 @@ at::Tensor GradientExchange::Impl::compensated_copy(Slot& s, const at::Tensor& g
         }
         return t;
     }
-    TensorCodec& codec = s.compensator ? *s.compensator : *s.codec;
+    TensorCodec& codec = *s.state_codec();
     std::vector<std::vector<float>> saved;
     for (auto& entry : codec.state()) saved.push_back(*entry.second);
     (void)codec.compensate(g.data_ptr<float>(), t.data_ptr<float>(), !s.memory_used);

@@ -69,6 +69,9 @@ struct Slot {
     at::Tensor q_spare;
     std::unique_ptr<TensorCodec> compensator;
     std::unique_ptr<DeviceCodec> device_compensator;
+    // The codecs holding the state beyond the memory: the compensators where there are.
+    TensorCodec* state_codec() const { return compensator ? compensator.get() : codec.get(); }
+    DeviceCodec* state_device_codec() const { return device_compensator ? device_compensator.get() : device_codec.get(); }
     // squared_norms(): codecs of the levels measured, by level text.
     std::map<std::string, std::unique_ptr<TensorCodec>> measure_codecs;
     std::map<std::string, std::unique_ptr<DeviceCodec>> measure_device_codecs;
