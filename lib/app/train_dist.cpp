@@ -493,8 +493,11 @@ int run_rank(const TrainDistConfig& c, const std::optional<io::Schedule>& schedu
 #endif
     comm::Rendezvous rendezvous = comm::resolve_rendezvous(c.rendezvous);
     // A run on one rank needs no agreed port: take a free one, so that such runs never collide.
-    if (rendezvous.world_size == 1 && c.rendezvous.master_port < 0 && !std::getenv("MASTER_PORT"))
-        rendezvous.master_port = comm::free_local_port();
+    std::optional<comm::PortReservation> reserved;
+    if (rendezvous.world_size == 1 && c.rendezvous.master_port < 0 && !std::getenv("MASTER_PORT")) {
+        reserved.emplace();
+        rendezvous.master_port = reserved->port();
+    }
     if (rendezvous.world_size > 1) cli::set_log_rank(rendezvous.rank);
     if (c.train.threads > 0)
         torch::set_num_threads(c.train.threads);

@@ -286,22 +286,26 @@ std::pair<std::string, std::string> split_live_lines(const std::string& line) {
     return {"", line};
 }
 
-int free_local_port() {
-    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) throw Error(std::string("cannot open a socket to find a free port: ") + std::strerror(errno));
+PortReservation::PortReservation() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) throw Error(std::string("cannot open a socket to find a free port: ") + std::strerror(errno));
+    const int on = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     address.sin_port = 0;
     socklen_t length = sizeof address;
-    int port = -1;
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
-        ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0)
-        port = ntohs(address.sin_port);
-    ::close(fd);
-    if (port <= 0) throw Error("cannot find a free TCP port on 127.0.0.1; give one with --master-port");
-    return port;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) == 0)
+        port_ = ntohs(address.sin_port);
+    if (port_ <= 0) {
+        ::close(fd_);
+        throw Error("cannot find a free TCP port on 127.0.0.1; give one with --master-port");
+    }
 }
+
+PortReservation::~PortReservation() { ::close(fd_); }
 
 namespace {
 
@@ -440,7 +444,9 @@ int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::
         throw UsageError("--nproc starts its own ranks; leave out --rank and --world-size");
 
     const std::string addr = config.master_addr.empty() ? "127.0.0.1" : config.master_addr;
-    const int port = config.master_port >= 1 ? config.master_port : free_local_port();
+    std::optional<PortReservation> reserved;  // held until the ranks have ended
+    if (config.master_port < 1) reserved.emplace();
+    const int port = reserved ? reserved->port() : config.master_port;
     const std::vector<std::string> args(argv, argv + argc);
     const bool live = live_terminal();
     const std::vector<std::string> base_env = ranks_environment(live);

@@ -27,8 +27,27 @@ namespace acc::comm {
 int run_ranks(const RendezvousConfig& config, int argc, char** argv, const std::string& tool,
               const std::function<int()>& run, double grace_seconds = 10);
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
-int free_local_port();
+/// A TCP port on 127.0.0.1 kept for whoever is told it, as long as this object
+/// lives: a socket bound to it with SO_REUSEADDR and not listening. A connection
+/// to the port is refused, as to a free one, and the store rank 0 opens there
+/// binds it (stores set SO_REUSEADDR too); but the kernel gives the port to no
+/// other socket meanwhile, as an ephemeral port for a bind to port 0 or an
+/// outgoing connection. A port merely found free and released could be taken
+/// by another process's Gloo pair before rank 0 opens its store; a rank
+/// retrying to reach its store would then connect into that pair, which accepts
+/// one connection and refuses its own peer.
+class PortReservation {
+public:
+    PortReservation();  ///< throws acc::Error when no port can be had
+    ~PortReservation();
+    PortReservation(const PortReservation&) = delete;
+    PortReservation& operator=(const PortReservation&) = delete;
+    int port() const { return port_; }
+
+private:
+    int fd_ = -1;
+    int port_ = -1;
+};
 
 /// A complete line from a rank's standard error, split into the live progress lines
 /// ("\r\033[K..." without a newline) it drew just before, which arrive in the same

@@ -66,9 +66,33 @@ wait_for_line() {
     return 1
 }
 
-# free_port: a TCP port on 127.0.0.1 that was free a moment ago (for multi-process tests).
+# free_port: a TCP port on 127.0.0.1 for multi-process tests, held until this
+# script exits by a process that keeps it bound (SO_REUSEADDR, not listening). A
+# connection to it is refused as to a free port and a rank's store can open
+# there, but no other socket gets it as an ephemeral port meanwhile: a port
+# merely found free could go to a concurrent test's Gloo pair, and a rank that
+# retries to reach its store there would connect into that pair instead.
 free_port() {
-    "$ACC_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    "$ACC_PYTHON" - "$$" <<'PY'
+import os, socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+if os.fork():
+    os._exit(0)
+os.setsid()
+quiet = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(quiet, fd)
+owner, end = int(sys.argv[1]), time.monotonic() + 3600
+while time.monotonic() < end:
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.5)
+PY
 }
 
 # memory_limit_kib EXTRA_KIB: a virtual memory limit (ulimit -v) that leaves a

@@ -77,10 +77,18 @@ class Ranks:
         return "\n".join(f"rank {i}: exit {c}\n{err}" for i, (c, _, err) in enumerate(self.results))
 
 
+_held_ports = []
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port on 127.0.0.1 held for the rest of this process: bound with SO_REUSEADDR,
+    not listening. Connections are refused as at a free port and the ranks' store can
+    open there, but no other socket (another test's Gloo pair, say) takes it meanwhile."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    _held_ports.append(s)
+    return s.getsockname()[1]
 
 
 def run_ranks(arguments, cwd, world=2):

@@ -20,7 +20,8 @@ std::vector<std::string> gloo_ranks(int world, const std::function<void(comm::Pr
     // (seen with 2.11: a segfault in about one run in eight). The tools run one group
     // per process; here the ranks share one, so it is off (unless the caller set it).
     ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
-    const int port = comm::free_local_port();
+    const comm::PortReservation reserved;
+    const int port = reserved.port();
     std::vector<std::string> errors(static_cast<size_t>(world));
     std::vector<std::thread> threads;
     for (int r = 0; r < world; ++r) {

@@ -17,6 +17,10 @@
 #include <string>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <cerrno>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 using namespace acc::comm;
@@ -113,7 +117,68 @@ TEST(Launch, WithoutNprocRunsInThisProcess) {
     config.nproc = 2;
     config.rank = 0;
     EXPECT_THROW(run_ranks(config, 1, argv, "comm-profile", [] { return 7; }), acc::UsageError);
-    EXPECT_GT(free_local_port(), 0);
+    EXPECT_GT(PortReservation().port(), 0);
+}
+
+namespace {
+
+// A TCP socket on 127.0.0.1:port, optionally with SO_REUSEADDR; errno of bind, 0 when bound.
+int bind_loopback(int fd, int port, bool reuse) {
+    const int on = 1;
+    if (reuse) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    return ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+// A reserved port looks free to a connecting rank (refused) and to the store rank 0
+// opens there (a listener with SO_REUSEADDR), but no socket that did not ask to
+// share it gets it, and ranks meet there.
+TEST(Launch, AReservedPortIsKeptForTheStore) {
+    const PortReservation reserved;
+    const int port = reserved.port();
+    ASSERT_GT(port, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+
+    const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_NE(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(errno, ECONNREFUSED);
+    ::close(client);
+
+    const int other = ::socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_EQ(bind_loopback(other, port, false), EADDRINUSE);
+    ::close(other);
+
+    const int store = ::socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_EQ(bind_loopback(store, port, true), 0);
+    EXPECT_EQ(::listen(store, 4), 0);
+    ::close(store);
+
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r)
+        ranks.emplace_back([&, r] {
+            try {
+                Rendezvous rv;
+                rv.rank = r;
+                rv.world_size = 2;
+                rv.master_port = port;
+                rv.timeout = 30;
+                auto group = ProcessGroupCollectives::join(rv);
+                group->finish();
+            } catch (const std::exception& e) {
+                errors[static_cast<size_t>(r)] = e.what();
+            }
+        });
+    for (auto& t : ranks) t.join();
+    expect_all_ok(errors);
 }
 
 // Run as its own ranks by --nproc's launcher: rank 1 fails at once with status 3,
@@ -303,7 +368,8 @@ TEST(ProcessGroup, ARankThatNeverArrivesIsNamed) {
     auto errors = gloo_ranks(
         1, [](ProcessGroupCollectives&) {}, 1.0);  // a world of one never waits
     expect_all_ok(errors);
-    const int port = free_local_port();
+    const PortReservation reserved;
+    const int port = reserved.port();
     Rendezvous rv;
     rv.rank = 0;
     rv.world_size = 3;
@@ -319,7 +385,8 @@ TEST(ProcessGroup, ARankThatNeverArrivesIsNamed) {
 }
 
 TEST(ProcessGroup, MismatchedWorldSizesAreNamed) {
-    const int port = free_local_port();
+    const PortReservation reserved;
+    const int port = reserved.port();
     auto join_as = [port](int rank, int world, std::string* error) {
         try {
             Rendezvous rv;
@@ -341,7 +408,8 @@ TEST(ProcessGroup, MismatchedWorldSizesAreNamed) {
 }
 
 TEST(ProcessGroup, ARankWithAnotherRunTokenIsTurnedAway) {
-    const int port = free_local_port();
+    const PortReservation reserved;
+    const int port = reserved.port();
     auto join_as = [port](int rank, const std::string& token, double timeout, std::string* error) {
         try {
             Rendezvous rv;
