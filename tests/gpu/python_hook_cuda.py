@@ -21,7 +21,6 @@ which checks the harness on a machine without a GPU.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -33,6 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 # The package tests' model and batches (tests/python/ddp_worker.py).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python"))
 from ddp_worker import Net, batch, let_gloo_finish  # noqa: E402
+from ports import free_port  # noqa: E402
 
 LEVELS = ["none", "fp16", "powersgd:2", "topk:0.1", "dgc:0.1", "randomk:0.1", "signsgd", "efsignsgd", "qsgd:127",
           "terngrad"]
@@ -81,20 +81,6 @@ def rank_main(args):
     dist.destroy_process_group()
     if rank == 0:
         print(json.dumps(results))
-
-
-_held_ports = []
-
-
-def free_port():
-    """A port on 127.0.0.1 held for the rest of this process: bound with SO_REUSEADDR,
-    not listening. Connections are refused as at a free port and the ranks' store can
-    open there, but no other socket (another test's Gloo pair, say) takes it meanwhile."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", 0))
-    _held_ports.append(s)
-    return s.getsockname()[1]
 
 
 def run(device, backend, world):

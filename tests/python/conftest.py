@@ -9,7 +9,6 @@ build/bin of this tree.
 import faulthandler
 import math
 import os
-import socket
 import subprocess
 import sys
 
@@ -21,6 +20,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ddp_worker import Net, let_gloo_finish
+from ports import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(os.path.dirname(HERE))
@@ -75,20 +75,6 @@ class Ranks:
 
     def describe(self):
         return "\n".join(f"rank {i}: exit {c}\n{err}" for i, (c, _, err) in enumerate(self.results))
-
-
-_held_ports = []
-
-
-def free_port():
-    """A port on 127.0.0.1 held for the rest of this process: bound with SO_REUSEADDR,
-    not listening. Connections are refused as at a free port and the ranks' store can
-    open there, but no other socket (another test's Gloo pair, say) takes it meanwhile."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", 0))
-    _held_ports.append(s)
-    return s.getsockname()[1]
 
 
 def run_ranks(arguments, cwd, world=2):
