@@ -15,8 +15,9 @@ where NAME says what it is made from; the tables are:
                                   from docs/results/time-to-accuracy-runs.csv
     planner MODEL                 the planner study's runs of MODEL (mlp or cnn), from
                                   docs/results/planner-runs.csv (scripts/experiments/planner.sh)
-    model-check                   the network model against train-dist's exchange per step on
-                                  a shaped link, from docs/results/model-check.csv
+    model-check [MACHINE]         the network model against train-dist's exchange per step on
+                                  a shaped link, from docs/results/model-check.csv, or
+                                  model-check-MACHINE.csv for another machine's
                                   (scripts/experiments/shaped-model-check.sh)
 
     scripts/results-tables.py            rewrite the tables in place
@@ -243,27 +244,28 @@ class Gravac:
 
 
 class ModelCheck:
-    """The network model's exchange per step against the measured one."""
+    """The network model's exchange per step against the measured one, one file per machine."""
 
     def __init__(self, data):
-        self.path = os.path.join(data, "model-check.csv")
-        try:
-            with open(self.path, newline="", encoding="utf-8") as f:
-                self.rows = list(csv.DictReader(f))
-        except OSError as e:
-            fail(f"{self.path}: {e.strerror}")
+        self.data = data
 
-    def table(self):
+    def table(self, machine=None):
+        path = os.path.join(self.data, "model-check.csv" if machine is None else f"model-check-{machine}.csv")
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+        except OSError as e:
+            fail(f"{path}: {e.strerror}")
         out = ["| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
                "rank 0's (ms) | model's error |", "|---|---|---|---|---|---|---|---|"]
         try:
-            for r in self.rows:
+            for r in rows:
                 modelled, measured = float(r["modelled_seconds"]), float(r["measured_seconds"])
                 out.append(f"| {int(r['repeat'])} | {r['model']} | {r['level']} | "
                            f"{1e3 * float(r['compute_seconds']):.1f} | {1e3 * modelled:.2f} | {1e3 * measured:.2f} | "
                            f"{1e3 * float(r['rank0_seconds']):.2f} | {100 * (modelled / measured - 1):+.0f}% |")
         except (KeyError, ValueError) as e:
-            fail(f"{self.path}: not shaped-model-check.sh's table ({e})")
+            fail(f"{path}: not shaped-model-check.sh's table ({e})")
         return "\n".join(out) + "\n"
 
 
@@ -306,14 +308,14 @@ def recompute(name, studies):
         return studies.get("accordion").seeds_table()
     if len(words) == 2 and words[0] == "accordion":
         return studies.get("accordion").table(words[1])
-    if words == ["model-check"]:
-        return studies.get("model-check").table()
+    if words[:1] == ["model-check"] and len(words) <= 2:
+        return studies.get("model-check").table(*words[1:])
     if len(words) == 2 and words[0] == "planner":
         return studies.get("planner").table(words[1])
     if len(words) >= 2 and words[0] == "gravac":
         return studies.get("gravac").table(words[1:])
     fail(f"docs/results.md: a table named '{name}', which this script does not make "
-         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check, planner MODEL, "
+         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check [MACHINE], planner MODEL, "
          "time-to-accuracy LINK MODEL)")
 
 

@@ -24,14 +24,16 @@ for study in "20mbit mlp" "100mbit cnn"; do
     [ -z "$missing" ] || fail "docs/results.md's table for $study has lines the study's report does not: $missing"
 done
 
-# The planner study's report makes the same table from the same raw data.
-$ACC_PYTHON "$ACC_SOURCE/scripts/experiments/planner_report.py" --from-csv "$ACC_SOURCE/docs/results/planner-runs.csv" \
-    --models mlp >"$WORK/planner.md" 2>"$WORK/err" || fail "planner_report.py: $(cat "$WORK/err")"
-awk '$0 == "<!-- table: planner mlp -->" { inside = 1; next } /^<!-- end of table -->$/ { inside = 0 } inside' \
-    "$ACC_SOURCE/docs/results.md" >"$WORK/table.md"
-[ -s "$WORK/table.md" ] || fail "docs/results.md has no table 'planner mlp'"
-missing=$(awk 'NR == FNR { have[$0] = 1; next } !($0 in have)' "$WORK/planner.md" "$WORK/table.md")
-[ -z "$missing" ] || fail "docs/results.md's planner table has lines planner_report.py does not: $missing"
+# The planner study's report makes the same tables from the same raw data.
+for model in mlp cnn; do
+    $ACC_PYTHON "$ACC_SOURCE/scripts/experiments/planner_report.py" --from-csv "$ACC_SOURCE/docs/results/planner-runs.csv" \
+        --models $model >"$WORK/planner.md" 2>"$WORK/err" || fail "planner_report.py: $(cat "$WORK/err")"
+    awk -v begin="<!-- table: planner $model -->" '$0 == begin { inside = 1; next } /^<!-- end of table -->$/ { inside = 0 } inside' \
+        "$ACC_SOURCE/docs/results.md" >"$WORK/table.md"
+    [ -s "$WORK/table.md" ] || fail "docs/results.md has no table 'planner $model'"
+    missing=$(awk 'NR == FNR { have[$0] = 1; next } !($0 in have)' "$WORK/planner.md" "$WORK/table.md")
+    [ -z "$missing" ] || fail "docs/results.md's planner table for $model has lines planner_report.py does not: $missing"
+done
 expect_exit 2 "error: give --out .* or --from-csv .*, one of them" -- \
     $ACC_PYTHON "$ACC_SOURCE/scripts/experiments/planner_report.py"
 
