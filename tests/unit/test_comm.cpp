@@ -122,15 +122,20 @@ TEST(Launch, WithoutNprocRunsInThisProcess) {
 
 namespace {
 
-// A TCP socket on 127.0.0.1:port, optionally with SO_REUSEADDR; errno of bind, 0 when bound.
-int bind_loopback(int fd, int port, bool reuse) {
-    const int on = 1;
-    if (reuse) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+sockaddr_in loopback(int port) {
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     address.sin_port = htons(static_cast<uint16_t>(port));
-    return ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 ? 0 : errno;
+    return address;
+}
+
+// Binds a TCP socket to 127.0.0.1:port, optionally with SO_REUSEADDR; errno of bind, 0 when bound.
+int bind_loopback(int fd, int port, bool reuse) {
+    const int on = 1;
+    if (reuse) ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    const sockaddr_in address = loopback(port);
+    return ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0 ? 0 : errno;
 }
 
 }  // namespace
@@ -142,13 +147,10 @@ TEST(Launch, AReservedPortIsKeptForTheStore) {
     const PortReservation reserved;
     const int port = reserved.port();
     ASSERT_GT(port, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(static_cast<uint16_t>(port));
 
     const int client = ::socket(AF_INET, SOCK_STREAM, 0);
-    EXPECT_NE(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    const sockaddr_in address = loopback(port);
+    EXPECT_NE(::connect(client, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
     EXPECT_EQ(errno, ECONNREFUSED);
     ::close(client);
 
