@@ -192,7 +192,9 @@ SizeResult measure_size(ProcessGroupCollectives& comm, const CollectiveRun& run,
     // host's time to queue it; on the CPU it is the host's clock. The stream is
     // held before the start event until the host has queued the collective, as
     // the back-to-back calls of nccl-tests hide it: else a small message's time
-    // would count c10d's bookkeeping.
+    // would count c10d's bookkeeping. With plan.agg_iters > 1 the calls of one
+    // timing follow each other as a training step's collectives do, and the time
+    // is their mean: a call's latency there, not that of a call alone.
     comm::DeviceTimer clock;
     int late = 0;
     for (auto& t : times) {
@@ -200,12 +202,12 @@ SizeResult measure_size(ProcessGroupCollectives& comm, const CollectiveRun& run,
         clock.begin_step(comm.device(), true);
         clock.hold(kHoldCycles);
         const comm::DeviceTimer::Mark start = clock.start();
-        run.run(comm, buffers);
+        for (int call = 0; call < plan.agg_iters; ++call) run.run(comm, buffers);
         late += clock.reached(start);
         double seconds = 0;
         clock.stop(start, seconds);
         clock.finish_step();
-        t = std::max(1e-9, seconds);
+        t = std::max(1e-9, seconds / plan.agg_iters);
     }
     if (late > 0)
         spdlog::warn("{} {}: the GPU reached {} of {} timings before the host had queued the collective; they "
@@ -317,6 +319,10 @@ void add_comm_profile_options(CLI::App& app, ProfileConfig& config) {
     app.add_option("-n,--iters", config.iterations, "Timed iterations per size")->check(cli::whole_number(1, 1000000));
     app.add_option("-w,--warmup-iters", config.warmup, "Untimed iterations per size before the timed ones")
         ->check(cli::whole_number(0, 1000000));
+    app.add_option("-m,--agg-iters", config.agg_iters,
+                   "Collectives issued back to back in each timed iteration, whose time is their mean (as a "
+                   "training step issues its exchange's collectives) [1: each alone, after a barrier]")
+        ->check(cli::whole_number(1, 10000));
     app.add_flag("-c,--check", config.check,
                  "Check every collective on integer-valued data with exactly known results (#wrong)");
     add_device_option(app, config.device, "cpu (Gloo) or cuda (NCCL, in CUDA builds)");
@@ -348,6 +354,7 @@ SweepPlan make_plan(const ProfileConfig& config) {
     plan.factor = config.factor;
     plan.iterations = config.iterations;
     plan.warmup = config.warmup;
+    plan.agg_iters = config.agg_iters;
     plan.check = config.check;
     plan.validate();
     return plan;
@@ -356,7 +363,7 @@ SweepPlan make_plan(const ProfileConfig& config) {
 std::vector<CollectiveResult> measure(ProcessGroupCollectives& comm, const SweepPlan& plan,
                                       const SweepObserver& observer) {
     const int world = comm.world_size();
-    agree_on(comm, plan.signature(), "sweep options", "--collectives, -b, -e, -f, -n, -w and --check");
+    agree_on(comm, plan.signature(), "sweep options", "--collectives, -b, -e, -f, -n, -w, -m and --check");
     check_memory(comm, plan);
     for (perf::Collective c : plan.collectives) {
         const CollectiveRun& run = run_of(c);
@@ -419,8 +426,10 @@ void print_banner(const ProfileMeta& meta, const SweepPlan& plan) {
               << (machines == 1 ? " host" : " hosts") << ", " << comm::backend_name(meta.backend) << " ("
               << device_name(meta.device) << "), LibTorch " << comm::compat::torch_version() << "\n"
               << "# sizes " << size_text(plan.min_bytes) << " .. " << size_text(plan.max_bytes) << " (factor "
-              << plan.factor << "), " << plan.iterations << " timed iterations after " << plan.warmup
-              << " warm-up per size; each time is the slowest rank's\n"
+              << plan.factor << "), " << plan.iterations << " timed iterations"
+              << (plan.agg_iters > 1 ? " of " + std::to_string(plan.agg_iters) + " back-to-back calls" : "")
+              << " after " << plan.warmup << " warm-up per size; each time is the slowest rank's"
+              << (plan.agg_iters > 1 ? " mean per call" : "") << "\n"
               << "# check: " << (plan.check ? "on" : "off") << "\n#\n";
 }
 
@@ -430,7 +439,8 @@ SweepObserver sweep_observer(cli::Progress& progress, const SweepPlan& plan, int
     std::int64_t sizes = 0;
     double work = 0;
     auto size_work = [&plan](std::int64_t bytes) {  // a call costs about its latency plus its bytes
-        return static_cast<double>(plan.iterations + plan.warmup) * (65536.0 + static_cast<double>(bytes));
+        return static_cast<double>(plan.iterations * plan.agg_iters + plan.warmup) *
+               (65536.0 + static_cast<double>(bytes));
     };
     for (perf::Collective c : plan.collectives)
         for (std::int64_t count : plan_counts(c, plan, world)) {

@@ -28,6 +28,7 @@ struct ProfileConfig {
     int factor = 2;                 ///< -f
     int iterations = 20;            ///< -n
     int warmup = 5;                 ///< -w
+    int agg_iters = 1;              ///< -m: collectives issued back to back per timed iteration
     bool check = false;
     Device device = Device::cpu;  ///< cpu (Gloo) or cuda (NCCL)
     std::string output;           ///< -o: comm-profile file to write; empty: none

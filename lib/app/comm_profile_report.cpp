@@ -76,6 +76,7 @@ void SweepPlan::validate() const {
     if (factor < 2) throw UsageError("-f/--step-factor: must be at least 2");
     if (iterations < 1) throw UsageError("-n/--iters: must be at least 1");
     if (warmup < 0) throw UsageError("-w/--warmup-iters: must be at least 0");
+    if (agg_iters < 1) throw UsageError("-m/--agg-iters: must be at least 1");
     if (fit_from < 0) throw UsageError("--fit-from: must be at least 0 bytes");
     if (fit_from > max_bytes)
         throw UsageError("--fit-from " + std::to_string(fit_from) + " is larger than -e/--max-bytes " +
@@ -97,7 +98,7 @@ std::string SweepPlan::signature() const {
     std::string text;
     for (perf::Collective c : collectives) text += std::string(perf::collective_name(c)) + ",";
     return text + " " + std::to_string(min_bytes) + " " + std::to_string(max_bytes) + " " + std::to_string(factor) +
-           " " + std::to_string(iterations) + " " + std::to_string(warmup) + " " + (check ? "check" : "nocheck");
+           " " + std::to_string(iterations) +  " " + std::to_string(warmup) + " " + std::to_string(agg_iters) + " " + (check ? "check" : "nocheck");
 }
 
 std::int64_t collective_bytes(perf::Collective collective, std::int64_t count, int world_size) {
@@ -320,6 +321,7 @@ std::string results_json(const std::vector<CollectiveResult>& results, const Pro
     report["hosts"] = meta.hosts;
     report["iterations"] = meta.plan.iterations;
     report["warmup_iterations"] = meta.plan.warmup;
+    report["agg_iters"] = meta.plan.agg_iters;
     report["checked"] = meta.plan.check;
     report["collectives"] = nlohmann::json::array();
     for (const auto& r : results) report["collectives"].push_back(collective_json(r));
@@ -339,6 +341,7 @@ io::CommProfile to_comm_profile(const std::vector<CollectiveResult>& results, co
     p.device = device_name(meta.device);
     p.iterations = meta.plan.iterations;
     p.warmup_iterations = meta.plan.warmup;
+    p.agg_iters = meta.plan.agg_iters;
     p.checked = meta.plan.check;
     p.hosts = meta.hosts;
     for (const auto& r : results) {

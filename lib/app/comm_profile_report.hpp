@@ -31,6 +31,9 @@ struct SweepPlan {
     int factor = 2;
     int iterations = 20;  ///< timed iterations per size
     int warmup = 5;       ///< untimed iterations per size before them
+    /// Collectives issued back to back in each timed iteration, whose time is their mean
+    /// (nccl-tests' -m); 1: each collective alone, after a barrier.
+    int agg_iters = 1;
     bool check = false;   ///< check the results on integer-valued data
     /// The bandwidth is fitted over the sizes from this many bytes on, and alpha from the
     /// smaller ones (perf::fit_past_burst); 0: every size (perf::fit_alpha_beta).

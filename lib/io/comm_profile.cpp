@@ -100,6 +100,7 @@ void write_comm_profile(const std::string& path, const CommProfile& p) {
         f.write_attr("/", "device", p.device);
         f.write_attr("/", "iterations", p.iterations);
         f.write_attr("/", "warmup_iterations", p.warmup_iterations);
+        f.write_attr("/", "agg_iters", p.agg_iters);
         f.write_attr("/", "checked", std::int64_t{p.checked ? 1 : 0});
         f.write_strings("/hosts", p.hosts);
         f.create_group("/collectives");
@@ -140,6 +141,8 @@ CommProfile read_comm_profile(const std::string& path) {
     if (f.has_attr("/", "device")) p.device = f.read_attr_string("/", "device");
     if (f.has_attr("/", "iterations")) p.iterations = f.read_attr_int("/", "iterations");
     if (f.has_attr("/", "warmup_iterations")) p.warmup_iterations = f.read_attr_int("/", "warmup_iterations");
+    if (f.has_attr("/", "agg_iters")) p.agg_iters = f.read_attr_int("/", "agg_iters");
+    if (p.agg_iters < 1) f.fail("agg_iters is " + std::to_string(p.agg_iters) + "; it must be at least 1");
     if (f.has_attr("/", "checked")) p.checked = f.read_attr_int("/", "checked") != 0;
     if (f.exists("/hosts")) {
         p.hosts = f.read_strings("/hosts");

@@ -13,7 +13,7 @@ namespace acc::io {
 
 inline constexpr const char* kCommProfileFormat = "accordion.comm-profile";
 inline constexpr int kCommProfileMajor = 1;
-inline constexpr int kCommProfileMinor = 1;  ///< 1.1 added the optional /compute group
+inline constexpr int kCommProfileMinor = 2;  ///< 1.1 added the optional /compute group, 1.2 agg_iters
 
 /// One collective's sweep over message sizes and its alpha-beta fit.
 struct CollectiveProfile {
@@ -68,6 +68,7 @@ struct CommProfile {
     std::string device = "cpu";    ///< "cpu" or "cuda"
     std::int64_t iterations = 0;   ///< timed iterations per size
     std::int64_t warmup_iterations = 0;
+    std::int64_t agg_iters = 1;      ///< collectives back to back per timed iteration (time: their mean)
     bool checked = false;            ///< whether results were checked (wrong >= 0)
     std::vector<std::string> hosts;  ///< host name of each rank, in rank order
     std::vector<CollectiveProfile> collectives;

@@ -29,7 +29,8 @@ import h5py, numpy as np
 j = json.load(open("report.json"))
 f = h5py.File("comm.h5", "r")
 assert f.attrs["format"] == "accordion.comm-profile", f.attrs["format"]
-assert f.attrs["format_version"] == "1.1"
+assert f.attrs["format_version"] == "1.2"
+assert f.attrs["agg_iters"] == 1 and j["agg_iters"] == 1  # each call timed alone by default
 assert f.attrs["producer"].startswith("comm-profile ")
 assert "--nproc 2" in f.attrs["command_line"]
 assert f.attrs["world_size"] == 2 and j["world_size"] == 2
@@ -93,4 +94,17 @@ import h5py
 g = h5py.File("one.h5", "r")["collectives/allgather"]
 assert g.attrs["bus_factor"] == 0 and g.attrs["bus_bandwidth"] == 0 and g.attrs["bandwidth"] > 0
 ' || fail "single-rank file"
+
+# -m 3: each timed iteration issues three calls back to back; the banner, the JSON
+# and the file say so, and the times stay per call.
+comm-profile --nproc 2 -b 8 -e 64 -f 8 -n 2 -w 0 -m 3 --collectives allreduce --json -o agg.h5 >agg.json 2>agg-err.txt ||
+    fail "comm-profile -m 3 exited with $?: $(tail -3 agg-err.txt)"
+grep -q "2 timed iterations of 3 back-to-back calls after 0 warm-up per size; each time is the slowest rank's mean per call" agg-err.txt ||
+    fail "the banner does not tell -m 3: $(head -3 agg-err.txt)"
+"$ACC_PYTHON" -c '
+import json, h5py
+j = json.load(open("agg.json"))
+assert j["agg_iters"] == 3 and h5py.File("agg.h5", "r").attrs["agg_iters"] == 3
+assert [r["size"] for r in j["collectives"][0]["results"]] == [8, 64]
+' || fail "-m 3 is not recorded"
 finish

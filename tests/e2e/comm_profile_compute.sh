@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # comm-profile --model M --batch-size B: each rank times the model's forward and
-# backward pass per step, the file stores them (/compute, format 1.1) and
+# backward pass per step, the file stores them (/compute, format 1.1 on) and
 # compress-bench takes its compute time from there unless --compute-ms is given.
 source "$(dirname "$0")/common.sh"
 cd "$WORK"
@@ -23,7 +23,7 @@ import numpy as np
 
 def compute(path):
     f = h5py.File(path, "r")
-    assert f.attrs["format_version"] == "1.1", dict(f.attrs)
+    assert f.attrs["format_version"] == "1.2", dict(f.attrs)
     c = f["compute"]
     a = c.attrs
     assert a["model"] == "mlp" and a["classes"] == 10 and a["input"] == "Fashion-MNIST", dict(a)

@@ -15,6 +15,7 @@ expect_exit 2 "^comm-profile: error: --fit-from 64 KiB leaves 1 of the sweep's s
     comm-profile -b 8 -e 64K --fit-from 64K
 expect_exit 2 "--step-factor: must be a whole number in \[2, 1024\], not '1'" -- comm-profile -f 1
 expect_exit 2 "--iters: must be a whole number in \[1, 1000000\], not '0'" -- comm-profile -n 0
+expect_exit 2 "^comm-profile: error: --agg-iters: must be a whole number in \[1, 10000\], not '10001'" -- comm-profile -m 10001
 expect_exit 2 "--world-size: must be a whole number in \[1, 1048576\], not 'two'" -- comm-profile --world-size two
 expect_exit 2 "--collectives: 'alltoall' is not a collective; valid ones are allreduce, allgather, broadcast, reduce_scatter" -- comm-profile --collectives allreduce,alltoall
 expect_exit 2 "--collectives: broadcast is listed twice" -- comm-profile --collectives broadcast,broadcast
@@ -43,6 +44,7 @@ while read -r option value range; do
 done <<'TABLE'
 --iters 99999999999999999999 \[1, 1000000\]
 --warmup-iters -1 \[0, 1000000\]
+--agg-iters 0 \[1, 10000\]
 --step-factor 1.5 \[2, 1024\]
 --batch-size 0 \[1, 1048576\]
 --timeout nan \[0.1, 86400\]

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <map>
 #include <mutex>
 
 using namespace acc::app;
@@ -64,6 +65,13 @@ TEST(Report, ValidatesThePlan) {
     ProfileConfig twice;
     twice.collectives = {"broadcast", "broadcast"};
     EXPECT_THROW(make_plan(twice), acc::UsageError);
+    SweepPlan none_back_to_back;
+    none_back_to_back.agg_iters = 0;
+    EXPECT_EQ(acc::test::error_of([&] { none_back_to_back.validate(); }), "-m/--agg-iters: must be at least 1");
+    // Ranks that time different numbers of calls per iteration measure differently.
+    SweepPlan one, four;
+    four.agg_iters = 4;
+    EXPECT_NE(one.signature(), four.signature());
 }
 
 TEST(Report, NumbersFitTheirColumns) {
@@ -187,6 +195,40 @@ TEST(CommProfile, MeasuresAndChecksASmallSweep) {
         }
         EXPECT_EQ(r.rows.back().size, 32768);
         EXPECT_EQ(r.fit.points, 5u);
+    }
+}
+
+// With -m K, each timed iteration issues K calls back to back: K - 1 more per
+// timed iteration than with -m 1, the rest of the sweep (warm-up, barriers, the
+// slowest rank's gathering) unchanged; the times stay per call.
+TEST(CommProfile, AggItersIssuesTheCallsBackToBack) {
+    std::mutex mutex;
+    std::map<int, std::int64_t> calls;
+    std::map<int, CollectiveResult> seen;
+    for (int agg : {1, 4}) {
+        expect_all_ok(gloo_ranks(2, [&](ProcessGroupCollectives& comm) {
+            SweepPlan plan;
+            plan.collectives = {Collective::allreduce};
+            plan.min_bytes = 8;
+            plan.max_bytes = 64;
+            plan.factor = 8;  // 8 and 64 bytes
+            plan.iterations = 3;
+            plan.warmup = 1;
+            plan.agg_iters = agg;
+            comm.reset_traffic();
+            auto results = measure(comm, plan);
+            if (comm.rank() == 0) {
+                std::lock_guard<std::mutex> lock(mutex);
+                calls[agg] = comm.traffic().calls;
+                seen[agg] = results.at(0);
+            }
+        }));
+    }
+    EXPECT_EQ(calls[4] - calls[1], 2 * 3 * (4 - 1));  // sizes x timed iterations x extra calls
+    ASSERT_EQ(seen[4].rows.size(), 2u);
+    for (const auto& row : seen[4].rows) {
+        EXPECT_GT(row.time.min, 0);
+        EXPECT_LE(row.time.median, row.time.max);
     }
 }
 

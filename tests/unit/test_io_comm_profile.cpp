@@ -47,6 +47,7 @@ CommProfile sample() {
     p.world_size = 4;
     p.iterations = 20;
     p.warmup_iterations = 5;
+    p.agg_iters = 4;
     p.checked = true;
     p.hosts = {"a", "a", "b", "b"};
     p.collectives.push_back(allreduce());
@@ -76,6 +77,7 @@ TEST(CommProfileFile, RoundTrip) {
     EXPECT_EQ(p.world_size, 4);
     EXPECT_EQ(p.backend, "gloo");
     EXPECT_EQ(p.iterations, 20);
+    EXPECT_EQ(p.agg_iters, 4);
     EXPECT_TRUE(p.checked);
     EXPECT_EQ(p.hosts, (std::vector<std::string>{"a", "a", "b", "b"}));
     ASSERT_EQ(p.collectives.size(), 2u);
@@ -148,6 +150,10 @@ TEST(CommProfileFile, RefusesBadFiles) {
         f.close();
     }
     EXPECT_CONTAINS(read_error(dir.file("empty.h5")), "/collectives holds no collective");
+    CommProfile none_timed = sample();
+    none_timed.agg_iters = 0;
+    write_comm_profile(dir.file("agg.h5"), none_timed);
+    EXPECT_CONTAINS(read_error(dir.file("agg.h5")), "agg_iters is 0; it must be at least 1");
     CommProfile p = sample();
     p.hosts = {"a"};
     write_comm_profile(dir.file("few-hosts.h5"), p);
@@ -175,15 +181,18 @@ TEST(CommProfileFile, ComputeGroupIsOptional) {
     CommProfile plain = read_comm_profile(dir.file("plain.h5"));
     EXPECT_FALSE(plain.compute.has_value());
     EXPECT_EQ(plain.header.major, 1);
-    EXPECT_EQ(plain.header.minor, 1);
+    EXPECT_EQ(plain.header.minor, 2);
 
-    // A file of version 1.0 (no /compute) reads as before.
+    // A file of version 1.0 (no /compute, no agg_iters: each call timed alone) reads as before.
     {
         H5File f = H5File::open(dir.file("plain.h5"), true);
         f.write_attr("/", "format_version", std::string("1.0"));
+        H5Adelete(f.id(), "agg_iters");
         f.close();
     }
-    EXPECT_FALSE(read_comm_profile(dir.file("plain.h5")).compute.has_value());
+    const CommProfile old = read_comm_profile(dir.file("plain.h5"));
+    EXPECT_FALSE(old.compute.has_value());
+    EXPECT_EQ(old.agg_iters, 1);
 
     CommProfile p = sample();
     ComputeProfile c;
