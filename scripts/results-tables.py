@@ -15,9 +15,9 @@ where NAME says what it is made from; the tables are:
                                   from docs/results/time-to-accuracy-runs.csv
     planner MODEL                 the planner study's runs of MODEL (mlp or cnn), from
                                   docs/results/planner-runs.csv (scripts/experiments/planner.sh)
-    model-check [MACHINE]         the network model against train-dist's exchange per step on
+    model-check [RUN]             the network model against train-dist's exchange per step on
                                   a shaped link, from docs/results/model-check.csv, or
-                                  model-check-MACHINE.csv for another machine's
+                                  model-check-RUN.csv for another machine's or setting's
                                   (scripts/experiments/shaped-model-check.sh)
 
     scripts/results-tables.py            rewrite the tables in place
@@ -256,14 +256,21 @@ class ModelCheck:
                 rows = list(csv.DictReader(f))
         except OSError as e:
             fail(f"{path}: {e.strerror}")
+        # Files since comm-profile -m also hold the model from calls timed alone, a column pair more.
+        isolated = bool(rows) and "isolated_modelled_seconds" in rows[0]
         out = ["| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
-               "rank 0's (ms) | model's error |", "|---|---|---|---|---|---|---|---|"]
+               "rank 0's (ms) | model's error |" + (" modelled from calls alone (ms) | its error |" if isolated else ""),
+               "|---|---|---|---|---|---|---|---|" + ("---|---|" if isolated else "")]
         try:
             for r in rows:
                 modelled, measured = float(r["modelled_seconds"]), float(r["measured_seconds"])
-                out.append(f"| {int(r['repeat'])} | {r['model']} | {r['level']} | "
-                           f"{1e3 * float(r['compute_seconds']):.1f} | {1e3 * modelled:.2f} | {1e3 * measured:.2f} | "
-                           f"{1e3 * float(r['rank0_seconds']):.2f} | {100 * (modelled / measured - 1):+.0f}% |")
+                line = (f"| {int(r['repeat'])} | {r['model']} | {r['level']} | "
+                        f"{1e3 * float(r['compute_seconds']):.1f} | {1e3 * modelled:.2f} | {1e3 * measured:.2f} | "
+                        f"{1e3 * float(r['rank0_seconds']):.2f} | {100 * (modelled / measured - 1):+.0f}% |")
+                if isolated:
+                    alone = float(r["isolated_modelled_seconds"])
+                    line += f" {1e3 * alone:.2f} | {100 * (alone / measured - 1):+.0f}% |"
+                out.append(line)
         except (KeyError, ValueError) as e:
             fail(f"{path}: not shaped-model-check.sh's table ({e})")
         return "\n".join(out) + "\n"
@@ -315,7 +322,7 @@ def recompute(name, studies):
     if len(words) >= 2 and words[0] == "gravac":
         return studies.get("gravac").table(words[1:])
     fail(f"docs/results.md: a table named '{name}', which this script does not make "
-         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check [MACHINE], planner MODEL, "
+         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check [RUN], planner MODEL, "
          "time-to-accuracy LINK MODEL)")
 
 

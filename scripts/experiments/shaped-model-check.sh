@@ -2,7 +2,8 @@
 # The network model against measured exchange times on a shaped link: two network
 # namespaces joined by a veth pair that tc's token bucket shapes to RATE (32 KB
 # burst), one rank in each. comm-profile measures the link (allreduce and
-# allgather, 8 B to 8 MiB) and fits it past the burst (--fit-from 256K); then, for
+# allgather, 8 B to 8 MiB) and fits it past the burst (--fit-from 256K), timing
+# collectives 4 back to back (-m 4) as a step's exchange issues them; then, for
 # the mlp and the cnn, train-dist trains with each level (dense, powersgd:2,
 # topk:0.1) and compress-bench predicts the exchange's time per step from the fit
 # (--comm, world 2, the models' parameter shapes, the compute time per step the
@@ -11,6 +12,8 @@
 # steps, of the rank that waited least for the other: for a compressed level every
 # collective, for dense what the backward pass did not hide, which the model's DDP
 # schedule predicts; rank 0's beside it), and writes both to OUT/model-check.csv.
+# Beside it, the same model with a fit of calls timed one at a time after a barrier
+# (-m 1, comm-isolated.h5): what the latency of a call alone predicts.
 # The ranks wait for each other inside the collectives, and the rank that arrives
 # first counts that wait: on a machine busy with other work it, not the link, can
 # decide rank 0's figure.
@@ -50,15 +53,19 @@ main() {
 import json, sys, h5py
 out, repeats, levels = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rows = ["repeat,model,level,compute_seconds,modelled_seconds,measured_seconds,rank0_seconds,error,"
-        "allreduce_alpha_seconds,allreduce_bytes_per_second,allgather_alpha_seconds,allgather_bytes_per_second"]
+        "allreduce_alpha_seconds,allreduce_bytes_per_second,allgather_alpha_seconds,allgather_bytes_per_second,"
+        "isolated_modelled_seconds,isolated_error,isolated_allreduce_alpha_seconds,isolated_allgather_alpha_seconds"]
 print("| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
-      "rank 0's (ms) | model's error |")
-print("|---|---|---|---|---|---|---|---|")
+      "rank 0's (ms) | model's error | modelled from calls alone (ms) | its error |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for repeat in range(1, repeats + 1):
-    # The repeat's fit of the link (comm-profile's, past the burst), which the model used.
+    # The repeat's fits of the link (comm-profile's, past the burst), which the model used:
+    # calls back to back (comm.h5) and alone (comm-isolated.h5).
     with h5py.File(f"{out}/repeat{repeat}/comm.h5", "r") as f:
         link = ",".join(repr(float(f["collectives/" + c].attrs[a])) for c in ("allreduce", "allgather")
                         for a in ("alpha", "bandwidth"))
+    with h5py.File(f"{out}/repeat{repeat}/comm-isolated.h5", "r") as f:
+        isolated_alphas = ",".join(repr(float(f["collectives/" + c].attrs["alpha"])) for c in ("allreduce", "allgather"))
     for model in ("mlp", "cnn"):
         for level in levels:
             run = f"{out}/repeat{repeat}/{model}-{level.replace(':', '-')}"
@@ -68,15 +75,19 @@ for repeat in range(1, repeats + 1):
             measured = float(min(e["rank_communication_seconds"][-1])) / steps
             rank0 = float(e["communication_seconds"][-1]) / steps
             compute = float(e["compute_seconds"][-1]) / steps
-            r = [r for r in json.load(open(run + "-model.json"))["results"] if r["world_size"] == 2][0]
-            # What the compute does not hide, less the compression's own time: the collectives
-            # train-dist waits for (all of them, for a compressed level).
-            coding = r["encode_seconds"]["median"] + r["decode_seconds"]["median"]
-            modelled = max(0.0, r["iteration_seconds"] - compute - coding) if level == "none" else r["comm_seconds"]
-            error = modelled / measured - 1
-            rows.append(f"{repeat},{model},{level},{compute!r},{modelled!r},{measured!r},{rank0!r},{error!r},{link}")
+            def modelled_by(suffix):
+                r = [r for r in json.load(open(f"{run}-model{suffix}.json"))["results"] if r["world_size"] == 2][0]
+                # What the compute does not hide, less the compression's own time: the collectives
+                # train-dist waits for (all of them, for a compressed level).
+                coding = r["encode_seconds"]["median"] + r["decode_seconds"]["median"]
+                return max(0.0, r["iteration_seconds"] - compute - coding) if level == "none" else r["comm_seconds"]
+            modelled, isolated = modelled_by(""), modelled_by("-isolated")
+            error, isolated_error = modelled / measured - 1, isolated / measured - 1
+            rows.append(f"{repeat},{model},{level},{compute!r},{modelled!r},{measured!r},{rank0!r},{error!r},{link},"
+                        f"{isolated!r},{isolated_error!r},{isolated_alphas}")
             print(f"| {repeat} | {model} | {level} | {1e3 * compute:.1f} | {1e3 * modelled:.2f} | "
-                  f"{1e3 * measured:.2f} | {1e3 * rank0:.2f} | {100 * error:+.0f}% |")
+                  f"{1e3 * measured:.2f} | {1e3 * rank0:.2f} | {100 * error:+.0f}% | {1e3 * isolated:.2f} | "
+                  f"{100 * isolated_error:+.0f}% |")
 open(f"{out}/model-check.csv", "w").write("\n".join(rows) + "\n")
 PY
 }
@@ -84,9 +95,15 @@ PY
 measure() {
     export SHAPED_RANK1_LOG=$dir/rank1.log
     # Files of an earlier run are kept (remove OUT to measure anew).
-    [ -f "$dir/comm.h5" ] || { echo "comm-profile over the $rate link ..." >&2; shaped_ranks comm-profile --collectives allreduce,allgather -b 8 -e 8M -n 10 -w 2 --fit-from 256K \
-        -o "$dir/comm.h5" --force 2> "$dir/comm-profile.log"; }
-    grep "fit" "$dir/comm-profile.log" >&2
+    local fit m
+    for fit in comm:4 comm-isolated:1; do
+        m=${fit#*:} fit=${fit%:*}
+        [ -f "$dir/$fit.h5" ] && continue
+        echo "comm-profile -m $m over the $rate link ..." >&2
+        shaped_ranks comm-profile --collectives allreduce,allgather -b 8 -e 8M -n 10 -w 2 -m "$m" --fit-from 256K \
+            -o "$dir/$fit.h5" --force 2> "$dir/$fit-profile.log"
+        grep "fit" "$dir/$fit-profile.log" >&2
+    done
     for model in mlp cnn; do
         for level in "${levels[@]}"; do
             [ -f "$dir/$model-${level//:/-}.h5" ] && continue
@@ -110,8 +127,11 @@ PY
             run=$dir/$model-${level//:/-}
             compute_ms=$("$python" -c "import h5py, sys; e = h5py.File(sys.argv[1], 'r')['epochs']
 print(1e3 * float(e['compute_seconds'][-1]) / float(e['steps'][-1]))" "$run.h5")
-            compress-bench --shapes "$dir/$model.shapes" --compressors "$level" --world 2 --comm "$dir/comm.h5" \
-                --compute-ms "$compute_ms" --reps 3 --json > "$run-model.json" 2> "$run-model.log"
+            for fit in comm comm-isolated; do
+                local suffix=${fit#comm}  # the model with comm.h5: run-model.json; comm-isolated.h5: run-model-isolated.json
+                compress-bench --shapes "$dir/$model.shapes" --compressors "$level" --world 2 --comm "$dir/$fit.h5" \
+                    --compute-ms "$compute_ms" --reps 3 --json > "$run-model$suffix.json" 2> "$run-model$suffix.log"
+            done
         done
     done
 }
