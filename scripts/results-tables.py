@@ -256,11 +256,14 @@ class ModelCheck:
                 rows = list(csv.DictReader(f))
         except OSError as e:
             fail(f"{path}: {e.strerror}")
-        # Files since comm-profile -m also hold the model from calls timed alone, a column pair more.
+        # Files since comm-profile -m also hold the model from calls timed alone, a column pair
+        # more; since compress-bench --comm-model, the model with measured times, one more.
         isolated = bool(rows) and "isolated_modelled_seconds" in rows[0]
+        tabled = bool(rows) and "measured_times_modelled_seconds" in rows[0]
         out = ["| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
-               "rank 0's (ms) | model's error |" + (" modelled from calls alone (ms) | its error |" if isolated else ""),
-               "|---|---|---|---|---|---|---|---|" + ("---|---|" if isolated else "")]
+               "rank 0's (ms) | model's error |" + (" modelled from calls alone (ms) | its error |" if isolated else "") +
+               (" modelled with measured times (ms) | its error |" if tabled else ""),
+               "|---|---|---|---|---|---|---|---|" + ("---|---|" if isolated else "") + ("---|---|" if tabled else "")]
         try:
             for r in rows:
                 modelled, measured = float(r["modelled_seconds"]), float(r["measured_seconds"])
@@ -270,6 +273,9 @@ class ModelCheck:
                 if isolated:
                     alone = float(r["isolated_modelled_seconds"])
                     line += f" {1e3 * alone:.2f} | {100 * (alone / measured - 1):+.0f}% |"
+                if tabled:
+                    times = float(r["measured_times_modelled_seconds"])
+                    line += f" {1e3 * times:.2f} | {100 * (times / measured - 1):+.0f}% |"
                 out.append(line)
         except (KeyError, ValueError) as e:
             fail(f"{path}: not shaped-model-check.sh's table ({e})")

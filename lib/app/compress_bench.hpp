@@ -42,6 +42,9 @@ struct BenchConfig {
     std::vector<std::int64_t> worlds;      ///< world sizes; empty: 4, 16, 64
     std::int64_t reps = 5;                 ///< timed steps after one warm-up step
     std::string comm;                      ///< a comm-profile file for the network; empty: flags or defaults
+    /// How --comm prices a collective: "fit" (alpha + S / B at every size) or "measured"
+    /// (the profile's times between two of its sizes past its fit_from, the fit elsewhere).
+    std::string comm_model = "fit";
     double alpha = 50e-6;                  ///< seconds per message step (default: 10 Gbit/s Ethernet)
     double bandwidth = 1.25e9;             ///< bytes per second
     bool alpha_given = false;              ///< --alpha was given (it needs --bandwidth, and vice versa)

@@ -37,6 +37,7 @@ void write_bench(const std::string& path, const BenchFile& b) {
     write_file(path, b.header, kBenchFormat, kBenchMajor, kBenchMinor, [&](H5File& f) {
         f.write_attr("/", "source", b.source);
         f.write_attr("/", "network_source", b.network_source);
+        f.write_attr("/", "comm_model", b.comm_model);
         f.write_attr("/", "comm_profile", b.comm_profile);
         f.write_attr("/", "alpha", b.alpha);
         f.write_attr("/", "bandwidth", b.bandwidth);
@@ -92,6 +93,7 @@ BenchFile read_bench(const std::string& path) {
     auto number = [&](const char* name) { return f.has_attr("/", name) ? f.read_attr_double("/", name) : 0.0; };
     b.source = text("source");
     b.network_source = text("network_source");
+    if (f.has_attr("/", "comm_model")) b.comm_model = text("comm_model");
     b.comm_profile = text("comm_profile");
     b.alpha = number("alpha");
     b.bandwidth = number("bandwidth");

@@ -13,7 +13,7 @@ namespace acc::io {
 
 inline constexpr const char* kBenchFormat = "accordion.compress-bench";
 inline constexpr int kBenchMajor = 1;
-inline constexpr int kBenchMinor = 0;
+inline constexpr int kBenchMinor = 1;  ///< 1.1 added comm_model
 
 /// One gradient the compressors ran on: synthetic, or a snapshot of a grads.h5.
 struct BenchInput {
@@ -44,6 +44,7 @@ struct BenchFile {
     FileHeader header;
     std::string source;          ///< the --shapes preset or file, or the grads.h5 read
     std::string network_source;  ///< "flags", "default" or "comm" (a comm-profile file)
+    std::string comm_model = "fit";  ///< "fit" or "measured" (compress-bench --comm-model)
     std::string comm_profile;    ///< the comm-profile file read, or empty
     double alpha = 0;            ///< seconds per ring step (allreduce and the other collectives)
     double bandwidth = 0;        ///< bytes per second a link carries

@@ -3,15 +3,55 @@
 #include "base/error.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 #include <string>
 
 namespace acc::perf {
+
+namespace {
+
+// The measured time of a collective of size S, linear between the two measured sizes
+// around it; none outside the measured sizes or for another collective or world size.
+std::optional<double> interpolated_seconds(const MeasuredTimes& m, Collective kind, int world, double size) {
+    if (m.kind != kind || m.world != world || m.sizes.size() < 2) return std::nullopt;
+    if (!(size >= m.sizes.front()) || !(size <= m.sizes.back())) return std::nullopt;
+    const size_t hi = std::max<size_t>(1, static_cast<size_t>(
+                                              std::lower_bound(m.sizes.begin(), m.sizes.end(), size) - m.sizes.begin()));
+    const size_t lo = hi - 1;
+    const double share = (size - m.sizes[lo]) / (m.sizes[hi] - m.sizes[lo]);
+    return m.seconds[lo] + share * (m.seconds[hi] - m.seconds[lo]);
+}
+
+}  // namespace
 
 double collective_seconds(const Network& net, Collective kind, int world, double bytes) {
     if (world <= 1) return 0;
     const CollectiveInfo& c = collective_info(kind);
     const double w = world;
+    // nccl-tests' size S counts every rank's part where the collective gathers or scatters them.
+    if (const auto measured = interpolated_seconds(net.measured, kind, world, c.size_counts_ranks ? bytes * w : bytes))
+        return *measured;
     return c.ring_steps * (w - 1) * net.alpha + c.ring_bytes(w) * bytes / net.bandwidth;
+}
+
+MeasuredTimes measured_times(Collective kind, int world, const std::vector<double>& sizes,
+                             const std::vector<double>& seconds, double from_bytes) {
+    if (sizes.size() != seconds.size())
+        throw Error("measured times: " + std::to_string(sizes.size()) + " sizes but " +
+                    std::to_string(seconds.size()) + " times");
+    MeasuredTimes m;
+    m.kind = kind;
+    m.world = world;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        if (i > 0 && !(sizes[i] > sizes[i - 1])) throw Error("measured times: the sizes are not increasing");
+        if (!std::isfinite(seconds[i]) || !(seconds[i] > 0))
+            throw Error("measured times: a time is not a finite number > 0");
+        if (sizes[i] < from_bytes) continue;
+        m.sizes.push_back(sizes[i]);
+        m.seconds.push_back(seconds[i]);
+    }
+    return m;
 }
 
 double allreduce_seconds(const Network& net, int world, double bytes) {

@@ -14,17 +14,37 @@
 
 namespace acc::perf {
 
+/// One collective's times as comm-profile measured them, at one world size.
+struct MeasuredTimes {
+    Collective kind = Collective::allreduce;
+    int world = 0;                ///< ranks they were measured on
+    std::vector<double> sizes;    ///< the collective's size S as nccl-tests counts it, bytes, increasing
+    std::vector<double> seconds;  ///< time per call at each size
+};
+
 /// A network in the alpha-beta model of ring collectives.
 struct Network {
+    Network(double alpha_ = 0, double bandwidth_ = 0) : alpha(alpha_), bandwidth(bandwidth_) {}
     double alpha = 0;      ///< latency of one ring step, seconds
     double bandwidth = 0;  ///< bytes per second each link carries (a ring's bus bandwidth)
+    /// Measured times that replace the model between two measured sizes of their
+    /// collective at their world size (linear in the size between them); none: empty sizes.
+    MeasuredTimes measured;
 };
 
 /// Ring cost in seconds of `kind` on `world` workers, with `bytes` as each worker hands
 /// them in (Collectives::traffic): allreduce 2(W-1) alpha + 2 (W-1)/W bytes / B,
 /// allgather (W-1) alpha + (W-1) bytes / B, reduce-scatter (W-1) alpha + (W-1)/W bytes / B,
-/// broadcast (W-1) alpha + bytes / B. 0 on one worker.
+/// broadcast (W-1) alpha + bytes / B. 0 on one worker. Where net.measured holds this
+/// collective at this world size and its size S lies from the first measured size to
+/// the last, the time interpolated between the two measured sizes around S instead.
 double collective_seconds(const Network& net, Collective kind, int world, double bytes);
+
+/// The times `kind` took at the sizes of `sizes` from `from_bytes` on (every size when 0),
+/// on `world` ranks: what Network::measured holds. Throws acc::Error for sizes and times
+/// of different lengths, sizes not increasing, or times not finite and > 0.
+MeasuredTimes measured_times(Collective kind, int world, const std::vector<double>& sizes,
+                             const std::vector<double>& seconds, double from_bytes);
 double allreduce_seconds(const Network& net, int world, double bytes);
 double allgather_seconds(const Network& net, int world, double bytes);
 

@@ -13,7 +13,9 @@
 # collective, for dense what the backward pass did not hide, which the model's DDP
 # schedule predicts; rank 0's beside it), and writes both to OUT/model-check.csv.
 # Beside it, the same model with a fit of calls timed one at a time after a barrier
-# (-m 1, comm-isolated.h5): what the latency of a call alone predicts.
+# (-m 1, comm-isolated.h5): what the latency of a call alone predicts; and the model
+# pricing a collective between two measured sizes by their times (compress-bench
+# --comm-model measured, from comm.h5).
 # The ranks wait for each other inside the collectives, and the rank that arrives
 # first counts that wait: on a machine busy with other work it, not the link, can
 # decide rank 0's figure.
@@ -54,10 +56,12 @@ import json, sys, h5py
 out, repeats, levels = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rows = ["repeat,model,level,compute_seconds,modelled_seconds,measured_seconds,rank0_seconds,error,"
         "allreduce_alpha_seconds,allreduce_bytes_per_second,allgather_alpha_seconds,allgather_bytes_per_second,"
-        "isolated_modelled_seconds,isolated_error,isolated_allreduce_alpha_seconds,isolated_allgather_alpha_seconds"]
+        "isolated_modelled_seconds,isolated_error,isolated_allreduce_alpha_seconds,isolated_allgather_alpha_seconds,"
+        "measured_times_modelled_seconds,measured_times_error"]
 print("| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
-      "rank 0's (ms) | model's error | modelled from calls alone (ms) | its error |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "rank 0's (ms) | model's error | modelled from calls alone (ms) | its error | "
+      "modelled with measured times (ms) | its error |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for repeat in range(1, repeats + 1):
     # The repeat's fits of the link (comm-profile's, past the burst), which the model used:
     # calls back to back (comm.h5) and alone (comm-isolated.h5).
@@ -81,13 +85,13 @@ for repeat in range(1, repeats + 1):
                 # train-dist waits for (all of them, for a compressed level).
                 coding = r["encode_seconds"]["median"] + r["decode_seconds"]["median"]
                 return max(0.0, r["iteration_seconds"] - compute - coding) if level == "none" else r["comm_seconds"]
-            modelled, isolated = modelled_by(""), modelled_by("-isolated")
-            error, isolated_error = modelled / measured - 1, isolated / measured - 1
+            modelled, isolated, tabled = modelled_by(""), modelled_by("-isolated"), modelled_by("-measured")
+            error, isolated_error, tabled_error = (m / measured - 1 for m in (modelled, isolated, tabled))
             rows.append(f"{repeat},{model},{level},{compute!r},{modelled!r},{measured!r},{rank0!r},{error!r},{link},"
-                        f"{isolated!r},{isolated_error!r},{isolated_alphas}")
+                        f"{isolated!r},{isolated_error!r},{isolated_alphas},{tabled!r},{tabled_error!r}")
             print(f"| {repeat} | {model} | {level} | {1e3 * compute:.1f} | {1e3 * modelled:.2f} | "
                   f"{1e3 * measured:.2f} | {1e3 * rank0:.2f} | {100 * error:+.0f}% | {1e3 * isolated:.2f} | "
-                  f"{100 * isolated_error:+.0f}% |")
+                  f"{100 * isolated_error:+.0f}% | {1e3 * tabled:.2f} | {100 * tabled_error:+.0f}% |")
 open(f"{out}/model-check.csv", "w").write("\n".join(rows) + "\n")
 PY
 }
@@ -127,10 +131,13 @@ PY
             run=$dir/$model-${level//:/-}
             compute_ms=$("$python" -c "import h5py, sys; e = h5py.File(sys.argv[1], 'r')['epochs']
 print(1e3 * float(e['compute_seconds'][-1]) / float(e['steps'][-1]))" "$run.h5")
-            for fit in comm comm-isolated; do
-                local suffix=${fit#comm}  # the model with comm.h5: run-model.json; comm-isolated.h5: run-model-isolated.json
+            # run-model.json: comm.h5's fit; -isolated: comm-isolated.h5's fit; -measured: comm.h5's
+            # measured times between its sizes (--comm-model measured).
+            for variant in :comm:fit -isolated:comm-isolated:fit -measured:comm:measured; do
+                IFS=: read -r suffix fit how <<<"$variant"
                 compress-bench --shapes "$dir/$model.shapes" --compressors "$level" --world 2 --comm "$dir/$fit.h5" \
-                    --compute-ms "$compute_ms" --reps 3 --json > "$run-model$suffix.json" 2> "$run-model$suffix.log"
+                    --comm-model "$how" --compute-ms "$compute_ms" --reps 3 --json \
+                    > "$run-model$suffix.json" 2> "$run-model$suffix.log"
             done
         done
     done

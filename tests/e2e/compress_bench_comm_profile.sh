@@ -32,4 +32,35 @@ with h5py.File("comm.h5", "r") as f:
     assert math.isclose(topk["comm_seconds"], want, rel_tol=1e-9), (topk["comm_seconds"], want)
     assert rows[("none", 8)]["comm_seconds"] > none["comm_seconds"]
 PY
+
+# --comm-model measured: at the profiled world size a collective whose size lies
+# between two measured sizes costs their times interpolated; elsewhere the fit.
+compress-bench -q --shapes model.txt --comm comm.h5 --comm-model measured --compressors none,topk:0.01 --world 2,8 \
+    --reps 1 --json >measured.json || fail "compress-bench --comm-model measured"
+$ACC_PYTHON - <<'PY' || fail "the measured times are not what the model prices with"
+import json, math, h5py, numpy as np
+fit = {(x["compressor"], x["world_size"]): x for x in json.load(open("out.json"))["results"]}
+r = json.load(open("measured.json"))
+assert r["network"]["comm_model"] == "measured", r["network"]
+rows = {(x["compressor"], x["world_size"]): x for x in r["results"]}
+with h5py.File("comm.h5", "r") as f:
+    n = int(f.attrs["world_size"])
+    ar, ag = (f["collectives"][c] for c in ("allreduce", "allgather"))
+    def measured(g, size):
+        return float(np.interp(size, g["size"][()], g["time_median"][()]))
+    # The dense allreduce of 513 KiB lies between two measured sizes (4 KiB .. 4 MiB).
+    none = rows[("none", 2)]
+    assert math.isclose(none["comm_seconds"], measured(ar, none["bytes_per_worker"]), rel_tol=1e-9), none
+    # Top-k: the 1 KiB vector below the first measured size (the fit), the payload's allgather measured.
+    topk = rows[("topk:0.01", 2)]
+    gathered = topk["bytes_per_worker"] - 4 * 256
+    want = ar.attrs["alpha"] + 4 * 256 / ar.attrs["bandwidth"] + measured(ag, n * gathered)
+    assert math.isclose(topk["comm_seconds"], want, rel_tol=1e-9), (topk["comm_seconds"], want)
+# At another world size, the fit as before.
+for c in ("none", "topk:0.01"):
+    assert math.isclose(rows[(c, 8)]["comm_seconds"], fit[(c, 8)]["comm_seconds"], rel_tol=1e-9), c
+PY
+expect_exit 2 "^compress-bench: error: --comm-model measured: needs --comm, whose measured times it prices with$" -- \
+    compress-bench --comm-model measured --compressors none --world 2
+expect_exit 2 "^compress-bench: error: --comm-model: .*fit" -- compress-bench --comm comm.h5 --comm-model table
 finish

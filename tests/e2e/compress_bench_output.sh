@@ -31,7 +31,7 @@ r = json.load(open("out.json"))
 shapes = {"conv.weight": (16, 8, 3, 3), "conv.bias": (16,), "fc.weight": (10, 144), "fc.bias": (10,)}
 assert r["values"] == 16 * 72 + 16 + 1440 + 10 and r["parameters"] == 4
 assert r["network"] == {"alpha": 1e-5, "bandwidth": 1e9, "allgather_alpha": 1e-5, "allgather_bandwidth": 1e9,
-                        "source": "flags", "comm_profile": None}, r["network"]
+                        "source": "flags", "comm_profile": None, "comm_model": "fit"}, r["network"]
 assert abs(r["compute_seconds"] - 0.005) < 1e-12 and r["memcpy_bandwidth"] > 1e8
 assert len(r["results"]) == 2 * len(specs)
 
@@ -88,7 +88,8 @@ import h5py, json, numpy as np
 r = json.load(open("out.json"))
 with h5py.File("bench.h5", "r") as f:
     a = f.attrs
-    assert a["format"] == "accordion.compress-bench" and a["format_version"] == "1.0", dict(a)
+    assert a["format"] == "accordion.compress-bench" and a["format_version"] == "1.1", dict(a)
+    assert a["comm_model"] == "fit", dict(a)
     assert a["producer"].startswith("compress-bench ") and "--compressors" in a["command_line"]
     assert a["source"] == "model.txt" and a["network_source"] == "flags" and a["vectors"] == "none"
     assert a["alpha"] == 1e-5 and a["bandwidth"] == 1e9 and a["reps"] == 2

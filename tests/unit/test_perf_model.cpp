@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <vector>
+
 using namespace acc::perf;
 
 TEST(Collectives, RingCostsFollowTheAlphaBetaModel) {
@@ -73,4 +76,28 @@ TEST(Network, FromAProfilesFit) {
     EXPECT_EQ(collective_seconds(n, Collective::broadcast, 1, 1e6), 0);
     EXPECT_NEAR(collective_seconds(n, Collective::broadcast, 4, 1.5e9), 30e-6 + 1.0, 1e-12);
     EXPECT_NEAR(collective_seconds(n, Collective::reduce_scatter, 4, 2e9), 30e-6 + 1.0, 1e-12);
+}
+
+// With measured times, a size between two measured ones costs what they measured,
+// linearly between them; outside them, or for another collective or world size, the fit.
+TEST(Network, MeasuredTimesReplaceTheFitBetweenMeasuredSizes) {
+    Network g = network_from_fit(Collective::allgather, 2, 1e-3, 1e7);
+    // Measured on 2 ranks: 8 KiB (below from_bytes: left out), 256 KiB in 12 ms, 512 KiB in 28 ms, 1 MiB in 58 ms.
+    g.measured = measured_times(Collective::allgather, 2, {8192, 262144, 524288, 1048576}, {0.002, 0.012, 0.028, 0.058},
+                                262144);
+    ASSERT_EQ(g.measured.sizes, (std::vector<double>{262144, 524288, 1048576}));
+    // 196608 bytes from each of 2 ranks: S = 393216, halfway between 256 and 512 KiB.
+    EXPECT_NEAR(allgather_seconds(g, 2, 196608), 0.020, 1e-12);
+    EXPECT_NEAR(allgather_seconds(g, 2, 131072), 0.012, 1e-12);  // the first measured size itself
+    EXPECT_NEAR(allgather_seconds(g, 2, 524288), 0.058, 1e-12);  // the last
+    // Below the first and past the last measured size, the fit: 1 ms + S / 1e7.
+    EXPECT_NEAR(allgather_seconds(g, 2, 4096), 1e-3 + 8192 / 1e7, 1e-12);
+    EXPECT_NEAR(allgather_seconds(g, 2, 1048576), 1e-3 + 2097152 / 1e7, 1e-12);
+    // Another world size or collective: the ring model of the fit.
+    EXPECT_NEAR(allgather_seconds(g, 4, 196608), 3 * 1e-3 + 3 * 196608 / 5e6, 1e-12);  // link bandwidth B/2
+    EXPECT_NEAR(collective_seconds(g, Collective::broadcast, 2, 393216), 1e-3 + 393216 / 5e6, 1e-12);
+    // What cannot be a measurement is refused.
+    EXPECT_THROW(measured_times(Collective::allreduce, 2, {1, 2}, {0.1}, 0), acc::Error);
+    EXPECT_THROW(measured_times(Collective::allreduce, 2, {2, 1}, {0.1, 0.2}, 0), acc::Error);
+    EXPECT_THROW(measured_times(Collective::allreduce, 2, {1, 2}, {0.1, std::nan("")}, 0), acc::Error);
 }
