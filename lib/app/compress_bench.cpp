@@ -115,8 +115,9 @@ void validate(BenchConfig& c) {
     if (c.reps < 1) throw UsageError("--reps: must be at least 1");
     if (!c.comm.empty() && (c.alpha_given || c.bandwidth_given))
         throw UsageError("--comm and --alpha/--bandwidth exclude each other (both describe the network)");
-    if (c.comm_model != "fit" && c.comm.empty())
-        throw UsageError("--comm-model " + c.comm_model + ": needs --comm, whose measured times it prices with");
+    if (c.comm_model != CommModel::fit && c.comm.empty())
+        throw UsageError(std::string("--comm-model ") + comm_model_name(c.comm_model) +
+                         ": needs --comm, whose measured times it prices with");
     if (c.alpha_given != c.bandwidth_given)
         throw UsageError(c.alpha_given ? "--alpha needs --bandwidth" : "--bandwidth needs --alpha");
     if (!(c.alpha >= 0) || !std::isfinite(c.alpha)) throw UsageError("--alpha: must be a finite number of seconds >= 0");
@@ -337,14 +338,11 @@ private:
             throw FileError(c_.comm, "was measured on " + std::to_string(profile.world_size) +
                                          " rank, which says nothing about the network; profile at least 2 ranks");
         const int n = static_cast<int>(profile.world_size);
-        net_ = perf::network_from_fit(perf::Collective::allreduce, n, allreduce->alpha, allreduce->bandwidth);
-        const bool measured = c_.comm_model == "measured";
-        if (measured) net_.measured = measured_times(perf::Collective::allreduce, n, *allreduce);
+        net_ = profiled_network(c_.comm, profile, *allreduce, perf::Collective::allreduce, c_.comm_model);
         gather_net_ = net_;
         std::string gathered = "allgather as allreduce";
         if (const io::CollectiveProfile* allgather = profile.find("allgather")) {
-            gather_net_ = perf::network_from_fit(perf::Collective::allgather, n, allgather->alpha, allgather->bandwidth);
-            if (measured) gather_net_.measured = measured_times(perf::Collective::allgather, n, *allgather);
+            gather_net_ = profiled_network(c_.comm, profile, *allgather, perf::Collective::allgather, c_.comm_model);
             gathered = "allgather: " + bytes_text(gather_net_.bandwidth) + "/s, alpha " +
                        short_number(gather_net_.alpha * 1e6) + " us per step";
         }
@@ -352,24 +350,12 @@ private:
         network_line_ = "  network from " + c_.comm + " (" + profile.backend + ", " + std::to_string(n) +
                         " ranks): allreduce: " + bytes_text(net_.bandwidth) + "/s, alpha " +
                         short_number(net_.alpha * 1e6) + " us per step; " + gathered;
-        if (measured)
+        if (c_.comm_model == CommModel::measured)
             network_line_ += "\n  at " + std::to_string(n) + " ranks, the measured times between " +
                              bytes_text(net_.measured.sizes.front()) + " and " +
                              bytes_text(net_.measured.sizes.back()) + " (--comm-model measured)";
     }
 
-    // A collective's measured times past the profile's fit_from (where the bandwidth
-    // was fitted; below it the fit's latency is steadier than any one size's time).
-    perf::MeasuredTimes measured_times(perf::Collective kind, int world, const io::CollectiveProfile& c) const {
-        const std::vector<double> sizes(c.size.begin(), c.size.end());
-        perf::MeasuredTimes m =
-            perf::measured_times(kind, world, sizes, c.time_median, static_cast<double>(c.fit_from));
-        if (m.sizes.size() < 2)
-            throw FileError(c_.comm, std::string("--comm-model measured: the ") + perf::collective_name(kind) +
-                                         " profile has " + std::to_string(m.sizes.size()) +
-                                         " sizes from its fit_from on; it needs two");
-        return m;
-    }
 
     // The compute: --compute-ms, else what comm-profile --model measured (its split into
     // forward and backward sets the backward pass's share), else none.
@@ -403,7 +389,7 @@ private:
         file_.source = source_;
         file_.network_source = network_source_;
         file_.comm_profile = c_.comm;
-        file_.comm_model = c_.comm_model;
+        file_.comm_model = comm_model_name(c_.comm_model);
         file_.alpha = net_.alpha;
         file_.bandwidth = net_.bandwidth;
         file_.allgather_alpha = gather_net_.alpha;
@@ -580,7 +566,7 @@ private:
                              {"allgather_bandwidth", gather_net_.bandwidth},
                              {"source", file_.network_source},
                              {"comm_profile", cli::json_text_or_null(c_.comm)},
-                             {"comm_model", c_.comm_model}};
+                             {"comm_model", comm_model_name(c_.comm_model)}};
         report["compute_seconds"] = compute_.seconds;
         report["backward_share"] = compute_.backward_share;
         report["compute_source"] = c_.compute_ms_given ? "flag" : profiled_compute_ ? "comm" : "none";
@@ -702,12 +688,7 @@ void add_network_options(CLI::App& app, BenchConfig& config) {
     app.add_option("--comm", config.comm,
                    "Communication profile written by comm-profile: the network's latency and bandwidth")
         ->type_name("COMM.h5");
-    app.add_option("--comm-model", config.comm_model,
-                   "How --comm prices a collective: fit (alpha + S/B at every size) or measured (at the profile's "
-                   "world size, between two sizes it measured from its --fit-from on, the time interpolated from "
-                   "theirs; the fit elsewhere) [fit]")
-        ->check(CLI::IsMember({"fit", "measured"}))
-        ->default_str("");
+    add_comm_model_option(app, config.comm_model);
     app.add_option("--alpha", config.alpha, "Network latency per message step, in seconds (default: 10 Gbit/s Ethernet)")
         ->check(cli::number(0, 60))
         ->each([&config](const std::string&) { config.alpha_given = true; })

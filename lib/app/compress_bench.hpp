@@ -4,6 +4,7 @@
 // main() parses into a BenchConfig.
 #pragma once
 
+#include "app/comm_network.hpp"
 #include "base/device.hpp"
 #include "compress/codecs.hpp"
 #include "compress/spec.hpp"
@@ -42,9 +43,7 @@ struct BenchConfig {
     std::vector<std::int64_t> worlds;      ///< world sizes; empty: 4, 16, 64
     std::int64_t reps = 5;                 ///< timed steps after one warm-up step
     std::string comm;                      ///< a comm-profile file for the network; empty: flags or defaults
-    /// How --comm prices a collective: "fit" (alpha + S / B at every size) or "measured"
-    /// (the profile's times between two of its sizes past its fit_from, the fit elsewhere).
-    std::string comm_model = "fit";
+    CommModel comm_model = CommModel::fit;  ///< how --comm prices a collective
     double alpha = 50e-6;                  ///< seconds per message step (default: 10 Gbit/s Ethernet)
     double bandwidth = 1.25e9;             ///< bytes per second
     bool alpha_given = false;              ///< --alpha was given (it needs --bandwidth, and vice versa)

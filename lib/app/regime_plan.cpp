@@ -1,5 +1,6 @@
 #include "app/regime_plan.hpp"
 
+#include "app/comm_network.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
 #include "compress/codecs.hpp"
@@ -155,10 +156,10 @@ ExchangeModel read_network(const std::string& path, const io::GradStats& grads, 
     if (gathers && !allgather)
         throw FileError(path, "has no allgather profile, which the Top-k levels need; run comm-profile with "
                               "--collectives allreduce,allgather");
-    if (allreduce)
-        m.allreduce = perf::network_from_fit(perf::Collective::allreduce, m.world, allreduce->alpha, allreduce->bandwidth);
-    if (allgather)
-        m.allgather = perf::network_from_fit(perf::Collective::allgather, m.world, allgather->alpha, allgather->bandwidth);
+    // The fit alone: the dynamic program needs costs that add up parameter by parameter,
+    // which alpha + S / B gives and measured times between sizes (--comm-model) do not.
+    if (allreduce) m.allreduce = profiled_network(path, profile, *allreduce, perf::Collective::allreduce, CommModel::fit);
+    if (allgather) m.allgather = profiled_network(path, profile, *allgather, perf::Collective::allgather, CommModel::fit);
     m.has_allgather = allgather != nullptr;
     return m;
 }

@@ -1,0 +1,39 @@
+#include "app/comm_network.hpp"
+
+#include "base/error.hpp"
+#include "cli/tool.hpp"
+
+#include <CLI/CLI.hpp>
+
+namespace acc::app {
+
+const char* comm_model_name(CommModel model) { return model == CommModel::measured ? "measured" : "fit"; }
+
+CLI::Option* add_comm_model_option(CLI::App& app, CommModel& target) {
+    return cli::add_typed_option(
+               app, "--comm-model", target,
+               [](const std::string& name) { return name == "measured" ? CommModel::measured : CommModel::fit; },
+               "How --comm prices a collective: fit (alpha + S/B at every size) or measured (at the profile's world "
+               "size, between two sizes it measured from its --fit-from on, the time interpolated from theirs; the "
+               "fit elsewhere)")
+        ->check(CLI::IsMember({"fit", "measured"}))
+        ->default_str(comm_model_name(target));
+}
+
+perf::Network profiled_network(const std::string& path, const io::CommProfile& profile,
+                               const io::CollectiveProfile& collective, perf::Collective kind, CommModel model) {
+    const int world = static_cast<int>(profile.world_size);
+    perf::Network net = perf::network_from_fit(kind, world, collective.alpha, collective.bandwidth);
+    if (model != CommModel::measured) return net;
+    // From fit_from on: below it the fit's latency is steadier than any one size's time.
+    const std::vector<double> sizes(collective.size.begin(), collective.size.end());
+    net.measured =
+        perf::measured_times(kind, world, sizes, collective.time_median, static_cast<double>(collective.fit_from));
+    if (net.measured.sizes.size() < 2)
+        throw FileError(path, std::string("--comm-model measured: its ") + perf::collective_name(kind) + " profile has " +
+                                  std::to_string(net.measured.sizes.size()) +
+                                  " sizes from its fit_from on, and interpolating needs two");
+    return net;
+}
+
+}  // namespace acc::app
