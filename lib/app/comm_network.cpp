@@ -1,24 +1,10 @@
 #include "app/comm_network.hpp"
 
 #include "base/error.hpp"
-#include "cli/tool.hpp"
-
-#include <CLI/CLI.hpp>
 
 namespace acc::app {
 
 const char* comm_model_name(CommModel model) { return model == CommModel::measured ? "measured" : "fit"; }
-
-CLI::Option* add_comm_model_option(CLI::App& app, CommModel& target) {
-    return cli::add_typed_option(
-               app, "--comm-model", target,
-               [](const std::string& name) { return name == "measured" ? CommModel::measured : CommModel::fit; },
-               "How --comm prices a collective: fit (alpha + S/B at every size) or measured (at the profile's world "
-               "size, between two sizes it measured from its --fit-from on, the time interpolated from theirs; the "
-               "fit elsewhere)")
-        ->check(CLI::IsMember({"fit", "measured"}))
-        ->default_str(comm_model_name(target));
-}
 
 perf::Network profiled_network(const std::string& path, const io::CommProfile& profile,
                                const io::CollectiveProfile& collective, perf::Collective kind, CommModel model) {

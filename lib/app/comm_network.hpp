@@ -1,6 +1,6 @@
 // The network a comm-profile file describes, as the performance model takes it:
 // compress-bench's and the planner's --comm, and how it prices a collective
-// (--comm-model). No LibTorch here.
+// (compress-bench --comm-model). No LibTorch here.
 #pragma once
 
 #include "io/comm_profile.hpp"
@@ -8,20 +8,12 @@
 
 #include <string>
 
-namespace CLI {
-class App;
-class Option;
-}  // namespace CLI
-
 namespace acc::app {
 
 /// fit: alpha + S / B at every size; measured: at the profiled world size, a size between
 /// two the profile measured from its fit_from on costs their times interpolated.
 enum class CommModel { fit, measured };
 const char* comm_model_name(CommModel model);
-
-/// Adds --comm-model to `app`, into `target`.
-CLI::Option* add_comm_model_option(CLI::App& app, CommModel& target);
 
 /// The ring network behind `kind`'s fit in `profile` (read from `path`), on its world
 /// size; with CommModel::measured also that collective's median times from its fit_from

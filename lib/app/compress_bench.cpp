@@ -688,7 +688,13 @@ void add_network_options(CLI::App& app, BenchConfig& config) {
     app.add_option("--comm", config.comm,
                    "Communication profile written by comm-profile: the network's latency and bandwidth")
         ->type_name("COMM.h5");
-    add_comm_model_option(app, config.comm_model);
+    cli::add_typed_option(
+        app, "--comm-model", config.comm_model,
+        [](const std::string& name) { return name == "measured" ? CommModel::measured : CommModel::fit; },
+        "How --comm prices a collective: fit (alpha + S/B at every size) or measured (at the profile's world size, "
+        "between two sizes it measured from its --fit-from on, the time interpolated from theirs; the fit elsewhere)")
+        ->check(CLI::IsMember({"fit", "measured"}))
+        ->default_str(comm_model_name(config.comm_model));
     app.add_option("--alpha", config.alpha, "Network latency per message step, in seconds (default: 10 Gbit/s Ethernet)")
         ->check(cli::number(0, 60))
         ->each([&config](const std::string&) { config.alpha_given = true; })
