@@ -356,7 +356,6 @@ private:
                              bytes_text(net_.measured.sizes.back()) + " (--comm-model measured)";
     }
 
-
     // The compute: --compute-ms, else what comm-profile --model measured (its split into
     // forward and backward sets the backward pass's share), else none.
     void set_compute() {

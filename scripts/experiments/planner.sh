@@ -44,13 +44,14 @@ main() {
         if [ ! -f "$comm" ]; then
             echo "comm-profile on the $link ..." >&2
             # As scripts/experiments/shaped-model-check.sh measures it: the bandwidth past the
-            # token bucket's burst, the latency from the small messages (8 B up).
-            shaped_ranks "$bin/comm-profile" --collectives allreduce,allgather -b 8 -e 8M --fit-from 256K -n 10 -w 2 \
+            # token bucket's burst, the latency from the small messages (8 B up), calls timed
+            # four back to back as a step's exchange issues them.
+            shaped_ranks "$bin/comm-profile" --collectives allreduce,allgather -b 8 -e 8M --fit-from 256K -n 10 -w 2 -m 4 \
                 --timeout 120 -q -o "$comm.tmp" && mv "$comm.tmp" "$comm"
         fi
     else
         link="loopback (no shaped link: $SHAPED_WHY)"
-        [ -f "$comm" ] || comm-profile --nproc 2 --collectives allreduce,allgather -b 8 -e 8M -n 10 -w 2 -q -o "$comm"
+        [ -f "$comm" ] || comm-profile --nproc 2 --collectives allreduce,allgather -b 8 -e 8M -n 10 -w 2 -m 4 -q -o "$comm"
     fi
 
     accordion=(--eta 0.5 --interval 2 --low powersgd:2 --high powersgd:1)
