@@ -244,7 +244,7 @@ class Gravac:
 
 
 class ModelCheck:
-    """The network model's exchange per step against the measured one, one file per machine."""
+    """The network model's exchange per step against the measured one, one file per machine or setting."""
 
     def __init__(self, data):
         self.data = data
@@ -256,26 +256,23 @@ class ModelCheck:
                 rows = list(csv.DictReader(f))
         except OSError as e:
             fail(f"{path}: {e.strerror}")
-        # Files since comm-profile -m also hold the model from calls timed alone, a column pair
-        # more; since compress-bench --comm-model, the model with measured times, one more.
-        isolated = bool(rows) and "isolated_modelled_seconds" in rows[0]
-        tabled = bool(rows) and "measured_times_modelled_seconds" in rows[0]
+        # Newer files hold more models beside the first, a column pair each: the fit of calls
+        # timed alone (since comm-profile -m), the measured times (compress-bench --comm-model).
+        extra = [(column, title) for column, title in (("isolated_modelled_seconds", "modelled from calls alone"),
+                                                       ("measured_times_modelled_seconds", "modelled with measured times"))
+                 if rows and column in rows[0]]
         out = ["| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
-               "rank 0's (ms) | model's error |" + (" modelled from calls alone (ms) | its error |" if isolated else "") +
-               (" modelled with measured times (ms) | its error |" if tabled else ""),
-               "|---|---|---|---|---|---|---|---|" + ("---|---|" if isolated else "") + ("---|---|" if tabled else "")]
+               "rank 0's (ms) | model's error |" + "".join(f" {title} (ms) | its error |" for _, title in extra),
+               "|---|---|---|---|---|---|---|---|" + "---|---|" * len(extra)]
         try:
             for r in rows:
                 modelled, measured = float(r["modelled_seconds"]), float(r["measured_seconds"])
                 line = (f"| {int(r['repeat'])} | {r['model']} | {r['level']} | "
                         f"{1e3 * float(r['compute_seconds']):.1f} | {1e3 * modelled:.2f} | {1e3 * measured:.2f} | "
                         f"{1e3 * float(r['rank0_seconds']):.2f} | {100 * (modelled / measured - 1):+.0f}% |")
-                if isolated:
-                    alone = float(r["isolated_modelled_seconds"])
-                    line += f" {1e3 * alone:.2f} | {100 * (alone / measured - 1):+.0f}% |"
-                if tabled:
-                    times = float(r["measured_times_modelled_seconds"])
-                    line += f" {1e3 * times:.2f} | {100 * (times / measured - 1):+.0f}% |"
+                for column, _ in extra:
+                    other = float(r[column])
+                    line += f" {1e3 * other:.2f} | {100 * (other / measured - 1):+.0f}% |"
                 out.append(line)
         except (KeyError, ValueError) as e:
             fail(f"{path}: not shaped-model-check.sh's table ({e})")

@@ -98,7 +98,8 @@ std::string SweepPlan::signature() const {
     std::string text;
     for (perf::Collective c : collectives) text += std::string(perf::collective_name(c)) + ",";
     return text + " " + std::to_string(min_bytes) + " " + std::to_string(max_bytes) + " " + std::to_string(factor) +
-           " " + std::to_string(iterations) +  " " + std::to_string(warmup) + " " + std::to_string(agg_iters) + " " + (check ? "check" : "nocheck");
+           " " + std::to_string(iterations) + " " + std::to_string(warmup) + " " + std::to_string(agg_iters) + " " +
+           (check ? "check" : "nocheck");
 }
 
 std::int64_t collective_bytes(perf::Collective collective, std::int64_t count, int world_size) {

@@ -99,7 +99,7 @@ PY
 measure() {
     export SHAPED_RANK1_LOG=$dir/rank1.log
     # Files of an earlier run are kept (remove OUT to measure anew).
-    local fit m
+    local fit m variant suffix how
     for fit in comm:4 comm-isolated:1; do
         m=${fit#*:} fit=${fit%:*}
         [ -f "$dir/$fit.h5" ] && continue
