@@ -311,8 +311,8 @@ void add_comm_profile_options(CLI::App& app, ProfileConfig& config) {
     app.add_option("-b,--min-bytes", config.min_bytes, "Smallest message size in bytes (K, M, G: binary)");
     app.add_option("-e,--max-bytes", config.max_bytes, "Largest message size in bytes (K, M, G: binary)");
     app.add_option("--fit-from", config.fit_from,
-                   "Fit the bandwidth over the sizes from this many bytes on, and the latency as the smaller "
-                   "ones' median time: a link that lets a burst through (a token bucket) sustains less than its small messages "
+                   "Fit the bandwidth over the sizes from this many bytes on, and the latency as the median of the "
+                   "smaller ones' mean times: a link that lets a burst through (a token bucket) sustains less than its small messages "
                    "show [0: every size]");
     app.add_option("-f,--step-factor", config.factor, "Multiply the size by this much between rows")
         ->check(cli::whole_number(2, 1024));

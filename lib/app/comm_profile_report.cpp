@@ -132,18 +132,19 @@ void fit_rows(CollectiveResult& result, std::int64_t fit_from) {
     result.fit_from = fit_from;
     result.burst_end = 0;
     if (result.rows.size() < 2) return;
-    std::vector<double> bytes, seconds;
+    std::vector<double> bytes, seconds, means;
     std::size_t past = 0;
     for (const auto& row : result.rows) {
         bytes.push_back(static_cast<double>(row.size));
         seconds.push_back(row.time.median);
+        means.push_back(row.time.mean);
         if (row.size >= fit_from) ++past;
     }
     if (fit_from > result.rows.front().size && past < 2)
         throw UsageError("--fit-from: " + size_text(fit_from) + " leaves " + std::to_string(past) + " of " +
                          perf::collective_name(result.collective) +
                          "'s sizes to fit the bandwidth over, which needs two; lower it or raise -e/--max-bytes");
-    result.fit = perf::fit_past_burst(bytes, seconds, static_cast<double>(fit_from));
+    result.fit = perf::fit_past_burst(bytes, seconds, static_cast<double>(fit_from), means);
     if (fit_from == 0) result.burst_end = static_cast<std::int64_t>(perf::burst_end(bytes, seconds));
 }
 
@@ -164,17 +165,20 @@ std::string table_header(perf::Collective collective) {
     const perf::CollectiveInfo& info = perf::collective_info(collective);
     const std::string title = std::string(info.name) + " (" + info.detail + ")";
     std::string line1 = "#" + right("size", 11) + right("count", 12) + right("type", 8) + right("time min", 11) +
-                        right("time med", 11) + right("time max", 11) + right("algbw", 11) + right("busbw", 11) +
+                        right("time med", 11) + right("time max", 11) +
+                        right("time mean", 11) + right("algbw", 11) + right("busbw", 11) +
                         right("#wrong", 8);
     std::string line2 = "#" + right("(B)", 11) + right("(elements)", 12) + right("", 8) + right("(us)", 11) +
-                        right("(us)", 11) + right("(us)", 11) + right("(GB/s)", 11) + right("(GB/s)", 11);
+                        right("(us)", 11) + right("(us)", 11) +
+                        right("(us)", 11) + right("(GB/s)", 11) + right("(GB/s)", 11);
     return "# " + title + "\n" + line1 + "\n" + line2 + "\n";
 }
 
 std::string table_row(const SizeResult& row) {
     return right(std::to_string(row.size), 12) + right(std::to_string(row.count), 12) + right("float", 8) +
            right(fit_number(row.time.min * 1e6, 10), 11) + right(fit_number(row.time.median * 1e6, 10), 11) +
-           right(fit_number(row.time.max * 1e6, 10), 11) + right(fit_number(row.algbw / 1e9, 10), 11) +
+           right(fit_number(row.time.max * 1e6, 10), 11) + right(fit_number(row.time.mean * 1e6, 10), 11) +
+           right(fit_number(row.algbw / 1e9, 10), 11) +
            right(fit_number(row.busbw / 1e9, 10), 11) + right(row.wrong < 0 ? "-" : std::to_string(row.wrong), 8) +
            "\n";
 }
@@ -193,8 +197,8 @@ std::string fit_line(const CollectiveResult& result) {
                       printf_text("%.1f%%", f.max_relative_residual * 100) + "\n";
     if (f.latency_points > 0)
         out += "#   B over the " + std::to_string(f.points) + " sizes from " + size_text(result.fit_from) +
-               " on (--fit-from); alpha the median time of the " + std::to_string(f.latency_points) +
-               " smaller sizes\n";
+               " on (--fit-from); alpha the median of the " + std::to_string(f.latency_points) +
+               " smaller sizes' mean times\n";
     if (result.burst_end > 0)
         out += "# warning: " + name + " messages of up to " + size_text(result.burst_end) +
                " ran more than 1.25x faster than the largest: if the link lets a burst through (a token bucket), "
@@ -230,13 +234,13 @@ std::string compute_lines(const io::ComputeProfile& c, int world_size) {
 
 std::string results_csv(const std::vector<CollectiveResult>& results) {
     std::string out =
-        "collective,size_bytes,count,type,time_min_s,time_median_s,time_max_s,algbw_Bps,busbw_Bps,wrong\n";
+        "collective,size_bytes,count,type,time_min_s,time_median_s,time_max_s,time_mean_s,algbw_Bps,busbw_Bps,wrong\n";
     for (const auto& r : results)
         for (const auto& row : r.rows)
             out += std::string(perf::collective_name(r.collective)) + "," + std::to_string(row.size) + "," +
                    std::to_string(row.count) + ",float32," + printf_text("%.9g", row.time.min) + "," +
                    printf_text("%.9g", row.time.median) + "," + printf_text("%.9g", row.time.max) + "," +
-                   printf_text("%.9g", row.algbw) + "," + printf_text("%.9g", row.busbw) + "," +
+                   printf_text("%.9g", row.time.mean) + "," + printf_text("%.9g", row.algbw) + "," + printf_text("%.9g", row.busbw) + "," +
                    (row.wrong < 0 ? "" : std::to_string(row.wrong)) + "\n";
     return out;
 }
@@ -276,6 +280,7 @@ nlohmann::json collective_json(const CollectiveResult& r) {
                                 {"time_min_s", cli::json_number(row.time.min)},
                                 {"time_median_s", cli::json_number(row.time.median)},
                                 {"time_max_s", cli::json_number(row.time.max)},
+                                {"time_mean_s", cli::json_number(row.time.mean)},
                                 {"algbw_Bps", cli::json_number(row.algbw)},
                                 {"busbw_Bps", cli::json_number(row.busbw)},
                                 {"wrong", row.wrong < 0 ? nlohmann::json(nullptr) : nlohmann::json(row.wrong)}});
@@ -356,6 +361,7 @@ io::CommProfile to_comm_profile(const std::vector<CollectiveResult>& results, co
             c.time_min.push_back(row.time.min);
             c.time_median.push_back(row.time.median);
             c.time_max.push_back(row.time.max);
+            c.time_mean.push_back(row.time.mean);
             c.algbw.push_back(row.algbw);
             c.busbw.push_back(row.busbw);
             c.wrong.push_back(row.wrong);

@@ -18,11 +18,13 @@ void check_collective(const H5File& f, const std::string& group, const Collectiv
         if (i > 0 && c.size[i] <= c.size[i - 1])
             f.fail(group + "/size is not strictly increasing at row " + std::to_string(i));
         if (c.count[i] < 1) f.fail(group + "/count is " + std::to_string(c.count[i]) + " " + row_text(c, i));
-        const double t[] = {c.time_min[i], c.time_median[i], c.time_max[i]};
+        const double t[] = {c.time_min[i], c.time_median[i], c.time_max[i], c.time_mean[i]};
         for (double v : t)
             if (!std::isfinite(v) || v <= 0) f.fail(group + ": a time is not a finite number > 0 " + row_text(c, i));
         if (!(t[0] <= t[1] && t[1] <= t[2]))
             f.fail(group + ": time_min <= time_median <= time_max does not hold " + row_text(c, i));
+        if (!(t[0] <= t[3] && t[3] <= t[2]))
+            f.fail(group + ": time_min <= time_mean <= time_max does not hold " + row_text(c, i));
         if (!std::isfinite(c.algbw[i]) || c.algbw[i] < 0 || !std::isfinite(c.busbw[i]) || c.busbw[i] < 0)
             f.fail(group + ": algbw or busbw is not a finite number >= 0 " + row_text(c, i));
         if (c.wrong[i] < -1)
@@ -112,6 +114,7 @@ void write_comm_profile(const std::string& path, const CommProfile& p) {
             f.write(g + "/time_min", c.time_min, rows);
             f.write(g + "/time_median", c.time_median, rows);
             f.write(g + "/time_max", c.time_max, rows);
+            f.write(g + "/time_mean", c.time_mean, rows);
             f.write(g + "/algbw", c.algbw, rows);
             f.write(g + "/busbw", c.busbw, rows);
             f.write(g + "/wrong", c.wrong, rows);
@@ -166,6 +169,9 @@ CommProfile read_comm_profile(const std::string& path) {
         c.time_min = f.read_shaped<double>(g + "/time_min", {rows}, "one entry per message size");
         c.time_median = f.read_shaped<double>(g + "/time_median", {rows}, "one entry per message size");
         c.time_max = f.read_shaped<double>(g + "/time_max", {rows}, "one entry per message size");
+        c.time_mean = f.exists(g + "/time_mean")
+                          ? f.read_shaped<double>(g + "/time_mean", {rows}, "one entry per message size")
+                          : c.time_median;
         c.algbw = f.read_shaped<double>(g + "/algbw", {rows}, "one entry per message size");
         c.busbw = f.read_shaped<double>(g + "/busbw", {rows}, "one entry per message size");
         c.wrong = f.read_shaped<std::int64_t>(g + "/wrong", {rows}, "one entry per message size");

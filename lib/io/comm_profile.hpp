@@ -13,7 +13,8 @@ namespace acc::io {
 
 inline constexpr const char* kCommProfileFormat = "accordion.comm-profile";
 inline constexpr int kCommProfileMajor = 1;
-inline constexpr int kCommProfileMinor = 2;  ///< 1.1 added the optional /compute group, 1.2 agg_iters
+/// 1.1 added the optional /compute group, 1.2 agg_iters, 1.3 time_mean
+inline constexpr int kCommProfileMinor = 3;
 
 /// One collective's sweep over message sizes and its alpha-beta fit.
 struct CollectiveProfile {
@@ -28,6 +29,8 @@ struct CollectiveProfile {
     std::vector<double> time_min;     ///< seconds; each iteration's time is the slowest rank's
     std::vector<double> time_median;  ///< seconds
     std::vector<double> time_max;     ///< seconds
+    /// seconds: the timed iterations' mean (a file before 1.3 has none: read as time_median)
+    std::vector<double> time_mean;
     std::vector<double> algbw;        ///< bytes/s: size / time_median
     std::vector<double> busbw;        ///< bytes/s: algbw * bus_factor
     std::vector<std::int64_t> wrong;  ///< wrong elements summed over ranks; -1 when not checked

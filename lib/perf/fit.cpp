@@ -142,7 +142,16 @@ AlphaBetaFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<
     return fit;
 }
 
-AlphaBetaFit fit_past_burst(const std::vector<double>& bytes, const std::vector<double>& seconds, double from_bytes) {
+AlphaBetaFit fit_past_burst(const std::vector<double>& bytes, const std::vector<double>& seconds, double from_bytes,
+                            const std::vector<double>& latency_seconds) {
+    if (!latency_seconds.empty()) {
+        if (latency_seconds.size() != bytes.size())
+            throw Error("alpha-beta fit: " + std::to_string(bytes.size()) + " sizes but " +
+                        std::to_string(latency_seconds.size()) + " latency times");
+        for (double t : latency_seconds)
+            if (!std::isfinite(t) || t <= 0)
+                throw Error("alpha-beta fit: latency time " + std::to_string(t) + " s is not a finite number > 0");
+    }
     if (bytes.size() != seconds.size() || bytes.empty() || from_bytes <= *std::min_element(bytes.begin(), bytes.end()))
         return fit_alpha_beta(bytes, seconds);
     std::vector<double> past_bytes, past_seconds;
@@ -163,7 +172,7 @@ AlphaBetaFit fit_past_burst(const std::vector<double>& bytes, const std::vector<
     if (line.beta > 0) fit.bandwidth = 1 / line.beta;
     std::vector<double> latencies;
     for (size_t i = 0; i < bytes.size(); ++i)
-        if (bytes[i] < from_bytes) latencies.push_back(seconds[i]);
+        if (bytes[i] < from_bytes) latencies.push_back(latency_seconds.empty() ? seconds[i] : latency_seconds[i]);
     std::sort(latencies.begin(), latencies.end());
     const size_t half = latencies.size() / 2;
     fit.alpha = latencies.size() % 2 ? latencies[half] : (latencies[half - 1] + latencies[half]) / 2;

@@ -76,12 +76,19 @@ AlphaBetaFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<
 /// and fool fit_alpha_beta into a high bandwidth and a latency of 0. The bandwidth is
 /// the slope of a weighted line over the sizes >= `from_bytes` alone (at least two; its
 /// intercept may be negative, the burst's bytes having gone free); alpha, the time no
-/// message avoids, is the median time of the smaller sizes (which the burst lets through
-/// at the wire's speed), or the fit's own alpha when there are none. The
-/// residuals are those of the sizes >= `from_bytes`. from_bytes <= the smallest size:
-/// fit_alpha_beta. Throws acc::Error as fit_alpha_beta does, and when fewer than two
-/// sizes are >= from_bytes.
-AlphaBetaFit fit_past_burst(const std::vector<double>& bytes, const std::vector<double>& seconds, double from_bytes);
+/// message avoids, is the median over the smaller sizes (which the burst lets through
+/// at the wire's speed) of their `latency_seconds` (empty: of `seconds`), or the fit's
+/// own alpha when there are none. The residuals are those of the sizes >= `from_bytes`.
+/// from_bytes <= the smallest size: fit_alpha_beta. Throws acc::Error as fit_alpha_beta
+/// does, when fewer than two sizes are >= from_bytes, and when `latency_seconds` is
+/// neither empty nor one finite time > 0 per size.
+///
+/// comm-profile passes each size's median time as `seconds` and its mean as
+/// `latency_seconds`: a small call's time can be bimodal (most calls fast, some waiting
+/// a scheduler tick), where the median lands on one mode or the other from one
+/// measurement to the next while a step's exchange, a sum of calls, pays the mean.
+AlphaBetaFit fit_past_burst(const std::vector<double>& bytes, const std::vector<double>& seconds, double from_bytes,
+                            const std::vector<double>& latency_seconds = {});
 
 /// The largest size whose algbw exceeds `factor` times that of the largest size, or 0:
 /// a sign of a burst (a token bucket) the bandwidth fit should start past.

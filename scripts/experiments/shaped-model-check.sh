@@ -2,14 +2,15 @@
 # The network model against measured exchange times on a shaped link: two network
 # namespaces joined by a veth pair that tc's token bucket shapes to RATE (32 KB
 # burst), one rank in each. comm-profile measures the link (allreduce and
-# allgather, 8 B to 8 MiB) and fits it past the burst (--fit-from 256K), timing
-# collectives 4 back to back (-m 4) as a step's exchange issues them; then, for
+# allgather, 8 B to 8 MiB, 20 timed iterations) and fits it past the burst
+# (--fit-from 256K: the latency is the median of the smaller sizes' mean times),
+# timing collectives 4 back to back (-m 4) as a step's exchange issues them; then, for
 # the mlp and the cnn, train-dist trains with each level (dense, powersgd:2,
 # topk:0.1) and compress-bench predicts the exchange's time per step from the fit
 # (--comm, world 2, the models' parameter shapes, the compute time per step the
 # run measured). The table compares the model's communication per step with the
 # one train-dist measured (its second epoch's communication seconds over its
-# steps, of the rank that waited least for the other: for a compressed level every
+# 60 steps, of the rank that waited least for the other: for a compressed level every
 # collective, for dense what the backward pass did not hide, which the model's DDP
 # schedule predicts; rank 0's beside it), and writes both to OUT/model-check.csv.
 # Beside it, the same model with a fit of calls timed one at a time after a barrier
@@ -19,7 +20,7 @@
 # The ranks wait for each other inside the collectives, and the rank that arrives
 # first counts that wait: on a machine busy with other work it, not the link, can
 # decide rank 0's figure.
-# Needs root, ip and tc. About 10 minutes on an idle 2-core machine. The files of an
+# Needs root, ip and tc. About 10 minutes a repeat on an idle 2-core machine. The files of an
 # earlier run in OUT are kept: remove OUT to measure anew.
 #
 # The whole measurement (the link's fit and every run) is repeated REPEATS times, into
@@ -104,7 +105,7 @@ measure() {
         m=${fit#*:} fit=${fit%:*}
         [ -f "$dir/$fit.h5" ] && continue
         echo "comm-profile -m $m over the $rate link ..." >&2
-        shaped_ranks comm-profile --collectives allreduce,allgather -b 8 -e 8M -n 10 -w 2 -m "$m" --fit-from 256K \
+        shaped_ranks comm-profile --collectives allreduce,allgather -b 8 -e 8M -n 20 -w 2 -m "$m" --fit-from 256K \
             -o "$dir/$fit.h5" --force 2> "$dir/$fit-profile.log"
         grep "fit" "$dir/$fit-profile.log" >&2
     done
@@ -112,8 +113,9 @@ measure() {
         for level in "${levels[@]}"; do
             [ -f "$dir/$model-${level//:/-}.h5" ] && continue
             echo "train-dist $model $level ..." >&2
-            # 20 steps an epoch (batch 128 per rank); the second epoch is measured.
-            shaped_ranks train-dist --model "$model" --dataset fashion-mnist --epochs 2 --train-samples 5120 \
+            # 60 steps an epoch (batch 128 per rank); the second epoch is measured: 180 of
+            # PowerSGD's small collectives, whose time varies from call to call.
+            shaped_ranks train-dist --model "$model" --dataset fashion-mnist --epochs 2 --train-samples 15360 \
                 --test-samples 500 --batch-size 128 --lr 0.05 --momentum 0.9 --threads 1 --seed 1 \
                 --compress "$level" --metrics "$dir/$model-${level//:/-}.h5" --force -q \
                 2> "$dir/$model-${level//:/-}.log"

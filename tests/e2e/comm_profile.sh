@@ -11,9 +11,9 @@ sweep=(-b 8 -e 2M -f 4 -n 5 -w 1 --collectives allreduce,allgather,broadcast)
 comm-profile --nproc 2 "${sweep[@]}" --check -o comm.h5 --json >report.json 2>table.txt ||
     fail "comm-profile --json exited with $?: $(tail -3 table.txt)"
 # 8 B .. 2 MiB by 4: 10 rows per collective, on rank 0's standard error.
-rows=$(grep -cE '^\[0\] +[0-9]+ +[0-9]+ +float +([0-9.]+ +){5}0$' table.txt || true)
+rows=$(grep -cE '^\[0\] +[0-9]+ +[0-9]+ +float +([0-9.]+ +){6}0$' table.txt || true)
 [ "$rows" = 30 ] || fail "expected 30 checked table rows, got $rows"
-grep -q '^\[0\] #       size       count    type   time min   time med   time max      algbw      busbw  #wrong$' table.txt ||
+grep -q '^\[0\] #       size       count    type   time min   time med   time max  time mean      algbw      busbw  #wrong$' table.txt ||
     fail "table header missing"
 grep -qE '^\[0\] # allreduce fit t\(S\) = alpha \+ S/B: alpha [0-9.]+ us, B ([0-9.e+]+ GB/s \(busbw|unbounded)' table.txt || fail "no allreduce fit line"
 grep -q '^\[0\] # Wrong values: 0 OK$' table.txt || fail "no wrong-values line"
@@ -29,7 +29,7 @@ import h5py, numpy as np
 j = json.load(open("report.json"))
 f = h5py.File("comm.h5", "r")
 assert f.attrs["format"] == "accordion.comm-profile", f.attrs["format"]
-assert f.attrs["format_version"] == "1.2"
+assert f.attrs["format_version"] == "1.3"
 assert f.attrs["agg_iters"] == 1 and j["agg_iters"] == 1  # each call timed alone by default
 assert f.attrs["producer"].startswith("comm-profile ")
 assert "--nproc 2" in f.attrs["command_line"]
@@ -64,7 +64,9 @@ for c in j["collectives"]:
     for i, r in enumerate(rows):
         assert r["size"] == 4 * r["count"] * per_rank[name], (name, r)
         assert g["time_min"][i] <= g["time_median"][i] <= g["time_max"][i]
+        assert g["time_min"][i] <= g["time_mean"][i] <= g["time_max"][i]
         assert math.isclose(r["time_median_s"], g["time_median"][i], rel_tol=1e-12)
+        assert math.isclose(r["time_mean_s"], g["time_mean"][i], rel_tol=1e-12)
         assert math.isclose(r["algbw_Bps"], r["size"] / r["time_median_s"], rel_tol=1e-12)
         assert math.isclose(r["busbw_Bps"], factors[name] * r["algbw_Bps"], rel_tol=1e-12)
         assert r["wrong"] == 0 and g["wrong"][i] == 0
@@ -84,6 +86,7 @@ assert lines[0]["collective"] == "allreduce" and lines[0]["size_bytes"] == "8" a
 assert [l["size_bytes"] for l in lines if l["collective"] == "allgather"] == [str(r["size"]) for r in j["collectives"][1]["results"]]
 for l in lines:
     assert math.isclose(float(l["algbw_Bps"]), int(l["size_bytes"]) / float(l["time_median_s"]), rel_tol=1e-6)
+    assert float(l["time_min_s"]) <= float(l["time_mean_s"]) <= float(l["time_max_s"]), l
 PY
 
 # One rank needs no rendezvous; allgather's bus factor (n-1)/n is then 0.

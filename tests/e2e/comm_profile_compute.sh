@@ -23,7 +23,7 @@ import numpy as np
 
 def compute(path):
     f = h5py.File(path, "r")
-    assert f.attrs["format_version"] == "1.2", dict(f.attrs)
+    assert f.attrs["format_version"] == "1.3", dict(f.attrs)
     c = f["compute"]
     a = c.attrs
     assert a["model"] == "mlp" and a["classes"] == 10 and a["input"] == "Fashion-MNIST", dict(a)

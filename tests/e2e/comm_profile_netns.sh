@@ -28,6 +28,9 @@ assert abs(busbw / shaped - 1) <= 0.15
 assert g.attrs["fit_from"] == 256 * 1024, g.attrs["fit_from"]
 assert g.attrs["fit_points"] == 6, g.attrs["fit_points"]  # 256 KiB .. 8 MiB
 assert g.attrs["alpha"] > 0, g.attrs["alpha"]  # the latency of the sizes below, not 0
+import numpy as np
+small = g["size"][:] < 256 * 1024
+assert g.attrs["alpha"] == np.median(g["time_mean"][:][small]), "alpha is not the median of the small sizes' mean times"
 PY
 grep -q "B over the 6 sizes from 256 KiB on (--fit-from)" rank0.err || fail "the table does not say how it fitted"
 finish

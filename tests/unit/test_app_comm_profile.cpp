@@ -96,7 +96,7 @@ TEST(Report, TableRowsLineUpWithTheHeader) {
         header.substr(header.find('\n') + 1, header.find('\n', header.find('\n') + 1) - header.find('\n'));
     EXPECT_EQ(line.size(), columns.size());
     EXPECT_EQ(line,
-              "     1048576      262144   float     100.00     200.00     400.00       5.24       7.86       -\n");
+              "     1048576      262144   float     100.00     200.00     400.00     233.33       5.24       7.86       -\n");
     row.wrong = 3;
     EXPECT_EQ(table_row(row).substr(line.size() - 4), "  3\n");
 }
@@ -125,7 +125,7 @@ TEST(Report, CsvJsonAndFileAgree) {
 
     const std::string csv = results_csv(results);
     EXPECT_EQ(csv.substr(0, csv.find('\n')),
-              "collective,size_bytes,count,type,time_min_s,time_median_s,time_max_s,algbw_Bps,busbw_Bps,wrong");
+              "collective,size_bytes,count,type,time_min_s,time_median_s,time_max_s,time_mean_s,algbw_Bps,busbw_Bps,wrong");
     EXPECT_NE(csv.find("\nallgather,4096,512,float32,1.4096e-05,1.4096e-05,1.4096e-05,"), std::string::npos);
 
     auto json = nlohmann::json::parse(results_json(results, meta));
@@ -155,6 +155,38 @@ TEST(Report, CsvJsonAndFileAgree) {
     EXPECT_TRUE(lone_json["collectives"][0]["fit"]["bandwidth_Bps"].is_null());
     EXPECT_EQ(lone_json["backend"], "gloo");
     EXPECT_EQ(lone_json["device"], "cpu");
+}
+
+// Past a burst the latency is the median of the small sizes' mean times: calls whose
+// time is bimodal put each size's median on one mode, while a step pays their mean.
+TEST(Report, LatencyPastTheBurstComesFromTheSmallSizesMeanTimes) {
+    CollectiveResult r;
+    r.collective = Collective::allreduce;
+    const std::vector<std::vector<double>> small = {
+        {0.2e-3, 0.2e-3, 4e-3}, {0.2e-3, 4e-3, 4e-3}, {0.2e-3, 0.2e-3, 0.2e-3}, {0.2e-3, 0.2e-3, 4e-3}};
+    std::int64_t size = 8;
+    for (const auto& times : small) {
+        SizeResult row;
+        row.size = size;
+        row.count = 2;
+        row.time = acc::perf::summarize(times);
+        r.rows.push_back(row);
+        size *= 8;
+    }
+    for (std::int64_t big : {1 << 20, 4 << 20}) {
+        SizeResult row;
+        row.size = big;
+        row.count = big / 4;
+        const double t = 1e-3 + static_cast<double>(big) / 1e7;
+        row.time = acc::perf::summarize({t, t, t});
+        r.rows.push_back(row);
+    }
+    fit_rows(r, 1 << 20);
+    EXPECT_EQ(r.fit.latency_points, 4u);
+    // Means 1.467, 2.733, 0.2 and 1.467 ms (medians 0.2, 4, 0.2, 0.2): the median of the means.
+    EXPECT_NEAR(r.fit.alpha, 4.4e-3 / 3, 1e-12);
+    EXPECT_NEAR(r.fit.bandwidth, 1e7, 1e-3);
+    EXPECT_NE(fit_line(r).find("alpha the median of the 4 smaller sizes' mean times"), std::string::npos);
 }
 
 // Everything comm-profile reports of a collective comes from its table entry.

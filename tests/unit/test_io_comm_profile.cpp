@@ -26,6 +26,7 @@ CollectiveProfile allreduce() {
     c.time_min = {9e-6, 10e-6, 14e-6};
     c.time_median = {10e-6, 12e-6, 20e-6};
     c.time_max = {11e-6, 15e-6, 30e-6};
+    c.time_mean = {10.5e-6, 12.5e-6, 22e-6};
     for (size_t i = 0; i < c.size.size(); ++i) {
         c.algbw.push_back(static_cast<double>(c.size[i]) / c.time_median[i]);
         c.busbw.push_back(c.algbw.back() * c.bus_factor);
@@ -85,6 +86,7 @@ TEST(CommProfileFile, RoundTrip) {
     ASSERT_NE(a, nullptr);
     EXPECT_EQ(a->size, allreduce().size);
     EXPECT_EQ(a->time_median, allreduce().time_median);
+    EXPECT_EQ(a->time_mean, allreduce().time_mean);
     EXPECT_EQ(a->wrong, allreduce().wrong);
     EXPECT_EQ(a->op, "sum");
     EXPECT_DOUBLE_EQ(a->bus_factor, 1.5);
@@ -119,6 +121,8 @@ TEST(CommProfileFile, RefusesBadFiles) {
                     "/collectives/allreduce: a time is not a finite number > 0 at size 16384 B");
     EXPECT_CONTAINS(broken("minmax.h5", [](CollectiveProfile& c) { c.time_min[0] = 1; }),
                     "time_min <= time_median <= time_max does not hold at size 1024 B");
+    EXPECT_CONTAINS(broken("mean.h5", [](CollectiveProfile& c) { c.time_mean[1] = 16e-6; }),
+                    "time_min <= time_mean <= time_max does not hold at size 4096 B");
     EXPECT_CONTAINS(broken("alpha.h5", [](CollectiveProfile& c) { c.alpha = -1; }),
                     "alpha is not a finite number >= 0");
     EXPECT_CONTAINS(broken("bw.h5", [](CollectiveProfile& c) { c.bandwidth = 0; }), "bandwidth is not a number > 0");
@@ -181,18 +185,22 @@ TEST(CommProfileFile, ComputeGroupIsOptional) {
     CommProfile plain = read_comm_profile(dir.file("plain.h5"));
     EXPECT_FALSE(plain.compute.has_value());
     EXPECT_EQ(plain.header.major, 1);
-    EXPECT_EQ(plain.header.minor, 2);
+    EXPECT_EQ(plain.header.minor, 3);
 
-    // A file of version 1.0 (no /compute, no agg_iters: each call timed alone) reads as before.
+    // A file of version 1.0 (no /compute, no agg_iters: each call timed alone; no
+    // time_mean: read as the median) reads as before.
     {
         H5File f = H5File::open(dir.file("plain.h5"), true);
         f.write_attr("/", "format_version", std::string("1.0"));
         H5Adelete(f.id(), "agg_iters");
+        for (const char* name : {"allreduce", "broadcast"})
+            H5Ldelete(f.id(), ("/collectives/" + std::string(name) + "/time_mean").c_str(), H5P_DEFAULT);
         f.close();
     }
     const CommProfile old = read_comm_profile(dir.file("plain.h5"));
     EXPECT_FALSE(old.compute.has_value());
     EXPECT_EQ(old.agg_iters, 1);
+    EXPECT_EQ(old.find("allreduce")->time_mean, allreduce().time_median);
 
     CommProfile p = sample();
     ComputeProfile c;

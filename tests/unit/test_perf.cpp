@@ -151,6 +151,27 @@ TEST(Fit, BurstFoolsTheFitOverEverySizeButNotTheFitPastIt) {
     EXPECT_THROW(fit_past_burst(bytes, seconds, 8 << 20), acc::Error);
 }
 
+TEST(Fit, LatencyPastABurstIsTheMedianOfTheSmallSizesLatencyTimes) {
+    // Small calls whose time is bimodal: each size's median sits on a mode (200 us or
+    // 4 ms), its mean between them. Given the means, alpha is their median; the
+    // bandwidth still comes from `seconds` past the burst.
+    const std::vector<double> bytes = {8, 64, 512, 4096, 32768, 262144, 1 << 20, 4 << 20};
+    std::vector<double> medians = {200e-6, 4e-3, 200e-6, 4e-3, 200e-6, 0, 0, 0};
+    const std::vector<double> means = {1.1e-3, 2.0e-3, 1.3e-3, 2.5e-3, 1.6e-3, 1, 1, 1};
+    for (size_t i = 5; i < bytes.size(); ++i) medians[i] = 1e-3 + bytes[i] / 12.5e6;
+    const AlphaBetaFit by_median = fit_past_burst(bytes, medians, 256 << 10);
+    EXPECT_DOUBLE_EQ(by_median.alpha, 200e-6);  // three of five sizes on the fast mode
+    const AlphaBetaFit by_mean = fit_past_burst(bytes, medians, 256 << 10, means);
+    EXPECT_DOUBLE_EQ(by_mean.alpha, 1.6e-3);  // the middle of 1.1, 1.3, 1.6, 2.0, 2.5 ms
+    EXPECT_EQ(by_mean.latency_points, 5u);
+    EXPECT_DOUBLE_EQ(by_mean.bandwidth, by_median.bandwidth);  // the means past the burst are not used
+    EXPECT_NEAR(by_mean.bandwidth, 12.5e6, 1e-6 * 12.5e6);
+    EXPECT_THROW(fit_past_burst(bytes, medians, 256 << 10, {1e-3}), acc::Error);
+    std::vector<double> broken = means;
+    broken[1] = std::nan("");
+    EXPECT_THROW(fit_past_burst(bytes, medians, 256 << 10, broken), acc::Error);
+}
+
 TEST(Fit, NoBurstOnALinkWhoseLargestMessagesAreFastest) {
     std::vector<double> bytes, seconds;
     for (double s = 8; s <= 1 << 20; s *= 4) {
