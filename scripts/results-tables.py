@@ -257,9 +257,12 @@ class ModelCheck:
         except OSError as e:
             fail(f"{path}: {e.strerror}")
         # Newer files hold more models beside the first, a column pair each: the fit of calls
-        # timed alone (since comm-profile -m), the measured times (compress-bench --comm-model).
+        # timed alone (since comm-profile -m), the measured times (compress-bench --comm-model),
+        # the latency as the small sizes' median times (as comm-profile fitted it before 1.3).
         extra = [(column, title) for column, title in (("isolated_modelled_seconds", "modelled from calls alone"),
-                                                       ("measured_times_modelled_seconds", "modelled with measured times"))
+                                                       ("measured_times_modelled_seconds", "modelled with measured times"),
+                                                       ("median_alpha_modelled_seconds",
+                                                        "modelled with the medians' latency"))
                  if rows and column in rows[0]]
         out = ["| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
                "rank 0's (ms) | model's error |" + "".join(f" {title} (ms) | its error |" for _, title in extra),

@@ -12,11 +12,14 @@
 # one train-dist measured (its second epoch's communication seconds over its
 # 60 steps, of the rank that waited least for the other: for a compressed level every
 # collective, for dense what the backward pass did not hide, which the model's DDP
-# schedule predicts; rank 0's beside it), and writes both to OUT/model-check.csv.
+# schedule predicts; rank 0's beside it), and writes both to OUT/model-check.csv,
+# and every profile's times size by size to OUT/profiles.csv.
 # Beside it, the same model with a fit of calls timed one at a time after a barrier
 # (-m 1, comm-isolated.h5): what the latency of a call alone predicts; and the model
 # pricing a collective between two measured sizes by their times (compress-bench
-# --comm-model measured, from comm.h5).
+# --comm-model measured, from comm.h5); and the fit of comm.h5 with the latency
+# comm-profile fitted before 1.3, the median of the small sizes' median times
+# (comm-median.h5, a copy with that alpha).
 # The ranks wait for each other inside the collectives, and the rank that arrives
 # first counts that wait: on a machine busy with other work it, not the link, can
 # decide rank 0's figure.
@@ -28,7 +31,9 @@
 # measurement to the next; the table has a row per repeat, model and level.
 #
 #   scripts/experiments/shaped-model-check.sh [OUT] [RATE]    defaults: build/model-check 100mbit
-# ACC_BUILD_DIR: the build whose programs run [build]; REPEATS: [3].
+# ACC_BUILD_DIR: the build whose programs run [build]; REPEATS: [3]; LEVELS: the
+# levels trained [none powersgd:2 topk:0.1]; MAX_BYTES: the profile's largest size
+# [8M] (PowerSGD's exchange alone needs no more than 1M).
 set -euo pipefail
 main() {
     here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,7 +50,9 @@ main() {
     out=$(cd "$out" && pwd)
     trap shaped_link_down EXIT
     shaped_link_up "$rate" || { echo "shaped-model-check.sh: no shaped link here: $SHAPED_WHY" >&2; exit 1; }
-    levels=(none powersgd:2 topk:0.1)
+    read -r -a levels <<<"${LEVELS:-none powersgd:2 topk:0.1}"
+    [ "${#levels[@]}" -gt 0 ] || { echo "shaped-model-check.sh: error: LEVELS is empty: name a level or more" >&2; exit 2; }
+    max_bytes=${MAX_BYTES:-8M}
     for r in $(seq 1 "$repeats"); do
         dir=$out/repeat$r
         mkdir -p "$dir"
@@ -58,11 +65,12 @@ out, repeats, levels = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 rows = ["repeat,model,level,compute_seconds,modelled_seconds,measured_seconds,rank0_seconds,error,"
         "allreduce_alpha_seconds,allreduce_bytes_per_second,allgather_alpha_seconds,allgather_bytes_per_second,"
         "isolated_modelled_seconds,isolated_error,isolated_allreduce_alpha_seconds,isolated_allgather_alpha_seconds,"
-        "measured_times_modelled_seconds,measured_times_error"]
+        "measured_times_modelled_seconds,measured_times_error,"
+        "median_alpha_modelled_seconds,median_alpha_error,median_allreduce_alpha_seconds,median_allgather_alpha_seconds"]
 print("| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
       "rank 0's (ms) | model's error | modelled from calls alone (ms) | its error | "
-      "modelled with measured times (ms) | its error |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "modelled with measured times (ms) | its error | modelled with the medians' latency (ms) | its error |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for repeat in range(1, repeats + 1):
     # The repeat's fits of the link (comm-profile's, past the burst), which the model used:
     # calls back to back (comm.h5) and alone (comm-isolated.h5).
@@ -71,6 +79,8 @@ for repeat in range(1, repeats + 1):
                         for a in ("alpha", "bandwidth"))
     with h5py.File(f"{out}/repeat{repeat}/comm-isolated.h5", "r") as f:
         isolated_alphas = ",".join(repr(float(f["collectives/" + c].attrs["alpha"])) for c in ("allreduce", "allgather"))
+    with h5py.File(f"{out}/repeat{repeat}/comm-median.h5", "r") as f:
+        median_alphas = ",".join(repr(float(f["collectives/" + c].attrs["alpha"])) for c in ("allreduce", "allgather"))
     for model in ("mlp", "cnn"):
         for level in levels:
             run = f"{out}/repeat{repeat}/{model}-{level.replace(':', '-')}"
@@ -86,14 +96,26 @@ for repeat in range(1, repeats + 1):
                 # train-dist waits for (all of them, for a compressed level).
                 coding = r["encode_seconds"]["median"] + r["decode_seconds"]["median"]
                 return max(0.0, r["iteration_seconds"] - compute - coding) if level == "none" else r["comm_seconds"]
-            modelled, isolated, tabled = modelled_by(""), modelled_by("-isolated"), modelled_by("-measured")
-            error, isolated_error, tabled_error = (m / measured - 1 for m in (modelled, isolated, tabled))
+            modelled, isolated, tabled, by_median = (modelled_by(s) for s in ("", "-isolated", "-measured", "-median"))
+            error, isolated_error, tabled_error, median_error = (m / measured - 1
+                                                                 for m in (modelled, isolated, tabled, by_median))
             rows.append(f"{repeat},{model},{level},{compute!r},{modelled!r},{measured!r},{rank0!r},{error!r},{link},"
-                        f"{isolated!r},{isolated_error!r},{isolated_alphas},{tabled!r},{tabled_error!r}")
+                        f"{isolated!r},{isolated_error!r},{isolated_alphas},{tabled!r},{tabled_error!r},"
+                        f"{by_median!r},{median_error!r},{median_alphas}")
             print(f"| {repeat} | {model} | {level} | {1e3 * compute:.1f} | {1e3 * modelled:.2f} | "
                   f"{1e3 * measured:.2f} | {1e3 * rank0:.2f} | {100 * error:+.0f}% | {1e3 * isolated:.2f} | "
-                  f"{100 * isolated_error:+.0f}% | {1e3 * tabled:.2f} | {100 * tabled_error:+.0f}% |")
+                  f"{100 * isolated_error:+.0f}% | {1e3 * tabled:.2f} | {100 * tabled_error:+.0f}% | "
+                  f"{1e3 * by_median:.2f} | {100 * median_error:+.0f}% |")
 open(f"{out}/model-check.csv", "w").write("\n".join(rows) + "\n")
+# Every repeat's profiles, size by size, from which a reader recomputes the fits' alphas.
+sizes = ["repeat,profile,collective,size_bytes,time_min_s,time_median_s,time_max_s,time_mean_s"]
+for repeat in range(1, repeats + 1):
+    for profile in ("comm", "comm-isolated"):
+        with h5py.File(f"{out}/repeat{repeat}/{profile}.h5", "r") as f:
+            for name, g in f["collectives"].items():
+                for row in zip(*(g[d][()] for d in ("size", "time_min", "time_median", "time_max", "time_mean"))):
+                    sizes.append(f"{repeat},{profile},{name},{int(row[0])}," + ",".join(repr(float(t)) for t in row[1:]))
+open(f"{out}/profiles.csv", "w").write("\n".join(sizes) + "\n")
 PY
 }
 # One repeat into $dir: the link's fit, the runs and the model's predictions.
@@ -105,10 +127,21 @@ measure() {
         m=${fit#*:} fit=${fit%:*}
         [ -f "$dir/$fit.h5" ] && continue
         echo "comm-profile -m $m over the $rate link ..." >&2
-        shaped_ranks comm-profile --collectives allreduce,allgather -b 8 -e 8M -n 20 -w 2 -m "$m" --fit-from 256K \
+        shaped_ranks comm-profile --collectives allreduce,allgather -b 8 -e "$max_bytes" -n 20 -w 2 -m "$m" --fit-from 256K \
             -o "$dir/$fit.h5" --force 2> "$dir/$fit-profile.log"
         grep "fit" "$dir/$fit-profile.log" >&2
     done
+    # comm.h5 with the latency comm-profile fitted before 1.3: the median of the small
+    # sizes' median times (its own alpha is the median of their mean times).
+    [ -f "$dir/comm-median.h5" ] || "$python" - "$dir/comm.h5" "$dir/comm-median.h5" <<'PY'
+import shutil, sys, h5py, numpy as np
+shutil.copyfile(sys.argv[1], sys.argv[2] + ".tmp")
+with h5py.File(sys.argv[2] + ".tmp", "r+") as f:
+    for g in f["collectives"].values():
+        small = g["size"][()] < g.attrs["fit_from"]
+        g.attrs["alpha"] = float(np.median(g["time_median"][()][small]))
+shutil.move(sys.argv[2] + ".tmp", sys.argv[2])
+PY
     for model in mlp cnn; do
         for level in "${levels[@]}"; do
             [ -f "$dir/$model-${level//:/-}.h5" ] && continue
@@ -121,7 +154,7 @@ measure() {
                 2> "$dir/$model-${level//:/-}.log"
         done
         # The model's parameter shapes, for compress-bench.
-        "$python" - "$dir/$model-none.h5" > "$dir/$model.shapes" <<'PY'
+        "$python" - "$dir/$model-${levels[0]//:/-}.h5" > "$dir/$model.shapes" <<'PY'
 import sys, h5py
 p = h5py.File(sys.argv[1], "r")["parameters"]
 for name, ndim, shape in zip(p["name"][()], p["ndim"][()], p["shape"][()]):
@@ -134,8 +167,8 @@ PY
             compute_ms=$("$python" -c "import h5py, sys; e = h5py.File(sys.argv[1], 'r')['epochs']
 print(1e3 * float(e['compute_seconds'][-1]) / float(e['steps'][-1]))" "$run.h5")
             # run-model.json: comm.h5's fit; -isolated: comm-isolated.h5's fit; -measured: comm.h5's
-            # measured times between its sizes (--comm-model measured).
-            for variant in :comm:fit -isolated:comm-isolated:fit -measured:comm:measured; do
+            # measured times between its sizes (--comm-model measured); -median: comm-median.h5's fit.
+            for variant in :comm:fit -isolated:comm-isolated:fit -measured:comm:measured -median:comm-median:fit; do
                 IFS=: read -r suffix fit how <<<"$variant"
                 compress-bench --shapes "$dir/$model.shapes" --compressors "$level" --world 2 --comm "$dir/$fit.h5" \
                     --comm-model "$how" --compute-ms "$compute_ms" --reps 3 --json \

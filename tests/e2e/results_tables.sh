@@ -71,4 +71,30 @@ for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-ch
     esac
     expect_exit 2 "$says" -- $tables --check --data "$WORK/data"
 done
+
+# The model checks that keep their profiles size by size: each repeat's latencies are
+# the medians over the sizes below --fit-from (256 KiB) of those profiles' times
+# (comm-profile 1.3: of the mean times; the medians' column: of the median times).
+"$ACC_PYTHON" - "$ACC_SOURCE/docs/results" <<'PY' || fail "a model check's latencies are not its profiles' medians"
+import csv, glob, os, sys
+import numpy as np
+data = sys.argv[1]
+checked = 0
+for path in sorted(glob.glob(os.path.join(data, "model-check-profiles", "*.csv"))):
+    run = os.path.basename(path)[:-4]
+    profiles = list(csv.DictReader(open(path)))
+    for row in csv.DictReader(open(os.path.join(data, f"model-check-{run}.csv"))):
+        def small(profile, collective, column):
+            return np.median([float(p[column]) for p in profiles if p["repeat"] == row["repeat"] and
+                              p["profile"] == profile and p["collective"] == collective and
+                              int(p["size_bytes"]) < 256 * 1024])
+        for collective in ("allreduce", "allgather"):
+            for column, profile, times in ((f"{collective}_alpha_seconds", "comm", "time_mean_s"),
+                                           (f"isolated_{collective}_alpha_seconds", "comm-isolated", "time_mean_s"),
+                                           (f"median_{collective}_alpha_seconds", "comm", "time_median_s")):
+                assert float(row[column]) == small(profile, collective, times), (run, row["repeat"], column)
+                checked += 1
+assert checked >= 6 * 38, checked  # both runs' rows, six latencies each
+print(f"{checked} latencies match their profiles")
+PY
 finish
