@@ -57,7 +57,8 @@ run_torch() {
 
 run_comm_profile() {
     "$bin" --nproc 2 --collectives allreduce -b 4M -e 64M -n "$iters" -w 5 --csv -q |
-        awk -F, 'NR > 1 { print $2 "," $9 }'
+        awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) column[$i] = i; next }
+                 { print $column["size_bytes"] "," $column["busbw_Bps"] }'
 }
 
 echo "round,size,busbw" | tee "$raw/comm-profile.csv" >"$raw/torch.csv"

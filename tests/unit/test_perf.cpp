@@ -27,6 +27,13 @@ TEST(Stats, EvenCountMedianIsTheMeanOfTheTwoMiddleValues) {
     TimingStats s = summarize({0.25, 0.75});
     EXPECT_DOUBLE_EQ(s.median, 0.5);
     EXPECT_DOUBLE_EQ(s.mean, 0.5);
+    // Three equal samples whose sum, rounded, divided by 3 is an ulp above them: the mean
+    // stays within min and max, as the comm-profile file's readers require.
+    const double t = 0.0008474337369372327;
+    ASSERT_GT((t + t + t) / 3, t);
+    const TimingStats equal = summarize({t, t, t});
+    EXPECT_EQ(equal.mean, t);
+    EXPECT_LE(equal.mean, equal.max);
 }
 
 TEST(Stats, RefusesEmptyAndNonFiniteSamples) {
