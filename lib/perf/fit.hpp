@@ -84,8 +84,8 @@ AlphaBetaFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<
 /// neither empty nor one finite time > 0 per size.
 ///
 /// comm-profile passes each size's median time as `seconds` and its mean as
-/// `latency_seconds`: a small call's time can be bimodal (most calls fast, some waiting
-/// a scheduler tick), where the median lands on one mode or the other from one
+/// `latency_seconds`: a small call's time can be bimodal (most calls fast, some ten
+/// times slower), where the median lands on one mode or the other from one
 /// measurement to the next while a step's exchange, a sum of calls, pays the mean.
 AlphaBetaFit fit_past_burst(const std::vector<double>& bytes, const std::vector<double>& seconds, double from_bytes,
                             const std::vector<double>& latency_seconds = {});
