@@ -258,7 +258,8 @@ class ModelCheck:
             fail(f"{path}: {e.strerror}")
         # Newer files hold more models beside the first, a column pair each: the fit of calls
         # timed alone (since comm-profile -m), the measured times (compress-bench --comm-model),
-        # the latency as the small sizes' median times (as comm-profile fitted it before 1.3).
+        # the latency as the small sizes' median times (as comm-profile fitted it before its file's
+        # version 1.3).
         extra = [(column, title) for column, title in (("isolated_modelled_seconds", "modelled from calls alone"),
                                                        ("measured_times_modelled_seconds", "modelled with measured times"),
                                                        ("median_alpha_modelled_seconds",

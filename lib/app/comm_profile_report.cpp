@@ -240,7 +240,8 @@ std::string results_csv(const std::vector<CollectiveResult>& results) {
             out += std::string(perf::collective_name(r.collective)) + "," + std::to_string(row.size) + "," +
                    std::to_string(row.count) + ",float32," + printf_text("%.9g", row.time.min) + "," +
                    printf_text("%.9g", row.time.median) + "," + printf_text("%.9g", row.time.max) + "," +
-                   printf_text("%.9g", row.time.mean) + "," + printf_text("%.9g", row.algbw) + "," + printf_text("%.9g", row.busbw) + "," +
+                   printf_text("%.9g", row.time.mean) + "," + printf_text("%.9g", row.algbw) + "," +
+                   printf_text("%.9g", row.busbw) + "," +
                    (row.wrong < 0 ? "" : std::to_string(row.wrong)) + "\n";
     return out;
 }

@@ -18,7 +18,7 @@
 # (-m 1, comm-isolated.h5): what the latency of a call alone predicts; and the model
 # pricing a collective between two measured sizes by their times (compress-bench
 # --comm-model measured, from comm.h5); and the fit of comm.h5 with the latency
-# comm-profile fitted before 1.3, the median of the small sizes' median times
+# comm-profile fitted before its file's version 1.3, the median of the small sizes' median times
 # (comm-median.h5, a copy with that alpha).
 # The ranks wait for each other inside the collectives, and the rank that arrives
 # first counts that wait: on a machine busy with other work it, not the link, can
@@ -131,7 +131,7 @@ measure() {
             -o "$dir/$fit.h5" --force 2> "$dir/$fit-profile.log"
         grep "fit" "$dir/$fit-profile.log" >&2
     done
-    # comm.h5 with the latency comm-profile fitted before 1.3: the median of the small
+    # comm.h5 with the latency comm-profile fitted before its file's version 1.3: the median of the small
     # sizes' median times (its own alpha is the median of their mean times).
     [ -f "$dir/comm-median.h5" ] || "$python" - "$dir/comm.h5" "$dir/comm-median.h5" <<'PY'
 import shutil, sys, h5py, numpy as np
