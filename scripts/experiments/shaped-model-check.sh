@@ -18,8 +18,8 @@
 # (-m 1, comm-isolated.h5): what the latency of a call alone predicts; and the model
 # pricing a collective between two measured sizes by their times (compress-bench
 # --comm-model measured, from comm.h5); and the fit of comm.h5 with the latency
-# comm-profile fitted before its file's version 1.3, the median of the small sizes' median times
-# (comm-median.h5, a copy with that alpha).
+# comm-profile fitted before its file's version 1.3, the median of the small sizes'
+# median times (comm-median.h5, a copy with that alpha).
 # The ranks wait for each other inside the collectives, and the rank that arrives
 # first counts that wait: on a machine busy with other work it, not the link, can
 # decide rank 0's figure.
@@ -71,16 +71,17 @@ print("| repeat | model | level | compute per step (ms) | modelled exchange per 
       "rank 0's (ms) | model's error | modelled from calls alone (ms) | its error | "
       "modelled with measured times (ms) | its error | modelled with the medians' latency (ms) | its error |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def fitted(repeat, profile, attributes):
+    """The CSV's text of a repeat's fit: each collective's `attributes`, in order."""
+    with h5py.File(f"{out}/repeat{repeat}/{profile}.h5", "r") as f:
+        return ",".join(repr(float(f["collectives/" + c].attrs[a])) for c in ("allreduce", "allgather")
+                        for a in attributes)
 for repeat in range(1, repeats + 1):
     # The repeat's fits of the link (comm-profile's, past the burst), which the model used:
-    # calls back to back (comm.h5) and alone (comm-isolated.h5).
-    with h5py.File(f"{out}/repeat{repeat}/comm.h5", "r") as f:
-        link = ",".join(repr(float(f["collectives/" + c].attrs[a])) for c in ("allreduce", "allgather")
-                        for a in ("alpha", "bandwidth"))
-    with h5py.File(f"{out}/repeat{repeat}/comm-isolated.h5", "r") as f:
-        isolated_alphas = ",".join(repr(float(f["collectives/" + c].attrs["alpha"])) for c in ("allreduce", "allgather"))
-    with h5py.File(f"{out}/repeat{repeat}/comm-median.h5", "r") as f:
-        median_alphas = ",".join(repr(float(f["collectives/" + c].attrs["alpha"])) for c in ("allreduce", "allgather"))
+    # calls back to back (comm.h5), alone (comm-isolated.h5), with the medians' latency.
+    link = fitted(repeat, "comm", ("alpha", "bandwidth"))
+    isolated_alphas = fitted(repeat, "comm-isolated", ("alpha",))
+    median_alphas = fitted(repeat, "comm-median", ("alpha",))
     for model in ("mlp", "cnn"):
         for level in levels:
             run = f"{out}/repeat{repeat}/{model}-{level.replace(':', '-')}"
