@@ -8,7 +8,8 @@
 # comm-profile / PyTorch (the two should agree: same kernels, same work).
 #   scripts/bench-comm-profile-compute.sh     STEPS=10 BATCH=32 by default
 # BENCH_RAW=DIR keeps the raw data: every run's medians (compute.csv:
-# model,batch,side,round,forward_seconds,backward_seconds) and the report.
+# model,batch,side,round,forward_seconds,backward_seconds) and the report;
+# BENCH_FROM=DIR makes the report again from them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/comm-profile
@@ -55,14 +56,17 @@ ours() {
         "$python" -c 'import json, sys; c = json.load(sys.stdin)["compute"]; print(c["forward_s"], c["backward_s"])'
 }
 
-echo "model,batch,side,round,forward_seconds,backward_seconds" >"$raw/compute.csv"
-for model in mlp resnet18; do
-    for round in 1 2; do
-        echo "$model,$batch,comm-profile,$round,$(ours "$model" | tr ' ' ,)" >>"$raw/compute.csv"
-        echo "$model,$batch,pytorch,$round,$("$python" "$work/loop.py" "$model" "$batch" "$steps" | tr ' ' ,)" \
-            >>"$raw/compute.csv"
+if bench_measuring; then
+    echo "model,batch,side,round,forward_seconds,backward_seconds" >"$raw/compute.csv"
+    for model in mlp resnet18; do
+        for round in 1 2; do
+            echo "$model,$batch,comm-profile,$round,$(ours "$model" | tr ' ' ,)" >>"$raw/compute.csv"
+            echo "$model,$batch,pytorch,$round,$("$python" "$work/loop.py" "$model" "$batch" "$steps" | tr ' ' ,)" \
+                >>"$raw/compute.csv"
+        done
     done
-done
+fi
+bench_need compute.csv
 
 # Each side's lower median of its two runs, per model and pass.
 "$python" - "$raw/compute.csv" <<'PY' | bench_report

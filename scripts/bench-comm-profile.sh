@@ -7,7 +7,8 @@
 # comm-profile reports the median of per-call times, the loop a mean over
 # back-to-back calls; on a busy machine the two differ by more than the
 # overhead, so run it on an otherwise idle one. BENCH_RAW=DIR keeps the raw data:
-# each run's busbw per size (comm-profile.csv, torch.csv: round,size,busbw) and the report.
+# each run's busbw per size (comm-profile.csv, torch.csv: round,size,busbw) and the report;
+# BENCH_FROM=DIR makes the report again from them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/comm-profile
@@ -61,11 +62,14 @@ run_comm_profile() {
                  { print $column["size_bytes"] "," $column["busbw_Bps"] }'
 }
 
-echo "round,size,busbw" | tee "$raw/comm-profile.csv" >"$raw/torch.csv"
-for round in 1 2; do
-    run_comm_profile | sed "s/^/$round,/" >>"$raw/comm-profile.csv"
-    run_torch | sed "s/^/$round,/" >>"$raw/torch.csv"
-done
+if bench_measuring; then
+    echo "round,size,busbw" | tee "$raw/comm-profile.csv" >"$raw/torch.csv"
+    for round in 1 2; do
+        run_comm_profile | sed "s/^/$round,/" >>"$raw/comm-profile.csv"
+        run_torch | sed "s/^/$round,/" >>"$raw/torch.csv"
+    done
+fi
+bench_need comm-profile.csv torch.csv
 
 "$python" - "$raw/comm-profile.csv" "$raw/torch.csv" <<'PY' | bench_report
 import csv, math, sys

@@ -6,7 +6,8 @@
 # Prints each measurement and ratio (from the fastest of REPS runs, medians alongside).
 #   scripts/bench-compress.sh            REPS=20 by default
 # BENCH_RAW=DIR keeps the raw data: compress-bench's and the PyTorch side's JSON
-# (fastest, median and slowest time of each), and the report.
+# (fastest, median and slowest time of each), and the report; BENCH_FROM=DIR makes
+# the report again from them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin/compress-bench
@@ -14,14 +15,17 @@ source scripts/bench-common.sh
 trap bench_cleanup EXIT
 reps=${REPS:-20}
 
-# The data both sides read: one gradient snapshot of 11,173,962 normal values.
-"$python" scripts/write_flat_grads.py "$tmp/flat.h5" 11173962
+if bench_measuring; then
+    # The data both sides read: one gradient snapshot of 11,173,962 normal values.
+    "$python" scripts/write_flat_grads.py "$tmp/flat.h5" 11173962
 
-"$bin" -q --from "$tmp/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127 --vectors compress --world 1 \
-    --reps "$reps" --threads 1 --json >"$raw/flat.json"
-"$bin" -q --shapes resnet18 --compressors powersgd:2 --vectors compress --world 1 --reps "$reps" --threads 1 \
-    --json >"$raw/resnet18.json"
-"$python" scripts/bench_compress_reference.py "$tmp/flat.h5" --reps "$reps" >"$raw/torch.json"
+    "$bin" -q --from "$tmp/flat.h5" --compressors topk:0.01,signsgd,fp16,qsgd:127 --vectors compress --world 1 \
+        --reps "$reps" --threads 1 --json >"$raw/flat.json"
+    "$bin" -q --shapes resnet18 --compressors powersgd:2 --vectors compress --world 1 --reps "$reps" --threads 1 \
+        --json >"$raw/resnet18.json"
+    "$python" scripts/bench_compress_reference.py "$tmp/flat.h5" --reps "$reps" >"$raw/torch.json"
+fi
+bench_need flat.json resnet18.json torch.json
 
 "$python" - "$raw/flat.json" "$raw/resnet18.json" "$raw/torch.json" <<'PY' | bench_report
 import json, sys

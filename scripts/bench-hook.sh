@@ -23,15 +23,18 @@
 # in $ACC_BUILD_DIR (default build-pip)/python-site: run that first; train-dist is
 # that build's bin/train-dist. BENCH_RAW=DIR keeps the raw data: every run's steps
 # (<hook>.jsonl; on the link shaped-<hook>-<run>.0 and train-dist's td-<level>-<run>.h5)
-# and the reports (report.txt, shaped-report.txt).
+# and the reports (report.txt, shaped-report.txt); BENCH_FROM=DIR makes the reports
+# again from them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 site=${ACC_BUILD_DIR:-build-pip}/python-site
 source scripts/bench-common.sh
-python=$(scripts/setup-pip-torch.sh)
-export PYTHONPATH="$(cd "$(dirname "$site")" && pwd)/python-site${PYTHONPATH:+:$PYTHONPATH}"
-"$python" -c 'import accordion' 2>/dev/null ||
-    { echo "bench-hook.sh: error: $site: no accordion package there (scripts/test-python.sh --torch pip installs it)" >&2; exit 1; }
+if bench_measuring; then
+    python=$(scripts/setup-pip-torch.sh)
+    export PYTHONPATH="$(cd "$(dirname "$site")" && pwd)/python-site${PYTHONPATH:+:$PYTHONPATH}"
+    "$python" -c 'import accordion' 2>/dev/null ||
+        { echo "bench-hook.sh: error: $site: no accordion package there (scripts/test-python.sh --torch pip installs it)" >&2; exit 1; }
+fi
 reps=${REPS:-3}
 steps=${STEPS:-8}
 work=$raw
@@ -41,8 +44,8 @@ source scripts/shaped-link.sh
 # On every exit: no rank left running, the namespaces (and their veth pair) gone.
 trap 'kill -KILL $(jobs -p) 2>/dev/null || true; shaped_link_down; bench_cleanup' EXIT
 
-if [ "${LOOPBACK:-1}" != 0 ]; then
 hooks=(none accordion-none powersgd accordion-powersgd)
+if [ "${LOOPBACK:-1}" != 0 ] && bench_measuring; then
 for hook in "${hooks[@]}"; do : >"$work/$hook.jsonl"; done  # a kept directory's earlier runs go
 for ((r = 1; r <= reps; r++)); do
     for hook in "${hooks[@]}"; do
@@ -55,6 +58,9 @@ for ((r = 1; r <= reps; r++)); do
         }
     done
 done
+fi
+if [ "${LOOPBACK:-1}" != 0 ] && { bench_measuring || [ -e "$raw/none.jsonl" ]; }; then
+bench_need "${hooks[@]/%/.jsonl}"
 "$python" - "$work" "${hooks[@]}" <<'PY' | bench_report
 import json, statistics, sys
 work, hooks = sys.argv[1], sys.argv[2:]
@@ -72,6 +78,10 @@ fi
 
 # ---------------------------------------------------------------- shaped link
 if [ "${SHAPED:-1}" = 0 ]; then exit 0; fi
+if ! bench_measuring; then
+    shaped_reps=$(find "$raw" -maxdepth 1 -name 'td-none-*.h5' | wc -l)
+    [ "$shaped_reps" -gt 0 ] || exit 0  # a run without the shaped link
+else
 bin=${ACC_BUILD_DIR:-build-pip}/bin
 [ -x "$bin/train-dist" ] || { echo "shaped link: skipped (no $bin/train-dist; SHAPED=0 skips it)"; exit 0; }
 if ! shaped_link_up 100mbit; then
@@ -109,7 +119,8 @@ for ((r = 1; r <= shaped_reps; r++)); do
             --checkpoint-dir "$tmp"
     done
 done
-"$python" - "$work" "$shaped_reps" <<'PY' | tee "$raw/shaped-report.txt"
+fi
+"$python" - "$work" "$shaped_reps" <<'PY' | bench_report shaped-report.txt
 import json, statistics, sys, h5py
 work, reps = sys.argv[1], int(sys.argv[2])
 def ddp(hook, r):

@@ -17,7 +17,8 @@
 # BENCH_RAW=DIR keeps the raw data: every run's step time (loopback.csv:
 # rep,side,level,seconds_per_step), the shaped link's profile (comm.h5), both runs'
 # metrics there (shaped-none.h5, shaped-powersgd-2.h5), the model's prediction
-# (model.json), and the report.
+# (model.json), the load average before and after the loopback runs (load.txt), and
+# the reports (report.txt, shaped-report.txt); BENCH_FROM=DIR makes them again from these.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${ACC_BUILD_DIR:-build}/bin
@@ -63,63 +64,73 @@ ddp() {  # ddp HOOK: seconds per step (one retry: a port picked free can be take
     return 1
 }
 
-# summary NAME VALUES...: "fastest (median)" of the values.
-stats() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {printf "%.3f %.3f", v[1], (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2)}'; }
-
-before="load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
-if [ "${LOOPBACK:-1}" != 0 ]; then
-declare -a ours_none ddp_none ours_psgd ddp_psgd
-echo "rep,side,level,seconds_per_step" >"$raw/loopback.csv"
-for ((r = 0; r < reps; r++)); do
-    ours_none+=("$(ours none)")
-    ddp_none+=("$(ddp none)")
-    ours_psgd+=("$(ours powersgd:2)")
-    ddp_psgd+=("$(ddp powersgd)")
-    printf '%s\n' "$r,train-dist,none,${ours_none[r]}" "$r,ddp,none,${ddp_none[r]}" \
-        "$r,train-dist,powersgd:2,${ours_psgd[r]}" "$r,ddp,powersgd:2,${ddp_psgd[r]}" >>"$raw/loopback.csv"
-done
-after="load average after:  $(cut -d' ' -f1-3 /proc/loadavg)"
-report() {  # report LABEL "ours values" "theirs values"
-    local a b
-    read -r a_min a_med <<<"$(stats $2)"
-    read -r b_min b_med <<<"$(stats $3)"
-    awk -v l="$1" -v a="$a_min" -v am="$a_med" -v b="$b_min" -v bm="$b_med" 'BEGIN {
-        r = a / b; printf "  %s: train-dist %.3f s (%.3f s), DDP %.3f s (%.3f s) per step; ratio %.3f (%.3f), goal <= 1.0: %s\n",
-            l, a, am, b, bm, r, am / bm, r <= 1.0 ? "ok" : "MISSED" }'
-}
-{
-echo "$before"
-echo "$after"
-echo "2 ranks, 1 thread each, resnet18, batch 32 per rank, loopback; fastest of $reps runs (median in brackets)"
-report "uncompressed vs DDP" "${ours_none[*]}" "${ddp_none[*]}"
-report "powersgd:2 vs DDP powerSGD_hook" "${ours_psgd[*]}" "${ddp_psgd[*]}"
-} | bench_report
+if [ "${LOOPBACK:-1}" != 0 ] && bench_measuring; then
+    echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores" >"$raw/load.txt"
+    echo "rep,side,level,seconds_per_step" >"$raw/loopback.csv"
+    for ((r = 0; r < reps; r++)); do
+        ours_none=$(ours none)
+        ddp_none=$(ddp none)
+        ours_psgd=$(ours powersgd:2)
+        ddp_psgd=$(ddp powersgd)
+        printf '%s\n' "$r,train-dist,none,$ours_none" "$r,ddp,none,$ddp_none" \
+            "$r,train-dist,powersgd:2,$ours_psgd" "$r,ddp,powersgd:2,$ddp_psgd" >>"$raw/loopback.csv"
+    done
+    echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg)" >>"$raw/load.txt"
+fi
+if [ "${LOOPBACK:-1}" != 0 ] && { bench_measuring || [ -e "$raw/loopback.csv" ]; }; then
+    bench_need load.txt
+    "$python" - "$raw/loopback.csv" "$raw/load.txt" <<'PY' | bench_report
+import csv, sys
+runs = {}
+for row in csv.DictReader(open(sys.argv[1])):
+    runs.setdefault((row["side"], row["level"]), []).append(float(row["seconds_per_step"]))
+def fastest_and_median(values):  # each to the 3 decimals printed, which the ratios are of
+    v, n = sorted(values), len(values)
+    median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    return float(f"{v[0]:.3f}"), float(f"{median:.3f}")
+print(open(sys.argv[2]).read(), end="")
+reps = len(runs[("train-dist", "none")])
+print(f"2 ranks, 1 thread each, resnet18, batch 32 per rank, loopback; fastest of {reps} runs (median in brackets)")
+for label, level in (("uncompressed vs DDP", "none"), ("powersgd:2 vs DDP powerSGD_hook", "powersgd:2")):
+    a, am = fastest_and_median(runs[("train-dist", level)])
+    b, bm = fastest_and_median(runs[("ddp", level)])
+    print(f"  {label}: train-dist {a:.3f} s ({am:.3f} s), DDP {b:.3f} s ({bm:.3f} s) per step; "
+          f"ratio {a / b:.3f} ({am / bm:.3f}), goal <= 1.0: {'ok' if a / b <= 1.0 else 'MISSED'}")
+PY
 fi
 
 # ---------------------------------------------------------------- shaped link
 if [ "${SHAPED:-1}" = 0 ]; then exit 0; fi
-if ! shaped_link_up 100mbit; then
-    echo "shaped link: skipped ($SHAPED_WHY)"
-    exit 0
+if bench_measuring; then
+    if ! shaped_link_up 100mbit; then
+        echo "shaped link: skipped ($SHAPED_WHY)"
+        exit 0
+    fi
+
+    # pair PROGRAM ARGS...: rank 1 in the second namespace, rank 0 in the first.
+    pair() {
+        local program=$1
+        shift
+        shaped_ranks "$bin/$program" --timeout 120 "$@" -q
+    }
+
+    pair comm-profile --collectives allreduce,allgather -b 256K -e 8M -n 3 -w 1 -o "$raw/comm.h5" -q
+    for spec in none powersgd:2; do
+        pair train-dist "${model[@]}" --train-samples $((shaped_steps * 64)) --compress "$spec" \
+            --metrics "$raw/shaped-${spec//:/-}.h5" --checkpoint-dir "$work"
+    done
+elif [ ! -e "$raw/comm.h5" ]; then
+    exit 0  # a run without the shaped link
 fi
-
-# pair PROGRAM ARGS...: rank 1 in the second namespace, rank 0 in the first.
-pair() {
-    local program=$1
-    shift
-    shaped_ranks "$bin/$program" --timeout 120 "$@" -q
-}
-
-pair comm-profile --collectives allreduce,allgather -b 256K -e 8M -n 3 -w 1 -o "$raw/comm.h5" -q
-for spec in none powersgd:2; do
-    pair train-dist "${model[@]}" --train-samples $((shaped_steps * 64)) --compress "$spec" \
-        --metrics "$raw/shaped-${spec//:/-}.h5" --checkpoint-dir "$work"
-done
+bench_need shaped-none.h5 shaped-powersgd-2.h5
 read -r none_step _ _ _ <<<"$(step_seconds "$raw/shaped-none.h5")"
 read -r psgd_step psgd_compute psgd_compression psgd_comm <<<"$(step_seconds "$raw/shaped-powersgd-2.h5")"
-"$bin/compress-bench" --shapes resnet18 --world 2 --comm "$raw/comm.h5" --compressors none,powersgd:2 --reps 3 \
-    --compute-ms "$(awk -v t="$psgd_compute" 'BEGIN {print t * 1000}')" --json -q >"$raw/model.json"
-"$python" - "$raw/comm.h5" "$raw/model.json" "$none_step" "$psgd_step" "$psgd_compute" "$psgd_compression" "$psgd_comm" <<'PY' | tee "$raw/shaped-report.txt"
+if bench_measuring; then
+    "$bin/compress-bench" --shapes resnet18 --world 2 --comm "$raw/comm.h5" --compressors none,powersgd:2 --reps 3 \
+        --compute-ms "$(awk -v t="$psgd_compute" 'BEGIN {print t * 1000}')" --json -q >"$raw/model.json"
+fi
+bench_need model.json
+"$python" - "$raw/comm.h5" "$raw/model.json" "$none_step" "$psgd_step" "$psgd_compute" "$psgd_compression" "$psgd_comm" <<'PY' | bench_report shaped-report.txt
 import json, sys, h5py
 comm, model = h5py.File(sys.argv[1], "r"), json.load(open(sys.argv[2]))
 none_step, psgd_step, compute, compression, communication = map(float, sys.argv[3:8])
