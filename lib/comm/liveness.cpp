@@ -240,12 +240,17 @@ void ProcessGroupCollectives::finish() {
     if (impl_->world() == 1 || impl_->failure) return;
     const std::string all_done = impl_->key("all_done");
     if (impl_->store->add(impl_->key("done"), 1) == impl_->world()) impl_->store->set(all_done, bytes_of("1"));
-    if (impl_->hosts_store) {
-        try {
-            impl_->store->wait({all_done}, to_ms(impl_->rendezvous.timeout));
-        } catch (const std::exception&) {
-            // Everything was measured; a rank that never says goodbye is not an error here.
-        }
+    // Every rank waits, not only the store's host: a rank that closed its
+    // connections at once could close them under a peer still making them (a
+    // group joined and finished with no collective between). A rank that
+    // stopped (abort) will not say goodbye: its published reason ends the wait.
+    const std::string failure = impl_->key("failure");
+    const auto deadline = Clock::now() + to_ms(impl_->rendezvous.timeout);
+    try {
+        while (!impl_->store->check({all_done}) && !impl_->store->check({failure}) && Clock::now() < deadline)
+            std::this_thread::sleep_for(milliseconds(10));
+    } catch (const std::exception&) {
+        // Everything was measured; a rank that never says goodbye is not an error here.
     }
 }
 

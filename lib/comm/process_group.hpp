@@ -90,9 +90,10 @@ public:
     /// Host name of every rank, in rank order.
     const std::vector<std::string>& hosts() const;
 
-    /// Ends cleanly: the rank hosting the store keeps it until every rank has
-    /// called finish() (or the timeout passed). Called by the destructor when
-    /// no exception is in flight.
+    /// Ends cleanly: returns once every rank has called finish() (or the
+    /// timeout passed), so that no rank closes its connections while another
+    /// still makes or uses them. Called by the destructor when no exception is
+    /// in flight.
     void finish();
     /// Tells the other ranks why this one stops (they report "rank R stopped:
     /// <reason>" instead of a lost peer) and closes this rank's connections.

@@ -452,3 +452,34 @@ TEST(ProcessGroup, AnAbortingRankTellsTheOthersWhy) {
     EXPECT_EQ(errors[0], "rank 1 stopped: comm.h5: disk full");
     EXPECT_EQ(errors[1], "stopped");
 }
+
+// Ranks that join and finish with no collective between: the first to finish
+// does not close its connections while the other still makes them.
+TEST(ProcessGroup, AGroupJoinedAndFinishedAtOnceEndsCleanly) {
+    for (int i = 0; i < 20; ++i)
+        expect_all_ok(gloo_ranks(2, [](ProcessGroupCollectives& comm) { comm.finish(); }));
+}
+
+// A rank that finishes while another stops after their last collective does not
+// wait --timeout for a goodbye that will not come.
+TEST(ProcessGroup, FinishingBesideAStoppedRankEndsAtOnce) {
+    double finish_seconds = -1;
+    auto errors = gloo_ranks(
+        2,
+        [&](ProcessGroupCollectives& comm) {
+            at::Tensor t = torch::ones({16});
+            comm.allreduce(t);
+            if (comm.rank() == 0) {
+                comm.abort("out.h5: disk full");
+                throw acc::Error("stopped");
+            }
+            const auto start = std::chrono::steady_clock::now();
+            comm.finish();
+            finish_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        },
+        /*timeout=*/30);
+    EXPECT_EQ(errors[0], "stopped");
+    EXPECT_EQ(errors[1], "");
+    EXPECT_GE(finish_seconds, 0);
+    EXPECT_LT(finish_seconds, 10);
+}
