@@ -50,14 +50,15 @@ ListenAddress resolve_listen_address(const std::string& host, int port) {
     return result;
 }
 
-// A socket bound to `where` and listening.
-int listen_on(const ListenAddress& where, const std::string& host, int port) {
+// A socket bound to `where`, listening when `listen` is set. Bound alone it
+// still proves the address this machine's and the port free of listeners.
+int bind_to(const ListenAddress& where, const std::string& host, int port, bool listen) {
     const int fd = ::socket(where.address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) throw Error(std::string("rendezvous: cannot open a socket for the store: ") + std::strerror(errno));
     const int on = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
     if (::bind(fd, reinterpret_cast<const sockaddr*>(&where.address), where.length) != 0 ||
-        ::listen(fd, SOMAXCONN) != 0) {
+        (listen && ::listen(fd, SOMAXCONN) != 0)) {
         const int error = errno;
         ::close(fd);
         if (error == EADDRNOTAVAIL)
@@ -88,12 +89,15 @@ bool is_wildcard(const sockaddr* address) {
 c10::intrusive_ptr<c10d::TCPStore> start_store_server(const std::string& host, int port,
                                                       std::chrono::milliseconds timeout) {
     const ListenAddress where = resolve_listen_address(host, port);
-    const int fd = listen_on(where, host, port);
 #if ACC_TORCH_STORE_TAKES_LISTEN_FD
-    return compat::start_store(host, static_cast<std::uint16_t>(port), timeout, fd);
+    return compat::start_store(host, static_cast<std::uint16_t>(port), timeout,
+                               bind_to(where, host, port, /*listen=*/true));
 #else
-    // The check above found the address ours and the port free; the store binds by itself.
-    ::close(fd);
+    // The store binds by itself; this only checks the address ours and the port
+    // free. Not by listening: another rank's store client connecting meanwhile
+    // would be reset when the check's socket closed, and LibTorch 1.13's client
+    // thread then ends the whole process ("Connection reset by peer").
+    ::close(bind_to(where, host, port, /*listen=*/false));
     struct Redirect {
         explicit Redirect(const ListenAddress& where) { t_store_address = &where; }
         ~Redirect() { t_store_address = nullptr; }

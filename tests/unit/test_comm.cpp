@@ -4,6 +4,7 @@
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
 #include "comm/rendezvous.hpp"
+#include "comm/store_server.hpp"
 #include "support/gloo_ranks.hpp"
 
 #include "test_support.hpp"
@@ -19,6 +20,7 @@
 
 #include <arpa/inet.h>
 #include <cerrno>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -121,6 +123,9 @@ TEST(Launch, WithoutNprocRunsInThisProcess) {
 }
 
 namespace {
+
+// listen() calls made on this thread, counted by the definition below.
+thread_local int t_listens = 0;
 
 sockaddr_in loopback(int port) {
     sockaddr_in address{};
@@ -482,4 +487,25 @@ TEST(ProcessGroup, FinishingBesideAStoppedRankEndsAtOnce) {
     EXPECT_EQ(errors[1], "");
     EXPECT_GE(finish_seconds, 0);
     EXPECT_LT(finish_seconds, 10);
+}
+
+// Rank 0 starts the store while the other ranks already knock on its port: a
+// socket listening there before the store's own would take their connections
+// into its queue and reset them when it closed, and LibTorch 1.13's store client
+// ends the whole process on a reset connection. One listen() on this thread: the
+// store's.
+TEST(StoreServer, OnlyTheStoreListensOnItsPort) {
+    const PortReservation reserved;
+    t_listens = 0;
+    auto store = acc::comm::start_store_server("127.0.0.1", reserved.port(), std::chrono::seconds(5));
+    EXPECT_EQ(t_listens, 1);
+}
+
+// Counts this thread's listen() calls, then makes them (the C library's, found
+// next), for StoreServer.OnlyTheStoreListensOnItsPort.
+extern "C" int listen(int fd, int backlog) noexcept {
+    using Listen = int (*)(int, int);
+    static const Listen next = reinterpret_cast<Listen>(::dlsym(RTLD_NEXT, "listen"));
+    ++t_listens;
+    return next(fd, backlog);
 }
