@@ -43,19 +43,7 @@ part_done "set-up"
 ACC_BUILD_DIR=$build scripts/build.sh --torch "$torch"
 part_done "build"
 echo "test.sh: running $suite against $torch's LibTorch with ctest; a failing test's output is shown in full" >&2
-if ! ctest --test-dir "$build" --output-on-failure -j "${ACC_JOBS:-$(nproc)}" "${select[@]}" "$@"; then
-    # A multi-rank unit test program ends, rarely, with an exception from a thread
-    # of the backend's own ("terminate called after throwing an instance of
-    # 'std::system_error' what(): Connection reset by peer"), its cause not yet
-    # found. Where every failure is that one, the failed tests run once more, one
-    # at a time, and must pass then; any other failure fails the suite at once.
-    failed=$(cut -d: -f2 "$build/Testing/Temporary/LastTestsFailed.log" | sort -u)
-    aborted=$(awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3 }
-                   /^  what\(\):  Connection reset by peer$/ { print name }' "$build/Testing/Temporary/LastTest.log" | sort -u)
-    [ -n "$failed" ] && [ "$failed" = "$aborted" ] || exit 1
-    echo "test.sh: ended by the backend's 'Connection reset by peer': $(echo $failed); running them once more" >&2
-    ctest --test-dir "$build" --output-on-failure --rerun-failed
-fi
+ctest --test-dir "$build" --output-on-failure -j "${ACC_JOBS:-$(nproc)}" "${select[@]}" "$@"
 part_done "ctest"
 # The Python package against the same torch; not when ctest was given a selection.
 if [ $# -eq 0 ]; then
