@@ -81,9 +81,10 @@ if [ "${LOOPBACK:-1}" != 0 ] && { bench_measuring || [ -e "$raw/loopback.csv" ];
     bench_need load.txt
     "$python" - "$raw/loopback.csv" "$raw/load.txt" <<'PY' | bench_report
 import csv, sys
-runs = {}
+runs, by_rep = {}, {}
 for row in csv.DictReader(open(sys.argv[1])):
     runs.setdefault((row["side"], row["level"]), []).append(float(row["seconds_per_step"]))
+    by_rep[(row["rep"], row["side"], row["level"])] = float(row["seconds_per_step"])
 def fastest_and_median(values):  # each to the 3 decimals printed, which the ratios are of
     v, n = sorted(values), len(values)
     median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
@@ -96,6 +97,10 @@ for label, level in (("uncompressed vs DDP", "none"), ("powersgd:2 vs DDP powerS
     b, bm = fastest_and_median(runs[("ddp", level)])
     print(f"  {label}: train-dist {a:.3f} s ({am:.3f} s), DDP {b:.3f} s ({bm:.3f} s) per step; "
           f"ratio {a / b:.3f} ({am / bm:.3f}), goal <= 1.0: {'ok' if a / b <= 1.0 else 'MISSED'}")
+    # Each repetition ran both sides one after the other: their ratios, paired.
+    reps_run = sorted({rep for rep, side, lvl in by_rep if lvl == level}, key=int)
+    print("    per repetition: " + ", ".join(f"{by_rep[(r, 'train-dist', level)] / by_rep[(r, 'ddp', level)]:.3f}"
+                                          for r in reps_run))
 PY
 fi
 

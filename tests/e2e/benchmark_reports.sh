@@ -64,6 +64,44 @@ print(f"{len(blocks)} reports quoted, {len(blocks) - len(bad)} of them kept")
 sys.exit(1 if bad or not blocks else 0)
 PY
 
+# Every figure in a "| goal | ..." table is one its section's kept reports print, to the
+# digits the table gives (its section: the raw-data directory linked last above it);
+# "missed by N%" is the goal's arithmetic and is left out.
+cat >"$WORK/goals.py" <<'PY'
+import glob, os, re, sys
+lines = open(sys.argv[1]).read().split("\n")
+number = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
+section, tables, bad, i = None, 0, [], 0
+while i < len(lines):
+    link = re.findall(r"\]\(benchmarks/([\w.-]+)/", lines[i])
+    section = link[-1] if link else section
+    if not lines[i].startswith("| goal |"):
+        i += 1
+        continue
+    tables += 1
+    reports = glob.glob(os.path.join(sys.argv[2], section or "-", "**", "*report.txt"), recursive=True)
+    printed = [float(n.replace(",", "")) for path in reports for n in number.findall(open(path).read())]
+    i += 2
+    while i < len(lines) and lines[i].startswith("|"):
+        for cell in lines[i].strip("|").split("|")[1:]:
+            for n in number.findall(re.sub(r"missed by [\d.]+%", "", cell)):
+                digits = len(n.split(".")[1]) if "." in n else 0
+                if not any(abs(round(p, digits) - float(n.replace(",", ""))) < 1e-9 for p in printed):
+                    bad.append(f"docs/benchmarks.md:{i + 1}: {n} is in no report under benchmarks/{section}/")
+        i += 1
+for line in bad:
+    print(line, file=sys.stderr)
+print(f"{tables} goal tables")
+sys.exit(1 if bad or tables < 6 else 0)
+PY
+"$ACC_PYTHON" "$WORK/goals.py" "$ACC_SOURCE/docs/benchmarks.md" "$bench" >/dev/null 2>"$WORK/err" ||
+    fail "a goal table's figure is not its reports': $(cat "$WORK/err")"
+sed 's/| 6.85x against 6.60x,/| 6.85x against 6.61x,/' "$ACC_SOURCE/docs/benchmarks.md" >"$WORK/benchmarks.md"
+! cmp -s "$WORK/benchmarks.md" "$ACC_SOURCE/docs/benchmarks.md" || fail "the test's edit did not change a goal table"
+"$ACC_PYTHON" "$WORK/goals.py" "$WORK/benchmarks.md" "$bench" >/dev/null 2>"$WORK/err" &&
+    fail "a goal table's changed figure was not seen"
+grep -q "6.61 is in no report under benchmarks/hook-avx512/" "$WORK/err" || fail "the changed figure: $(cat "$WORK/err")"
+
 # A changed figure in a kept run's raw data shows.
 cp -r "$bench/compute-per-step" "$WORK/changed"
 sed -i '2s/,0\./,1./' "$WORK/changed/compute.csv"
