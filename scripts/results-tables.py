@@ -19,6 +19,8 @@ where NAME says what it is made from; the tables are:
                                   a shaped link, from docs/results/model-check.csv, or
                                   model-check-RUN.csv for another machine's or setting's
                                   (scripts/experiments/shaped-model-check.sh)
+    model-check-medians [RUN]     the same runs per model and level over their repeats: the
+                                  medians of the modelled and the measured exchange
 
     scripts/results-tables.py            rewrite the tables in place
     scripts/results-tables.py --check    say which tables differ from their data (exit 1), write nothing
@@ -249,13 +251,48 @@ class ModelCheck:
     def __init__(self, data):
         self.data = data
 
-    def table(self, machine=None):
+    def read(self, machine):
         path = os.path.join(self.data, "model-check.csv" if machine is None else f"model-check-{machine}.csv")
         try:
             with open(path, newline="", encoding="utf-8") as f:
-                rows = list(csv.DictReader(f))
+                return path, list(csv.DictReader(f))
         except OSError as e:
             fail(f"{path}: {e.strerror}")
+
+    def medians(self, machine=None):
+        """Per model and level over the repeats: the median measured exchange and its range, and
+        each model's median with the error of the medians and how many repeats it met to 25%.
+        A repeat's measured time is one draw of a quantity that moves between repeats; the
+        medians compare the model with its central value."""
+        path, rows = self.read(machine)
+        models = [(column, title) for column, title in (("modelled_seconds", "the fit"),
+                                                        ("measured_times_modelled_seconds", "measured times"))
+                  if rows and column in rows[0]]
+        out = ["| model | level | repeats | measured, median (ms) | measured, range (ms) |" +
+               "".join(f" modelled with {title}, median (ms) | error of the medians | repeats within 25% |"
+                       for _, title in models),
+               "|---|---|---|---|---|" + "---|---|---|" * len(models)]
+        try:
+            groups = {}
+            for r in rows:
+                groups.setdefault((r["model"], r["level"]), []).append(r)
+            for (model, level), group in groups.items():
+                measured = [float(r["measured_seconds"]) for r in group]
+                middle = float(np.median(measured))
+                line = (f"| {model} | {level} | {len(group)} | {1e3 * middle:.2f} | "
+                        f"{1e3 * min(measured):.2f}-{1e3 * max(measured):.2f} |")
+                for column, _ in models:
+                    modelled = [float(r[column]) for r in group]
+                    within = sum(abs(m / t - 1) <= 0.25 for m, t in zip(modelled, measured))
+                    line += (f" {1e3 * float(np.median(modelled)):.2f} | "
+                             f"{100 * (float(np.median(modelled)) / middle - 1):+.0f}% | {within} of {len(group)} |")
+                out.append(line)
+        except (KeyError, ValueError) as e:
+            fail(f"{path}: not shaped-model-check.sh's table ({e})")
+        return "\n".join(out) + "\n"
+
+    def table(self, machine=None):
+        path, rows = self.read(machine)
         # Newer files hold more models beside the first, a column pair each: the fit of calls
         # timed alone (since comm-profile -m), the measured times (compress-bench --comm-model),
         # the latency as the small sizes' median times (as comm-profile fitted it before its file's
@@ -324,12 +361,15 @@ def recompute(name, studies):
         return studies.get("accordion").table(words[1])
     if words[:1] == ["model-check"] and len(words) <= 2:
         return studies.get("model-check").table(*words[1:])
+    if words[:1] == ["model-check-medians"] and len(words) <= 2:
+        return studies.get("model-check").medians(*words[1:])
     if len(words) == 2 and words[0] == "planner":
         return studies.get("planner").table(words[1])
     if len(words) >= 2 and words[0] == "gravac":
         return studies.get("gravac").table(words[1:])
     fail(f"docs/results.md: a table named '{name}', which this script does not make "
-         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check [RUN], planner MODEL, "
+         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check [RUN], model-check-medians [RUN], "
+         "planner MODEL, "
          "time-to-accuracy LINK MODEL)")
 
 

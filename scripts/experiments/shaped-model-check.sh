@@ -13,7 +13,8 @@
 # 60 steps, of the rank that waited least for the other: for a compressed level every
 # collective, for dense what the backward pass did not hide, which the model's DDP
 # schedule predicts; rank 0's beside it), and writes both to OUT/model-check.csv,
-# and every profile's times size by size to OUT/profiles.csv.
+# and every profile's times size by size to OUT/profiles.csv; then, per model and level,
+# the medians over the repeats of the modelled and the measured exchange (OUT/medians.md).
 # Beside it, the same model with a fit of calls timed one at a time after a barrier
 # (-m 1, comm-isolated.h5): what the latency of a call alone predicts; and the model
 # pricing a collective between two measured sizes by their times (compress-bench
@@ -118,6 +119,12 @@ for repeat in range(1, repeats + 1):
                     sizes.append(f"{repeat},{profile},{name},{int(row[0])}," + ",".join(repr(float(t)) for t in row[1:]))
 open(f"{out}/profiles.csv", "w").write("\n".join(sizes) + "\n")
 PY
+    # Per model and level over the repeats, as docs/results.md gives them: the medians of the
+    # modelled and the measured exchange (OUT/medians.md).
+    printf '<!-- table: model-check-medians -->\n<!-- end of table -->\n' >"$out/medians.md"
+    "$python" "$here/scripts/results-tables.py" --doc "$out/medians.md" --data "$out" >/dev/null
+    echo
+    grep -v '^<!--' "$out/medians.md"
 }
 # One repeat into $dir: the link's fit, the runs and the model's predictions.
 measure() {

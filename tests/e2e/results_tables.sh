@@ -55,6 +55,8 @@ sed '/^<!-- end of table -->$/d' "$ACC_SOURCE/docs/results.md" >"$doc"
 expect_exit 2 "has no '<!-- end of table -->' line after it" -- $tables --check --doc "$doc"
 printf '<!-- table: planner resnet -->\n<!-- end of table -->\n' >"$doc"
 expect_exit 2 "planner-runs.csv: no runs of resnet" -- $tables --check --doc "$doc"
+printf '<!-- table: model-check-medians nowhere -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "model-check-nowhere.csv: No such file or directory" -- $tables --check --doc "$doc"
 printf '<!-- table: planner -->\n<!-- end of table -->\n' >"$doc"
 expect_exit 2 "a table named 'planner', which this script does not make" -- $tables --check --doc "$doc"
 for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-check.csv planner-runs.csv; do
@@ -96,5 +98,36 @@ for path in sorted(glob.glob(os.path.join(data, "model-check-profiles", "*.csv")
                 checked += 1
 assert checked >= 6 * 38, checked  # both runs' rows, six latencies each
 print(f"{checked} latencies match their profiles")
+PY
+
+# The model checks' medians over their repeats, recomputed here from the raw rows: each
+# row's medians of the measured and modelled exchange, their error, the repeats within 25%.
+"$ACC_PYTHON" - "$ACC_SOURCE/docs/results.md" "$ACC_SOURCE/docs/results" <<'PY' || fail "a model check's medians are not its rows'"
+import csv, os, re, sys
+import numpy as np
+doc, data = sys.argv[1], sys.argv[2]
+lines = open(doc).read().split("\n")
+tables = 0
+for i, line in enumerate(lines):
+    m = re.match(r"^<!-- table: model-check-medians ?(\S*) -->$", line)
+    if not m:
+        continue
+    tables += 1
+    rows = list(csv.DictReader(open(os.path.join(data, f"model-check-{m.group(1)}.csv" if m.group(1) else "model-check.csv"))))
+    body = lines[i + 3:lines.index("<!-- end of table -->", i)]
+    assert len(body) == len({(r["model"], r["level"]) for r in rows}), (m.group(1), "one line per model and level")
+    for text in body:
+        cells = [c.strip() for c in text.strip("|").split("|")]
+        group = [r for r in rows if (r["model"], r["level"]) == (cells[0], cells[1])]
+        measured = np.array([float(r["measured_seconds"]) for r in group])
+        assert int(cells[2]) == len(group) and cells[3] == f"{1e3 * np.median(measured):.2f}", (text,)
+        for k, column in enumerate(c for c in ("modelled_seconds", "measured_times_modelled_seconds") if c in rows[0]):
+            modelled = np.array([float(r[column]) for r in group])
+            error = np.median(modelled) / np.median(measured) - 1
+            within = int(np.sum(np.abs(modelled / measured - 1) <= 0.25))
+            assert cells[5 + 3 * k:8 + 3 * k] == [f"{1e3 * np.median(modelled):.2f}", f"{100 * error:+.0f}%",
+                                                  f"{within} of {len(group)}"], (text, column)
+assert tables >= 2, tables
+print(f"{tables} tables of medians match their rows")
 PY
 finish
