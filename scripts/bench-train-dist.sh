@@ -81,10 +81,9 @@ if [ "${LOOPBACK:-1}" != 0 ] && { bench_measuring || [ -e "$raw/loopback.csv" ];
     bench_need load.txt
     "$python" - "$raw/loopback.csv" "$raw/load.txt" <<'PY' | bench_report
 import csv, sys
-runs, by_rep = {}, {}
+runs = {}  # (side, level) -> {repetition: seconds per step}
 for row in csv.DictReader(open(sys.argv[1])):
-    runs.setdefault((row["side"], row["level"]), []).append(float(row["seconds_per_step"]))
-    by_rep[(row["rep"], row["side"], row["level"])] = float(row["seconds_per_step"])
+    runs.setdefault((row["side"], row["level"]), {})[int(row["rep"])] = float(row["seconds_per_step"])
 def fastest_and_median(values):  # each to the 3 decimals printed, which the ratios are of
     v, n = sorted(values), len(values)
     median = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
@@ -93,14 +92,13 @@ print(open(sys.argv[2]).read(), end="")
 reps = len(runs[("train-dist", "none")])
 print(f"2 ranks, 1 thread each, resnet18, batch 32 per rank, loopback; fastest of {reps} runs (median in brackets)")
 for label, level in (("uncompressed vs DDP", "none"), ("powersgd:2 vs DDP powerSGD_hook", "powersgd:2")):
-    a, am = fastest_and_median(runs[("train-dist", level)])
-    b, bm = fastest_and_median(runs[("ddp", level)])
+    ours, theirs = runs[("train-dist", level)], runs[("ddp", level)]
+    a, am = fastest_and_median(ours.values())
+    b, bm = fastest_and_median(theirs.values())
     print(f"  {label}: train-dist {a:.3f} s ({am:.3f} s), DDP {b:.3f} s ({bm:.3f} s) per step; "
           f"ratio {a / b:.3f} ({am / bm:.3f}), goal <= 1.0: {'ok' if a / b <= 1.0 else 'MISSED'}")
     # Each repetition ran both sides one after the other: their ratios, paired.
-    reps_run = sorted({rep for rep, side, lvl in by_rep if lvl == level}, key=int)
-    print("    per repetition: " + ", ".join(f"{by_rep[(r, 'train-dist', level)] / by_rep[(r, 'ddp', level)]:.3f}"
-                                          for r in reps_run))
+    print("    per repetition: " + ", ".join(f"{ours[r] / theirs[r]:.3f}" for r in sorted(ours)))
 PY
 fi
 

@@ -14,7 +14,8 @@
 # collective, for dense what the backward pass did not hide, which the model's DDP
 # schedule predicts; rank 0's beside it), and writes both to OUT/model-check.csv,
 # and every profile's times size by size to OUT/profiles.csv; then, per model and level,
-# the medians over the repeats of the modelled and the measured exchange (OUT/medians.md).
+# the medians over the repeats of the modelled and the measured exchange; both tables
+# are printed and kept in OUT/tables.md.
 # Beside it, the same model with a fit of calls timed one at a time after a barrier
 # (-m 1, comm-isolated.h5): what the latency of a call alone predicts; and the model
 # pricing a collective between two measured sizes by their times (compress-bench
@@ -68,10 +69,6 @@ rows = ["repeat,model,level,compute_seconds,modelled_seconds,measured_seconds,ra
         "isolated_modelled_seconds,isolated_error,isolated_allreduce_alpha_seconds,isolated_allgather_alpha_seconds,"
         "measured_times_modelled_seconds,measured_times_error,"
         "median_alpha_modelled_seconds,median_alpha_error,median_allreduce_alpha_seconds,median_allgather_alpha_seconds"]
-print("| repeat | model | level | compute per step (ms) | modelled exchange per step (ms) | measured (ms) | "
-      "rank 0's (ms) | model's error | modelled from calls alone (ms) | its error | "
-      "modelled with measured times (ms) | its error | modelled with the medians' latency (ms) | its error |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 def fitted(repeat, profile, attributes):
     """The CSV's text of a repeat's fit: each collective's `attributes`, in order."""
     with h5py.File(f"{out}/repeat{repeat}/{profile}.h5", "r") as f:
@@ -104,10 +101,6 @@ for repeat in range(1, repeats + 1):
             rows.append(f"{repeat},{model},{level},{compute!r},{modelled!r},{measured!r},{rank0!r},{error!r},{link},"
                         f"{isolated!r},{isolated_error!r},{isolated_alphas},{tabled!r},{tabled_error!r},"
                         f"{by_median!r},{median_error!r},{median_alphas}")
-            print(f"| {repeat} | {model} | {level} | {1e3 * compute:.1f} | {1e3 * modelled:.2f} | "
-                  f"{1e3 * measured:.2f} | {1e3 * rank0:.2f} | {100 * error:+.0f}% | {1e3 * isolated:.2f} | "
-                  f"{100 * isolated_error:+.0f}% | {1e3 * tabled:.2f} | {100 * tabled_error:+.0f}% | "
-                  f"{1e3 * by_median:.2f} | {100 * median_error:+.0f}% |")
 open(f"{out}/model-check.csv", "w").write("\n".join(rows) + "\n")
 # Every repeat's profiles, size by size, from which a reader recomputes the fits' alphas.
 sizes = ["repeat,profile,collective,size_bytes,time_min_s,time_median_s,time_max_s,time_mean_s"]
@@ -119,12 +112,12 @@ for repeat in range(1, repeats + 1):
                     sizes.append(f"{repeat},{profile},{name},{int(row[0])}," + ",".join(repr(float(t)) for t in row[1:]))
 open(f"{out}/profiles.csv", "w").write("\n".join(sizes) + "\n")
 PY
-    # Per model and level over the repeats, as docs/results.md gives them: the medians of the
-    # modelled and the measured exchange (OUT/medians.md).
-    printf '<!-- table: model-check-medians -->\n<!-- end of table -->\n' >"$out/medians.md"
-    "$python" "$here/scripts/results-tables.py" --doc "$out/medians.md" --data "$out" >/dev/null
-    echo
-    grep -v '^<!--' "$out/medians.md"
+    # The tables, as docs/results.md gives them and made the same way (OUT/tables.md): a row per
+    # repeat, model and level; then per model and level over the repeats, the medians of the
+    # modelled and the measured exchange.
+    printf '<!-- table: %s -->\n<!-- end of table -->\n\n' model-check model-check-medians >"$out/tables.md"
+    "$python" "$here/scripts/results-tables.py" --doc "$out/tables.md" --data "$out" >/dev/null
+    grep -v '^<!--' "$out/tables.md"
 }
 # One repeat into $dir: the link's fit, the runs and the model's predictions.
 measure() {
