@@ -37,11 +37,10 @@ void add_rendezvous_options(CLI::App& app, comm::RendezvousConfig& config) {
 }
 
 void add_backend_option(CLI::App& app, std::optional<comm::Backend>& backend, const std::string& group) {
-    app.add_option_function<std::string>(
-           "--backend",
-           [&backend](const std::string& name) { backend = name == "nccl" ? comm::Backend::nccl : comm::Backend::gloo; },
-           "Collectives: gloo (cpu), or nccl (cuda, in CUDA builds) [by --device]")
-        ->check(CLI::IsMember({"gloo", "nccl"}))
+    cli::add_typed_option(app, "--backend", backend, comm::parse_backend,
+                          "Collectives: " + choice_list(comm::backend_names()) +
+                              "; gloo for --device cpu, nccl for cuda (in CUDA builds) [by --device]")
+        ->type_name("BACKEND")
         ->group(group);
 }
 

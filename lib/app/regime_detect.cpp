@@ -1,5 +1,6 @@
 #include "app/regime_detect.hpp"
 
+#include "base/choice.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
@@ -18,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 
@@ -69,7 +71,8 @@ std::vector<std::string> texts(const std::vector<compress::Spec>& levels) {
     return out;
 }
 
-void validate(DetectConfig& c) {
+// The settings' checks, whatever gives them.
+void validate_settings(DetectConfig& c) {
     regime::validate(regime::Options{c.eta, c.interval});
     const bool batch = c.mode == ScheduleMode::batch;
     if (!c.granularity) c.granularity = batch ? Granularity::model : Granularity::layer;
@@ -86,6 +89,11 @@ void validate(DetectConfig& c) {
         check_plannable("--low", c.low);
         check_plannable("--high", c.high);
     }
+}
+
+// The program's checks: the settings', and no output written over an input.
+void validate(DetectConfig& c) {
+    validate_settings(c);
     std::vector<NamedPath> inputs = {{"GRADS.h5", c.input}};
     if (!c.planner.comm.empty()) inputs.push_back({"--comm", c.planner.comm});
     check_distinct_files(inputs, {{"--output", c.output}});
@@ -210,7 +218,7 @@ Outcome plan_compression_mode(const DetectConfig& c, const Decisions& per_parame
 io::Schedule schedule_header(const DetectConfig& c, const io::GradStats& grads, const Decisions& per_parameter) {
     io::Schedule s;
     s.header.provenance = c.provenance;
-    s.mode = mode_name(c.mode);
+    s.mode = c.mode;
     s.eta = c.eta;
     s.interval = c.interval;
     s.granularity = granularity_name(*c.granularity);
@@ -376,7 +384,7 @@ void print_json(const DetectConfig& c, const io::GradStats& grads, const Inputs&
     nlohmann::json report = o.report;
     report["input"] = c.input;
     report["output"] = c.output;
-    report["mode"] = mode_name(c.mode);
+    report["mode"] = io::schedule_mode_name(c.mode);
     report["eta"] = cli::json_number(c.eta);
     report["interval"] = c.interval;
     report["granularity"] = granularity_name(*c.granularity);
@@ -408,11 +416,22 @@ void print_json(const DetectConfig& c, const io::GradStats& grads, const Inputs&
 
 }  // namespace
 
-const char* mode_name(ScheduleMode mode) { return mode == ScheduleMode::batch ? "batch" : "compression"; }
-
-const char* granularity_name(Granularity granularity) {
-    return granularity == Granularity::model ? "model" : "layer";
+const std::vector<std::string>& granularity_names() {
+    static const std::vector<std::string> names{"layer", "model"};
+    return names;
 }
+
+const std::string& granularity_name(Granularity granularity) { return choice_name(granularity_names(), granularity); }
+
+namespace {
+
+Granularity parse_granularity(const std::string& text) {
+    return parse_choice<Granularity>(granularity_names(), text, "--granularity");
+}
+
+ScheduleMode parse_mode(const std::string& text) { return io::parse_schedule_mode(text, "--mode"); }
+
+}  // namespace
 
 void add_detect_options(CLI::App& app, DetectConfig& config) {
     app.add_option("GRADS.h5", config.input, "Gradient-statistics file written by grad-dump")->required();
@@ -420,10 +439,11 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
         ->check(cli::number(0, kMaxEta, true));
     app.add_option("--interval", config.interval, "Epochs between decisions")
         ->check(cli::whole_number(1, kMaxInterval));
-    app.add_option_function<std::string>(
-           "--mode", [&config](const std::string& v) { config.mode = v == "batch" ? ScheduleMode::batch : ScheduleMode::compression; },
-           "What the schedule switches: compression level or batch size")
-        ->check(CLI::IsMember({"compression", "batch"}));
+    cli::add_typed_option(app, "--mode", config.mode, parse_mode,
+                          "What the schedule switches: compression level or batch size: " +
+                              choice_list(io::schedule_mode_names()) + " [" + io::schedule_mode_name(config.mode) +
+                              "]")
+        ->type_name("MODE");
     // After --mode, so that its value is known when these are read.
     app.add_option_function<std::string>(
         "--low", [&config](const std::string& text) { read_level(config, "--low", text, config.low, config.low_batch); },
@@ -434,12 +454,10 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
         [&config](const std::string& text) { read_level(config, "--high", text, config.high, config.high_batch); },
         "Level elsewhere: a compressor spec [" + compress::kDefaultHigh.text() +
             "], or in batch mode the large batch size [4096]");
-    app.add_option_function<std::string>(
-           "--granularity",
-           [&config](const std::string& v) { config.granularity = v == "model" ? Granularity::model : Granularity::layer; },
-                   "Decide per parameter tensor (layer) or on the whole model (model) [layer; model in "
-                   "batch mode]")
-        ->check(CLI::IsMember({"layer", "model"}));
+    cli::add_typed_option(app, "--granularity", config.granularity, parse_granularity,
+                          "Decide per parameter tensor (layer) or on the whole model (model) [layer; model in "
+                          "batch mode]")
+        ->type_name("GRANULARITY");
     app.add_flag("--monotone", config.monotone, "Batch mode: never return to the small batch once grown");
     const std::string plan = "Per-layer planning (docs/planner.md)";
     app.add_option_function<std::string>(
@@ -458,7 +476,7 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
                config.plan_only.push_back("--plan-error");
            },
            "How residual norms add up to the error the budget limits [summed_norms]")
-        ->check(CLI::IsMember({"summed_norms", "summed_squares"}))
+        ->type_name("MEASURE")
         ->group(plan);
     app.add_option_function<double>(
            "--plan-budget-factor",
@@ -493,16 +511,26 @@ void add_detect_options(CLI::App& app, DetectConfig& config) {
     app.footer("Compressor specs:\n" + compress::spec_help());
 }
 
-int run_detect(DetectConfig c) {
-    validate(c);
-    const std::vector<io::OutputClaim> claims = io::claim_outputs({c.output}, "regime-detect", c.force);
-    const io::GradStats grads = io::read_grads(c.input);
-    const Inputs in = read_inputs(grads);
-    const std::int64_t E = in.norms.epochs;
+namespace {
+
+// A schedule made from gradient statistics, with what the summary reports of it.
+struct Detection {
+    io::Schedule schedule;
+    Inputs in;
+    Outcome outcome;
+    std::int64_t block = 1;
     std::vector<std::string> warnings;
+};
+
+// Accordion's rule (and --plan's planner) on `grads` with settings already checked.
+Detection detect_all(const DetectConfig& c, const io::GradStats& grads) {
+    Detection d;
+    d.in = read_inputs(grads);
+    const Inputs& in = d.in;
+    const std::int64_t E = in.norms.epochs;
     auto warn = [&](const std::string& text) {
         spdlog::warn(text);
-        warnings.push_back(text);
+        d.warnings.push_back(text);
     };
     if (!grads.complete)
         warn(c.input + " is marked incomplete: its run stopped after " + std::to_string(E) +
@@ -515,16 +543,81 @@ int run_detect(DetectConfig c) {
     const bool model = *c.granularity == Granularity::model;
     const Decisions decisions = model ? detect(whole_model(in.norms), in.lr, options) : detect(in.norms, in.lr, options);
     const Decisions per_parameter = model ? decisions.broadcast(in.norms.columns) : decisions;
-    io::Schedule s = schedule_header(c, grads, per_parameter);
-    const std::int64_t block = timeline_block(E, c.interval);
-    const Outcome o = c.mode == ScheduleMode::batch ? plan_batch_mode(c, decisions, grads, in, block, s)
-                                        : plan_compression_mode(c, per_parameter, grads, in, block, s, warn);
-    io::write_schedule(c.output, s);
+    d.schedule = schedule_header(c, grads, per_parameter);
+    d.block = timeline_block(E, c.interval);
+    d.outcome = c.mode == ScheduleMode::batch
+                    ? plan_batch_mode(c, decisions, grads, in, d.block, d.schedule)
+                    : plan_compression_mode(c, per_parameter, grads, in, d.block, d.schedule, warn);
+    return d;
+}
 
-    const std::vector<CriticalReasons> why = critical_reasons(o.decisions, o.counted, in.lr);
-    print_summary(c, in, o, block, why);
-    if (c.json) print_json(c, grads, in, o, block, why, warnings);
+}  // namespace
+
+int run_detect(DetectConfig c) {
+    validate(c);
+    const std::vector<io::OutputClaim> claims = io::claim_outputs({c.output}, "regime-detect", c.force);
+    const io::GradStats grads = io::read_grads(c.input);
+    const Detection d = detect_all(c, grads);
+    io::write_schedule(c.output, d.schedule);
+
+    const std::vector<CriticalReasons> why = critical_reasons(d.outcome.decisions, d.outcome.counted, d.in.lr);
+    print_summary(c, d.in, d.outcome, d.block, why);
+    if (c.json) print_json(c, grads, d.in, d.outcome, d.block, why, d.warnings);
     return 0;
+}
+
+namespace {
+
+// The shortest text that reads back as `value` exactly.
+std::string exact_text(double value) {
+    for (int digits = 1; digits < 17; ++digits) {
+        std::string text = short_number(value, digits);
+        if (std::strtod(text.c_str(), nullptr) == value) return text;
+    }
+    return short_number(value, 17);
+}
+
+}  // namespace
+
+std::vector<std::string> detect_arguments(const DetectRequest& r) {
+    std::vector<std::string> args{r.grads};
+    auto add = [&](const char* option, const std::optional<std::string>& value) {
+        if (value) args.insert(args.end(), {option, *value});
+    };
+    if (r.eta) args.insert(args.end(), {"--eta", exact_text(*r.eta)});
+    if (r.interval) args.insert(args.end(), {"--interval", std::to_string(*r.interval)});
+    add("--mode", r.mode);
+    add("--low", r.low);
+    add("--high", r.high);
+    add("--granularity", r.granularity);
+    if (r.monotone) args.push_back("--monotone");
+    return args;
+}
+
+DetectConfig detect_config(const DetectRequest& r) {
+    DetectConfig c;
+    c.input = r.grads;
+    if (r.eta) c.eta = *r.eta;
+    if (r.interval) c.interval = *r.interval;
+    // In the options' order: --mode decides how --low and --high read.
+    if (r.mode) c.mode = parse_mode(*r.mode);
+    if (r.low) read_level(c, "--low", *r.low, c.low, c.low_batch);
+    if (r.high) read_level(c, "--high", *r.high, c.high, c.high_batch);
+    if (r.granularity) c.granularity = parse_granularity(*r.granularity);
+    c.monotone = r.monotone;
+    c.provenance.producer = std::string("regime-detect ") + cli::version();
+    std::vector<std::string> argv{"regime-detect"};
+    for (const std::string& a : detect_arguments(r)) argv.push_back(a);
+    std::vector<const char*> pointers;
+    for (const std::string& a : argv) pointers.push_back(a.c_str());
+    c.provenance.command_line = command_line(static_cast<int>(pointers.size()), pointers.data());
+    validate_settings(c);
+    return c;
+}
+
+io::Schedule detect_schedule(DetectConfig c, const io::GradStats& grads) {
+    validate_settings(c);
+    return detect_all(c, grads).schedule;
 }
 
 }  // namespace acc::app

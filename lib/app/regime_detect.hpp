@@ -4,7 +4,9 @@
 
 #include "app/regime_plan.hpp"
 #include "compress/spec.hpp"
+#include "io/grads.hpp"
 #include "io/header.hpp"
+#include "io/schedule.hpp"
 #include "regime/detect.hpp"
 
 #include <cstdint>
@@ -18,13 +20,13 @@ class App;
 namespace acc::app {
 
 /// What the schedule switches (--mode).
-enum class ScheduleMode { compression, batch };
+using io::ScheduleMode;
 /// What one decision covers (--granularity): one parameter tensor, or the whole model.
 enum class Granularity { layer, model };
 
-/// The text of a mode and of a granularity, as options and files spell them.
-const char* mode_name(ScheduleMode mode);
-const char* granularity_name(Granularity granularity);
+/// The granularities' names as options and files spell them, in the enum's order.
+const std::vector<std::string>& granularity_names();
+const std::string& granularity_name(Granularity granularity);
 
 struct DetectConfig {
     std::string input;                                 ///< gradient-statistics file (accordion.grads)
@@ -56,5 +58,30 @@ void add_detect_options(CLI::App& app, DetectConfig& config);
 /// Validates the options (UsageError), reads the input, writes the schedule and
 /// prints the summary. Returns the exit code.
 int run_detect(DetectConfig config);
+
+/// regime-detect's settings as a caller other than the command line gives them (the
+/// Python package's accordion.detect); unset: the program's default. Texts are read as
+/// the options read them, with the same checks and words.
+struct DetectRequest {
+    std::string grads;  ///< GRADS.h5, or what names the norms in messages
+    std::optional<double> eta;
+    std::optional<std::int64_t> interval;
+    std::optional<std::string> mode, low, high, granularity;
+    bool monotone = false;
+};
+
+/// The command line that gives regime-detect these settings (GRADS.h5 and the options
+/// given, without the program's name and -o): what to type for the same schedule, and
+/// the provenance of one made in-process.
+std::vector<std::string> detect_arguments(const DetectRequest& request);
+
+/// The settings of `request`, as the command line detect_arguments gives would set
+/// them (with that command line as the provenance). Throws UsageError in the options' words.
+DetectConfig detect_config(const DetectRequest& request);
+
+/// The schedule run_detect writes for `config` and gradient statistics `grads`
+/// (read from config.input or given in memory), made without writing or printing
+/// anything but warnings. Throws UsageError as run_detect does.
+io::Schedule detect_schedule(DetectConfig config, const io::GradStats& grads);
 
 }  // namespace acc::app

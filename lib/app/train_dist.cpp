@@ -4,7 +4,6 @@
 #include "app/data_parallel.hpp"
 #include "app/train_dist_gravac.hpp"
 #include "app/train_dist_options.hpp"
-#include "app/train_dist_plan.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"
@@ -17,6 +16,7 @@
 #include "io/metrics.hpp"
 #include "io/output.hpp"
 #include "io/schedule.hpp"
+#include "plan/run_plan.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -81,29 +81,29 @@ nlohmann::json epoch_json(const EpochSummary& s, const io::MetricsEpoch& m, cons
 }
 
 // Rank 0 builds the plan from the options (and the schedule file) and checks it against the model.
-RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
+plan::RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedule>& schedule,
                   const std::vector<io::Parameter>& parameters, int world) {
     const std::int64_t epochs = c.train.epochs;
     switch (c.mode()) {
-    case Mode::fixed: return RunPlan::fixed(parameters, c.fixed_level(), epochs);
+    case Mode::fixed: return plan::RunPlan::fixed(parameters, c.fixed_level(), epochs);
     // GravacSync sends every matrix at its own per-step factor; the plan's levels stay none.
-    case Mode::gravac: return RunPlan::fixed(parameters, compress::no_compression(), epochs);
+    case Mode::gravac: return plan::RunPlan::fixed(parameters, compress::no_compression(), epochs);
     case Mode::schedule: {
         const io::Schedule& s = schedule.value();
         const std::vector<compress::Spec> levels =
-            check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend_last, world, c.batch_size_given);
-        return RunPlan::from_schedule(s, levels, parameters, epochs);
+            plan::check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend_last, world, c.batch_size_given);
+        return plan::RunPlan::from_schedule(s, levels, parameters, epochs);
     }
     case Mode::accordion: {
         std::vector<double> lr;
         for (std::int64_t e = 0; e < epochs; ++e) lr.push_back(c.train.schedule.at(e));
-        return RunPlan::accordion(parameters, c.accordion_config, lr);
+        return plan::RunPlan::accordion(parameters, c.accordion_config, lr, epochs);
     }
     }
     throw Error("internal error: unknown mode");
 }
 
-io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const std::vector<io::Parameter>& parameters,
+io::Metrics metrics_header(const TrainDistConfig& c, const plan::RunPlan& plan, const std::vector<io::Parameter>& parameters,
                            int world, comm::Backend backend) {
     io::Metrics m;
     m.header.provenance = c.provenance;
@@ -117,7 +117,7 @@ io::Metrics metrics_header(const TrainDistConfig& c, const RunPlan& plan, const 
     if (c.mode() == Mode::fixed) r.compress = c.fixed_level().text();
     if (c.mode() == Mode::schedule) {
         r.schedule = c.schedule;
-        r.schedule_mode = plan.batch_mode() ? "batch" : "compression";
+        r.schedule_mode = io::schedule_mode_name(plan.batch_mode() ? io::ScheduleMode::batch : io::ScheduleMode::compression);
     }
     if (c.mode() == Mode::accordion) {
         r.eta = c.accordion_config.eta;
@@ -140,7 +140,7 @@ struct LevelTable {
     std::vector<compress::Spec> levels;
 
     std::string text() const {
-        std::string out = batch_mode ? "batch" : "compression";
+        std::string out = io::schedule_mode_name(batch_mode ? io::ScheduleMode::batch : io::ScheduleMode::compression);
         for (const auto& level : levels) out += "\n" + level.text();
         return out;
     }
@@ -165,7 +165,7 @@ struct LevelTable {
 
 // Rank 0's level table on every rank, typed: the mode, then each level as its
 // compressor's place in the registry and its parameter. No rank parses text.
-LevelTable agree_on_levels(RankSession& session, const RunPlan* plan) {
+LevelTable agree_on_levels(RankSession& session, const plan::RunPlan* plan) {
     std::vector<double> values;
     if (plan) {
         values.push_back(plan->batch_mode() ? 1 : 0);
@@ -193,7 +193,7 @@ struct EpochOrders {
     double lr = 0;
     std::int64_t batch_size = 0;       // per rank
     std::vector<std::int32_t> level;  // per parameter: index into the level table
-    EpochLevels decided;               // rank 0: the plan's decision behind the levels
+    plan::EpochLevels decided;               // rank 0: the plan's decision behind the levels
 };
 
 // Where a run starts: epoch 0, or rank 0's checkpoint.
@@ -229,12 +229,12 @@ private:
     comm::Backend backend_;
     std::string checkpoint_;
     std::vector<io::OutputClaim> claims_;  // rank 0: the metrics file and checkpoint, for the whole run
-    std::optional<RunPlan> plan_;  // rank 0
+    std::optional<plan::RunPlan> plan_;  // rank 0
     LevelTable table_;
     EpochOrders orders_;  // this epoch's
     std::unique_ptr<BucketSync> exchange_;
     std::unique_ptr<exchange::GravacSync> gravac_;        // --gravac: sends instead of exchange_
-    std::vector<io::MetricsGravacStep> gravac_steps_;     // the epoch's GraVAC decisions
+    std::vector<regime::GravacStep> gravac_steps_;     // the epoch's GraVAC decisions
     std::optional<io::MetricsWriter> metrics_;           // rank 0
     std::unique_ptr<train::GradientRecorder> recorder_;  // rank 0, online Accordion
     std::int64_t bytes_total_ = 0;
@@ -450,7 +450,7 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
     spdlog::info("{}{}", epoch_line(all, false),
                  epoch_tail(m, gravac_ ? std::string("gravac ") + regime::gravac_family_name(*c_.gravac) + ": " +
                                              gravac_summary(gravac_steps_)
-                                       : levels_summary(table_.levels, o.level)));
+                                       : plan::levels_summary(table_.levels, o.level)));
     history_.push_back(epoch_json(all, m, table_.levels));
 }
 

@@ -5,6 +5,7 @@
 #include "comm/rendezvous.hpp"
 #include "compress/spec.hpp"
 #include "io/header.hpp"
+#include "plan/run_plan.hpp"
 #include "regime/detect.hpp"
 #include "regime/gravac.hpp"
 #include "train/config.hpp"
@@ -23,12 +24,8 @@ enum class Mode {
     gravac,     ///< --gravac FAMILY: GraVAC's compression factor, chosen every step (exchange/gravac.hpp)
 };
 
-struct AccordionConfig {
-    compress::Spec low = compress::kDefaultLow;   ///< level of critical epochs (little compression)
-    compress::Spec high = compress::kDefaultHigh; ///< level of the other epochs
-    double eta = regime::kDefaultEta;///< threshold on the relative change of the norm
-    std::int64_t interval = regime::kDefaultInterval; ///< epochs between decisions
-};
+/// --low, --high, --eta and --interval: the run plan's settings for Accordion online.
+using AccordionConfig = plan::AccordionSettings;
 
 struct TrainDistConfig {
     train::TrainConfig train;

@@ -39,7 +39,7 @@ io::MetricsGravac gravac_metrics(const TrainDistConfig& c, int world) {
     return g;
 }
 
-std::string gravac_summary(const std::vector<io::MetricsGravacStep>& steps) {
+std::string gravac_summary(const std::vector<regime::GravacStep>& steps) {
     std::map<double, std::int64_t> at;
     for (const auto& s : steps) ++at[s.factor];
     std::string out;
@@ -48,8 +48,8 @@ std::string gravac_summary(const std::vector<io::MetricsGravacStep>& steps) {
     return out.empty() ? "no steps" : out;
 }
 
-std::vector<io::MetricsGravacStep> log_gravac_epoch(exchange::GravacSync& sync, int rank, std::int64_t epoch) {
-    std::vector<io::MetricsGravacStep> steps = sync.take_steps();
+std::vector<regime::GravacStep> log_gravac_epoch(exchange::GravacSync& sync, int rank, std::int64_t epoch) {
+    std::vector<regime::GravacStep> steps = sync.take_steps();
     std::string factors;
     for (const auto& s : steps) factors += fmt::format("{},", s.factor);
     spdlog::debug("rank {}: gravac epoch {}: steps at each factor {}; decisions digest {:016x}", rank, epoch,

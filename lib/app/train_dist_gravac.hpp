@@ -25,8 +25,8 @@ std::unique_ptr<exchange::GravacSync> make_gravac_sync(const TrainDistConfig& co
 io::MetricsGravac gravac_metrics(const TrainDistConfig& config, int world);
 /// Takes the epoch's step records and logs (debug) a digest of its decisions, so that
 /// ranks can be compared.
-std::vector<io::MetricsGravacStep> log_gravac_epoch(exchange::GravacSync& sync, int rank, std::int64_t epoch);
+std::vector<regime::GravacStep> log_gravac_epoch(exchange::GravacSync& sync, int rank, std::int64_t epoch);
 /// "6 at 4x, 10 at 8x, 2 dense": steps at each factor, for the epoch line.
-std::string gravac_summary(const std::vector<io::MetricsGravacStep>& steps);
+std::string gravac_summary(const std::vector<regime::GravacStep>& steps);
 
 }  // namespace acc::app

@@ -2,6 +2,7 @@
 // into compress::Spec where they are read. No LibTorch here.
 #include "app/train_dist_options.hpp"
 
+#include "base/choice.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "app/rank_options.hpp"
@@ -73,9 +74,10 @@ std::pair<CLI::Option*, CLI::Option*> add_level_options(CLI::App& app, TrainDist
                           ->group(group);
     auto* gravac = cli::add_typed_option(app, "--gravac", c.gravac, regime::parse_gravac_family,
                                   "Run GraVAC: every step, send this compressor's gradient at the largest "
-                                  "compression factor whose gain ||C(g)||^2/||g||^2 is at least --gravac-epsilon: "
-                                  "topk, dgc, randomk or powersgd (factor f is rank "
-                                  "max(1, floor(rows*cols/(f*(rows+cols)))) per matrix)")
+                                  "compression factor whose gain ||C(g)||^2/||g||^2 is at least --gravac-epsilon: " +
+                                      choice_list(regime::gravac_family_names()) +
+                                      " (factor f is rank max(1, floor(rows*cols/(f*(rows+cols)))) for powersgd's "
+                                      "matrices)")
                        ->type_name("FAMILY")
                        ->group(group);
     compress->excludes(schedule)->excludes(accordion)->excludes(gravac);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "base/provenance.hpp"
+#include "cli/logging.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -38,13 +39,6 @@ int run_tool(const std::string& name, const std::string& description, int argc, 
 /// prints, after "<tool> (Accordion toolkit) <version>". Call from run_tool's `define`.
 void add_build_details(CLI::App& app, const std::string& details);
 
-/// Logging on stderr: info lines plain, warnings as "<tool>: warning: ...",
-/// errors as "<tool>: error: ...". `verbosity` -1 quiet (warnings and errors
-/// only), 0 normal, 1 debug.
-void setup_logging(const std::string& tool, int verbosity);
-
-/// Tags log lines of one rank in a multi-process run ("<tool>[1]: ...").
-void set_log_rank(int rank);
 
 /// A CLI11 validator for numbers strictly greater than zero.
 CLI::Validator positive();

@@ -2,17 +2,29 @@
 // options, before anything joins a group.
 #pragma once
 
+#include "base/choice.hpp"
 #include "base/device.hpp"
 #include "base/error.hpp"
 
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace acc::comm {
 
 enum class Backend { gloo, nccl };
 
+/// The backends' names (--backend), in the enum's order.
+inline const std::vector<std::string>& backend_names() {
+    static const std::vector<std::string> names{"gloo", "nccl"};
+    return names;
+}
+
 /// "gloo" or "nccl".
-inline const char* backend_name(Backend backend) { return backend == Backend::nccl ? "nccl" : "gloo"; }
+inline const char* backend_name(Backend backend) { return choice_name(backend_names(), backend).c_str(); }
+
+/// `text` as a backend; UsageError "--backend: must be gloo or nccl, not 'x'".
+inline Backend parse_backend(const std::string& text) { return parse_choice<Backend>(backend_names(), text, "--backend"); }
 
 /// The backend of tensors on `device`: Gloo for host memory, NCCL for GPUs.
 inline Backend default_backend(Device device) { return device == Device::cuda ? Backend::nccl : Backend::gloo; }

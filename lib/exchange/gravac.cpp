@@ -136,7 +136,7 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const Grava
     const double samples_per_second = samples / seconds;
 
     const regime::GravacState before = controller_->state();
-    GravacStepRecord record;
+    regime::GravacStep record;
     record.epoch = info.epoch;
     record.factor = decision.factor;
     record.choice = static_cast<std::int8_t>(decision.choice);
@@ -189,14 +189,14 @@ ExchangeTotals GravacExchange::take_totals() {
     return out;
 }
 
-std::vector<GravacStepRecord> GravacExchange::take_steps() {
-    std::vector<GravacStepRecord> out;
+std::vector<regime::GravacStep> GravacExchange::take_steps() {
+    std::vector<regime::GravacStep> out;
     out.swap(records_);
     return out;
 }
 
-std::vector<GravacThroughputRow> GravacExchange::throughput(std::int64_t epoch) const {
-    std::vector<GravacThroughputRow> out;
+std::vector<regime::GravacThroughputRow> GravacExchange::throughput(std::int64_t epoch) const {
+    std::vector<regime::GravacThroughputRow> out;
     for (const auto& t : controller_->state().throughput) out.push_back({epoch, t.factor, t.throughput});
     return out;
 }

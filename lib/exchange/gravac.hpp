@@ -78,30 +78,11 @@ struct GravacExchangeOptions {
 
 /// What the exchange needs to know of a step.
 struct GravacStepInfo {
-    std::int64_t epoch = 0;    ///< recorded in the step's GravacStepRecord
+    std::int64_t epoch = 0;    ///< recorded in the step's regime::GravacStep
     std::int64_t samples = 0;  ///< this rank's samples in the step (a short last batch counts what it holds); 0: not known
     /// When the step began (before its batch was read); the clock's epoch: not known, the
     /// exchange's start is taken instead.
     SteadyClock::time_point started{};
-};
-
-/// One step's decision (the metrics file's /gravac/steps row).
-struct GravacStepRecord {
-    static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-    std::int64_t epoch = 0;
-    double factor = 1;          ///< compression factor sent (1: dense)
-    std::int8_t choice = 2;     ///< regime::GravacChoice: 0 candidate, 1 theta_min, 2 dense (lines 10-24 of Algorithm 1)
-    double theta_min = 0;       ///< minimum factor this step
-    double candidate = 0;       ///< candidate factor evaluated this step
-    double gain_min = kNaN;     ///< EWMA gain of theta_min after this step's sample
-    double gain_candidate = kNaN;  ///< EWMA gain of the candidate after this step's sample
-};
-
-/// One row of the controller's compression-throughput table.
-struct GravacThroughputRow {
-    std::int64_t epoch = 0;
-    double factor = 1;      ///< compression factor (1: dense)
-    double throughput = 0;  ///< samples/s x gain, last measured at this factor
 };
 
 /// Bytes of the chosen level for the whole model (this worker, one step).
@@ -141,9 +122,9 @@ public:
     /// Totals since the last take_totals(), which resets them.
     ExchangeTotals take_totals();
     /// Step records since the last take_steps(), which clears them.
-    std::vector<GravacStepRecord> take_steps();
+    std::vector<regime::GravacStep> take_steps();
     /// The throughput table now, tagged with `epoch`, ascending factor.
-    std::vector<GravacThroughputRow> throughput(std::int64_t epoch) const;
+    std::vector<regime::GravacThroughputRow> throughput(std::int64_t epoch) const;
     const regime::GravacController& controller() const { return *controller_; }
     /// Bytes each level would send per step (this worker), vectors and scalars excluded.
     GravacLevelBytes level_bytes() const;
@@ -169,7 +150,7 @@ private:
     std::vector<size_t> matrices_;       // tensors GraVAC compresses
     std::unique_ptr<GradientExchange> exchange_;
     std::vector<std::array<double, 4>> inputs_;  // the controller's inputs, every step
-    std::vector<GravacStepRecord> records_;
+    std::vector<regime::GravacStep> records_;
     ExchangeTotals totals_;
 };
 

@@ -214,11 +214,7 @@ std::vector<EpochStats> read_epochs(const H5File& f, const std::vector<Parameter
     for (size_t e = 0; e < epochs; ++e) {
         EpochStats& s = rows[e];
         s.lr = lr[e];
-        if (!std::isfinite(s.lr) || s.lr < 0)
-            f.fail("learning rate of epoch " + std::to_string(e) + " is " + std::to_string(s.lr) +
-                   "; it must be a finite number >= 0");
         s.steps = steps[e];
-        if (s.steps < 0) f.fail("epoch " + std::to_string(e) + " has a negative step count");
         if (loss) s.loss = (*loss)[e];
         if (accuracy) s.accuracy = (*accuracy)[e];
         if (test_loss) s.test_loss = (*test_loss)[e];
@@ -227,20 +223,30 @@ std::vector<EpochStats> read_epochs(const H5File& f, const std::vector<Parameter
         if (samples) s.samples = (*samples)[e];
         s.norm.assign(norm.begin() + static_cast<std::ptrdiff_t>(e * count),
                       norm.begin() + static_cast<std::ptrdiff_t>((e + 1) * count));
-        for (size_t p = 0; p < count; ++p) {
-            double n = s.norm[p];
-            if (std::isnan(n))
-                f.fail("gradient norm is NaN at epoch " + std::to_string(e) + ", parameter '" + parameters[p].name +
-                       "' (the training run diverged?)");
-            if (std::isinf(n) || n < 0)
-                f.fail("gradient norm is " + std::to_string(n) + " at epoch " + std::to_string(e) + ", parameter '" +
-                       parameters[p].name + "'; norms must be finite and >= 0");
-        }
+        const std::string problem = epoch_problem(s, e, parameters);
+        if (!problem.empty()) f.fail(problem);
     }
     return rows;
 }
 
 }  // namespace
+
+std::string epoch_problem(const EpochStats& s, size_t e, const std::vector<Parameter>& parameters) {
+    if (!std::isfinite(s.lr) || s.lr < 0)
+        return "learning rate of epoch " + std::to_string(e) + " is " + std::to_string(s.lr) +
+               "; it must be a finite number >= 0";
+    if (s.steps < 0) return "epoch " + std::to_string(e) + " has a negative step count";
+    for (size_t p = 0; p < s.norm.size() && p < parameters.size(); ++p) {
+        const double n = s.norm[p];
+        if (std::isnan(n))
+            return "gradient norm is NaN at epoch " + std::to_string(e) + ", parameter '" + parameters[p].name +
+                   "' (the training run diverged?)";
+        if (std::isinf(n) || n < 0)
+            return "gradient norm is " + std::to_string(n) + " at epoch " + std::to_string(e) + ", parameter '" +
+                   parameters[p].name + "'; norms must be finite and >= 0";
+    }
+    return "";
+}
 
 GradStats read_grads(const std::string& path) {
     H5File f = H5File::open(path, false);

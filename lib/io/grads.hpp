@@ -67,6 +67,11 @@ struct GradStats {
     GradProfile profile;                        ///< empty unless has_profile; then every epoch and parameter
 };
 
+/// What is wrong with one epoch's values (its learning rate, step count and norms, one
+/// per parameter) as the end of a sentence ("gradient norm is NaN at epoch 3, parameter
+/// 'fc.weight' ..."); empty when nothing is. The check read_grads applies to each epoch.
+std::string epoch_problem(const EpochStats& epoch, size_t index, const std::vector<Parameter>& parameters);
+
 /// Reads and validates a whole gradient-statistics file (snapshots stay on disk).
 GradStats read_grads(const std::string& path);
 

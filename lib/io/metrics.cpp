@@ -109,22 +109,22 @@ const char* kChoiceMeaning = "0: candidate factor; 1: theta_min; 2: dense (Algor
 // per-epoch summaries derived from the steps (for readers that want one row per epoch).
 void write_gravac(H5File& f, const MetricsGravac& g, size_t epochs) {
     const Dims steps{g.steps.size()};
-    f.write("/gravac/steps/epoch", pick(g.steps, &MetricsGravacStep::epoch), steps);
-    f.write("/gravac/steps/factor", pick(g.steps, &MetricsGravacStep::factor), steps);
-    f.write("/gravac/steps/choice", pick(g.steps, &MetricsGravacStep::choice), steps);
+    f.write("/gravac/steps/epoch", pick(g.steps, &regime::GravacStep::epoch), steps);
+    f.write("/gravac/steps/factor", pick(g.steps, &regime::GravacStep::factor), steps);
+    f.write("/gravac/steps/choice", pick(g.steps, &regime::GravacStep::choice), steps);
     f.write_attr("/gravac/steps/choice", "meaning", std::string(kChoiceMeaning));
-    f.write("/gravac/steps/theta_min", pick(g.steps, &MetricsGravacStep::theta_min), steps);
-    f.write("/gravac/steps/candidate", pick(g.steps, &MetricsGravacStep::candidate), steps);
-    f.write("/gravac/steps/gain_min", pick(g.steps, &MetricsGravacStep::gain_min), steps);
-    f.write("/gravac/steps/gain_candidate", pick(g.steps, &MetricsGravacStep::gain_candidate), steps);
+    f.write("/gravac/steps/theta_min", pick(g.steps, &regime::GravacStep::theta_min), steps);
+    f.write("/gravac/steps/candidate", pick(g.steps, &regime::GravacStep::candidate), steps);
+    f.write("/gravac/steps/gain_min", pick(g.steps, &regime::GravacStep::gain_min), steps);
+    f.write("/gravac/steps/gain_candidate", pick(g.steps, &regime::GravacStep::gain_candidate), steps);
     const Dims rows{g.throughput.size()};
-    f.write("/gravac/throughput/epoch", pick(g.throughput, &MetricsGravacThroughput::epoch), rows);
-    f.write("/gravac/throughput/factor", pick(g.throughput, &MetricsGravacThroughput::factor), rows);
-    f.write("/gravac/throughput/throughput", pick(g.throughput, &MetricsGravacThroughput::throughput), rows);
+    f.write("/gravac/throughput/epoch", pick(g.throughput, &regime::GravacThroughputRow::epoch), rows);
+    f.write("/gravac/throughput/factor", pick(g.throughput, &regime::GravacThroughputRow::factor), rows);
+    f.write("/gravac/throughput/throughput", pick(g.throughput, &regime::GravacThroughputRow::throughput), rows);
     std::vector<std::int64_t> counts[3];
     std::vector<double> last[4];
     for (auto& c : counts) c.assign(epochs, 0);
-    for (auto& l : last) l.assign(epochs, MetricsGravacStep::kNaN);
+    for (auto& l : last) l.assign(epochs, regime::GravacStep::kNaN);
     for (const auto& s : g.steps) {
         if (s.epoch < 0 || static_cast<size_t>(s.epoch) >= epochs) continue;
         const auto e = static_cast<size_t>(s.epoch);
@@ -365,8 +365,8 @@ MetricsWriter MetricsWriter::resume(std::string path, const Metrics& expected, s
     return writer;
 }
 
-void MetricsWriter::append_gravac(const std::vector<MetricsGravacStep>& steps,
-                                  const std::vector<MetricsGravacThroughput>& throughput) {
+void MetricsWriter::append_gravac(const std::vector<regime::GravacStep>& steps,
+                                  const std::vector<regime::GravacThroughputRow>& throughput) {
     metrics_.gravac.steps.insert(metrics_.gravac.steps.end(), steps.begin(), steps.end());
     metrics_.gravac.throughput.insert(metrics_.gravac.throughput.end(), throughput.begin(), throughput.end());
 }

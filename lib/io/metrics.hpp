@@ -4,6 +4,7 @@
 
 #include "io/header.hpp"
 #include "io/parameters.hpp"
+#include "regime/gravac.hpp"
 
 #include <cstdint>
 #include <limits>
@@ -68,25 +69,6 @@ struct MetricsEpoch {
     std::vector<std::int8_t> reason;
 };
 
-/// One GraVAC step (train-dist --gravac), identical on every rank.
-struct MetricsGravacStep {
-    static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-    std::int64_t epoch = 0;
-    double factor = 1;          ///< compression factor sent (1: dense)
-    std::int8_t choice = 2;     ///< 0 candidate, 1 theta_min, 2 dense (lines 10-24 of Algorithm 1)
-    double theta_min = 0;       ///< minimum factor this step
-    double candidate = 0;       ///< candidate factor evaluated this step
-    double gain_min = kNaN;     ///< EWMA gain of theta_min after this step's sample
-    double gain_candidate = kNaN;  ///< EWMA gain of the candidate after this step's sample
-};
-
-/// One row of the compression-throughput table at the end of an epoch.
-struct MetricsGravacThroughput {
-    std::int64_t epoch = 0;
-    double factor = 1;      ///< compression factor (1: dense)
-    double throughput = 0;  ///< samples/s x gain, last measured at this factor
-};
-
 /// GraVAC's settings and record (/gravac); absent (enabled = false) in other modes.
 struct MetricsGravac {
     bool enabled = false;
@@ -94,8 +76,8 @@ struct MetricsGravac {
     std::string policy;  ///< exponential or geometric
     double theta_min = 0, theta_max = 0, epsilon = 0, omega = 0, theta_s = 0, smoothing = 0;
     std::int64_t window = 0;
-    std::vector<MetricsGravacStep> steps;             ///< every step of the run, in order
-    std::vector<MetricsGravacThroughput> throughput;  ///< per epoch, ascending factor
+    std::vector<regime::GravacStep> steps;             ///< every step of the run, in order
+    std::vector<regime::GravacThroughputRow> throughput;  ///< per epoch, ascending factor
 };
 
 struct Metrics {
@@ -125,7 +107,7 @@ public:
     static MetricsWriter resume(std::string path, const Metrics& expected, std::int64_t keep_epochs);
 
     /// GraVAC's records of the epoch about to be appended (--gravac runs).
-    void append_gravac(const std::vector<MetricsGravacStep>& steps, const std::vector<MetricsGravacThroughput>& throughput);
+    void append_gravac(const std::vector<regime::GravacStep>& steps, const std::vector<regime::GravacThroughputRow>& throughput);
     void append_epoch(const MetricsEpoch& epoch);
     /// Marks the file complete.
     void finish();

@@ -1,6 +1,7 @@
 #include "io/schedule.hpp"
 #include "io/h5.hpp"
 
+#include "base/choice.hpp"
 #include "base/text.hpp"
 
 #include <cmath>
@@ -17,9 +18,20 @@ const char* kReasonLegend =
 
 }  // namespace
 
+const std::vector<std::string>& schedule_mode_names() {
+    static const std::vector<std::string> names{"compression", "batch"};
+    return names;
+}
+
+const std::string& schedule_mode_name(ScheduleMode mode) { return choice_name(schedule_mode_names(), mode); }
+
+ScheduleMode parse_schedule_mode(const std::string& text, const std::string& option) {
+    return parse_choice<ScheduleMode>(schedule_mode_names(), text, option);
+}
+
 void write_schedule(const std::string& path, const Schedule& s) {
     write_file(path, s.header, kScheduleFormat, kScheduleMajor, kScheduleMinor, [&](H5File& f) {
-        f.write_attr("/", "mode", s.mode);
+        f.write_attr("/", "mode", schedule_mode_name(s.mode));
         f.write_attr("/", "detector", s.detector);
         f.write_attr("/", "eta", s.eta);
         f.write_attr("/", "interval", s.interval);
@@ -38,7 +50,7 @@ void write_schedule(const std::string& path, const Schedule& s) {
         f.write("/epochs/ratio", s.ratio, table);
         f.write("/epochs/reason", s.reason, table);
         f.write_attr("/epochs/reason", "meaning", std::string(kReasonLegend));
-        if (s.mode == "compression") {
+        if (s.mode == ScheduleMode::compression) {
             f.write_strings("/levels", s.levels);
             f.write("/epochs/level", s.level, table);
         } else {
@@ -52,9 +64,12 @@ Schedule read_schedule(const std::string& path) {
     H5File f = H5File::open(path, false);
     Schedule s;
     s.header = read_header(f, kScheduleFormat, kScheduleMajor);
-    s.mode = f.read_attr_string("/", "mode");
-    if (s.mode != "compression" && s.mode != "batch")
-        f.fail("mode is '" + s.mode + "', expected 'compression' or 'batch'");
+    const std::string mode = f.read_attr_string("/", "mode");
+    try {
+        s.mode = parse_schedule_mode(mode, "mode");
+    } catch (const UsageError&) {
+        f.fail("mode is '" + mode + "', expected " + choice_list(schedule_mode_names()));
+    }
     if (f.has_attr("/", "detector")) s.detector = f.read_attr_string("/", "detector");
     if (f.has_attr("/", "eta")) s.eta = f.read_attr_double("/", "eta");
     if (f.has_attr("/", "interval")) s.interval = f.read_attr_int("/", "interval");
@@ -96,7 +111,7 @@ Schedule read_schedule(const std::string& path) {
             f.fail("/epochs/ratio is NaN at " + where + "; NaN is valid only in the first interval (reason " +
                    std::to_string(kFirstIntervalReason) + "), here the reason is " + std::to_string(s.reason[i]));
     }
-    if (s.mode == "compression") {
+    if (s.mode == ScheduleMode::compression) {
         s.levels = f.read_strings("/levels");
         if (s.levels.empty()) f.fail("/levels lists no level");
         s.level = f.read_shaped<std::int32_t>("/epochs/level", table, "epochs x parameters");

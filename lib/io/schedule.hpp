@@ -4,6 +4,7 @@
 
 #include "io/header.hpp"
 #include "io/parameters.hpp"
+#include "regime/detect.hpp"
 
 #include <cstdint>
 #include <string>
@@ -20,13 +21,21 @@ inline constexpr int kReasonCodes = 5;
 /// the largest regime-detect accepts.
 inline constexpr double kMaxLrScale = 1048576;
 
+/// What a schedule switches: each parameter's compression level, or the batch size.
+enum class ScheduleMode { compression, batch };
+/// The modes' names as options and files spell them, in the enum's order.
+const std::vector<std::string>& schedule_mode_names();
+const std::string& schedule_mode_name(ScheduleMode mode);
+/// `text` as a mode; UsageError "OPTION: must be compression or batch, not 'x'".
+ScheduleMode parse_schedule_mode(const std::string& text, const std::string& option);
+
 struct Schedule {
     FileHeader header;
     // How it was made (root attributes).
-    std::string mode = "compression";  ///< "compression" or "batch"
+    ScheduleMode mode = ScheduleMode::compression;
     std::string detector = "accordion";
-    double eta = 0.5;
-    std::int64_t interval = 10;        ///< epochs between decisions
+    double eta = regime::kDefaultEta;
+    std::int64_t interval = regime::kDefaultInterval;  ///< epochs between decisions
     std::string granularity = "layer";  ///< "layer" or "model"
     std::string low;                    ///< level for critical epochs (spec or batch size)
     std::string high;                   ///< level elsewhere

@@ -53,11 +53,11 @@ Decisions Decisions::broadcast(std::int64_t count) const {
 void validate(const Options& options) {
     // The same words as the command line's range check, for configs filled by code.
     if (!(options.eta > 0 && options.eta <= kMaxEta))
-        throw UsageError("--eta: must be a number in (0, " + short_number(kMaxEta) + "], not " +
-                         short_number(options.eta));
+        throw UsageError("--eta: must be a number in (0, " + short_number(kMaxEta) + "], not '" +
+                         short_number(options.eta) + "'");
     if (options.interval < 1 || options.interval > kMaxInterval)
-        throw UsageError("--interval: must be a whole number in [1, " + std::to_string(kMaxInterval) + "], not " +
-                         std::to_string(options.interval));
+        throw UsageError("--interval: must be a whole number in [1, " + std::to_string(kMaxInterval) + "], not '" +
+                         std::to_string(options.interval) + "'");
 }
 
 Decisions detect(const NormTable& norms, const std::vector<double>& lr, const Options& options) {

@@ -1,3 +1,4 @@
+#include "base/choice.hpp"
 #include "regime/gravac.hpp"
 
 #include "base/error.hpp"
@@ -41,13 +42,7 @@ const char* gravac_family_name(GravacFamily family) {
 }
 
 GravacFamily parse_gravac_family(const std::string& text) {
-    const auto& names = gravac_family_names();
-    for (size_t i = 0; i < names.size(); ++i)
-        if (names[i] == text) return static_cast<GravacFamily>(i);
-    std::string list;
-    for (size_t i = 0; i < names.size(); ++i)
-        list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-    throw UsageError("--gravac: must be " + list + ", not '" + text + "'");
+    return parse_choice<GravacFamily>(gravac_family_names(), text, "--gravac");
 }
 
 const char* gravac_policy_name(GravacPolicy policy) {
@@ -99,6 +94,17 @@ const char* gravac_choice_name(GravacChoice choice) {
     case GravacChoice::dense: return "dense";
     }
     return "?";
+}
+
+const std::vector<std::string>& gravac_step_fields() {
+    static const std::vector<std::string> fields{"epoch",     "factor",   "choice",        "theta_min",
+                                                 "candidate", "gain_min", "gain_candidate"};
+    return fields;
+}
+
+std::vector<double> gravac_step_values(const GravacStep& s) {
+    return {static_cast<double>(s.epoch), s.factor, static_cast<double>(s.choice), s.theta_min, s.candidate,
+            s.gain_min, s.gain_candidate};
 }
 
 double gravac_smoothing(std::int64_t world_size) {

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -147,6 +148,32 @@ enum class GravacChoice : std::int8_t {
     dense = 2,      ///< send g_o uncompressed, residual = 0: both gains < epsilon, or no gain yet (line 21)
 };
 const char* gravac_choice_name(GravacChoice choice);
+
+/// One step's decision, identical on every rank: the metrics file's /gravac/steps
+/// row and the Python package's accordion.GravacStep.
+struct GravacStep {
+    static constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+    std::int64_t epoch = 0;
+    double factor = 1;          ///< compression factor sent (1: dense)
+    std::int8_t choice = 2;     ///< GravacChoice: 0 candidate, 1 theta_min, 2 dense (lines 10-24 of Algorithm 1)
+    double theta_min = 0;       ///< minimum factor this step
+    double candidate = 0;       ///< candidate factor evaluated this step
+    double gain_min = kNaN;     ///< EWMA gain of theta_min after this step's sample
+    double gain_candidate = kNaN;  ///< EWMA gain of the candidate after this step's sample
+};
+
+/// GravacStep's fields by name, in its order (the metrics file's datasets and the
+/// Python package's attributes are named so), and one step's values in that order.
+const std::vector<std::string>& gravac_step_fields();
+std::vector<double> gravac_step_values(const GravacStep& step);
+
+/// One row of a run's compression-throughput record (the metrics file's
+/// /gravac/throughput), taken at the end of an epoch.
+struct GravacThroughputRow {
+    std::int64_t epoch = 0;
+    double factor = 1;      ///< compression factor (1: dense)
+    double throughput = 0;  ///< samples/s x gain, last measured at this factor
+};
 
 struct GravacDecision {
     GravacChoice choice = GravacChoice::dense;

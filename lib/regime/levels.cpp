@@ -5,16 +5,17 @@
 #include <algorithm>
 
 namespace acc::regime {
-namespace {
 
-std::int32_t index_of(std::vector<compress::Spec>& levels, const compress::Spec& level) {
+std::int32_t level_index(std::vector<compress::Spec>& levels, const compress::Spec& level) {
     auto it = std::find(levels.begin(), levels.end(), level);
     if (it != levels.end()) return static_cast<std::int32_t>(it - levels.begin());
     levels.push_back(level);
     return static_cast<std::int32_t>(levels.size() - 1);
 }
 
-}  // namespace
+AccordionLevel accordion_level(bool is_matrix, bool critical) {
+    return !is_matrix ? AccordionLevel::none : critical ? AccordionLevel::low : AccordionLevel::high;
+}
 
 CompressionPlan plan_compression(const Decisions& decisions, const std::vector<bool>& is_matrix,
                                  const compress::Spec& low, const compress::Spec& high) {
@@ -22,14 +23,14 @@ CompressionPlan plan_compression(const Decisions& decisions, const std::vector<b
         throw Error("internal error: " + std::to_string(is_matrix.size()) + " parameters but " +
                     std::to_string(decisions.columns) + " decision columns");
     CompressionPlan plan;
-    const std::int32_t none = index_of(plan.levels, compress::no_compression());
-    const std::int32_t low_index = index_of(plan.levels, low);
-    const std::int32_t high_index = index_of(plan.levels, high);
+    // Indexed by AccordionLevel.
+    const std::int32_t index[] = {level_index(plan.levels, compress::no_compression()), level_index(plan.levels, low),
+                                  level_index(plan.levels, high)};
     plan.level.resize(decisions.critical.size());
     for (std::int64_t e = 0; e < decisions.epochs; ++e) {
         for (std::int64_t p = 0; p < decisions.columns; ++p) {
             size_t i = decisions.at(e, p);
-            plan.level[i] = !is_matrix[static_cast<size_t>(p)] ? none : decisions.critical[i] ? low_index : high_index;
+            plan.level[i] = index[static_cast<int>(accordion_level(is_matrix[static_cast<size_t>(p)], decisions.critical[i] != 0))];
         }
     }
     return plan;

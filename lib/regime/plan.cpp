@@ -1,3 +1,4 @@
+#include "base/choice.hpp"
 #include "regime/plan.hpp"
 
 #include "base/error.hpp"
@@ -199,14 +200,15 @@ double topk_residual(double norm, const std::vector<double>& tail_fractions, dou
     return norm * std::sqrt(tail_fractions[static_cast<size_t>(it - kTopkFractions.begin())]);
 }
 
-const char* error_measure_name(ErrorMeasure measure) {
-    return measure == ErrorMeasure::summed_squares ? "summed_squares" : "summed_norms";
+const std::vector<std::string>& error_measure_names() {
+    static const std::vector<std::string> names{"summed_norms", "summed_squares"};
+    return names;
 }
 
+const char* error_measure_name(ErrorMeasure measure) { return choice_name(error_measure_names(), measure).c_str(); }
+
 ErrorMeasure parse_error_measure(const std::string& text) {
-    if (text == "summed_norms") return ErrorMeasure::summed_norms;
-    if (text == "summed_squares") return ErrorMeasure::summed_squares;
-    throw UsageError("error measure '" + text + "' is not one of summed_norms (the default), summed_squares");
+    return parse_choice<ErrorMeasure>(error_measure_names(), text, "--plan-error");
 }
 
 double layer_error(double residual_norm, ErrorMeasure measure) {

@@ -73,8 +73,11 @@ enum class ErrorMeasure : std::int8_t {
     summed_squares = 1,
 };
 inline constexpr ErrorMeasure kDefaultErrorMeasure = ErrorMeasure::summed_norms;
+/// The measures' names (--plan-error), in the enum's order.
+const std::vector<std::string>& error_measure_names();
 const char* error_measure_name(ErrorMeasure measure);  ///< "summed_norms" or "summed_squares"
-/// The inverse of error_measure_name; anything else throws acc::UsageError.
+/// The inverse of error_measure_name; anything else throws acc::UsageError
+/// ("--plan-error: must be summed_norms or summed_squares, not 'x'").
 ErrorMeasure parse_error_measure(const std::string& text);
 
 /// One layer's contribution to the summed error: `residual_norm` itself, or its

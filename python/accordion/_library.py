@@ -30,6 +30,27 @@ CUDA_KERNELS = torch.ops.accordion.cuda_kernels()
 # No compression, and Accordion's default levels (the programs' --low and --high), as
 # the toolkit's compressor registry spells them.
 NO_COMPRESSION, DEFAULT_LOW, DEFAULT_HIGH = torch.ops.accordion.default_levels()
+# Accordion's rule's defaults, as regime-detect's and train-dist's --eta and --interval.
+DEFAULT_ETA = torch.ops.accordion.default_eta()
+DEFAULT_INTERVAL = torch.ops.accordion.default_interval()
+# Why an epoch is or is not critical, per /epochs/reason code, in regime-detect's words.
+REASONS = tuple(torch.ops.accordion.reason_names())
+# GraVAC's defaults, as train-dist's --gravac-* options have them.
+_gravac_numbers, _gravac_names = torch.ops.accordion.gravac_defaults(), torch.ops.accordion.gravac_default_names()
+GRAVAC_DEFAULTS = dict(zip(("theta_min", "theta_max", "epsilon", "window", "omega", "theta_s"), _gravac_numbers),
+                       **dict(zip(("policy", "throughput", "gain"), _gravac_names)))
+GRAVAC_DEFAULTS["window"] = int(GRAVAC_DEFAULTS["window"])
+# GraVAC's step record (regime::GravacStep): its fields, and its choices' names by code.
+GRAVAC_STEP_FIELDS = tuple(torch.ops.accordion.gravac_step_fields())
+GRAVAC_CHOICES = tuple(torch.ops.accordion.gravac_choice_names())
+
+
+def parameter_lists(parameters):
+    """[(name, shape)] as the library takes parameters: names, each shape's number of
+    dimensions, and every dimension in one list."""
+    parameters = [(str(name), tuple(int(d) for d in shape)) for name, shape in parameters]
+    return ([name for name, _ in parameters], [len(shape) for _, shape in parameters],
+            [d for _, shape in parameters for d in shape])
 
 
 def missing_kernels_note(devices, kernels=None):

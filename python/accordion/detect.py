@@ -1,10 +1,7 @@
 """accordion.detect: Accordion's regime rule run in-process, by the same library
-and with the same checks as regime-detect, whose command line it builds."""
+and with the same checks and words as regime-detect."""
 
-import math
 import os
-import shutil
-import tempfile
 
 import torch
 
@@ -15,15 +12,20 @@ from .schedule import Schedule
 
 def command(grads, eta=None, interval=None, low=None, high=None, mode=None, granularity=None, monotone=False):
     """regime-detect's arguments (without the program's name and -o) for these keywords."""
-    args = [os.fspath(grads)]
-    # None leaves the program's default, and the option off its command line.
-    for option, value in (("--eta", eta), ("--interval", interval), ("--mode", mode), ("--low", low),
-                          ("--high", high), ("--granularity", granularity)):
-        if value is not None:
-            args += [option, str(value)]
-    if monotone:
-        args.append("--monotone")
-    return args
+    return list(_library.call(torch.ops.accordion.detect_arguments, os.fspath(grads),
+                              *_settings(eta, interval, low, high, mode, granularity, monotone)))
+
+
+def _settings(eta, interval, low, high, mode, granularity, monotone):
+    # None leaves the program's default; a batch size (a whole number) is given as the program reads it.
+    def text(value):
+        return None if value is None else str(value)
+    if eta is not None and (isinstance(eta, bool) or not isinstance(eta, (int, float))):
+        raise UsageError(f"eta: must be a number, not {eta!r}")
+    if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int)):
+        raise UsageError(f"interval: must be a whole number, not {interval!r}")
+    return (None if eta is None else float(eta), interval, text(mode), text(low), text(high), text(granularity),
+            bool(monotone))
 
 
 def detect(grads, eta=None, interval=None, low=None, high=None, mode=None, granularity=None, monotone=False,
@@ -39,37 +41,29 @@ def detect(grads, eta=None, interval=None, low=None, high=None, mode=None, granu
     'compression' ('batch'), low 'powersgd:2' (batch: 512), high 'powersgd:1'
     (batch: 4096), granularity 'layer' ('model'), monotone (batch mode only).
     Raises UsageError or FileError with regime-detect's words."""
-    options = dict(eta=eta, interval=interval, low=low, high=high, mode=mode, granularity=granularity,
-                   monotone=monotone)
-    work = tempfile.mkdtemp(prefix="accordion-detect-")
+    settings = _settings(eta, interval, low, high, mode, granularity, monotone)
+    if isinstance(grads, dict):
+        names, ndim, dims, norms, rates = _norms_table(grads, parameters, lr)
+        made = _library.call(torch.ops.accordion.detect_norms, "accordion.detect(norms)", names, ndim, dims, norms,
+                             rates, *settings)
+        return Schedule("accordion.detect(norms)", _made=made)
+    if parameters is not None or lr is not None:
+        raise UsageError("parameters, lr: only for norms given as a dict; a grads file holds its own")
     try:
-        if isinstance(grads, dict):
-            source = os.path.join(work, "grads.h5")
-            _write_norms(source, grads, parameters, lr)
-        else:
-            if parameters is not None or lr is not None:
-                raise UsageError("parameters, lr: only for norms given as a dict; a grads file holds its own")
-            try:
-                source = os.fspath(grads)
-            except TypeError:
-                raise UsageError(f"grads: a grads.h5 path or a dict of norms, not {type(grads).__name__}") from None
-        output = os.path.join(work, "sched.h5")
-        _library.call(torch.ops.accordion.detect, command(source, **options), output)
-        schedule = Schedule(output)
-        with open(output, "rb") as f:
-            schedule._contents = f.read()
-        schedule.path = f"accordion.detect({source})" if not isinstance(grads, dict) else "accordion.detect(norms)"
-        return schedule
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        source = os.fspath(grads)
+    except TypeError:
+        raise UsageError(f"grads: a grads.h5 path or a dict of norms, not {type(grads).__name__}") from None
+    made = _library.call(torch.ops.accordion.detect_file, source, *settings)
+    return Schedule(f"accordion.detect({source})", _made=made)
 
 
-def _write_norms(path, norms, parameters, lr):
+def _norms_table(norms, parameters, lr):
+    """The dict's norms as the library takes them: the parameters' lists, the norms
+    epoch-major, one learning rate per epoch."""
     if parameters is None or lr is None:
         raise UsageError("grads: norms given as a dict need parameters=[(name, shape)] "
                          "(accordion.trainable_parameters(model)) and lr= (one number or one per epoch)")
-    parameters = [(str(name), tuple(int(d) for d in shape)) for name, shape in parameters]
-    names = [name for name, _ in parameters]
+    names, ndim, dims = _library.parameter_lists(parameters)
     if sorted(names) != sorted(str(n) for n in norms):
         missing = sorted(set(names) - set(norms)) + sorted(set(norms) - set(names))
         raise UsageError(f"grads: the norms' names and parameters' names differ (first: {missing[0]})")
@@ -80,11 +74,9 @@ def _write_norms(path, norms, parameters, lr):
     rates = list(lr) if isinstance(lr, (list, tuple)) else [lr] * epochs
     if len(rates) != epochs:
         raise UsageError(f"lr: {len(rates)} learning rates for {epochs} epochs")
-    from ._build_info import VERSION
-    dims = [d for _, shape in parameters for d in shape]
-    f = _library.call(_library.classes.GradsFile, path, names, [len(s) for _, s in parameters], dims,
-                      f"accordion.detect {VERSION}", "", "", "", 0, 1, 0, -1, False)
-    nan = math.nan
-    for e in range(epochs):
-        _library.call(f.append_epoch, float(rates[e]), nan, nan, nan, nan, 0, 0, nan, [float(r[e]) for r in rows])
-    _library.call(f.finish)
+    try:
+        table = [float(r[e]) for e in range(epochs) for r in rows]
+        rates = [float(x) for x in rates]
+    except (TypeError, ValueError):
+        raise UsageError("grads, lr: norms and learning rates must be numbers") from None
+    return names, ndim, dims, table, rates

@@ -10,12 +10,14 @@ import torch.distributed as dist
 from . import _library
 from ._errors import UsageError
 
-#: One step's decision: the factor sent (1.0: dense), which of GraVAC's choices it was
-#: ('candidate', 'theta_min' or 'dense'), the two factors evaluated, and their
-#: smoothed gains after the step.
-GravacStep = collections.namedtuple("GravacStep", "epoch factor choice theta_min candidate gain_min gain_candidate")
+#: One step's decision (the library's regime::GravacStep, field by field): the epoch,
+#: the factor sent (1.0: dense), which of GraVAC's choices it was ('candidate',
+#: 'theta_min' or 'dense'), the two factors evaluated, and their smoothed gains after
+#: the step.
+GravacStep = collections.namedtuple("GravacStep", _library.GRAVAC_STEP_FIELDS)
 
-_CHOICES = ("candidate", "theta_min", "dense")
+# The programs' defaults (train-dist's --gravac-* options), from the library.
+_DEFAULTS = _library.GRAVAC_DEFAULTS
 
 
 class Gravac:
@@ -41,9 +43,10 @@ class Gravac:
       value changes no decision.
     """
 
-    def __init__(self, family, *, theta_min=10.0, theta_max=1000.0, epsilon=0.7, window=500, omega=0.01,
-                 theta_s=2.0, smoothing=None, policy="exponential", throughput="median", reset_gains=False,
-                 gain="squared", batch_size=1):
+    def __init__(self, family, *, theta_min=_DEFAULTS["theta_min"], theta_max=_DEFAULTS["theta_max"],
+                 epsilon=_DEFAULTS["epsilon"], window=_DEFAULTS["window"], omega=_DEFAULTS["omega"],
+                 theta_s=_DEFAULTS["theta_s"], smoothing=None, policy=_DEFAULTS["policy"],
+                 throughput=_DEFAULTS["throughput"], reset_gains=False, gain=_DEFAULTS["gain"], batch_size=1):
         if not isinstance(family, str):
             raise UsageError(f"gravac: must be a compressor family such as 'topk', not {family!r}")
         for name, value in (("theta_min", theta_min), ("theta_max", theta_max), ("epsilon", epsilon),
@@ -124,12 +127,13 @@ class GravacExchange:
         return _library.call(self._exchange.floats_sent)
 
     def take_steps(self):
-        flat = _library.call(self._exchange.take_steps)
+        flat, count = _library.call(self._exchange.take_steps), len(GravacStep._fields)
         steps = []
-        for i in range(0, len(flat), 7):
-            epoch, factor, choice, theta_min, candidate, gain_min, gain_candidate = flat[i:i + 7]
-            steps.append(GravacStep(int(epoch), factor, _CHOICES[int(choice)], theta_min, candidate, gain_min,
-                                    gain_candidate))
+        for at in range(0, len(flat), count):
+            step = dict(zip(GravacStep._fields, flat[at:at + count]))
+            step["epoch"] = int(step["epoch"])
+            step["choice"] = _library.GRAVAC_CHOICES[int(step["choice"])]
+            steps.append(GravacStep(**step))
         return steps
 
     def state(self):

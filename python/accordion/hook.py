@@ -14,7 +14,7 @@ from . import _library
 from ._errors import UsageError
 from .gravac import GravacExchange
 from .recorder import _global_rank
-from .schedule import Schedule, _is_ddp
+from .schedule import EXTEND_HINT, Schedule, _is_ddp
 
 
 class CompressionState:
@@ -54,7 +54,8 @@ class CompressionState:
     """
 
     def __init__(self, model, compress=None, *, schedule=None, extend_last=False, accordion=False, gravac=None,
-                 low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=0.5, interval=10, seed=0,
+                 low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
+                 interval=_library.DEFAULT_INTERVAL, seed=0,
                  error_feedback=True, start_step=0):
         if not _is_ddp(model):
             raise UsageError("model: CompressionState compresses DistributedDataParallel's buckets; give it the "
@@ -85,8 +86,10 @@ class CompressionState:
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         self.names = [name for name, _ in named]
         self._name_of = {(p.data_ptr(), tuple(p.shape), p.dtype): name for name, p in named}
-        self._matrix = {name: p.dim() >= 2 for name, p in named}
-        self._extend_last = bool(extend_last)
+        # The run plan decides each epoch's levels, as train-dist's does.
+        self._plan = _library.call(_library.classes.Plan,
+                                   *_library.parameter_lists([(name, p.shape) for name, p in named]))
+        self._level_names = None
         self._schedule = None
         self._online = None
         self._exchange = _library.call(_library.classes.HookExchange, group.boxed(), seed, bool(error_feedback))
@@ -110,36 +113,29 @@ class CompressionState:
             if schedule.mode != "compression":
                 raise UsageError(f"{schedule.path}: is a {schedule.mode} schedule; CompressionState replays "
                                  "compression schedules (a batch schedule sets the batch size: Schedule.batch())")
-            schedule.check_model(model)
+            _library.call(self._plan.schedule, schedule._file, schedule.path, bool(extend_last), EXTEND_HINT)
             self._schedule = schedule
             self.set_epoch(0)
         elif gravac is not None:
             self._gravac = GravacExchange(gravac, group, seed)
             self._levels = {name: _library.NO_COMPRESSION for name in self.names}  # before start_step
         elif compress is not None:
-            if not isinstance(compress, str):
-                raise UsageError(f"compress: must be a compressor spec such as 'powersgd:2', not {compress!r}")
-            level = self._spec("compress", compress)
-            self._levels = {name: level if self._matrix[name] else _library.NO_COMPRESSION for name in self.names}
+            _library.call(self._plan.fixed, "compress", _spec_text("compress", compress))
+            self._levels = self._levels_of(0)
         else:
             if not isinstance(interval, int) or isinstance(interval, bool):
                 raise UsageError(f"interval: must be a whole number, not {interval!r}")
-            regimes = _library.classes.Regimes()
-            try:
-                _library.call(regimes.validate, float(eta), interval)
-            except UsageError as e:  # named as the programs' options; here they are arguments
-                raise UsageError(str(e).lstrip("-")) from None
-            self._online = _Online(regimes, self._spec("low", low), self._spec("high", high), float(eta), interval,
-                                   self._recording_rank_sums())
+            if isinstance(eta, bool) or not isinstance(eta, (int, float)):
+                raise UsageError(f"eta: must be a number, not {eta!r}")
+            self._online = _Online(self._plan, _spec_text("low", low), _spec_text("high", high), float(eta),
+                                   interval, self._recording_rank_sums())
 
-    def _spec(self, option, text):
-        # A bad spec is refused here, on every rank, before any step.
-        if not isinstance(text, str):
-            raise UsageError(f"{option}: must be a compressor spec such as 'powersgd:2', not {text!r}")
-        try:
-            return _library.call(self._exchange.canonical, text.strip())
-        except UsageError as e:
-            raise UsageError(f"{option}: {e}") from None
+    def _levels_of(self, epoch):
+        # A bad spec or schedule was refused when the plan was made, on every rank, before any step.
+        if self._level_names is None:
+            self._level_names = _library.call(self._plan.level_names)
+        indices = _library.call(self._plan.levels, epoch)
+        return {name: self._level_names[i] for name, i in zip(self.names, indices)}
 
     def _recording_rank_sums(self):
         # Rank 0 of the model's group sums its raw local gradients, as train-dist's rank 0 does.
@@ -167,10 +163,12 @@ class CompressionState:
             if lr is None or isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
                 raise UsageError(f"lr: online Accordion needs each epoch's learning rate, a finite number >= 0, "
                                  f"not {lr!r}")
-            self._levels, self.critical, self.reasons = self._online.enter(epoch, float(lr), self.names,
-                                                                           self._matrix, self._group)
+            self._online.enter(epoch, float(lr), self.names, self._group)
+            self._levels = self._levels_of(epoch)
+            self.critical = {name: bool(c) for name, c in zip(self.names, _library.call(self._plan.critical))}
+            self.reasons = dict(zip(self.names, _library.call(self._plan.reasons)))
         elif self._schedule is not None:
-            self._levels = self._schedule.levels(epoch, extend_last=self._extend_last)
+            self._levels = self._levels_of(epoch)
         elif self._gravac is not None:
             self._gravac.restart_clock()  # what ran between the epochs is no step's time
         self.epoch = epoch
@@ -317,42 +315,46 @@ def compression_hook(state, bucket):
     return state._exchange_bucket(bucket)
 
 
-_REASONS = ("rate below eta", "rate at or above eta", "first interval", "previous norm was zero",
-            "learning rate decayed")
+def _spec_text(argument, text):
+    if not isinstance(text, str):
+        raise UsageError(f"{argument}: must be a compressor spec such as 'powersgd:2', not {text!r}")
+    return text.strip()
 
 
 class _Online:
     """Accordion decided online: rank 0's per-epoch norms, shared with every rank,
-    and the learning rates so far, from which the rule decides each epoch."""
+    and the learning rates so far, kept in the run plan, whose rule decides each epoch."""
 
-    def __init__(self, regimes, low, high, eta, interval, sums):
-        self.regimes, self.low, self.high, self.eta, self.interval = regimes, low, high, eta, interval
+    def __init__(self, plan, low, high, eta, interval, sums):
+        self.plan, self.eta, self.interval = plan, eta, interval
+        self._start(low, high)
+        self.low, self.high = _library.call(plan.accordion_levels)  # canonical specs
         self.sums = sums  # rank 0 only
-        self.norms = []   # per ended epoch, one norm per parameter
-        self.lr = []      # per decided epoch
 
-    def enter(self, epoch, lr, names, matrix, group):
-        if epoch == len(self.norms) + 1 and len(self.lr) == epoch:
-            self._end_epoch(names, group)  # the epoch before has ended
-        if epoch != len(self.norms) or len(self.lr) not in (epoch, epoch + 1):
+    def _start(self, low, high):
+        try:
+            _library.call(self.plan.accordion, low, high, self.eta, self.interval)
+        except UsageError as e:  # named as the programs' options; here they are arguments
+            raise UsageError(str(e).lstrip("-")) from None
+
+    def enter(self, epoch, lr, names, group):
+        recorded = _library.call(self.plan.recorded_epochs)
+        decided = len(_library.call(self.plan.learning_rates))
+        if epoch == recorded + 1 and decided == epoch:
+            self._end_epoch(recorded, names, group)  # the epoch before has ended
+            recorded += 1
+        if epoch != recorded or decided not in (epoch, epoch + 1):
             raise UsageError(f"epoch: online Accordion decides epochs in order; epoch {epoch} cannot follow "
-                             f"{len(self.lr) - 1 if self.lr else 'none'} (call set_epoch once per epoch: 0, 1, 2, ...)")
-        self.lr[epoch:] = [lr]
-        flat = [n for row in self.norms for n in row]
-        decided = _library.call(self.regimes.decide, flat, len(names), self.lr, self.eta, self.interval)
-        critical = {name: bool(c) for name, c in zip(names, decided[:len(names)])}
-        reasons = {name: _REASONS[r] for name, r in zip(names, decided[len(names):])}
-        levels = {name: (self.low if critical[name] else self.high) if matrix[name] else _library.NO_COMPRESSION
-                  for name in names}
-        return levels, critical, reasons
+                             f"{decided - 1 if decided else 'none'} (call set_epoch once per epoch: 0, 1, 2, ...)")
+        _library.call(self.plan.set_learning_rate, epoch, lr)
 
-    def _end_epoch(self, names, group):
+    def _end_epoch(self, epoch, names, group):
         shared = [None]
         if self.sums is not None:
             shared[0] = _library.call(self.sums.norms, names)
             self.sums.reset()
         dist.broadcast_object_list(shared, src=_global_rank(group, 0), group=group)
-        self.norms.append([float(n) for n in shared[0]])
+        _library.call(self.plan.record_norms, epoch, [float(n) for n in shared[0]])
 
     def state_dict(self, names):
         sums = None
@@ -363,8 +365,10 @@ class _Online:
                     sums[name] = _library.call(self.sums.sum, name).clone()
                 except UsageError:  # no gradient of it yet
                     pass
-        return {"norms": [list(row) for row in self.norms], "lr": list(self.lr), "low": self.low, "high": self.high,
-                "eta": self.eta, "interval": self.interval, "sums": sums}
+        flat, count = _library.call(self.plan.norms), len(names)
+        norms = [list(flat[at:at + count]) for at in range(0, len(flat), count)]
+        return {"norms": norms, "lr": list(_library.call(self.plan.learning_rates)), "low": self.low,
+                "high": self.high, "eta": self.eta, "interval": self.interval, "sums": sums}
 
     def load_state_dict(self, saved, parameters):
         try:
@@ -377,10 +381,14 @@ class _Online:
                              f"interval {settings[3]}; this state has low {self.low}, high {self.high}, "
                              f"eta {self.eta:g}, interval {self.interval}")
         if any(len(row) != parameters for row in norms):
-            raise UsageError("state_dict: its online Accordion state does not fit this model")
+            raise UsageError("state_dict: its online Accordion state has norms of another number of parameters than this model")
         if len(lr) not in (len(norms), len(norms) + 1):
             raise UsageError("state_dict: its online Accordion state is damaged")
-        self.norms, self.lr = norms, lr
+        self._start(self.low, self.high)  # a fresh plan, given the saved epochs in order
+        for epoch, row in enumerate(norms):
+            _library.call(self.plan.record_norms, epoch, row)
+        for epoch, rate in enumerate(lr):
+            _library.call(self.plan.set_learning_rate, epoch, rate)
         if self.sums is not None:
             self.sums.reset()
             saved_sums = saved.get("sums") or {}

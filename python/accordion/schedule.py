@@ -6,16 +6,18 @@ import os
 import tempfile
 from collections import namedtuple
 
+import torch
+
 from . import _library
 from ._errors import FileError, UsageError
+
+# How a caller repeats a schedule's last epoch beyond its end, for the library's message.
+EXTEND_HINT = "extend_last=True"
 
 #: One epoch of a batch-size schedule, as a data loader and optimizer need it.
 BatchEpoch = namedtuple("BatchEpoch", ["batch_size", "global_batch_size", "lr"])
 BatchEpoch.__doc__ = """One epoch of a batch schedule: the per-rank batch size (the global one
 split over the ranks), the global batch size, and the learning rate to use."""
-
-_REASONS = ("rate below eta", "rate at or above eta", "first interval", "previous norm was zero",
-            "learning rate decayed")
 
 
 def trainable_parameters(model):
@@ -30,22 +32,23 @@ def _is_ddp(model):
     return isinstance(model, DistributedDataParallel)
 
 
-def _shape_text(shape):
-    return "x".join(str(d) for d in shape) if shape else "scalar"
-
-
 class Schedule:
     """A schedule file: per epoch, a compression level per parameter
     (mode 'compression') or a global batch size and learning-rate factor (mode
     'batch'). Every check regime-detect's reader makes is made; a missing or
     damaged file raises FileError naming it."""
 
-    def __init__(self, path):
-        path = os.fspath(path)
-        if not os.path.exists(path):
-            raise FileError(f"{path}: no such schedule file (regime-detect GRADS.h5 -o {path} writes one)")
+    def __init__(self, path, *, _made=None):
+        if _made is None:
+            path = os.fspath(path)
+            if not os.path.exists(path):
+                raise FileError(f"{path}: no such schedule file (regime-detect GRADS.h5 -o {path} writes one)")
+            f = _library.call(_library.classes.ScheduleFile, path)
+        else:
+            f = _made  # made in-process (accordion.detect); `path` names it in messages
         self.path = path
-        f = _library.call(_library.classes.ScheduleFile, path)
+        self._made = _made is not None
+        self._file = f
         (self.mode, self.detector, self.granularity, self.low, self.high, self.source,
          self.producer) = f.text()
         self.eta = f.eta()
@@ -73,10 +76,11 @@ class Schedule:
         """Writes the schedule file (the one it was read from, or the one
         accordion.detect made) to `path`, replacing any file there."""
         path = os.fspath(path)
-        contents = getattr(self, "_contents", None)
-        if contents is None:
-            with open(self.path, "rb") as f:
-                contents = f.read()
+        if self._made:
+            _library.call(self._file.write, path)  # as regime-detect writes it
+            return
+        with open(self.path, "rb") as f:
+            contents = f.read()
         folder = os.path.dirname(os.path.abspath(path))
         temp = None
         try:
@@ -103,21 +107,13 @@ class Schedule:
     def _row(self, epoch, extend_last):
         if not isinstance(epoch, int) or epoch < 0:
             raise UsageError(f"epoch: must be a whole number >= 0, not {epoch!r}")
-        if epoch >= self.epochs:
-            if not extend_last:
-                raise UsageError(f"{self.path}: covers epochs 0-{self.epochs - 1}, not epoch {epoch} "
-                                 "(extend_last=True repeats its last epoch)")
-            return self.epochs - 1
-        return epoch
+        return _library.call(self._file.row, self.path, epoch, bool(extend_last), EXTEND_HINT)
 
     def check_model(self, model):
         """Raises UsageError, naming the first differences, unless the schedule
         lists the model's trainable parameters with the same names, shapes and
         order (a model wrapped in DistributedDataParallel is looked through)."""
-        problems = parameter_mismatches(trainable_parameters(model), self.parameters)
-        if problems:
-            shown = "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
-            raise UsageError(f"{self.path}: does not belong to this model: {shown}")
+        _library.call(self._file.check_model, self.path, *_library.parameter_lists(trainable_parameters(model)))
 
     def levels(self, epoch, extend_last=False):
         """{name: level} for one epoch of a compression schedule: a compressor spec
@@ -134,11 +130,13 @@ class Schedule:
     def reasons(self, epoch, extend_last=False):
         """{name: why the epoch is or is not critical, in words}."""
         row = self._reason[self._row(epoch, extend_last)]
-        return {name: _REASONS[r] for (name, _), r in zip(self.parameters, row)}
+        return {name: _library.REASONS[r] for (name, _), r in zip(self.parameters, row)}
 
     def critical_epochs(self):
-        """The epochs critical for at least one parameter."""
-        return [e for e in range(self.epochs) if any(self._critical[e])]
+        """The epochs critical for at least one parameter that compression applies to
+        (two or more dimensions; vectors are always sent whole), or in a batch
+        schedule for the model: the critical regimes regime-detect's summary gives."""
+        return list(self._file.critical_epochs())
 
     def batch(self, epoch, lr, world_size=None, extend_last=False):
         """The batch size and learning rate of one epoch of a batch schedule, as
@@ -171,22 +169,8 @@ class Schedule:
 def parameter_mismatches(model, schedule):
     """What differs between the model's (name, shape) list and the schedule's, in
     words; empty when they match."""
-    out = []
-    position = {name: i for i, (name, _) in enumerate(schedule)}
-    model_names = {name for name, _ in model}
-    for i, (name, shape) in enumerate(model):
-        if name not in position:
-            out.append(f"the model's parameter '{name}' is missing")
-            continue
-        theirs = schedule[position[name]][1]
-        if tuple(theirs) != tuple(shape):
-            out.append(f"'{name}' has shape {_shape_text(theirs)}, the model's is {_shape_text(shape)}")
-        if position[name] != i:
-            out.append(f"'{name}' is parameter {position[name]} in the schedule but {i} in the model")
-    for name, _ in schedule:
-        if name not in model_names:
-            out.append(f"it lists '{name}', which the model does not have")
-    return out
+    return list(_library.call(torch.ops.accordion.parameter_mismatches, *_library.parameter_lists(model),
+                              *_library.parameter_lists(schedule)))
 
 
 def load_schedule(path, model=None):

@@ -1,19 +1,20 @@
 // The toolkit's C++ library as TorchScript custom classes (namespace `accordion`),
 // loaded by the Python package with torch.ops.load_library. Custom classes need no
 // Python headers, so one source builds against LibTorch 1.13 and 2.x alike. This
-// file holds the file layer, which does not communicate; hook.cpp holds the
-// compressing exchange, which runs over the user's own process group.
+// file holds the gradient-statistics files; plan.cpp the schedules and the run plan;
+// hook.cpp and gravac.cpp the compressing exchanges, which run over the user's own
+// process group.
 //
 // State is keyed by parameter name (as the model's named_parameters() gives it),
 // never by position: DDP rebuilds its buckets after the first step, and a bucket
 // names its tensors only through the parameters it holds.
+#include "cli/logging.hpp"
 #include "compress/device_codec.hpp"
 #include "compress/spec.hpp"
 #include "guarded.hpp"
+#include "parameters.hpp"
 #include "io/grads.hpp"
 #include "io/output.hpp"
-#include "io/schedule.hpp"
-#include "regime/detect.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/custom_class.h>
@@ -29,22 +30,9 @@
 namespace acc::python {
 namespace {
 
-// Parameters as the package passes them: names, and shapes flattened into one list
-// of dimensions with each tensor's number of dimensions alongside.
-std::vector<Parameter> parameters_of(const std::vector<std::string>& names, const std::vector<std::int64_t>& ndim,
-                                     const std::vector<std::int64_t>& dims) {
-    if (names.size() != ndim.size()) throw Error("internal error: parameter names and shapes differ in number");
-    std::vector<Parameter> out;
-    size_t at = 0;
-    for (size_t i = 0; i < names.size(); ++i) {
-        if (ndim[i] < 0 || at + static_cast<size_t>(ndim[i]) > dims.size())
-            throw Error("internal error: the parameters' shapes are cut short");
-        out.push_back({names[i], std::vector<std::int64_t>(dims.begin() + static_cast<std::ptrdiff_t>(at),
-                                                           dims.begin() + static_cast<std::ptrdiff_t>(at + ndim[i]))});
-        at += static_cast<size_t>(ndim[i]);
-    }
-    return out;
-}
+// The library's warnings (spdlog; e.g. a GPU the CUDA kernels were not built for) go to
+// stderr as "accordion: warning: ...", never to the script's stdout.
+const bool kLogging = (cli::setup_logging("accordion", -1), true);
 
 // The gradient-statistics file of one recording rank (io::GradsWriter), held for
 // the whole run like grad-dump's output (io::claim_output).
@@ -167,84 +155,6 @@ private:
     std::map<std::string, at::Tensor> sums_;
 };
 
-// A schedule file (io::read_schedule, every check of regime-detect's reader), with
-// its tables flattened epoch-major for the package to shape.
-class ScheduleFile : public torch::CustomClassHolder {
-public:
-    explicit ScheduleFile(std::string path) {
-        guarded([&] {
-            s_ = io::read_schedule(path);
-            return 0;
-        });
-    }
-
-    std::vector<std::string> text() const {
-        return {s_.mode, s_.detector, s_.granularity, s_.low, s_.high, s_.source, s_.header.provenance.producer};
-    }
-    double eta() const { return s_.eta; }
-    std::int64_t interval() const { return s_.interval; }
-    bool monotone() const { return s_.monotone; }
-    std::int64_t epochs() const { return s_.epochs; }
-    std::vector<std::string> names() const {
-        std::vector<std::string> out;
-        for (const auto& p : s_.parameters) out.push_back(p.name);
-        return out;
-    }
-    std::vector<std::int64_t> ndim() const {
-        std::vector<std::int64_t> out;
-        for (const auto& p : s_.parameters) out.push_back(static_cast<std::int64_t>(p.shape.size()));
-        return out;
-    }
-    std::vector<std::int64_t> dims() const {
-        std::vector<std::int64_t> out;
-        for (const auto& p : s_.parameters) out.insert(out.end(), p.shape.begin(), p.shape.end());
-        return out;
-    }
-    std::vector<std::string> levels() const { return s_.levels; }
-    std::vector<std::int64_t> level() const { return {s_.level.begin(), s_.level.end()}; }
-    std::vector<std::int64_t> critical() const { return {s_.critical.begin(), s_.critical.end()}; }
-    std::vector<std::int64_t> reason() const { return {s_.reason.begin(), s_.reason.end()}; }
-    std::vector<double> ratio() const { return s_.ratio; }
-    std::vector<std::int64_t> batch_size() const { return s_.batch_size; }
-    std::vector<double> lr_scale() const { return s_.lr_scale; }
-
-private:
-    io::Schedule s_;
-};
-
-// Accordion's rule deciding one epoch online (regime::decide_epoch, as train-dist
-// --accordion decides), for the compressing hook.
-class Regimes : public torch::CustomClassHolder {
-public:
-    // norms: epoch-major, `columns` per epoch, of the epochs before the one decided;
-    // lr: the learning rates of epochs 0 .. that epoch. Returns its critical flags
-    // (0 or 1) followed by the reason codes of the schedule file, one per column.
-    std::vector<std::int64_t> decide(std::vector<double> norms, std::int64_t columns, std::vector<double> lr,
-                                     double eta, std::int64_t interval) {
-        return guarded([&] {
-            if (columns <= 0 || norms.size() % static_cast<size_t>(columns) != 0)
-                throw Error("internal error: " + std::to_string(norms.size()) + " norms in rows of " +
-                            std::to_string(columns));
-            regime::NormTable earlier;
-            earlier.columns = columns;
-            earlier.epochs = static_cast<std::int64_t>(norms.size()) / columns;
-            earlier.values = std::move(norms);
-            regime::Decisions row = regime::decide_epoch(earlier, lr, {eta, interval});
-            std::vector<std::int64_t> out(row.critical.begin(), row.critical.end());
-            for (auto reason : row.reason) out.push_back(static_cast<std::int64_t>(reason));
-            return out;
-        });
-    }
-
-    // Throws UsageError naming eta or interval when out of their range.
-    void validate(double eta, std::int64_t interval) {
-        guarded([&] {
-            regime::validate({eta, interval});
-            return 0;
-        });
-    }
-};
-
 }  // namespace
 }  // namespace acc::python
 
@@ -264,27 +174,6 @@ TORCH_LIBRARY(accordion, m) {
         .def("norms", &GradientSums::norms)
         .def("sum", &GradientSums::sum)
         .def("reset", &GradientSums::reset);
-    m.class_<Regimes>("Regimes")
-        .def(torch::init<>())
-        .def("decide", &Regimes::decide)
-        .def("validate", &Regimes::validate);
-    m.class_<ScheduleFile>("ScheduleFile")
-        .def(torch::init<std::string>())
-        .def("text", &ScheduleFile::text)
-        .def("eta", &ScheduleFile::eta)
-        .def("interval", &ScheduleFile::interval)
-        .def("monotone", &ScheduleFile::monotone)
-        .def("epochs", &ScheduleFile::epochs)
-        .def("names", &ScheduleFile::names)
-        .def("ndim", &ScheduleFile::ndim)
-        .def("dims", &ScheduleFile::dims)
-        .def("levels", &ScheduleFile::levels)
-        .def("level", &ScheduleFile::level)
-        .def("critical", &ScheduleFile::critical)
-        .def("reason", &ScheduleFile::reason)
-        .def("ratio", &ScheduleFile::ratio)
-        .def("batch_size", &ScheduleFile::batch_size)
-        .def("lr_scale", &ScheduleFile::lr_scale);
     // The GPU architectures of the toolkit's CUDA kernels in this library; empty without them.
     m.def("cuda_kernels() -> str", [] { return acc::compress::device::cuda_kernels_built(); });
     // No compression, and Accordion's default low and high levels: the package's defaults are the programs'.

@@ -10,26 +10,28 @@
 // (or from restart_clock(), which the package calls when a new epoch starts, so that
 // an evaluation between epochs is not counted) to the end of this one.
 //
-// Built only against LibTorch 2.x, as hook.cpp.
+// The hook is built only against LibTorch 2.x, as hook.cpp; GraVAC's defaults and
+// step record, which the package reads at import, with either.
 #include "guarded.hpp"
+#include "regime/gravac.hpp"
 
+#include <torch/library.h>
 #include <torch/version.h>
+
+#include <string>
+#include <vector>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include "base/clock.hpp"
 #include "comm/group.hpp"
 #include "exchange/gravac.hpp"
-#include "regime/gravac.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/custom_class.h>
-#include <torch/library.h>
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <utility>
-#include <vector>
 
 namespace acc::python {
 namespace {
@@ -104,15 +106,15 @@ public:
 
     double floats_sent() const { return static_cast<double>(bytes_) / 4.0; }
 
-    // The steps' decisions since the last call, 7 numbers each: epoch, factor sent
-    // (1: dense), choice (0 candidate, 1 theta_min, 2 dense), theta_min, candidate,
-    // and the two smoothed gains.
+    // The steps' decisions since the last call, each regime::GravacStep's values in the
+    // order of its fields (gravac_step_fields()), one step after the other.
     std::vector<double> take_steps() {
         std::vector<double> out;
         if (!exchange_) return out;
-        for (const auto& r : exchange_->take_steps())
-            out.insert(out.end(), {static_cast<double>(r.epoch), r.factor, static_cast<double>(r.choice), r.theta_min,
-                                   r.candidate, r.gain_min, r.gain_candidate});
+        for (const auto& step : exchange_->take_steps()) {
+            const std::vector<double> values = acc::regime::gravac_step_values(step);
+            out.insert(out.end(), values.begin(), values.end());
+        }
         return out;
     }
 
@@ -187,3 +189,30 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
         .def("load_state", &HookGravac::load_state);
 }
 #endif
+
+// What the package needs of GraVAC with any torch, the hook or not.
+TORCH_LIBRARY_FRAGMENT(accordion, m) {
+    // GraVAC's defaults, as train-dist's --gravac-* options have them: theta_min, theta_max,
+    // epsilon, window, omega, theta_s; then the policy, the throughput statistic and the gain.
+    m.def("gravac_defaults() -> float[]", [] {
+        const acc::regime::GravacSettings d;
+        return std::vector<double>{d.theta_min, d.theta_max, d.epsilon, static_cast<double>(d.window), d.omega,
+                                   d.theta_s};
+    });
+    // regime::GravacStep, as the package's accordion.GravacStep takes it: its fields, and
+    // the names of its choice codes.
+    m.def("gravac_step_fields() -> str[]", [] { return acc::regime::gravac_step_fields(); });
+    m.def("gravac_choice_names() -> str[]", [] {
+        std::vector<std::string> out;
+        for (auto choice : {acc::regime::GravacChoice::candidate, acc::regime::GravacChoice::theta_min,
+                            acc::regime::GravacChoice::dense})
+            out.push_back(acc::regime::gravac_choice_name(choice));
+        return out;
+    });
+    m.def("gravac_default_names() -> str[]", [] {
+        const acc::regime::GravacSettings d;
+        return std::vector<std::string>{acc::regime::gravac_policy_name(d.policy),
+                                        acc::regime::gravac_statistic_name(d.statistic),
+                                        acc::regime::gravac_gain_name(d.gain)};
+    });
+}

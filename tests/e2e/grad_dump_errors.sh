@@ -20,7 +20,7 @@ else
     expect_exit 2 "--device cuda: no CUDA device" -- grad-dump "${tiny[@]}" --epochs 1 --device cuda
 fi
 expect_exit 2 "^grad-dump: error: --backend nccl: needs --device cuda" -- grad-dump "${tiny[@]}" --epochs 1 --backend nccl
-expect_exit 2 "^grad-dump: error: --backend: mpi not in \{gloo,nccl\}" -- grad-dump "${tiny[@]}" --epochs 1 --backend mpi
+expect_exit 2 "^grad-dump: error: --backend: must be gloo or nccl, not 'mpi'" -- grad-dump "${tiny[@]}" --epochs 1 --backend mpi
 expect_exit 2 "--tied: applies only to --model lstm" -- grad-dump "${tiny[@]}" --epochs 1 --tied
 expect_exit 2 "--batch-size: the training split \(1 images\) gives no batch of at least 2 samples" -- \
     grad-dump --model mlp --train-samples 1 --test-samples 20 --epochs 1

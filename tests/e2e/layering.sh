@@ -3,8 +3,9 @@
 # libraries: tools -> lib/app (drivers, options) -> areas -> base. An area never
 # includes a driver, nor does a unit test of an area (each is named for its area);
 # comm and train do not include each other; exchange, but for the trainer's hooks
-# in lib/exchange/trainer, includes neither train nor io; only lib/app and lib/cli
-# (and tools) see CLI11; HDF5's headers reach only lib/io, lib/app and the trainer's
+# in lib/exchange/trainer, includes neither train nor io; compress does not include
+# comm; only lib/app and lib/cli (and tools) see CLI11, neither the areas nor the
+# Python package's bindings (python/csrc); HDF5's headers reach only lib/io, lib/app and the trainer's
 # checkpoints, LibTorch's none of the areas listed without it (through the project's
 # own headers too); the areas' libraries hold no CLI11 code.
 source "$(dirname "$0")/common.sh"
@@ -68,7 +69,11 @@ mapfile -t exchange_files < <(sources lib/exchange | grep -v '^lib/exchange/trai
 [ "${#exchange_files[@]}" -ge 4 ] || fail "found only ${#exchange_files[@]} sources in lib/exchange outside trainer/"
 forbid "lib/exchange (outside trainer/) includes train or io" 'train/|io/|exchange/trainer/' "${exchange_files[@]}"
 
-mapfile -t no_cli < <(sources "${areas[@]}" | grep -v '^lib/cli/')
+mapfile -t compress_files < <(sources lib/compress)
+[ "${#compress_files[@]}" -ge 10 ] || fail "found only ${#compress_files[@]} sources in lib/compress"
+forbid "compress includes comm" 'comm/' "${compress_files[@]}"
+
+mapfile -t no_cli < <(sources "${areas[@]}" python/csrc | grep -v '^lib/cli/')
 forbid "only lib/app, lib/cli and tools use CLI11" 'CLI/|cli/tool\.hpp' "${no_cli[@]}"
 
 # What reaches a file through the project's own headers counts as included: HDF5's
@@ -125,7 +130,7 @@ mapfile -t no_hdf5 < <(sources "${areas[@]}" | grep -v '^lib/io/' | grep -vx 'li
 forbid "only lib/io and lib/app include HDF5's headers" "$hdf5_headers" "${no_hdf5[@]}"
 forbid_reach "HDF5's headers reach it; only lib/io, lib/app and lib/train/trainer.cpp may see them" \
     "$hdf5_headers" "${no_hdf5[@]}"
-mapfile -t no_torch < <(sources lib/base lib/cli lib/io lib/perf lib/regime lib/comm/rendezvous.* lib/comm/launch.* \
+mapfile -t no_torch < <(sources lib/base lib/cli lib/io lib/perf lib/regime lib/plan lib/comm/rendezvous.* lib/comm/launch.* \
     lib/comm/backend.hpp lib/compress/spec.* lib/compress/registry.cpp lib/compress/kernels.* lib/compress/codecs.* \
     lib/train/config.* lib/train/model_table.*)
 [ "${#no_torch[@]}" -ge 40 ] || fail "found only ${#no_torch[@]} sources that must not see LibTorch"

@@ -13,7 +13,7 @@ expect_exit 2 "--interval" -- regime-detect good.h5 --interval 0
 expect_exit 2 "'topk:2': FRACTION must be in \(0, 1\]" -- regime-detect good.h5 --low topk:2
 expect_exit 2 "'zip' is not a compressor spec; valid levels are:" -- regime-detect good.h5 --high zip
 expect_exit 2 "powersgd needs RANK" -- regime-detect good.h5 --low powersgd
-expect_exit 2 "--mode" -- regime-detect good.h5 --mode sometimes
+expect_exit 2 "^regime-detect: error: --mode: must be compression or batch, not 'sometimes'" -- regime-detect good.h5 --mode sometimes
 expect_exit 2 "--monotone: applies only to --mode batch" -- regime-detect good.h5 --monotone
 expect_exit 2 "batch size, a whole number in \[1, 1048576\], not 'powersgd:2'" -- regime-detect good.h5 --mode batch --low powersgd:2
 expect_exit 2 "--high 256 is smaller than --low 512" -- regime-detect good.h5 --mode batch --high 256

@@ -6,7 +6,7 @@
 //   read_files grads|schedule|metrics|comm-profile|compress-bench SECONDS FILE...
 // Prints "<file>: ok|error|crash (signal N)|hang|garbage" per file and a summary
 // line; exits 1 when any file crashed, hung or gave garbage.
-#include "app/train_dist_plan.hpp"
+#include "plan/run_plan.hpp"
 #include "base/error.hpp"
 #include "io/bench.hpp"
 #include "io/comm_profile.hpp"
@@ -38,8 +38,8 @@ void garbage(const std::string& path, const std::string& what) {
 
 // What train-dist does with a schedule before and while training.
 void plan_schedule(const acc::io::Schedule& s, const std::string& path) {
-    const auto levels = acc::app::check_schedule(s, path, s.parameters, s.epochs, false, 1, false);
-    const acc::app::RunPlan plan = acc::app::RunPlan::from_schedule(s, levels, s.parameters, s.epochs);
+    const auto levels = acc::plan::check_schedule(s, path, s.parameters, s.epochs, false, 1, false);
+    const acc::plan::RunPlan plan = acc::plan::RunPlan::from_schedule(s, levels, s.parameters, s.epochs);
     for (std::int64_t e = 0; e < plan.epochs(); ++e) {
         for (std::int32_t level : plan.levels_of(e).level)
             if (level < 0 || static_cast<size_t>(level) >= plan.levels().size()) garbage(path, "a level out of range");

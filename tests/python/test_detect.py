@@ -1,9 +1,11 @@
 """accordion.detect and Schedule.save: the schedule regime-detect writes for the same
 input and options, byte for byte, and its refusals in the program's words."""
 
+import json
 import math
 import os
 import subprocess
+import tempfile
 
 import pytest
 
@@ -103,6 +105,50 @@ def test_detect_refuses_what_the_program_refuses_in_its_words(programs, tmp_path
     assert not os.path.exists(tmp_path / "sched.h5")
 
 
+def test_critical_epochs_are_the_programs_critical_regimes(programs, tmp_path, monkeypatch):
+    # fc1.bias alone jumps at epoch 4 and so makes epoch 5 critical for itself only: a
+    # vector is always sent whole, so neither the program's regimes nor the package's
+    # critical epochs count it.
+    monkeypatch.chdir(tmp_path)
+    names = [n for n, _ in PARAMETERS]
+    dims = [d for _, s in PARAMETERS for d in s]
+    f = _library.call(_library.classes.GradsFile, "grads.h5", names, [len(s) for _, s in PARAMETERS], dims,
+                      "test_detect", "test_detect", "mlp", "synthetic", 64, 2, 1, -1, False)
+    for e in range(10):
+        bias = 5.0 if e >= 4 else 1.0
+        f.append_epoch(0.1, 1.0, 0.5, math.nan, math.nan, 10, 640, 1.0, [1.0, bias, 1.0])
+    f.finish()
+    schedule = accordion.detect("grads.h5", interval=1)
+    assert schedule.critical(5)["fc1.bias"] and not schedule.critical(5)["fc1.weight"]
+    done = run_program(programs, tmp_path, ["grads.h5", "--interval", "1", "--json"])
+    assert done.returncode == 0, done.stderr
+    regimes = json.loads(done.stdout)["critical_regimes"]
+    program_epochs = [e for r in regimes for e in range(r["first"], r["last"] + 1)]
+    assert schedule.critical_epochs() == program_epochs == [0, 1]
+
+
+def test_detect_writes_no_file(tmp_path, monkeypatch):
+    write_grads(str(tmp_path / "grads.h5"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.chdir(scratch)
+    accordion.detect(str(tmp_path / "grads.h5"), interval=2)
+    norms = {name: [norms_of(e, c) for e in range(EPOCHS)] for c, (name, _) in enumerate(PARAMETERS)}
+    accordion.detect(norms, parameters=PARAMETERS, lr=0.1)
+    assert list(scratch.iterdir()) == []
+
+
+def test_norms_are_checked_as_the_reader_checks_them(tmp_path):
+    norms = {name: [1.0, 2.0, 3.0] for name, _ in PARAMETERS}
+    norms["fc2.weight"][1] = math.nan
+    with pytest.raises(accordion.UsageError,
+                       match=r"^accordion.detect\(norms\): gradient norm is NaN at epoch 1, parameter 'fc2.weight'"):
+        accordion.detect(norms, parameters=PARAMETERS, lr=0.1)
+    with pytest.raises(accordion.UsageError, match=r"learning rate of epoch 0 is -1"):
+        accordion.detect({name: [1.0] for name, _ in PARAMETERS}, parameters=PARAMETERS, lr=-1.0)
+
+
 def test_norms_without_parameters_are_refused(tmp_path):
     with pytest.raises(accordion.UsageError, match=r"grads: norms given as a dict need parameters="):
         accordion.detect({"fc1.weight": [1.0, 2.0]})
@@ -117,5 +163,5 @@ def test_save_replaces_a_file_and_names_an_unwritable_one(tmp_path):
     target.write_text("old")
     schedule.save(target)
     assert accordion.load_schedule(target).epochs == EPOCHS
-    with pytest.raises(accordion.FileError, match=r"no-such-folder/s\.h5: cannot write the schedule"):
+    with pytest.raises(accordion.FileError, match=r"no-such-folder/s\.h5: directory .*no-such-folder does not exist"):
         schedule.save(tmp_path / "no-such-folder" / "s.h5")

@@ -251,7 +251,7 @@ def test_what_is_refused_before_any_step(one_rank, schedules):
     assert message_of(e).startswith("compress: 'zip:3' is not a compressor spec; one of none, fp16, powersgd:RANK")
     with pytest.raises(accordion.UsageError, match=r"is a batch schedule; CompressionState replays compression"):
         accordion.CompressionState(one_rank, schedule=schedules / "batch.h5")
-    with pytest.raises(accordion.UsageError, match="does not belong to this model: the model's parameter 'head.weight'"):
+    with pytest.raises(accordion.UsageError, match=r"does not fit this model: \(1\) the model's parameter 'head.weight'"):
         accordion.CompressionState(DistributedDataParallel(Net(renamed=True)), schedule=schedules / "levels.h5")
     with pytest.raises(accordion.FileError, match="missing.h5: no such schedule file"):
         accordion.CompressionState(one_rank, schedule=schedules / "missing.h5")

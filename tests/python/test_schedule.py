@@ -25,7 +25,9 @@ def test_levels_and_regimes_as_the_file_holds_them(schedules):
         for e in range(EPOCHS):
             assert s.levels(e) == {n: levels[i] for n, i in zip(names, f["epochs/level"][e])}
             assert s.critical(e) == {n: bool(c) for n, c in zip(names, f["epochs/critical"][e])}
-        assert s.critical_epochs() == [e for e in range(EPOCHS) if f["epochs/critical"][e].any()]
+        matrices = [len(shape) >= 2 for _, shape in s.parameters]
+        assert s.critical_epochs() == [e for e in range(EPOCHS)
+                                       if any(c and m for c, m in zip(f["epochs/critical"][e], matrices))]
     assert s.levels(0)["fc1.bias"] == "none" and s.levels(0)["fc1.weight"] == "powersgd:4"
     assert s.reasons(0)["fc1.weight"] == "first interval"
     assert s.levels(EPOCHS + 3, extend_last=True) == s.levels(EPOCHS - 1)
@@ -61,9 +63,11 @@ def test_errors_name_the_file_and_the_problem(schedules):
     assert message_of(e).startswith(f"{schedules / 'grads.h5'}: ") and "accordion.schedule" in str(e.value)
     with pytest.raises(accordion.UsageError) as e:
         accordion.load_schedule(schedules / "levels.h5", Net(renamed=True))
-    assert message_of(e) == (f"{schedules / 'levels.h5'}: does not belong to this model: the model's parameter "
-                             "'head.weight' is missing; the model's parameter 'head.bias' is missing; "
-                             "it lists 'fc2.weight', which the model does not have; ...")
+    assert message_of(e) == (f"{schedules / 'levels.h5'} does not fit this model: (1) the model's parameter "
+                             "'head.weight' is missing; (2) the model's parameter 'head.bias' is missing; "
+                             "(3) it lists 'fc2.weight', which the model does not have; (4) it lists 'fc2.bias', "
+                             "which the model does not have")
+    assert accordion.parameter_mismatches([("a", (2, 2))], [("a", (2,))]) == ["'a' has shape 2, the model's is 2x2"]
     batch = accordion.Schedule(schedules / "batch.h5")
     with pytest.raises(accordion.UsageError, match=r"is a batch schedule; levels\(\) reads compression schedules"):
         batch.levels(0)
@@ -96,7 +100,7 @@ def test_two_ranks_stop_on_a_missing_schedule(tmp_path):
 
 def test_two_ranks_stop_on_a_schedule_of_another_model(schedules):
     ranks = run_ranks(["schedule", "--schedule", "levels.h5", "--renamed"], cwd=schedules)
-    assert_every_rank_stops(ranks, "levels.h5: does not belong to this model: the model's parameter 'head.weight'")
+    assert_every_rank_stops(ranks, "levels.h5 does not fit this model: (1) the model's parameter 'head.weight'")
     ranks = run_ranks(["schedule", "--schedule", "batch.h5"], cwd=schedules)
     assert ranks.codes == [0, 0], ranks.describe()
     assert ranks.stdout(0).strip() == '{"batch_size": 32, "global_batch_size": 64, "lr": 0.1}'

@@ -92,7 +92,7 @@ TEST(AppOptions, EtaHasOneDefaultAndOneRange) {
         regime::validate({0, 10});
         FAIL();
     } catch (const UsageError& e) {
-        EXPECT_STREQ(e.what(), "--eta: must be a number in (0, 1e+06], not 0");
+        EXPECT_STREQ(e.what(), "--eta: must be a number in (0, 1e+06], not '0'");
     }
 }
 

@@ -61,7 +61,7 @@ GravacExchangeOptions options(const std::string& family, std::int64_t window, do
 TEST(GravacExchange, RanksTakeTheSameDecisionsFromDifferentGradients) {
     for (const std::string family : {"topk", "dgc", "randomk"}) {
         test::ThreadGroup group(2);
-        std::vector<std::vector<GravacStepRecord>> steps(2);
+        std::vector<std::vector<regime::GravacStep>> steps(2);
         std::vector<regime::GravacState> states(2);
         group.run([&](int rank, comm::Collectives& comm) {
             auto tensors = model();
@@ -129,7 +129,7 @@ TEST(GravacExchange, BytesAreThoseOfTheChosenLevel) {
     for (double epsilon : {0.5, 1.0}) {
         test::ThreadGroup group(2);
         std::vector<std::int64_t> bytes(2);
-        std::vector<std::vector<GravacStepRecord>> steps(2);
+        std::vector<std::vector<regime::GravacStep>> steps(2);
         group.run([&](int rank, comm::Collectives& comm) {
             auto tensors = model();
             GravacExchange x(describe(tensors), comm, torch::kCPU, options("topk", 2, epsilon));
@@ -216,7 +216,7 @@ TEST(GravacExchange, ShortLastBatchAndEvaluationDoNotMoveTheDecision) {
     using std::chrono::milliseconds;
     constexpr std::int64_t kSteps = 15, kPerEpoch = 3;
     struct Run {
-        std::vector<GravacStepRecord> steps;
+        std::vector<regime::GravacStep> steps;
         regime::GravacState state;
         torch::Tensor inputs;
     };
@@ -323,7 +323,7 @@ TEST(GravacExchange, DevicePathMatchesTheHostPath) {
     for (int rank = 0; rank < 2; ++rank)
         for (std::int64_t s = 0; s < 14; ++s) inputs[static_cast<size_t>(rank)].push_back(gradients(rank, s, rank == 0 ? 1.0 : 3.0));
     for (const std::string family : {"topk", "randomk"}) {
-        std::map<bool, std::vector<std::vector<GravacStepRecord>>> steps;
+        std::map<bool, std::vector<std::vector<regime::GravacStep>>> steps;
         std::map<bool, std::vector<std::vector<torch::Tensor>>> grads;
         std::map<bool, std::vector<TensorMap>> states;
         std::map<bool, std::vector<std::int64_t>> bytes;
@@ -378,7 +378,7 @@ TEST(GravacExchange, DevicePathMatchesTheHostPath) {
 
 TEST(GravacExchange, DevicePathDgcRanksAgree) {
     test::ThreadGroup group(2);
-    std::vector<std::vector<GravacStepRecord>> steps(2);
+    std::vector<std::vector<regime::GravacStep>> steps(2);
     std::vector<std::vector<torch::Tensor>> last(2);
     group.run([&](int rank, comm::Collectives& comm) {
         auto tensors = model();
@@ -489,7 +489,7 @@ TEST(GravacPowersgd, RanksAgreeAndSendTheBytesOfPowersgdAtTheRank) {
             inputs[static_cast<size_t>(rank)].push_back(powersgd_gradients(rank, s, rank == 0 ? 0.2 : 0.6));
     for (double epsilon : {0.6, 0.9, 1.0}) {
         test::ThreadGroup group(2);
-        std::vector<std::vector<GravacStepRecord>> steps(2);
+        std::vector<std::vector<regime::GravacStep>> steps(2);
         std::vector<std::int64_t> bytes(2);
         std::vector<std::vector<torch::Tensor>> last(2);
         std::vector<regime::GravacState> states(2);

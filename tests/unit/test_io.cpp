@@ -314,7 +314,7 @@ namespace {
 Schedule sample_schedule(const std::string& mode) {
     Schedule s;
     s.header.provenance = provenance();
-    s.mode = mode;
+    s.mode = parse_schedule_mode(mode, "mode");
     s.low = mode == "batch" ? "512" : "powersgd:2";
     s.high = mode == "batch" ? "4096" : "powersgd:1";
     s.granularity = mode == "batch" ? "model" : "layer";
@@ -343,7 +343,7 @@ TEST(Schedule, RoundTripInBothModes) {
         write_schedule(path, sample_schedule(mode));
         Schedule s = read_schedule(path);
         EXPECT_EQ(s.header.format, "accordion.schedule");
-        EXPECT_EQ(s.mode, mode);
+        EXPECT_EQ(schedule_mode_name(s.mode), mode);
         EXPECT_EQ(s.epochs, 2);
         EXPECT_EQ(s.critical, sample_schedule(mode).critical);
         EXPECT_EQ(s.reason, sample_schedule(mode).reason);

@@ -50,7 +50,7 @@ Metrics sample(bool gravac) {
         g.smoothing = 0.02;
         g.window = 3;
         // Epoch 0: dense then theta_min; epoch 1: candidate twice; epoch 2: theta_min, candidate.
-        g.steps = {{0, 1, 2, 10, 20, MetricsGravacStep::kNaN, MetricsGravacStep::kNaN},
+        g.steps = {{0, 1, 2, 10, 20, acc::regime::GravacStep::kNaN, acc::regime::GravacStep::kNaN},
                    {0, 10, 1, 10, 20, 0.9, 0.6},
                    {1, 20, 0, 10, 20, 0.91, 0.75},
                    {1, 20, 0, 10, 40, 0.92, 0.76},
@@ -128,7 +128,7 @@ TEST(MetricsGravac, ResumeKeepsTheStepsOfKeptEpochs) {
     EXPECT_EQ(w.metrics().gravac.steps.size(), 2u);
     EXPECT_EQ(w.metrics().gravac.throughput.size(), 2u);
     Metrics again = sample(true);
-    std::vector<MetricsGravacStep> epoch1(again.gravac.steps.begin() + 2, again.gravac.steps.begin() + 4);
+    std::vector<acc::regime::GravacStep> epoch1(again.gravac.steps.begin() + 2, again.gravac.steps.begin() + 4);
     w.append_gravac(epoch1, {{1, 1, 100}});
     w.append_epoch(again.epochs[1]);
     Metrics back = read_metrics(path);

@@ -278,7 +278,8 @@ TEST(PlanErrorModel, ErrorMeasures) {
     for (ErrorMeasure m : {ErrorMeasure::summed_norms, ErrorMeasure::summed_squares})
         EXPECT_EQ(parse_error_measure(error_measure_name(m)), m);
     EXPECT_STREQ(error_measure_name(ErrorMeasure::summed_squares), "summed_squares");
-    expect_error<acc::UsageError>([] { parse_error_measure("squares"); }, "'squares' is not one of summed_norms");
+    expect_error<acc::UsageError>([] { parse_error_measure("squares"); },
+                                  "--plan-error: must be summed_norms or summed_squares, not 'squares'");
     EXPECT_EQ(layer_error(3, ErrorMeasure::summed_norms), 3.0);
     EXPECT_EQ(layer_error(3, ErrorMeasure::summed_squares), 9.0);
     expect_error<acc::Error>([] { layer_error(-2, ErrorMeasure::summed_norms); }, "residual norm is -2");

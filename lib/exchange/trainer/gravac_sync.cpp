@@ -31,26 +31,10 @@ void GravacSync::exchange(std::vector<torch::Tensor>& gradients, const train::St
     exchange_->exchange(gradients, info);
 }
 
-std::vector<io::MetricsGravacStep> GravacSync::take_steps() {
-    std::vector<io::MetricsGravacStep> out;
-    for (const auto& r : exchange_->take_steps()) {
-        io::MetricsGravacStep m;
-        m.epoch = r.epoch;
-        m.factor = r.factor;
-        m.choice = r.choice;
-        m.theta_min = r.theta_min;
-        m.candidate = r.candidate;
-        m.gain_min = r.gain_min;
-        m.gain_candidate = r.gain_candidate;
-        out.push_back(m);
-    }
-    return out;
-}
+std::vector<regime::GravacStep> GravacSync::take_steps() { return exchange_->take_steps(); }
 
-std::vector<io::MetricsGravacThroughput> GravacSync::throughput(std::int64_t epoch) const {
-    std::vector<io::MetricsGravacThroughput> out;
-    for (const auto& t : exchange_->throughput(epoch)) out.push_back({t.epoch, t.factor, t.throughput});
-    return out;
+std::vector<regime::GravacThroughputRow> GravacSync::throughput(std::int64_t epoch) const {
+    return exchange_->throughput(epoch);
 }
 
 }  // namespace acc::exchange

@@ -36,9 +36,9 @@ public:
     /// Totals since the last take_totals(), which resets them.
     ExchangeTotals take_totals() { return exchange_->take_totals(); }
     /// Step records since the last take_steps(), which clears them.
-    std::vector<io::MetricsGravacStep> take_steps();
+    std::vector<regime::GravacStep> take_steps();
     /// The throughput table now, tagged with `epoch`.
-    std::vector<io::MetricsGravacThroughput> throughput(std::int64_t epoch) const;
+    std::vector<regime::GravacThroughputRow> throughput(std::int64_t epoch) const;
 
     GravacExchange& core() { return *exchange_; }
     const GravacExchange& core() const { return *exchange_; }

@@ -1,9 +1,9 @@
-// train-dist's plan (lib/app/train_dist_plan), without LibTorch: the levels of each
-// epoch from --compress, from a schedule (checked against the model, every mismatch
-// named), and from Accordion's rule online, which must decide as regime-detect does
-// offline.
-#include "app/train_dist_config.hpp"
-#include "app/train_dist_plan.hpp"
+// The run plan (lib/plan), without LibTorch: the levels of each epoch from a fixed
+// level, from a schedule (checked against the model, every mismatch named), and from
+// Accordion's rule online, which must decide as regime-detect does offline; for
+// train-dist's fixed number of epochs and for the Python package's open-ended runs.
+#include "plan/parameters.hpp"
+#include "plan/run_plan.hpp"
 #include "base/error.hpp"
 #include "regime/levels.hpp"
 
@@ -14,7 +14,8 @@
 #include <cmath>
 #include <random>
 
-using namespace acc::app;
+using namespace acc::plan;
+using AccordionConfig = acc::plan::AccordionSettings;
 using acc::compress::parse_spec;
 using acc::io::Parameter;
 using acc::test::usage_error_of;
@@ -31,7 +32,7 @@ std::string level_of(const RunPlan& plan, std::int64_t epoch, size_t p) {
 
 acc::io::Schedule compression_schedule(std::int64_t epochs) {
     acc::io::Schedule s;
-    s.mode = "compression";
+    s.mode = acc::io::ScheduleMode::compression;
     s.parameters = conv8_fc_parameters();
     s.epochs = epochs;
     s.levels = {"none", "powersgd:2", "topk:0.1"};
@@ -107,7 +108,7 @@ TEST(Plan, ScheduleMismatchesAreAllNamed) {
 
 TEST(Plan, BatchScheduleSplitsOverRanks) {
     acc::io::Schedule s;
-    s.mode = "batch";
+    s.mode = acc::io::ScheduleMode::batch;
     s.parameters = conv8_fc_parameters();
     s.epochs = 4;
     s.batch_size = {64, 64, 512, 512};
@@ -126,9 +127,6 @@ TEST(Plan, BatchScheduleSplitsOverRanks) {
     const std::string uneven = usage_error_of([&] { check_schedule(s, "b.h5", conv8_fc_parameters(), 4, false, 3, true); });
     EXPECT_CONTAINS(uneven, "leave out --batch-size");
     EXPECT_CONTAINS(uneven, "does not split evenly over 3 ranks in 4 epochs (epoch 0: 64, epoch 1: 64, epoch 2: 512, ...)");
-    s.mode = "other";
-    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(s, "b.h5", conv8_fc_parameters(), 4, false, 1, false); }),
-                    "its mode is 'other'");
 }
 
 // Online decisions, epoch by epoch, equal regime-detect's on the whole table.
@@ -199,4 +197,73 @@ TEST(Plan, OnlineLearningRateDecayMakesEveryLayerCritical) {
     EXPECT_EQ(level_of(plan, 5, 0), "powersgd:1");  // no change: high
     EXPECT_EQ(level_of(plan, 6, 0), "powersgd:2");  // the rate decays at epoch 6
     EXPECT_EQ(plan.levels_of(6).reason[0], 4);
+}
+
+// The Python package's plans know no number of epochs: a schedule's end is refused
+// in the caller's words, or its last epoch repeated; online, each epoch's learning
+// rate comes as it starts.
+TEST(Plan, OpenEndedPlans) {
+    acc::io::Schedule s = compression_schedule(3);
+    std::vector<std::string> problems;
+    const auto levels = parse_levels(s, problems);
+    EXPECT_TRUE(problems.empty());
+    RunPlan strict = RunPlan::from_schedule(s, levels, conv8_fc_parameters(), kOpenEnded, {false, "s.h5", "extend_last=True"});
+    EXPECT_EQ(level_of(strict, 2, 0), "powersgd:2");
+    EXPECT_EQ(usage_error_of([&] { strict.levels_of(3); }),
+              "s.h5: covers epochs 0-2, not epoch 3 (extend_last=True repeats its last epoch)");
+    RunPlan extended = RunPlan::from_schedule(s, levels, conv8_fc_parameters(), kOpenEnded, {true, "s.h5", ""});
+    EXPECT_EQ(extended.levels_of(100).level, extended.levels_of(2).level);
+    EXPECT_EQ(level_of(RunPlan::fixed(conv8_fc_parameters(), parse_spec("topk:0.1")), 1000, 0), "topk:0.1");
+
+    AccordionConfig config;
+    config.interval = 1;
+    RunPlan online = RunPlan::accordion(conv8_fc_parameters(), config);
+    EXPECT_THROW(online.levels_of(0), acc::Error);  // no learning rate yet
+    online.set_learning_rate(0, 0.1);
+    EXPECT_EQ(level_of(online, 0, 0), "powersgd:2");
+    online.set_learning_rate(0, 0.2);  // the epoch started again: its rate replaced
+    EXPECT_EQ(online.learning_rates(), std::vector<double>{0.2});
+    online.record_norms(0, {1, 1, 1, 1});
+    online.set_learning_rate(1, 0.2);
+    online.record_norms(1, {1, 1, 1, 1});
+    online.set_learning_rate(2, 0.2);
+    EXPECT_EQ(level_of(online, 2, 0), "powersgd:1");  // no change since epoch 1: high
+    EXPECT_EQ(level_of(online, 2, 1), "none");
+    EXPECT_THROW(online.set_learning_rate(5, 0.1), acc::Error);  // epochs in order
+    config.eta = 0;
+    EXPECT_EQ(usage_error_of([&] { RunPlan::accordion(conv8_fc_parameters(), config); }),
+              "--eta: must be a number in (0, 1e+06], not '0'");
+}
+
+TEST(Plan, TheLevelRuleIsStatedOnce) {
+    using acc::regime::AccordionLevel;
+    EXPECT_EQ(acc::regime::accordion_level(false, true), AccordionLevel::none);
+    EXPECT_EQ(acc::regime::accordion_level(false, false), AccordionLevel::none);
+    EXPECT_EQ(acc::regime::accordion_level(true, true), AccordionLevel::low);
+    EXPECT_EQ(acc::regime::accordion_level(true, false), AccordionLevel::high);
+}
+
+// A schedule's critical epochs are those of the parameters compression applies to:
+// an epoch critical only for a bias is not one (regime-detect's summary agrees).
+TEST(Plan, CriticalEpochsCountMatricesOnly) {
+    acc::io::Schedule s = compression_schedule(4);
+    s.critical[s.at(1, 0)] = 1;  // conv.weight
+    s.critical[s.at(2, 1)] = 1;  // conv.bias only
+    s.critical[s.at(3, 2)] = 1;  // fc.weight
+    EXPECT_EQ(critical_epochs(s), (std::vector<std::int64_t>{1, 3}));
+    s.mode = acc::io::ScheduleMode::batch;  // whole-model decisions: every column counts
+    EXPECT_EQ(critical_epochs(s), (std::vector<std::int64_t>{1, 2, 3}));
+}
+
+TEST(Plan, ParameterChecksNameEveryDifference) {
+    std::vector<Parameter> listed = conv8_fc_parameters();
+    EXPECT_NO_THROW(check_parameters("s.h5", conv8_fc_parameters(), listed));
+    listed[0].shape = {4, 3, 3, 3};
+    std::swap(listed[2], listed[3]);
+    listed[1].name = "conv.b";
+    EXPECT_EQ(usage_error_of([&] { check_parameters("s.h5", conv8_fc_parameters(), listed); }),
+              "s.h5 does not fit this model: (1) 'conv.weight' has shape 4x3x3x3, the model's is 8x3x3x3; "
+              "(2) the model's parameter 'conv.bias' is missing; (3) 'fc.weight' is parameter 3 in the schedule but 2 "
+              "in the model; (4) 'fc.bias' is parameter 2 in the schedule but 3 in the model; (5) it lists 'conv.b', "
+              "which the model does not have");
 }
