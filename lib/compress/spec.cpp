@@ -84,6 +84,17 @@ std::vector<Spec> default_specs() {
     return out;
 }
 
+Spec parse_spec_line(const std::string& text) {
+    try {
+        return parse_spec(text);
+    } catch (const UsageError& e) {
+        std::string message = e.what();
+        const auto cut = message.find("valid levels are:");
+        if (cut != std::string::npos) message = message.substr(0, cut) + "one of " + spec_list();
+        throw UsageError(message);
+    }
+}
+
 Spec parse_spec(const std::string& text) {
     const std::string valid = "valid levels are:\n" + spec_help();
     size_t colon = text.find(':');

@@ -98,6 +98,9 @@ inline const Spec kDefaultHigh{"powersgd", 1};
 
 /// Parses and range-checks a spec; throws UsageError listing the valid ones.
 Spec parse_spec(const std::string& text);
+/// parse_spec with its message on one line, the valid levels listed in short
+/// (spec_list()): for callers that show an error's first line (the Python package).
+Spec parse_spec_line(const std::string& text);
 
 /// One line per compressor, "powersgd:RANK  low-rank ..." for --help and errors.
 std::string spec_help();

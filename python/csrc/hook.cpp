@@ -123,15 +123,7 @@ private:
     compress::Spec spec_of(const std::string& text) {
         auto it = specs_.find(text);
         if (it != specs_.end()) return it->second;
-        try {
-            return specs_.emplace(text, compress::parse_spec(text)).first->second;
-        } catch (const UsageError& e) {
-            // One line (the package shows errors' first lines): the list of levels in short.
-            std::string message = e.what();
-            auto cut = message.find("valid levels are:");
-            if (cut != std::string::npos) message = message.substr(0, cut) + "one of " + compress::spec_list();
-            throw UsageError(message);
-        }
+        return specs_.emplace(text, compress::parse_spec_line(text)).first->second;
     }
 
     // The exchange of this bucket, made on the bucket's first step with the state

@@ -108,7 +108,7 @@ private:
 
 compress::Spec spec_named(const std::string& what, const std::string& text) {
     try {
-        return compress::parse_spec(text);
+        return compress::parse_spec_line(text);
     } catch (const UsageError& e) {
         throw UsageError(what + ": " + e.what());
     }

@@ -270,9 +270,9 @@ def test_what_is_refused_before_any_step(one_rank, schedules):
 
 @needs_hook
 def test_what_online_accordion_refuses(one_rank):
-    with pytest.raises(accordion.UsageError, match=r"^eta: must be a number in \(0, 1e\+06\], not 0$"):
+    with pytest.raises(accordion.UsageError, match=r"^eta: must be a number in \(0, 1e\+06\], not '0'$"):
         accordion.CompressionState(one_rank, accordion=True, eta=0)
-    with pytest.raises(accordion.UsageError, match=r"^interval: must be a whole number in \[1, 1000000\], not 0$"):
+    with pytest.raises(accordion.UsageError, match=r"^interval: must be a whole number in \[1, 1000000\], not '0'$"):
         accordion.CompressionState(one_rank, accordion=True, interval=0)
     with pytest.raises(accordion.UsageError, match=r"^low: 'powersgd': powersgd needs RANK, e.g. powersgd:2$"):
         accordion.CompressionState(one_rank, accordion=True, low="powersgd")

@@ -2,6 +2,8 @@
 #include "base/error.hpp"
 #include "compress/spec.hpp"
 
+#include "test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <vector>
 
 using namespace acc::compress;
+using acc::test::usage_error_of;
 
 TEST(Spec, ParsesEveryKnownCompressor) {
     for (const char* text : {"none", "fp16", "powersgd:2", "topk:0.01", "randomk:0.1", "dgc:0.001", "signsgd",
@@ -146,6 +149,13 @@ TEST(Registry, SaysWhatThePlannerAndTheProgramsAsk) {
     CompressorInfo stranger;
     stranger.name = "stranger";
     EXPECT_THROW(registry_index(stranger), acc::Error);
+}
+
+TEST(Registry, ALevelsMessageOnOneLine) {
+    EXPECT_EQ(parse_spec_line("topk:.10").text(), "topk:0.1");
+    const std::string message = usage_error_of([] { parse_spec_line("zip:3"); });
+    EXPECT_EQ(message, "'zip:3' is not a compressor spec; one of " + spec_list());
+    EXPECT_NE(usage_error_of([] { parse_spec("zip:3"); }).find('\n'), std::string::npos);  // the full list
 }
 
 TEST(Registry, GeneratesTheListsOfHelpTexts) {
