@@ -12,7 +12,7 @@
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
 #include "compress/spec.hpp"
-#include "exchange/trainer/bucket_sync.hpp"
+#include "exchange/trainer/run_sync.hpp"
 #include "io/grads.hpp"
 #include "io/h5.hpp"
 #include "io/output.hpp"
@@ -159,7 +159,7 @@ private:
     std::vector<io::OutputClaim> claims_;  // rank 0: the output and checkpoint, for the whole run
     spdlog::level::level_enum level_;  // rank 0's lines are info, the others' debug
     std::optional<GradientRecorder> recorder_;    // rank 0
-    std::unique_ptr<exchange::BucketSync> exchange_;  // several ranks
+    std::unique_ptr<exchange::RunSync> sync_;  // several ranks: every gradient at level none
     std::optional<io::GradsWriter> writer_;       // rank 0
     std::vector<bool> snapshot_;
 };
@@ -182,9 +182,8 @@ DumpRank::DumpRank(const GradDumpConfig& c, comm::ProcessGroupCollectives* pg)
     }
     if (pg) {
         const std::vector<compress::Spec> none(tensors_.size(), compress::no_compression());
-        exchange_ = std::make_unique<exchange::BucketSync>(tensors_, trainer_->parameters(), *session_.comm(),
-                                                         session_.device(), exchange::ExchangeSetup{}, none);
-        trainer_->set_exchange(exchange_.get());
+        sync_ = exchange::make_run_sync({}, tensors_, trainer_->parameters(), *session_.comm(), session_.device(), none);
+        trainer_->set_exchange(sync_.get());
     }
 }
 
@@ -221,7 +220,7 @@ void DumpRank::log_run(std::int64_t start) const {
                 with_commas(total_values(parameters)), count_of(trainer_->steps_in_epoch(start), "step", "steps"),
                 t_.batch_size, text_model() ? "streams" : data_->info().unit, pg_ ? " per rank" : "");
     if (!pg_) return;
-    const auto buckets = static_cast<std::int64_t>(exchange_->reducer().buckets().size());
+    const std::int64_t buckets = sync_->buckets();
     spdlog::log(level_,
                 "data-parallel on {} ranks ({}): gradients averaged every step ({} per rank in {} of allreduce, "
                 "launched during the backward pass); rank 0 records its local gradients",

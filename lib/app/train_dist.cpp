@@ -11,7 +11,7 @@
 #include "cli/tool.hpp"
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
-#include "exchange/trainer/bucket_sync.hpp"
+#include "exchange/trainer/run_sync.hpp"
 #include "exchange/trainer/state.hpp"
 #include "io/metrics.hpp"
 #include "io/output.hpp"
@@ -38,7 +38,6 @@
 namespace acc::app {
 namespace {
 
-using exchange::BucketSync;
 using exchange::ExchangeTotals;
 
 comm::Backend backend_of(const TrainDistConfig& c) {
@@ -232,9 +231,8 @@ private:
     std::optional<plan::RunPlan> plan_;  // rank 0
     LevelTable table_;
     EpochOrders orders_;  // this epoch's
-    std::unique_ptr<BucketSync> exchange_;
-    std::unique_ptr<exchange::GravacSync> gravac_;        // --gravac: sends instead of exchange_
-    std::vector<regime::GravacStep> gravac_steps_;     // the epoch's GraVAC decisions
+    std::unique_ptr<exchange::RunSync> sync_;  // the run's one gradient sync
+    exchange::SyncRecord record_;              // what it decided by itself in the epoch (GraVAC)
     std::optional<io::MetricsWriter> metrics_;           // rank 0
     std::unique_ptr<train::GradientRecorder> recorder_;  // rank 0, online Accordion
     std::int64_t bytes_total_ = 0;
@@ -330,16 +328,17 @@ void DistRank::open_outputs(const Start& start) {
 }
 
 void DistRank::make_exchange(const Start& start) {
-    exchange::ExchangeSetup setup;
+    exchange::SyncSettings settings;
+    exchange::ExchangeSetup& setup = settings.buckets;
     setup.buckets.bucket_bytes = static_cast<std::int64_t>(c_.bucket_mb * 1024 * 1024);
     setup.buckets.first_bucket_bytes = static_cast<std::int64_t>(c_.first_bucket_mb * 1024 * 1024);
     setup.compression.seed = static_cast<std::uint32_t>(train::mix_seed(t_.seed, 0xc0) & 0xffffffffu);
     setup.compression.dgc_warmup_epochs = c_.dgc_warmup_epochs;
-    exchange_ = std::make_unique<BucketSync>(tensors_, trainer_->parameters(), *session_.comm(), session_.device(),
-                                             setup, table_.specs(start.level));
-    gravac_ = make_gravac_sync(c_, tensors_, trainer_->parameters(), *pg_, session_.world());
-    if (c_.resume) gravac_ ? gravac_->load_state(start.exchange_state) : exchange_->load_state(start.exchange_state);
-    trainer_->set_exchange(gravac_ ? static_cast<train::GradientSync*>(gravac_.get()) : exchange_.get());
+    settings.gravac = gravac_options(c_, session_.world());
+    sync_ = exchange::make_run_sync(settings, tensors_, trainer_->parameters(), *session_.comm(), session_.device(),
+                                    table_.specs(start.level));
+    if (c_.resume) sync_->load_state(start.exchange_state);
+    trainer_->set_exchange(sync_.get());
 }
 
 int DistRank::run() {
@@ -369,20 +368,18 @@ DataParallelRank::EpochPlan DistRank::begin_epoch(std::int64_t epoch) {
     o.lr = message[0];
     o.batch_size = static_cast<std::int64_t>(message[1]);
     o.level = session_.broadcast(o.decided.level, tensors_.size());
-    exchange_->set_levels(table_.specs(o.level));
-    exchange_->set_epoch(epoch);
-    trainer_->optimizer().set_momentum_in_gradient(gravac_ ? gravac_->momentum_in_gradient()
-                                                           : exchange_->momentum_in_gradient());
-    if (gravac_) gravac_->set_samples_per_step(o.batch_size * session_.world());
+    sync_->begin_epoch({epoch, table_.specs(o.level), o.batch_size * session_.world()});
+    trainer_->optimizer().set_momentum_in_gradient(sync_->momentum_in_gradient());
     return {o.lr, o.batch_size};
 }
 
 void DistRank::end_epoch(const train::EpochResult&, const EpochSummary& all) {
-    const ExchangeTotals sent = gravac_ ? gravac_->take_totals() : exchange_->take_totals();
-    if (gravac_) gravac_steps_ = log_gravac_epoch(*gravac_, session_.rank(), all.epoch);
+    const ExchangeTotals sent = sync_->take_totals();
+    record_ = sync_->take_record(all.epoch);
+    if (c_.gravac) log_gravac_epoch(record_.steps, session_.rank(), all.epoch);
     io::MetricsEpoch m = epoch_metrics(all, sent);
     spdlog::debug("rank {}: {} of {} buckets launched during the backward pass", session_.rank(), sent.early_launches,
-                  sent.steps * static_cast<std::int64_t>(exchange_->reducer().buckets().size()));
+                  sent.steps * sync_->buckets());
     write_epoch(all, m);
 }
 
@@ -420,7 +417,7 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
     const std::int64_t epoch = all.epoch;
     const EpochOrders& o = orders_;
     std::vector<train::TensorMap> states =
-        exchange::gather_maps(*session_.host(), gravac_ ? gravac_->state() : exchange_->state());
+        exchange::gather_maps(*session_.host(), sync_->state());
     if (!session_.leader()) return;
     const size_t count = tensors_.size();
     if (plan_->online()) {
@@ -444,12 +441,12 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
     // checkpoint and writes the epoch again.
     const auto checkpoint =
         write_checkpoint(checkpoint_, epoch, run_settings(), std::move(extra), c_.provenance);
-    if (gravac_) metrics_->append_gravac(gravac_steps_, gravac_->throughput(epoch));
+    if (c_.gravac) metrics_->append_gravac(record_.steps, record_.throughput);
     metrics_->append_epoch(m);
     checkpoint->commit();
     spdlog::info("{}{}", epoch_line(all, false),
-                 epoch_tail(m, gravac_ ? std::string("gravac ") + regime::gravac_family_name(*c_.gravac) + ": " +
-                                             gravac_summary(gravac_steps_)
+                 epoch_tail(m, c_.gravac ? std::string("gravac ") + regime::gravac_family_name(*c_.gravac) + ": " +
+                                               gravac_summary(record_.steps)
                                        : plan::levels_summary(table_.levels, o.level)));
     history_.push_back(epoch_json(all, m, table_.levels));
 }

@@ -10,17 +10,14 @@
 
 namespace acc::app {
 
-std::unique_ptr<exchange::GravacSync> make_gravac_sync(const TrainDistConfig& c,
-                                                       const std::vector<torch::Tensor>& parameters,
-                                                       const std::vector<io::Parameter>& description,
-                                                       comm::ProcessGroupCollectives& pg, int world) {
-    if (!c.gravac) return nullptr;
+std::optional<exchange::GravacExchangeOptions> gravac_options(const TrainDistConfig& c, int world) {
+    if (!c.gravac) return std::nullopt;
     exchange::GravacExchangeOptions o;
     o.family = *c.gravac;
     o.settings = gravac_settings(c, world);
     o.seed = static_cast<std::uint32_t>(train::mix_seed(c.train.seed, 0x9a) & 0xffffffffu);
     o.samples_per_step = c.train.batch_size * world;
-    return std::make_unique<exchange::GravacSync>(parameters, description, pg, pg.device(), o);
+    return o;
 }
 
 io::MetricsGravac gravac_metrics(const TrainDistConfig& c, int world) {
@@ -48,13 +45,11 @@ std::string gravac_summary(const std::vector<regime::GravacStep>& steps) {
     return out.empty() ? "no steps" : out;
 }
 
-std::vector<regime::GravacStep> log_gravac_epoch(exchange::GravacSync& sync, int rank, std::int64_t epoch) {
-    std::vector<regime::GravacStep> steps = sync.take_steps();
+void log_gravac_epoch(const std::vector<regime::GravacStep>& steps, int rank, std::int64_t epoch) {
     std::string factors;
     for (const auto& s : steps) factors += fmt::format("{},", s.factor);
     spdlog::debug("rank {}: gravac epoch {}: steps at each factor {}; decisions digest {:016x}", rank, epoch,
                   gravac_summary(steps), fnv1a(factors));
-    return steps;
 }
 
 }  // namespace acc::app

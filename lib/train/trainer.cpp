@@ -567,11 +567,6 @@ void Trainer::write_checkpoint(io::AtomicPath& target, const CheckpointInfo& inf
         if (sgd_.momentum()[i].defined())
             write_tensor(f, "/optimizer/momentum/" + description_[i].name, sgd_.momentum()[i]);
     for (const auto& [name, tensor] : extra) write_tensor(f, "/extra/" + name, tensor);
-    if (exchange_) {
-        TensorMap state;
-        exchange_->save_state(state);
-        for (const auto& [name, tensor] : state) write_tensor(f, "/extra/exchange/" + name, tensor);
-    }
     f.close();
 }
 
@@ -609,16 +604,6 @@ CheckpointInfo Trainer::load_checkpoint_from(const io::H5File& f, TensorMap* ext
     }
     TensorMap stored;
     if (f.exists("/extra")) read_tree(f, "/extra", "", stored);
-    TensorMap exchange_state;
-    for (auto it = stored.begin(); it != stored.end();) {
-        if (it->first.rfind("exchange/", 0) == 0) {
-            exchange_state[it->first.substr(9)] = it->second.to(options_.device);
-            it = stored.erase(it);
-        } else {
-            ++it;
-        }
-    }
-    if (exchange_) exchange_->load_state(exchange_state);
     if (extra) *extra = std::move(stored);
     global_step_ = info.global_step;
     return info;

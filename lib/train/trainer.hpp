@@ -66,9 +66,6 @@ public:
     /// Called after an epoch's last step: throws what checks the exchange deferred
     /// found (a GPU's NaN flags are read a step late, so that no step waits for it).
     virtual void settle() {}
-    /// State to keep in checkpoints (e.g. error-feedback memories), and to restore from them.
-    virtual void save_state(TensorMap&) const {}
-    virtual void load_state(const TensorMap&) {}
 };
 
 /// Sums each parameter's raw local gradient over an epoch's steps: one

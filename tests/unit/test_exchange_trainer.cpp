@@ -9,6 +9,7 @@
 #include "exchange/trainer/bucket_sync.hpp"
 #include "exchange/trainer/gravac_sync.hpp"
 #include "exchange/trainer/reducer.hpp"
+#include "exchange/trainer/run_sync.hpp"
 #include "exchange/trainer/state.hpp"
 #include "support/thread_collectives.hpp"
 #include "train/datasets.hpp"
@@ -543,7 +544,7 @@ TEST(Trainer, RecorderSeesTheLocalGradientWhileBucketsOverlap) {
     EXPECT_FALSE(torch::equal(with_exchange[0][0], with_exchange[1][0]));  // the ranks' data differ
 }
 
-// GravacSync hands the exchange the step's epoch, samples and start, and its records,
+// GravacSync hands the exchange the step's epoch, samples and start, and its record,
 // throughput rows, state and totals are the bare exchange's, field for field.
 TEST(GravacSync, IsTheExchangeWithTheTrainersStep) {
     thread_ranks(2, [&](int rank, Collectives& comm) {
@@ -582,7 +583,8 @@ TEST(GravacSync, IsTheExchangeWithTheTrainersStep) {
             bare.exchange(h, acc::exchange::GravacStepInfo{step.epoch, step.samples, step.started});
             for (size_t p = 0; p < g.size(); ++p) EXPECT_TRUE(torch::equal(g[p], h[p])) << "step " << s;
         }
-        const auto records = sync.take_steps();
+        const auto record = sync.take_record(3);
+        const auto& records = record.steps;
         const auto expected = bare.take_steps();
         ASSERT_EQ(records.size(), expected.size());
         for (size_t i = 0; i < records.size(); ++i) {
@@ -597,7 +599,7 @@ TEST(GravacSync, IsTheExchangeWithTheTrainersStep) {
                         (std::isnan(records[i].gain_candidate) && std::isnan(expected[i].gain_candidate)));
         }
         EXPECT_EQ(records.back().epoch, 1);
-        const auto rows = sync.throughput(3);
+        const auto& rows = record.throughput;
         const auto expected_rows = bare.throughput(3);
         ASSERT_EQ(rows.size(), expected_rows.size());
         for (size_t i = 0; i < rows.size(); ++i) {
@@ -609,5 +611,33 @@ TEST(GravacSync, IsTheExchangeWithTheTrainersStep) {
         ASSERT_EQ(state.size(), expected_state.size());
         for (const auto& [name, t] : expected_state) EXPECT_TRUE(torch::equal(state.at(name), t)) << name;
         EXPECT_EQ(sync.take_totals().bytes, bare.take_totals().bytes);
+    });
+}
+
+// make_run_sync builds the one sync a run's settings call for, behind RunSync:
+// BucketSync, following the levels each epoch sets, or GraVAC, which chooses its own.
+TEST(RunSync, TheFactoryBuildsTheRunsOneSync) {
+    thread_ranks(2, [&](int, Collectives& comm) {
+        const std::vector<torch::Tensor> tensors = {torch::zeros({8, 16}, torch::requires_grad()),
+                                                    torch::zeros({8}, torch::requires_grad())};
+        const std::vector<acc::io::Parameter> description = {{"w", {8, 16}}, {"b", {8}}};
+        const std::vector<acc::compress::Spec> none(2, acc::compress::no_compression());
+        acc::exchange::SyncSettings levels;
+        auto buckets = acc::exchange::make_run_sync(levels, tensors, description, comm, torch::kCPU, none);
+        ASSERT_NE(dynamic_cast<BucketSync*>(buckets.get()), nullptr);
+        EXPECT_GE(buckets->buckets(), 1);
+        buckets->begin_epoch({1, {acc::compress::parse_spec("dgc:0.1"), acc::compress::no_compression()}, 32});
+        EXPECT_EQ(dynamic_cast<BucketSync&>(*buckets).levels()[0].text(), "dgc:0.1");
+        EXPECT_EQ(buckets->momentum_in_gradient(), (std::vector<bool>{true, false}));
+        EXPECT_TRUE(buckets->take_record(1).steps.empty());
+
+        acc::exchange::SyncSettings gravac;
+        gravac.gravac.emplace();
+        gravac.gravac->settings = acc::regime::gravac_defaults(2);
+        auto chosen = acc::exchange::make_run_sync(gravac, tensors, description, comm, torch::kCPU, none);
+        ASSERT_NE(dynamic_cast<GravacSync*>(chosen.get()), nullptr);
+        EXPECT_EQ(chosen->buckets(), 0);
+        chosen->begin_epoch({0, none, 64});
+        EXPECT_TRUE(chosen->take_record(0).steps.empty());  // no step yet
     });
 }

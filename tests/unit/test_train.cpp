@@ -407,10 +407,7 @@ public:
         for (auto& g : gradients) g = g * 2;
         steps.push_back(step.global_step);
     }
-    void save_state(TensorMap& state) const override { state["calls"] = torch::tensor({std::int64_t(steps.size())}); }
-    void load_state(const TensorMap& state) override { restored = state.at("calls").item<std::int64_t>(); }
     std::vector<std::int64_t> steps;
-    std::int64_t restored = -1;
 };
 
 }  // namespace
@@ -573,11 +570,8 @@ TEST(Checkpoint, ResumedTrainingEqualsStraightTraining) {
     torch::manual_seed(3);
     auto first = make_model("resnet18", data->info().shape, {});
     Trainer b(first, *data, o);
-    Doubling idle;  // only its state is used: it is not set as the exchange while training
     b.train_epoch(0, 0.05);
     b.train_epoch(1, 0.05);
-    b.set_exchange(&idle);
-    idle.steps = {1, 2, 3};
     CheckpointInfo info{2, b.global_step(), "resnet18", "synthetic", 8, 1, 42, {"test", "test_train"}};
     TensorMap extra = {{"memory/layer1.0.conv1.weight", torch::full({2, 2}, 1.5)},
                        {"counter", torch::tensor({std::int64_t(7)})}};
@@ -592,16 +586,12 @@ TEST(Checkpoint, ResumedTrainingEqualsStraightTraining) {
     torch::manual_seed(99);  // different initial weights, all overwritten by the checkpoint
     auto resumed = make_model("resnet18", data->info().shape, {});
     Trainer c(resumed, *data, o);
-    Doubling restored;
-    c.set_exchange(&restored);
     TensorMap extra_back;
     CheckpointInfo back = c.load_checkpoint(dir.file("ckpt.h5"), &extra_back);
-    c.set_exchange(nullptr);
     EXPECT_EQ(back.epoch, 2);
     EXPECT_EQ(back.global_step, 6);
     EXPECT_EQ(back.model, "resnet18");
     EXPECT_EQ(back.seed, 42u);
-    EXPECT_EQ(restored.restored, 3);
     ASSERT_EQ(extra_back.size(), 2u);
     EXPECT_TRUE(torch::equal(extra_back.at("memory/layer1.0.conv1.weight"), extra.at("memory/layer1.0.conv1.weight")));
     EXPECT_EQ(extra_back.at("counter").scalar_type(), torch::kInt64);

@@ -142,6 +142,11 @@ void BucketSync::rebuild(const std::vector<compress::Spec>& levels) {
     exchanges_.drop_carried();
 }
 
+void BucketSync::begin_epoch(const EpochSettings& settings) {
+    set_levels(settings.levels);
+    set_epoch(settings.epoch);
+}
+
 void BucketSync::set_epoch(std::int64_t epoch) {
     epoch_ = epoch;
     exchanges_.set_epoch(epoch);

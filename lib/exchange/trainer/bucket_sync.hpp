@@ -25,6 +25,7 @@
 #include "exchange/gradient_exchange.hpp"
 #include "exchange/totals.hpp"
 #include "exchange/trainer/reducer.hpp"
+#include "exchange/trainer/run_sync.hpp"
 #include "io/parameters.hpp"
 #include "train/trainer.hpp"
 
@@ -37,12 +38,7 @@
 
 namespace acc::exchange {
 
-struct ExchangeSetup {
-    BucketOptions buckets;
-    ExchangeOptions compression;
-};
-
-class BucketSync final : public train::GradientSync, private BucketExchange {
+class BucketSync final : public RunSync, private BucketExchange {
 public:
     /// `parameters` (the model's, in model order) described by `description`;
     /// `levels` (one per parameter) for the first epoch. Collective.
@@ -51,14 +47,14 @@ public:
                  const std::vector<compress::Spec>& levels);
     ~BucketSync() override;
 
+    /// The epoch's levels from the next step on (set_levels), and its number (DGC's warm-up).
+    void begin_epoch(const EpochSettings& settings) override;
     /// New levels from the next step on. Collective: every rank passes the same.
     void set_levels(const std::vector<compress::Spec>& levels);
     const std::vector<compress::Spec>& levels() const { return levels_; }
     /// The epoch about to run (DGC's warm-up).
     void set_epoch(std::int64_t epoch);
-    /// Per parameter: its aggregated gradient already carries momentum (dgc), so
-    /// SGD applies momentum to its weight decay only.
-    std::vector<bool> momentum_in_gradient() const;
+    std::vector<bool> momentum_in_gradient() const override;
 
     void before_backward(const train::StepInfo& step, bool accumulated) override;
     void exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& step) override;
@@ -66,12 +62,14 @@ public:
 
     /// This rank's state for a checkpoint: error memories and compressor state,
     /// named "<parameter>/error", "<parameter>/powersgd_q", ..., "exchange/...".
-    train::TensorMap state() const;
+    train::TensorMap state() const override;
     /// Restores state(); throws acc::Error naming an entry that does not fit.
-    void load_state(const train::TensorMap& state);
+    void load_state(const train::TensorMap& state) override;
 
-    /// Totals since the last take_totals(), which resets them.
-    ExchangeTotals take_totals();
+    ExchangeTotals take_totals() override;
+    /// Nothing: the levels are the run's.
+    SyncRecord take_record(std::int64_t) override { return {}; }
+    std::int64_t buckets() const override { return static_cast<std::int64_t>(reducer_->buckets().size()); }
     const BucketReducer& reducer() const { return *reducer_; }
 
 private:

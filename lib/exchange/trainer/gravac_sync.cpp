@@ -31,10 +31,8 @@ void GravacSync::exchange(std::vector<torch::Tensor>& gradients, const train::St
     exchange_->exchange(gradients, info);
 }
 
-std::vector<regime::GravacStep> GravacSync::take_steps() { return exchange_->take_steps(); }
-
-std::vector<regime::GravacThroughputRow> GravacSync::throughput(std::int64_t epoch) const {
-    return exchange_->throughput(epoch);
+SyncRecord GravacSync::take_record(std::int64_t epoch) {
+    return {exchange_->take_steps(), exchange_->throughput(epoch)};
 }
 
 }  // namespace acc::exchange

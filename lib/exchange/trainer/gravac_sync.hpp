@@ -7,7 +7,7 @@
 #include "comm/collectives.hpp"
 #include "exchange/gravac.hpp"
 #include "exchange/totals.hpp"
-#include "io/metrics.hpp"
+#include "exchange/trainer/run_sync.hpp"
 #include "io/parameters.hpp"
 #include "train/trainer.hpp"
 
@@ -18,27 +18,26 @@
 
 namespace acc::exchange {
 
-class GravacSync final : public train::GradientSync {
+class GravacSync final : public RunSync {
 public:
     /// `parameters` (their shapes) described by `description` (their names), in model
     /// order. Throws acc::UsageError for an unknown family or settings.
     GravacSync(const std::vector<torch::Tensor>& parameters, const std::vector<io::Parameter>& description,
                comm::Collectives& comm, torch::Device device, GravacExchangeOptions options);
 
+    /// The epoch's samples per step (GraVAC's throughput); GraVAC chooses the levels.
+    void begin_epoch(const EpochSettings& settings) override {
+        exchange_->set_samples_per_step(settings.samples_per_step);
+    }
     void exchange(std::vector<torch::Tensor>& gradients, const train::StepInfo& step) override;
-    /// GravacExchange::load_state (also when the trainer loads a checkpoint).
     void load_state(const train::TensorMap& state) override { exchange_->load_state(state); }
-    train::TensorMap state() const { return exchange_->state(); }
-
-    /// Per parameter: dgc's aggregated gradient carries momentum (SGD applies it to weight decay only).
-    std::vector<bool> momentum_in_gradient() const { return exchange_->momentum_in_gradient(); }
-    void set_samples_per_step(std::int64_t samples) { exchange_->set_samples_per_step(samples); }
-    /// Totals since the last take_totals(), which resets them.
-    ExchangeTotals take_totals() { return exchange_->take_totals(); }
-    /// Step records since the last take_steps(), which clears them.
-    std::vector<regime::GravacStep> take_steps();
-    /// The throughput table now, tagged with `epoch`.
-    std::vector<regime::GravacThroughputRow> throughput(std::int64_t epoch) const;
+    train::TensorMap state() const override { return exchange_->state(); }
+    std::vector<bool> momentum_in_gradient() const override { return exchange_->momentum_in_gradient(); }
+    ExchangeTotals take_totals() override { return exchange_->take_totals(); }
+    /// The step records since the last call and the throughput table now, tagged with `epoch`.
+    SyncRecord take_record(std::int64_t epoch) override;
+    /// None: a step's gradients go together once the backward pass has ended.
+    std::int64_t buckets() const override { return 0; }
 
     GravacExchange& core() { return *exchange_; }
     const GravacExchange& core() const { return *exchange_; }
