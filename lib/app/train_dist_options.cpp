@@ -130,9 +130,10 @@ void add_gravac_options(CLI::App& app, TrainDistConfig& c, CLI::Option* gravac) 
         ->check(cli::whole_number(1, 1000000000))
         ->needs(gravac)
         ->group(gravac_group);
+    // No check of its own: regime::validate's range, [0, 1), which a CLI11 range cannot state.
     app.add_option("--gravac-omega", g.omega,
-                   "Tolerance of the theta_min raise and the throughput saturation rules (0.01: 1 %)")
-        ->check(cli::number(0, 1))
+                   "Tolerance of the theta_min raise and the throughput saturation rules, a fraction in [0, 1) "
+                   "(0.01: 1 %)")
         ->needs(gravac)
         ->group(gravac_group);
     app.add_option("--gravac-theta-s", g.theta_s, "First candidate factor = theta_s x theta_min")

@@ -174,7 +174,9 @@ CLI::Validator whole_number(long long minimum, long long maximum) {
             char* end = nullptr;
             errno = 0;
             const long long value = std::strtoll(input.c_str(), &end, 10);
-            const bool whole = !input.empty() && !std::isspace(static_cast<unsigned char>(input[0])) && *end == '\0';
+            // Digits, with a minus at most: strtoll also takes "+8" and " 8", which no count is written as.
+            const bool whole = !input.empty() && !std::isspace(static_cast<unsigned char>(input[0])) &&
+                               input[0] != '+' && *end == '\0';
             if (whole && errno == 0 && value >= minimum && value <= maximum) return "";
             return "must be a whole number in " + range + ", not '" + input + "'";
         },

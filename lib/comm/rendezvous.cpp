@@ -40,11 +40,21 @@ Rendezvous resolve_rendezvous(const RendezvousConfig& config, const Environment&
     // LOCAL_RANK only means something when the rank itself came from the same launcher.
     r.local_rank = config.rank >= 0 ? r.rank : env_int(env, "LOCAL_RANK", r.rank, 0, kMaxRanks);
     r.local_rank_given = config.rank < 0 && env("LOCAL_RANK") != nullptr;
+    std::string addr_from;
     if (!config.master_addr.empty()) {
         r.master_addr = config.master_addr;
+        addr_from = "--master-addr " + r.master_addr;
     } else if (const char* addr = env("MASTER_ADDR"); addr && *addr) {
         r.master_addr = addr;
+        addr_from = "MASTER_ADDR=" + r.master_addr;
     }
+    // A wildcard would make rank 0's store listen on every interface, where anyone
+    // who can reach the machine can connect, and is no address a rank can connect to.
+    for (const char* wildcard : {"0.0.0.0", "::", "[::]", "0"})
+        if (r.master_addr == wildcard)
+            throw UsageError(addr_from + ": is the address the other ranks connect to, and the one rank 0's store "
+                             "listens on alone; give rank 0's own address (127.0.0.1 on one machine), not a "
+                             "wildcard, which would listen on every interface");
     r.master_port = config.master_port >= 1 ? config.master_port : env_int(env, "MASTER_PORT", 29500, 1, 65535);
     r.timeout = config.timeout;
     if (!(r.timeout > 0)) throw UsageError("--timeout must be > 0 seconds");

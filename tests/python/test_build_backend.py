@@ -102,9 +102,10 @@ def test_the_kernels_are_chosen_at_every_configure_unless_accordion_cmake_args_s
     assert configure.index("-DACC_CUDA_KERNELS=AUTO") < configure.index("-DACC_CUDA_KERNELS=OFF")
 
 
-def test_debians_torch_without_cmake_files_leaves_the_prefix_to_cmake(backend):
+def test_debians_torch_without_cmake_files_leaves_the_prefix_to_cmake(backend, tmp_path):
     backend.recorded_torch = "1.13.0"
-    backend._build_toolkit(dict(TORCH, version="1.13.0a0", cuda="", cmake_prefix_path="/nonexistent/share/cmake"))
+    missing = tmp_path / "no-torch" / "share" / "cmake"  # made by nobody: the test's own folder
+    backend._build_toolkit(dict(TORCH, version="1.13.0a0", cuda="", cmake_prefix_path=str(missing)))
     assert not any(a.startswith("-DCMAKE_PREFIX_PATH") for a in backend.recorded[0])
 
 

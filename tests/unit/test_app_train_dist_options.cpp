@@ -79,3 +79,19 @@ TEST(TrainDistOptions, ResumeNamesAnAddedOrDroppedGravac) {
     EXPECT_EQ(train::changed_settings(gravac, settings({"--gravac", "topk", "--gravac-window", "7"})).size(), 1u);
     EXPECT_TRUE(train::changed_settings(gravac, settings({"--gravac", "topk"})).empty());
 }
+
+// --gravac-omega's range as --help states it is the one validation applies: [0, 1).
+TEST(TrainDistOptions, OmegasHelpGivesItsRange) {
+    app::TrainDistConfig config;
+    CLI::App app;
+    app::add_train_dist_options(app, config);
+    const std::string help = app.get_option("--gravac-omega")->get_description();
+    EXPECT_NE(help.find("a fraction in [0, 1)"), std::string::npos) << help;
+    const std::string all = app.help();
+    const size_t at = all.find("--gravac-omega");
+    ASSERT_NE(at, std::string::npos);
+    const std::string line = all.substr(at, all.find('\n', at) - at);
+    EXPECT_EQ(line.find("[0, 1]"), std::string::npos) << line;  // the range 1 is not in
+    config = parse({"--gravac", "topk", "--gravac-omega", "1"});
+    EXPECT_THROW(acc::regime::validate(config.gravac_settings), acc::UsageError);
+}

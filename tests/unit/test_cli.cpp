@@ -57,7 +57,7 @@ TEST(Cli, WholeNumbersInRangeOnly) {
     const auto v = cli::whole_number(1, 1000);
     EXPECT_EQ(check(v, "1"), "");
     EXPECT_EQ(check(v, "1000"), "");
-    for (const char* bad : {"0", "1001", "-1", "", " 5", "5 ", "1.5", "1e3", "0x10", "99999999999999999999", "ten"})
+    for (const char* bad : {"0", "1001", "-1", "", " 5", "5 ", "+5", "1.5", "1e3", "0x10", "99999999999999999999", "ten"})
         EXPECT_EQ(check(v, bad), "must be a whole number in [1, 1000], not '" + std::string(bad) + "'") << bad;
 }
 
@@ -102,6 +102,13 @@ TEST(Cli, WholeNumberListsRefuseEmptyItems) {
             else
                 EXPECT_NE(message.find("must be a whole number in [1, 100], not '"), std::string::npos) << message;
         }
+    }
+    try {  // a sign is no part of a count
+        parse({"--list", "4,+8"});
+        ADD_FAILURE() << "accepted '4,+8'";
+    } catch (const CLI::ValidationError& e) {
+        EXPECT_NE(std::string(e.what()).find("must be a whole number in [1, 100], not '+8'"), std::string::npos)
+            << e.what();
     }
 }
 

@@ -113,6 +113,21 @@ TEST(Rendezvous, NamesTheOptionOrVariableAtFault) {
               "--rank 1 is outside the world: the default world size is 1, so ranks are 0..0");
 }
 
+// A wildcard address would make rank 0's store listen on every interface.
+TEST(Rendezvous, RefusesAWildcardMasterAddress) {
+    RendezvousConfig c;
+    for (const char* wildcard : {"0.0.0.0", "::", "[::]"}) {
+        c.master_addr = wildcard;
+        EXPECT_EQ(usage_error(c, fake_env({})).rfind("--master-addr " + std::string(wildcard) +
+                                                         ": is the address the other ranks connect to", 0),
+                  0u);
+    }
+    EXPECT_EQ(usage_error({}, fake_env({{"MASTER_ADDR", "0.0.0.0"}})).rfind("MASTER_ADDR=0.0.0.0: is the address", 0),
+              0u);
+    c.master_addr = "127.0.0.1";
+    EXPECT_EQ(resolve_rendezvous(c, fake_env({})).master_addr, "127.0.0.1");
+}
+
 TEST(Launch, WithoutNprocRunsInThisProcess) {
     RendezvousConfig config;
     char name[] = "comm-profile";
