@@ -140,6 +140,10 @@ CommProfile read_comm_profile(const std::string& path) {
     p.header = read_header(f, kCommProfileFormat, kCommProfileMajor);
     p.world_size = f.read_attr_int("/", "world_size");
     if (p.world_size < 1) f.fail("world_size is " + std::to_string(p.world_size) + "; it must be at least 1");
+    // Read at its full width and bounded, so that no later conversion wraps it (2^32 + 2 is not 2 ranks).
+    if (p.world_size > kMaxProfileRanks)
+        f.fail("world_size is " + std::to_string(p.world_size) + "; no run has more than " +
+               std::to_string(kMaxProfileRanks) + " ranks");
     if (f.has_attr("/", "backend")) p.backend = f.read_attr_string("/", "backend");
     if (f.has_attr("/", "device")) p.device = f.read_attr_string("/", "device");
     if (f.has_attr("/", "iterations")) p.iterations = f.read_attr_int("/", "iterations");

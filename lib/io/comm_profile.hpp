@@ -11,6 +11,9 @@
 
 namespace acc::io {
 
+/// The most ranks a profile may hold: the most a run of the toolkit has (comm::kMaxRanks).
+inline constexpr std::int64_t kMaxProfileRanks = std::int64_t{1} << 20;
+
 inline constexpr const char* kCommProfileFormat = "accordion.comm-profile";
 inline constexpr int kCommProfileMajor = 1;
 /// 1.1 added the optional /compute group, 1.2 agg_iters, 1.3 time_mean
@@ -66,7 +69,7 @@ struct ComputeProfile {
 
 struct CommProfile {
     FileHeader header;
-    std::int64_t world_size = 1;
+    std::int64_t world_size = 1;  ///< in [1, kMaxProfileRanks]
     std::string backend = "gloo";  ///< "gloo" or "nccl"
     std::string device = "cpu";    ///< "cpu" or "cuda"
     std::int64_t iterations = 0;   ///< timed iterations per size

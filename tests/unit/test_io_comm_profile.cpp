@@ -162,6 +162,15 @@ TEST(CommProfileFile, RefusesBadFiles) {
     p.hosts = {"a"};
     write_comm_profile(dir.file("few-hosts.h5"), p);
     EXPECT_CONTAINS(read_error(dir.file("few-hosts.h5")), "/hosts lists 1 hosts for a world of 4 ranks");
+    // A count read at its full width: 2^32 + 2 ranks are not 2, 2^31 not a negative number.
+    for (std::int64_t world : {(std::int64_t{1} << 32) + 2, std::int64_t{1} << 31}) {
+        CommProfile huge = sample();
+        huge.world_size = world;
+        huge.hosts.clear();
+        write_comm_profile(dir.file("huge.h5"), huge);
+        EXPECT_CONTAINS(read_error(dir.file("huge.h5")),
+                        "huge.h5: world_size is " + std::to_string(world) + "; no run has more than 1048576 ranks");
+    }
 }
 
 TEST(CommProfileFile, OneRankHasNoBusTraffic) {
