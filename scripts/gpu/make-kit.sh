@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Puts the GPU kit inside the checkout, where a lent GPU machine can get it: only
-# the checkout travels there, and an ignored folder only when a call names it in
-# `carry` (docs/gpu.md).
+# Puts the GPU kit inside the checkout, so that it is copied to a GPU machine with
+# the checkout (docs/gpu.md, "The kit").
 #   scripts/gpu/make-kit.sh [--with-data] KIT_SOURCE [DEST]
 # KIT_SOURCE is a GPU kit directory: Debian 12 .deb files of the libraries the
 # machine lacks (debs/), Gloo's public headers (gloo/include) and env.sh, which
 # unpacks them there and sets CMAKE_ARGS. DEST (default .gpu-kit, a folder inside
 # the checkout, named from its root) gets a copy of the three. The short GPU run
-# trains on synthetic data, so the kit travels without a data set (about 9 MiB with
-# the checkout); --with-data adds Fashion-MNIST from $FASHION_MNIST (default
-# /usr/share/datasets/fashion-mnist) as DEST/data/fashion-mnist, which the second
-# run's default suite reads (env.sh puts it in place on a machine without it; 30 MB
-# more). DEST goes into git's info/exclude, so that it stays out of `git status`.
-# What travels (the checkout's files and DEST) must stay under 64 MiB: the script
-# says the size, refuses more, and prints the `carry` and the command for the call.
+# trains on synthetic data, so the kit holds no data set; --with-data adds
+# Fashion-MNIST from $FASHION_MNIST (default /usr/share/datasets/fashion-mnist) as
+# DEST/data/fashion-mnist, which the second run's default suite reads (env.sh puts
+# it in place on a machine without it). DEST goes into git's info/exclude, so that
+# it stays out of `git status` (a copy of the checkout made from git's list of
+# files must add it). The script says the size of what is to be copied (the
+# checkout's files and DEST) and prints the steps: what to copy to the GPU
+# machine, the command to run there, and the folder to copy back.
 set -euo pipefail
 
 say() { echo "make-kit: $*" >&2; }
@@ -50,9 +50,9 @@ fi
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 git rev-parse --is-inside-work-tree >/dev/null 2>&1 ||
-    die "$root: not a git checkout (what travels to the GPU machine is decided by git's ignore rules)"
+    die "$root: not a git checkout (the kit is kept out of git's view through its info/exclude)"
 
-# carry names a path from the checkout's root, so DEST must be a folder inside it.
+# The kit is copied with the checkout, so DEST must be a folder inside it.
 dest=$(realpath -m --relative-to="$root" "${2:-.gpu-kit}")
 case $dest in
 . | .. | ../* | .git | .git/*) die "${2:-.gpu-kit}: DEST must be a new folder inside the checkout ($root)" ;;
@@ -62,7 +62,7 @@ if [ -e "$dest" ] && [ ! -f "$dest/env.sh" ] && [ -n "$(ls -A "$dest" 2>/dev/nul
     die "$dest: exists and is not a GPU kit; remove it or choose another DEST"
 fi
 
-# Sizes first, so that nothing is copied when it would not travel.
+# The size of what is to be copied: the checkout's files and the kit.
 bytes() { du -sb "$1" | cut -f1; }
 tree=$({ git ls-files -z -co --exclude-standard -- . ":(exclude)$dest" | du -cb --files0-from=- 2>/dev/null |
     tail -1 | cut -f1; } || true)
@@ -70,9 +70,7 @@ kit=$(bytes "$src")
 data=0
 [ -z "$fashion" ] || data=$(bytes "$fashion")
 total=$((${tree:-0} + kit + data))
-limit=$((64 * 1048576))
 sizes="the kit $(mib "$kit")${fashion:+, Fashion-MNIST $(mib "$data")}, the checkout's files $(mib "${tree:-0}")"
-[ "$total" -lt "$limit" ] || die "$(mib "$total") would travel ($sizes), over the 64 MiB limit"
 
 # Copied under a temporary name and renamed, so that an interrupted copy leaves no half kit.
 tmp=$dest.tmp.$$
@@ -93,9 +91,11 @@ exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qxF "/$dest/" "$exclude" 2>/dev/null || echo "/$dest/" >>"$exclude"
 
-say "$dest: $(mib "$total") travel with it ($sizes; the limit is 64 MiB)"
+say "$dest: $(mib "$total") to copy with the checkout ($sizes)"
 command=scripts/gpu/run-all.sh
 [ -z "$with_data" ] || command+=" second"
 [ "$dest" = .gpu-kit ] || command="ACC_GPU_KIT=$dest $command"
-echo "carry: [\"$dest\"]"
+# The steps: copy the checkout there, run the command from its root, copy the results back.
+echo "copy: the checkout with $dest"
 echo "command: $command"
+echo "copy back: gpu-results/"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What a lent GPU machine has to do, in two runs of under 10 minutes each (docs/gpu.md),
-# from the project's root with the GPU kit in .gpu-kit (scripts/gpu/make-kit.sh makes it):
+# What a GPU machine has to do, in two runs (docs/gpu.md), from the project's root
+# with the GPU kit in .gpu-kit (scripts/gpu/make-kit.sh makes it):
 #   scripts/gpu/run-all.sh [short [OUTDIR]]   every figure, within BUDGET (default 420 s) of
 #       a bare machine: the kit, a build of the five programs and test_gpu alone, for this
 #       machine's GPU architecture (CUDA_ARCH, else nvidia-smi's compute capability), then
@@ -33,9 +33,10 @@
 # with torch, gives LibTorch's CMake prefix and -DACC_PYTHON), CTEST_ARGS (more ctest
 # options for every test step, e.g. "-E nccl"), CHECK_TESTS (--cpu-check's ctest -R for
 # the default suite, default '^(Text\.|gpu\.unit$)'), BUDGET (seconds for the whole run:
-# a step that would run past it is stopped, or not started, and recorded, so that the
-# results are packed before a 10-minute limit ends the call), ARCHIVE_LIMIT (bytes,
-# default 15 MiB: a larger archive is packed again without the traces), and the
+# a step that would run past it is stopped, or not started and recorded in steps.tsv as
+# "NOT RUN (BUDGET seconds reached)" with the number, so that the results are packed
+# before a limit on the command ends it), ARCHIVE_LIMIT (bytes, default 15 MiB: a
+# larger archive is packed again without the traces), and the
 # benchmarks' own (DEVICE, BATCHES, STEPS, REPS, ...: see their headers; the short run's
 # sizes are defaults there, the caller's values win).
 set -euo pipefail
@@ -90,8 +91,9 @@ else
 fi
 
 # The plan: each step with the seconds it is expected to take on a bare 16-core
-# machine with one H100 or H200 (estimates from the machine's earlier runs: the kit
-# 9 s, the whole tree built for six architectures 110 s, the GPU tests 93 s).
+# machine with one H100 or H200 (estimates from the H200 runs of docs/gpu.md, "Seen on a
+# GPU", as noted then, their logs not kept: the kit 9 s, the whole tree built for six
+# architectures 110 s, the GPU tests 93 s).
 if [ "$mode" = short ]; then
     plan=("kit 10" "build (programs and test_gpu) 90" "gpu.unit 40" "bench-train 100" "bench-compress 70"
         "ctest -L gpu (programs) 90")
@@ -139,8 +141,8 @@ step() {
     start=$(date +%s)
     left=$((budget - (start - started) - reserve))
     if [ "$left" -lt 10 ]; then
-        say "$name: not started, the time budget ($budget s) is spent"
-        record "$name" "NOT RUN (time budget spent)" 0 "-"
+        say "$name: not started, BUDGET ($budget s) reached"
+        record "$name" "NOT RUN ($budget seconds reached)" 0 "-"
         failed=1
         publish
         return 1
@@ -203,8 +205,8 @@ publish() {
         awk '/^## Steps/ { skip = 1; next } /^## / { skip = 0 } !skip' "$res/figures.md"
     } >"$res/summary.txt"
     tar -czf "$stage/packed.tar.gz" -C "$stage" gpu-results
-    # The machine returns files of up to 16 MiB: above ARCHIVE_LIMIT the traces are left
-    # out (their summaries, in figures.md, stay), and summary.txt says so.
+    # Some machines cap the size of a file copied back: above ARCHIVE_LIMIT the traces are
+    # left out (their summaries, in figures.md, stay), and summary.txt says so.
     if [ "$(stat -c %s "$stage/packed.tar.gz")" -gt "$archive_limit" ]; then
         tar -czf "$stage/packed.tar.gz" -C "$stage" --exclude='trace-*.json' gpu-results
         echo "gpu-results.tar.gz: the traces (trace-*.json) left out, the archive being over $archive_limit bytes" \
@@ -222,7 +224,7 @@ publish() {
 CMAKE_ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=Release)
 if [ "$kit" != none ]; then
     if [ ! -f "$kit/env.sh" ]; then
-        say "error: $kit/env.sh: no GPU kit; make it with scripts/gpu/make-kit.sh and carry it (docs/gpu.md), or set ACC_GPU_KIT=none"
+        say "error: $kit/env.sh: no GPU kit; make it with scripts/gpu/make-kit.sh and copy it with the checkout (docs/gpu.md), or set ACC_GPU_KIT=none"
         exit 1
     fi
     export ACC_KIT_GLOO=${ACC_KIT_GLOO:-1}
