@@ -1,5 +1,6 @@
-// regime-detect's work, from a gradient-statistics file to a schedule file and a
-// summary, and the program's options. Its main() parses them and calls run_detect.
+// regime-detect's options and detection, from gradient statistics to a schedule:
+// shared by the program (tools/regime-detect, which writes the file and prints the
+// summary) and the Python package's accordion.detect, which runs it in-process.
 #pragma once
 
 #include "app/regime_plan.hpp"
@@ -8,6 +9,9 @@
 #include "io/header.hpp"
 #include "io/schedule.hpp"
 #include "regime/detect.hpp"
+#include "regime/summary.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <optional>
@@ -55,9 +59,50 @@ struct DetectConfig {
 /// Adds regime-detect's options and its footer (the compressor specs) to `app`.
 void add_detect_options(CLI::App& app, DetectConfig& config);
 
-/// Validates the options (UsageError), reads the input, writes the schedule and
-/// prints the summary. Returns the exit code.
-int run_detect(DetectConfig config);
+/// The program's checks of its settings (UsageError): the settings' own, and no
+/// output written over an input. Sets the granularity's default.
+void validate_detect(DetectConfig& config);
+
+/// The input's norms, learning rates and steps per epoch, epoch-major.
+struct DetectInputs {
+    regime::NormTable norms;
+    std::vector<double> lr;
+    std::vector<std::int64_t> steps;
+    std::vector<bool> is_matrix;
+    std::vector<std::vector<std::int64_t>> shapes;
+    std::int64_t values = 0;  // floats in the model
+};
+
+/// What a mode's plan gives the summary, besides the schedule it fills.
+struct DetectOutcome {
+    regime::Decisions decisions;          // per parameter, or the model's one column in batch mode
+    std::vector<bool> counted;    // the columns the summary counts
+    std::vector<regime::Regime> regimes;
+    std::string line;             // the timeline
+    regime::Communication comm;
+    std::string levels_line;
+    nlohmann::json report;        // the mode's own JSON fields
+    std::optional<PlannedSchedule> planned;  // --plan
+};
+
+/// A schedule made from gradient statistics, with what the summary reports of it.
+struct Detection {
+    io::Schedule schedule;
+    DetectInputs in;
+    DetectOutcome outcome;
+    std::int64_t block = 1;
+    std::vector<std::string> warnings;
+};
+
+/// Accordion's rule (and --plan's planner) on `grads` with settings already checked;
+/// warnings are logged and kept in the result.
+Detection detect_all(const DetectConfig& config, const io::GradStats& grads);
+
+/// --low and --high as the schedule and the summary print them (a batch size in batch mode).
+std::string low_text(const DetectConfig& config);
+std::string high_text(const DetectConfig& config);
+/// Each level's text.
+std::vector<std::string> spec_texts(const std::vector<compress::Spec>& levels);
 
 /// regime-detect's settings as a caller other than the command line gives them (the
 /// Python package's accordion.detect); unset: the program's default. Texts are read as

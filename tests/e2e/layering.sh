@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The layers of docs/architecture.md, checked on the sources and the built
-# libraries: tools -> lib/app (drivers, options) -> areas -> base. An area never
-# includes a driver, nor does a unit test of an area (each is named for its area);
+# libraries: tools (each program's main and driver) -> lib/app (what several front
+# ends share) -> areas -> base. Nothing under lib/ nor the Python package's bindings
+# includes a program's driver, nor does one program's driver another's; an area never
+# includes lib/app, nor does a unit test of an area (each is named for its area);
 # comm and train do not include each other; exchange, but for the trainer's hooks
 # in lib/exchange/trainer, includes neither train nor io; compress does not include
 # comm; only lib/app and lib/cli (and tools) see CLI11, neither the areas nor the
@@ -46,18 +48,41 @@ done
 
 mapfile -t area_files < <(sources "${areas[@]}")
 [ "${#area_files[@]}" -ge 50 ] || fail "found only ${#area_files[@]} source files in the areas"
-forbid "an area includes a driver (lib/app)" 'app/' "${area_files[@]}"
+forbid "an area includes lib/app" 'app/' "${area_files[@]}"
 
-# The unit tests mirror the areas: tests/unit/test_<area>[_<topic>].cpp tests
-# lib/<area>, and only the tests of lib/app (test_app_*) include a driver.
+# Each program's own code is in tools/<program>/ and is included from there only.
+programs=()
+for dir in tools/*/; do programs+=("$(basename "$dir")"); done
+[ "${#programs[@]}" -ge 5 ] || fail "found only ${#programs[@]} programs under tools/"
+tool_pattern="($(IFS='|'; echo "${programs[*]}"))/"
+mapfile -t shared_files < <(sources lib python/csrc)
+forbid "lib/ and the Python bindings include no program's driver (tools/)" "$tool_pattern" "${shared_files[@]}"
+for program in "${programs[@]}"; do
+    others=$(printf '%s\n' "${programs[@]}" | grep -vx "$program" | paste -sd'|')
+    mapfile -t own < <(sources "tools/$program")
+    [ "${#own[@]}" -ge 1 ] || fail "tools/$program holds no sources"
+    forbid "a program's driver includes another program's" "($others)/" "${own[@]}"
+done
+
+# The unit tests mirror the layout: tests/unit/test_<area>[_<topic>].cpp tests
+# lib/<area>, test_tool_<program>_<topic>.cpp a program's driver (tools/<program>,
+# its dashes as underscores); only test_app_* and test_tool_* include lib/app or a driver.
 for file in tests/unit/test_*.cpp; do
     name=${file#tests/unit/test_}
     name=${name%.cpp}
-    [ -d "lib/${name%%_*}" ] || fail "$file: not named test_<area>[_<topic>] for an area under lib/"
+    if [ "${name%%_*}" = tool ]; then
+        found=
+        for program in "${programs[@]}"; do
+            case "${name#tool_}" in "${program//-/_}" | "${program//-/_}"_*) found=1 ;; esac
+        done
+        [ -n "$found" ] || fail "$file: not named test_tool_<program>[_<topic>] for a program under tools/"
+    else
+        [ -d "lib/${name%%_*}" ] || fail "$file: not named test_<area>[_<topic>] for an area under lib/"
+    fi
 done
-mapfile -t area_tests < <(sources tests/unit tests/support | grep -v '^tests/unit/test_app_')
+mapfile -t area_tests < <(sources tests/unit tests/support | grep -v '^tests/unit/test_\(app\|tool\)_')
 [ "${#area_tests[@]}" -ge 20 ] || fail "found only ${#area_tests[@]} unit tests of the areas"
-forbid "a test of an area includes a driver (lib/app)" 'app/' "${area_tests[@]}"
+forbid "a test of an area includes lib/app or a driver" "app/|$tool_pattern" "${area_tests[@]}"
 
 mapfile -t comm_files < <(sources lib/comm)
 mapfile -t train_files < <(sources lib/train)

@@ -1,7 +1,7 @@
 // comm-profile: time collectives over a sweep of message sizes the way
 // nccl-tests does, fit the alpha-beta model, and write comm.h5. See man/comm-profile.1.
 #include "app/build_info.hpp"
-#include "app/comm_profile.hpp"
+#include "comm-profile/driver.hpp"
 #include "cli/tool.hpp"
 
 int main(int argc, char** argv) {

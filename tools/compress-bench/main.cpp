@@ -1,7 +1,7 @@
 // compress-bench: how fast, how small and how accurate each gradient compressor is,
 // and whether it pays on a given network at a given scale. See man/compress-bench.1.
 #include "app/build_info.hpp"
-#include "app/compress_bench.hpp"
+#include "compress-bench/driver.hpp"
 #include "cli/tool.hpp"
 
 int main(int argc, char** argv) {

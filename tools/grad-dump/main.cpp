@@ -1,8 +1,8 @@
 // grad-dump: train a model (on one process, or data-parallel on several ranks)
 // and record per-parameter gradient statistics, one epoch at a time. See man/grad-dump.1.
 #include "app/build_info.hpp"
-#include "app/grad_dump.hpp"
-#include "app/grad_dump_options.hpp"
+#include "grad-dump/driver.hpp"
+#include "grad-dump/options.hpp"
 #include "cli/tool.hpp"
 
 int main(int argc, char** argv) {

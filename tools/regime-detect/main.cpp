@@ -1,6 +1,6 @@
 // regime-detect: find critical learning regimes in a gradient-statistics file
 // and write a communication schedule. See man/regime-detect.1.
-#include "app/regime_detect.hpp"
+#include "regime-detect/driver.hpp"
 #include "cli/tool.hpp"
 
 #include <string>

@@ -1,8 +1,8 @@
 // train-dist: data-parallel training whose gradient compression follows
 // --compress, a schedule, or Accordion's rule online. See man/train-dist.1.
 #include "app/build_info.hpp"
-#include "app/train_dist.hpp"
-#include "app/train_dist_options.hpp"
+#include "train-dist/driver.hpp"
+#include "train-dist/options.hpp"
 #include "cli/tool.hpp"
 
 int main(int argc, char** argv) {

@@ -1,7 +1,7 @@
 // The trainer's gradient hook over GraVAC's exchange (exchange/gravac.hpp, which
 // explains the algorithm): GravacSync gives the exchange what it needs of each
 // train::StepInfo and turns its step records and throughput rows into the metrics
-// file's. train-dist sets it up and reports its epochs (app/train_dist_gravac.hpp).
+// file's. train-dist sets it up and reports its epochs (tools/train-dist/gravac.hpp).
 #pragma once
 
 #include "comm/collectives.hpp"

@@ -3,7 +3,7 @@
 // and report (table, CSV, JSON, accordion.comm-profile file).
 #pragma once
 
-#include "app/comm_profile_report.hpp"
+#include "comm-profile/report.hpp"
 #include "base/device.hpp"
 #include "comm/process_group.hpp"
 #include "comm/rendezvous.hpp"

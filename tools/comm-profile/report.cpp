@@ -1,4 +1,4 @@
-#include "app/comm_profile_report.hpp"
+#include "comm-profile/report.hpp"
 
 #include "base/error.hpp"
 #include "base/text.hpp"

@@ -1,4 +1,4 @@
-// train-dist's settings (lib/app/train_dist_options.cpp fills them from the command line). No LibTorch here.
+// train-dist's settings (options.cpp fills them from the command line). No LibTorch here.
 #pragma once
 
 #include "comm/backend.hpp"

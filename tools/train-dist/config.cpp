@@ -1,5 +1,5 @@
 // GraVAC's settings for a run of train-dist.
-#include "app/train_dist_config.hpp"
+#include "train-dist/config.hpp"
 
 namespace acc::app {
 

@@ -1,8 +1,8 @@
-// lib/app's comm-profile: the sweep plan and the reports (sizes, table, CSV,
+// comm-profile's driver (tools/comm-profile): the sweep plan and the reports (sizes, table, CSV,
 // JSON and the comm-profile file), and measure()'s sweep over real Gloo process
 // groups, one thread per rank on loopback.
-#include "app/comm_profile.hpp"
-#include "app/comm_profile_report.hpp"
+#include "comm-profile/driver.hpp"
+#include "comm-profile/report.hpp"
 #include "base/error.hpp"
 #include "support/gloo_ranks.hpp"
 

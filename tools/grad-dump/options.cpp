@@ -1,4 +1,4 @@
-#include "app/grad_dump_options.hpp"
+#include "grad-dump/options.hpp"
 
 #include "app/rank_options.hpp"
 #include "app/training_options.hpp"

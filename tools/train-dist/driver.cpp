@@ -1,9 +1,9 @@
-#include "app/train_dist.hpp"
+#include "train-dist/driver.hpp"
 
 #include "app/build_info.hpp"
 #include "app/data_parallel.hpp"
-#include "app/train_dist_gravac.hpp"
-#include "app/train_dist_options.hpp"
+#include "train-dist/gravac.hpp"
+#include "train-dist/options.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
 #include "base/text.hpp"

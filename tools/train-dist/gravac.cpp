@@ -1,4 +1,4 @@
-#include "app/train_dist_gravac.hpp"
+#include "train-dist/gravac.hpp"
 
 #include "base/hash.hpp"
 #include "train/sampling.hpp"

@@ -3,7 +3,7 @@
 // records them, and its epochs reported.
 #pragma once
 
-#include "app/train_dist_config.hpp"
+#include "train-dist/config.hpp"
 #include "exchange/gravac.hpp"
 #include "io/metrics.hpp"
 #include "io/parameters.hpp"

@@ -1,7 +1,7 @@
 // grad-dump's command-line options. No LibTorch here.
 #pragma once
 
-#include "app/grad_dump.hpp"
+#include "grad-dump/driver.hpp"
 
 namespace CLI {
 class App;

@@ -1,4 +1,4 @@
-#include "app/comm_profile.hpp"
+#include "comm-profile/driver.hpp"
 
 #include "app/build_info.hpp"
 #include "app/rank_options.hpp"

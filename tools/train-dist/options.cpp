@@ -1,6 +1,6 @@
 // train-dist's command-line options: CLI11 fills a TrainDistConfig, levels parsed
 // into compress::Spec where they are read. No LibTorch here.
-#include "app/train_dist_options.hpp"
+#include "train-dist/options.hpp"
 
 #include "base/choice.hpp"
 #include "base/error.hpp"

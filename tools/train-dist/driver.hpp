@@ -4,7 +4,7 @@
 // main() only parses options into a TrainDistConfig. No LibTorch in this header.
 #pragma once
 
-#include "app/train_dist_config.hpp"
+#include "train-dist/config.hpp"
 
 namespace acc::app {
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "app/settings.hpp"
-#include "app/train_dist_config.hpp"
+#include "train-dist/config.hpp"
 
 namespace CLI {
 class App;

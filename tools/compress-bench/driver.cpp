@@ -1,4 +1,4 @@
-#include "app/compress_bench.hpp"
+#include "compress-bench/driver.hpp"
 
 #include "app/build_info.hpp"
 #include "app/training_options.hpp"

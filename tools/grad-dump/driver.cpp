@@ -1,4 +1,4 @@
-#include "app/grad_dump.hpp"
+#include "grad-dump/driver.hpp"
 
 #include "app/build_info.hpp"
 #include "app/data_parallel.hpp"

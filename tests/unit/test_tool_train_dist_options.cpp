@@ -1,7 +1,7 @@
-// train-dist's own options (lib/app/train_dist_options): its modes exclude each
+// train-dist's own options (tools/train-dist/options): its modes exclude each
 // other, levels are parsed where they are read, and the checkpoint's name.
-#include "app/train_dist_config.hpp"
-#include "app/train_dist_options.hpp"
+#include "train-dist/config.hpp"
+#include "train-dist/options.hpp"
 #include "compress/spec.hpp"
 #include "train/config.hpp"
 
