@@ -1,5 +1,5 @@
-"""GraVAC for compression_hook: the settings (Gravac) and the per-step exchange
-that runs once DDP has handed over a step's last bucket."""
+"""GraVAC for compression_hook: the settings (Gravac), and the making of a
+CompressionState's one gradient sync, GraVAC's or the buckets'."""
 
 import collections
 import math
@@ -82,64 +82,50 @@ def _real(name, value):
         raise UsageError(f"{name}: must be a finite number, not {value!r}")
 
 
-def _keyword_names(message):
-    # The library names the programs' options (--gravac-theta-min); here they are arguments.
+def keyword_names(message):
+    """A library message about train-dist's --gravac options in the package's argument names
+    (--gravac-theta-min: theta_min)."""
     message = re.sub(r"--gravac-([a-z-]+)", lambda m: m.group(1).replace("-", "_"), message)
     return message.replace("--gravac", "gravac")
 
 
-class GravacExchange:
-    """The hook's GraVAC: every step's gradients, collected bucket by bucket, sent
-    together at the factor GraVAC chooses."""
+def gravac_settings(gravac):
+    """`gravac` (a family's name or a Gravac) as a Gravac; UsageError for anything else."""
+    if isinstance(gravac, str):
+        gravac = Gravac(gravac)
+    if not isinstance(gravac, Gravac):
+        raise UsageError(f"gravac: must be a family such as 'topk' or an accordion.Gravac, not "
+                         f"{type(gravac).__name__}")
+    return gravac
 
-    def __init__(self, settings, group, seed):
-        if isinstance(settings, str):
-            settings = Gravac(settings)
-        if not isinstance(settings, Gravac):
-            raise UsageError(f"gravac: must be a family such as 'topk' or an accordion.Gravac, not "
-                             f"{type(settings).__name__}")
-        try:
-            self._exchange = _library.call(
-                _library.classes.HookGravac, group.boxed(), settings.family, settings.theta_min, settings.theta_max,
-                settings.epsilon, settings.window, settings.omega, settings.theta_s, settings.smoothing or 0.0,
-                settings.policy, settings.throughput, settings.reset_gains, settings.gain, seed,
-                settings.batch_size)
-        except UsageError as e:
-            raise UsageError(_keyword_names(str(e))) from None
-        # Every rank must decide alike: the same settings everywhere, checked once.
-        everyone = [None] * dist.get_world_size(group)
-        dist.all_gather_object(everyone, settings._key(), group=group)
-        for rank, key in enumerate(everyone):
-            if key != settings._key():
-                raise UsageError(f"gravac: ranks disagree on GraVAC's settings (rank {rank}: {key}; this rank: "
-                                 f"{settings._key()}); every rank must make the hook with the same ones")
-        self.settings = settings
-        self.smoothing = _library.call(self._exchange.smoothing)
 
-    def restart_clock(self):
-        _library.call(self._exchange.restart_clock)
+def check_same_settings(gravac, group):
+    """Every rank must decide alike: UsageError unless every rank of `group` has `gravac`'s settings."""
+    everyone = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, gravac._key(), group=group)
+    for rank, key in enumerate(everyone):
+        if key != gravac._key():
+            raise UsageError(f"gravac: ranks disagree on GraVAC's settings (rank {rank}: {key}; this rank: "
+                             f"{gravac._key()}); every rank must make the hook with the same ones")
 
-    def exchange(self, names, gradients, epoch):
-        _library.call(self._exchange.exchange, names, gradients, epoch)
 
-    @property
-    def floats_sent(self):
-        return _library.call(self._exchange.floats_sent)
+def library_settings(gravac):
+    """`gravac`'s settings as the library's sync takes them: the family, the numbers
+    (theta_min, theta_max, epsilon, window, omega, theta_s, smoothing; 0: the paper's
+    rule), the texts (policy, throughput, gain), reset_gains and batch_size."""
+    numbers = [gravac.theta_min, gravac.theta_max, gravac.epsilon, float(gravac.window), gravac.omega,
+               gravac.theta_s, gravac.smoothing or 0.0]
+    return gravac.family, numbers, [gravac.policy, gravac.throughput, gravac.gain], gravac.reset_gains, \
+        gravac.batch_size
 
-    def take_steps(self):
-        flat, count = _library.call(self._exchange.take_steps), len(GravacStep._fields)
-        steps = []
-        for at in range(0, len(flat), count):
-            step = dict(zip(GravacStep._fields, flat[at:at + count]))
-            step["epoch"] = int(step["epoch"])
-            step["choice"] = _library.GRAVAC_CHOICES[int(step["choice"])]
-            steps.append(GravacStep(**step))
-        return steps
 
-    def state(self):
-        names = _library.call(self._exchange.state_names)
-        return dict(zip(names, _library.call(self._exchange.state_tensors)))
-
-    def load_state(self, entries):
-        names = list(entries)
-        _library.call(self._exchange.load_state, names, [entries[n] for n in names])
+def gravac_steps(flat):
+    """The library's step records (each regime::GravacStep's values in field order) as GravacSteps."""
+    count = len(GravacStep._fields)
+    steps = []
+    for at in range(0, len(flat), count):
+        step = dict(zip(GravacStep._fields, flat[at:at + count]))
+        step["epoch"] = int(step["epoch"])
+        step["choice"] = _library.GRAVAC_CHOICES[int(step["choice"])]
+        steps.append(GravacStep(**step))
+    return steps

@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 from . import _library
 from ._errors import UsageError
-from .gravac import GravacExchange
+from .gravac import check_same_settings, gravac_settings, gravac_steps, keyword_names, library_settings
 from .recorder import _global_rank
 from .schedule import EXTEND_HINT, Schedule, _is_ddp
 
@@ -92,7 +92,9 @@ class CompressionState:
         self._level_names = None
         self._schedule = None
         self._online = None
-        self._exchange = _library.call(_library.classes.HookExchange, group.boxed(), seed, bool(error_feedback))
+        self._gravac = gravac_settings(gravac) if gravac is not None else None
+        # The state's one gradient sync, whichever way it combines gradients.
+        self._sync = _make_sync(group, self.names, seed, error_feedback, self._gravac)
         note = _library.missing_kernels_note({p.device for _, p in named})
         if note:
             warnings.warn(note, stacklevel=2)
@@ -100,8 +102,6 @@ class CompressionState:
         self.steps = 0
         self._levels = None
         self._pending = []  # (buffer, gradients, future) of the buckets started this step
-        self._gravac = None
-        self._gravac_bucket_names = []  # GraVAC: the names of each bucket handed over this step
         #: Online: {name: critical} and {name: why} of the epoch in force (None otherwise).
         self.critical, self.reasons = None, None
         if schedule is not None:
@@ -117,7 +117,6 @@ class CompressionState:
             self._schedule = schedule
             self.set_epoch(0)
         elif gravac is not None:
-            self._gravac = GravacExchange(gravac, group, seed)
             self._levels = {name: _library.NO_COMPRESSION for name in self.names}  # before start_step
         elif compress is not None:
             _library.call(self._plan.fixed, "compress", _spec_text("compress", compress))
@@ -169,15 +168,13 @@ class CompressionState:
             self.reasons = dict(zip(self.names, _library.call(self._plan.reasons)))
         elif self._schedule is not None:
             self._levels = self._levels_of(epoch)
-        elif self._gravac is not None:
-            self._gravac.restart_clock()  # what ran between the epochs is no step's time
+        _library.call(self._sync.begin_epoch)  # what ran between the epochs is no step's time
         self.epoch = epoch
 
     @property
     def floats_sent(self):
         """Floats this rank handed to collectives so far (bytes / 4, as train-dist counts)."""
-        sent = _library.call(self._exchange.floats_sent)
-        return sent + self._gravac.floats_sent if self._gravac is not None else sent
+        return _library.call(self._sync.floats_sent)
 
     def take_gravac_steps(self):
         """GraVAC: the steps since the last call, one accordion.GravacStep each (the
@@ -185,7 +182,13 @@ class CompressionState:
         the factors evaluated and their smoothed gains)."""
         if self._gravac is None:
             raise UsageError("take_gravac_steps: this state was not made with gravac=")
-        return self._gravac.take_steps()
+        return gravac_steps(_library.call(self._sync.take_steps))
+
+    @property
+    def momentum_in_gradient(self):
+        """The names of the parameters whose averaged gradient carries momentum (DGC,
+        as last sent): give their weight decay momentum, not their gradient again."""
+        return list(_library.call(self._sync.momentum_in_gradient))
 
     def _exchange_bucket(self, bucket):
         names = []
@@ -206,37 +209,20 @@ class CompressionState:
         # the stream that completed it instead of reading the buffer unsynchronised.
         device = bucket.buffer().device
         future = torch.futures.Future(devices=[device] if device.type == "cuda" else None)
-        if self._gravac is not None and self.steps >= self.start_step:
-            # GraVAC decides for the whole model at once: the step's buckets wait for the last.
-            self._pending.append((bucket.buffer(), gradients, future))
-            self._gravac_bucket_names.append(names)
-            if bucket.is_last():
-                self._finish_gravac_step()
-            return future
-        levels = [self._levels[n] if self.steps >= self.start_step else _library.NO_COMPRESSION for n in names]
-        _library.call(self._exchange.start, names, gradients, levels)
+        dense = self.steps < self.start_step
+        levels = [_library.NO_COMPRESSION if dense else self._levels[n] for n in names]
         self._pending.append((bucket.buffer(), gradients, future))
+        try:
+            _library.call(self._sync.add_bucket, names, gradients, levels, dense)
+        except BaseException:
+            self._pending.pop()
+            raise
         # DDP hands the buckets over in order and waits for their futures only after
         # the last: the earlier buckets' collectives run during the rest of the
-        # backward pass, and all finish together here.
+        # backward pass (GraVAC's wait for the last), and all finish together here.
         if bucket.is_last():
-            self._finish_step()
+            self._complete(lambda: _library.call(self._sync.finish_step, self.epoch))
         return future
-
-    def _finish_step(self):
-        self._complete(lambda: _library.call(self._exchange.finish))
-
-    def _finish_gravac_step(self):
-        def exchange():
-            named = {}
-            for names, (_, gradients, _) in zip(bucket_names, pending):
-                named.update(zip(names, gradients))
-            order = [n for n in self.names if n in named]  # the model's order, every step the same
-            self._gravac.exchange(order, [named[n] for n in order], self.epoch)
-
-        bucket_names, self._gravac_bucket_names = self._gravac_bucket_names, []
-        pending = list(self._pending)
-        self._complete(exchange)
 
     def _complete(self, exchange):
         """Runs `exchange` over the buckets pending this step and completes their futures."""
@@ -265,13 +251,13 @@ class CompressionState:
         online, Accordion's norms and learning rates so far (and on rank 0 the
         epoch's gradient sums): save it with the model's checkpoint, on every rank
         (each rank's memories are its own)."""
-        names = _library.call(self._exchange.state_names)
-        tensors = _library.call(self._exchange.state_tensors)
+        names = _library.call(self._sync.state_names)
+        tensors = _library.call(self._sync.state_tensors)
         out = {"state": dict(zip(names, tensors)), "epoch": self.epoch, "steps": self.steps}
         if self._online is not None:
             out["accordion"] = self._online.state_dict(self.names)
         if self._gravac is not None:
-            out["gravac"] = self._gravac.state()
+            out["gravac"] = True
         return out
 
     def load_state_dict(self, state_dict):
@@ -281,8 +267,12 @@ class CompressionState:
         except (KeyError, TypeError):
             raise UsageError("state_dict: not a CompressionState.state_dict() (needs 'state', 'epoch' and "
                              "'steps')") from None
+        if isinstance(state_dict.get("gravac"), dict):
+            entries = {**entries, **state_dict["gravac"]}  # as saved before GraVAC's entries joined "state"
         names = list(entries)
-        unknown = sorted({n.rsplit("/", 1)[0] for n in names} - set(self.names))
+        # GraVAC's exchange keeps entries of its own beside the parameters' ("gravac/inputs", "exchange/...").
+        own = {"gravac", "exchange"} if self._gravac is not None else set()
+        unknown = sorted({n.rsplit("/", 1)[0] for n in names} - set(self.names) - own)
         if unknown:
             raise UsageError(f"state_dict: holds state of parameters this model does not have: "
                              f"{', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''}")
@@ -295,9 +285,7 @@ class CompressionState:
             raise UsageError("state_dict: saved with GraVAC, which this state does not run" if self._gravac is None
                              else "state_dict: holds no GraVAC state (it was saved by a CompressionState without "
                                   "gravac=)")
-        if self._gravac is not None:
-            self._gravac.load_state(state_dict["gravac"])
-        _library.call(self._exchange.load_state, names, [entries[n] for n in names])
+        _library.call(self._sync.load_state, names, [entries[n] for n in names])
         self.steps = int(steps)
         if self._online is not None:
             # The saved epoch had ended: the next set_epoch() decides the one after it.
@@ -305,6 +293,22 @@ class CompressionState:
         else:
             self.set_epoch(int(epoch))
 
+
+
+def _make_sync(group, names, seed, error_feedback, gravac):
+    """The state's one gradient sync (the library's, python/csrc/hook_sync.hpp): each
+    bucket at its levels, or GraVAC's factor every step when `gravac` (a Gravac) is given."""
+    family, numbers, texts, reset_gains, batch_size = "", [], [], False, 1
+    if gravac is not None:
+        family, numbers, texts, reset_gains, batch_size = library_settings(gravac)
+    try:
+        sync = _library.call(_library.classes.HookSync, group.boxed(), list(names), seed, bool(error_feedback),
+                             family, numbers, texts, reset_gains, batch_size)
+    except UsageError as e:
+        raise UsageError(keyword_names(str(e))) from None
+    if gravac is not None:
+        check_same_settings(gravac, group)
+    return sync
 
 
 def compression_hook(state, bucket):

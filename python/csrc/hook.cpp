@@ -1,6 +1,7 @@
-// The compressing exchange behind the package's DDP communication hook: the
-// toolkit's exchange::GradientExchange (train-dist's compressors, error feedback,
-// counting) run on DDP's buckets over the user's own process group.
+// Each bucket's parameters at their levels, behind the package's DDP communication
+// hook (hook_sync.hpp): the toolkit's exchange::GradientExchange (train-dist's
+// compressors, error feedback, counting) run on DDP's buckets over the user's own
+// process group; and the one sync a CompressionState holds, bound for Python.
 //
 // DDP calls the hook once per bucket, and rebuilds its buckets after the first
 // step, so one GradientExchange serves each distinct bucket (its parameters, by
@@ -16,11 +17,14 @@
 #include <torch/version.h>
 
 #if TORCH_VERSION_MAJOR >= 2
+#include "hook_sync.hpp"
+
 #include "comm/group.hpp"
 #include "compress/spec.hpp"
 #include "exchange/bucket_exchanges.hpp"
 #include "exchange/gradient_exchange.hpp"
 #include "exchange/staging.hpp"
+#include "regime/gravac.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/custom_class.h>
@@ -29,6 +33,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,88 +41,71 @@
 namespace acc::python {
 namespace {
 
-using State = exchange::StateEntries;
-
-class HookExchange : public torch::CustomClassHolder {
+class BucketSync final : public Sync {
 public:
-    // seed: PowerSGD's random Q and every other random stream; the same on every rank.
-    HookExchange(c10::intrusive_ptr<c10d::ProcessGroup> group, std::int64_t seed, bool error_feedback)
-        : comm_(guarded([&] { return std::make_unique<comm::GroupCollectives>(std::move(group)); })) {
-        options_.seed = static_cast<std::uint32_t>(seed);
+    BucketSync(c10::intrusive_ptr<c10d::ProcessGroup> group, std::uint32_t seed, bool error_feedback)
+        : comm_(std::make_unique<comm::GroupCollectives>(std::move(group))) {
+        options_.seed = seed;
         options_.error_feedback = error_feedback;
     }
 
-    std::int64_t rank() const { return comm_->rank(); }
-    std::int64_t world_size() const { return comm_->world_size(); }
-
     // Starts replacing each gradient of the bucket by its average over the ranks,
     // each compressed at its level: the first collectives are launched and run while
-    // the caller goes on (DDP's backward pass). The gradients must stay untouched
-    // until finish(). Collective: every rank passes the same names, shapes and
-    // levels (checked), buckets in the same order.
-    void start(std::vector<std::string> names, std::vector<at::Tensor> gradients, std::vector<std::string> levels) {
-        guarded([&] {
-            if (names.size() != gradients.size() || names.size() != levels.size())
-                throw Error("internal error: a bucket of " + std::to_string(names.size()) + " names, " +
-                            std::to_string(gradients.size()) + " gradients and " + std::to_string(levels.size()) +
-                            " levels");
-            std::vector<compress::Spec> specs;
-            for (const auto& text : levels) specs.push_back(spec_of(text));
-            exchange::GradientExchange& exchange = bucket(names, gradients, specs);
-            if (exchange.in_flight())
-                throw UsageError("bucket of " + names.front() + ": DDP handed it over twice in one step");
-            if (!(exchange.levels() == specs)) exchange.set_levels(specs);
-            exchange.start(gradients);
-            pending_.push_back(&exchange);
-            return 0;
-        });
+    // the caller goes on (DDP's backward pass). Buckets come in the same order on
+    // every rank; the exchange checks names, shapes and levels.
+    void add_bucket(const std::vector<std::string>& names, const std::vector<at::Tensor>& gradients,
+                    const std::vector<std::string>& levels, bool) override {
+        if (names.size() != gradients.size() || names.size() != levels.size())
+            throw Error("internal error: a bucket of " + std::to_string(names.size()) + " names, " +
+                        std::to_string(gradients.size()) + " gradients and " + std::to_string(levels.size()) +
+                        " levels");
+        std::vector<compress::Spec> specs;
+        for (const auto& text : levels) specs.push_back(spec_of(text));
+        exchange::GradientExchange& exchange = bucket(names, gradients, specs);
+        if (exchange.in_flight())
+            throw UsageError("bucket of " + names.front() + ": DDP handed it over twice in one step");
+        if (!(exchange.levels() == specs)) exchange.set_levels(specs);
+        std::vector<at::Tensor> tensors = gradients;
+        exchange.start(tensors);
+        pending_.push_back(&exchange);
+        for (size_t i = 0; i < names.size(); ++i) last_level_[names[i]] = specs[i];
     }
 
-    // Finishes every bucket started since the last finish(), in the order they
-    // started (the same on every rank): their gradients hold the averages.
-    void finish() {
-        guarded([&] {
-            std::vector<exchange::GradientExchange*> pending;
-            pending.swap(pending_);
-            for (auto* exchange : pending) exchange->finish();
-            return 0;
-        });
+    // Finishes every bucket started since the last call, in the order they started
+    // (the same on every rank).
+    void finish_step(std::int64_t) override {
+        std::vector<exchange::GradientExchange*> pending;
+        pending.swap(pending_);
+        for (auto* exchange : pending) exchange->finish();
     }
 
-    // Buckets started and not finished.
-    std::int64_t pending() const { return static_cast<std::int64_t>(pending_.size()); }
+    void begin_epoch() override {}
 
-    // The canonical text of a compressor spec; UsageError for one that is not.
-    std::string canonical(std::string text) {
-        return guarded([&] { return spec_of(text).text(); });
+    // docs/metrics.md, "Data sent".
+    double floats_sent() const override { return static_cast<double>(buckets_.bytes_sent()) / 4.0; }
+
+    std::vector<std::string> momentum_in_gradient() const override {
+        std::vector<std::string> out;
+        for (const auto& [name, level] : last_level_)
+            if (level.info().momentum_in_gradient) out.push_back(name);
+        return out;
     }
 
-    // Floats handed to collectives since the start (docs/metrics.md, "Data sent").
-    double floats_sent() const { return static_cast<double>(buckets_.bytes_sent()) / 4.0; }
-
-    // Every parameter's state, as "<parameter>/<what>" entries (what the package's
-    // state_dict() holds). Entries of the exchanges themselves are left out.
-    std::vector<std::string> state_names() const {
-        return guarded([&] { return names_of(state()); });
-    }
-    std::vector<at::Tensor> state_tensors() const {
-        return guarded([&] { return tensors_of(state()); });
+    // Entries of the exchanges themselves are left out.
+    State state() const override {
+        refuse_pending("state_dict()");
+        return buckets_.parameter_state();
     }
 
-    // Restores state_names()/state_tensors(); each parameter takes its entries into
-    // the next bucket it turns up in (where an entry that does not fit is refused).
-    void load_state(std::vector<std::string> names, std::vector<at::Tensor> tensors) {
-        guarded([&] {
-            if (names.size() != tensors.size()) throw Error("internal error: state names and tensors differ in number");
-            refuse_pending("load_state_dict()");
-            buckets_.dissolve_all();
-            buckets_.drop_carried();
-            State state;
-            for (size_t i = 0; i < names.size(); ++i) state.emplace_back(names[i], tensors[i]);
-            buckets_.carry(state);
-            return 0;
-        });
+    // Each parameter takes its entries into the next bucket it turns up in.
+    void load_state(const State& state) override {
+        refuse_pending("load_state_dict()");
+        buckets_.dissolve_all();
+        buckets_.drop_carried();
+        buckets_.carry(state);
     }
+
+    std::vector<double> take_steps() override { return {}; }
 
 private:
     compress::Spec spec_of(const std::string& text) {
@@ -152,22 +140,6 @@ private:
             throw UsageError(std::string(what) + ": during a step (buckets are in flight); call it between steps");
     }
 
-    State state() const {
-        refuse_pending("state_dict()");
-        return buckets_.parameter_state();
-    }
-
-    static std::vector<std::string> names_of(const State& state) {
-        std::vector<std::string> out;
-        for (const auto& e : state) out.push_back(e.first);
-        return out;
-    }
-    static std::vector<at::Tensor> tensors_of(const State& state) {
-        std::vector<at::Tensor> out;
-        for (const auto& e : state) out.push_back(e.second);
-        return out;
-    }
-
     std::unique_ptr<comm::GroupCollectives> comm_;
     // comm_ for each device's tensors; declared before buckets_, whose exchanges use them.
     std::map<std::string, std::unique_ptr<comm::Collectives>> staged_;
@@ -175,24 +147,120 @@ private:
     std::map<std::string, compress::Spec> specs_;
     exchange::BucketExchanges buckets_;
     std::vector<exchange::GradientExchange*> pending_;  // started, in order, not yet finished
+    std::map<std::string, compress::Spec> last_level_;  // each parameter's level when last sent
+};
+
+// The one sync of a CompressionState, as Python sees it: made from its settings by
+// one constructor (GraVAC when `gravac` names a family), whichever sync it is.
+class HookSync : public torch::CustomClassHolder {
+public:
+    // gravac_numbers: theta_min, theta_max, epsilon, window, omega, theta_s, smoothing
+    // (0: the paper's rule); gravac_texts: policy, throughput statistic, gain. `model`:
+    // the parameters' names in the model's order.
+    HookSync(c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<std::string> model, std::int64_t seed,
+             bool error_feedback, std::string gravac, std::vector<double> gravac_numbers,
+             std::vector<std::string> gravac_texts, bool reset_gains, std::int64_t batch_size) {
+        guarded([&] {
+            const auto seed32 = static_cast<std::uint32_t>(seed);
+            sync_ = make_bucket_sync(group, seed32, error_feedback);
+            if (gravac.empty()) return 0;
+            if (gravac_numbers.size() != 7 || gravac_texts.size() != 3)
+                throw Error("internal error: GraVAC's settings are 7 numbers and 3 texts");
+            GravacHookSettings g;
+            g.family = gravac;
+            g.settings.theta_min = gravac_numbers[0];
+            g.settings.theta_max = gravac_numbers[1];
+            g.settings.epsilon = gravac_numbers[2];
+            g.settings.window = static_cast<std::int64_t>(gravac_numbers[3]);
+            g.settings.omega = gravac_numbers[4];
+            g.settings.theta_s = gravac_numbers[5];
+            g.settings.smoothing = gravac_numbers[6];
+            g.settings.policy = regime::parse_gravac_policy(gravac_texts[0]);
+            g.settings.statistic = regime::parse_gravac_statistic(gravac_texts[1]);
+            g.settings.gain = regime::parse_gravac_gain(gravac_texts[2]);
+            g.settings.reset_gains = reset_gains;
+            g.batch_size = batch_size;
+            sync_ = make_gravac_sync(std::move(group), std::move(model), g, seed32, std::move(sync_));
+            gravac_ = true;
+            return 0;
+        });
+    }
+
+    void add_bucket(std::vector<std::string> names, std::vector<at::Tensor> gradients, std::vector<std::string> levels,
+                    bool dense_step) {
+        guarded([&] {
+            sync_->add_bucket(names, gradients, levels, dense_step);
+            return 0;
+        });
+    }
+    void finish_step(std::int64_t epoch) {
+        guarded([&] {
+            sync_->finish_step(epoch);
+            return 0;
+        });
+    }
+    void begin_epoch() { sync_->begin_epoch(); }
+    double floats_sent() const { return sync_->floats_sent(); }
+    std::vector<std::string> momentum_in_gradient() const {
+        return guarded([&] { return sync_->momentum_in_gradient(); });
+    }
+    bool gravac() const { return gravac_; }
+    std::vector<double> take_steps() {
+        return guarded([&] { return sync_->take_steps(); });
+    }
+
+    std::vector<std::string> state_names() const {
+        return guarded([&] {
+            std::vector<std::string> out;
+            for (const auto& e : sync_->state()) out.push_back(e.first);
+            return out;
+        });
+    }
+    std::vector<at::Tensor> state_tensors() const {
+        return guarded([&] {
+            std::vector<at::Tensor> out;
+            for (const auto& e : sync_->state()) out.push_back(e.second);
+            return out;
+        });
+    }
+    void load_state(std::vector<std::string> names, std::vector<at::Tensor> tensors) {
+        guarded([&] {
+            if (names.size() != tensors.size()) throw Error("internal error: state names and tensors differ in number");
+            State state;
+            for (size_t i = 0; i < names.size(); ++i) state.emplace_back(names[i], tensors[i]);
+            sync_->load_state(state);
+            return 0;
+        });
+    }
+
+private:
+    std::unique_ptr<Sync> sync_;
+    bool gravac_ = false;
 };
 
 }  // namespace
+
+std::unique_ptr<Sync> make_bucket_sync(c10::intrusive_ptr<c10d::ProcessGroup> group, std::uint32_t seed,
+                                       bool error_feedback) {
+    return std::make_unique<BucketSync>(std::move(group), seed, error_feedback);
+}
+
 }  // namespace acc::python
 
 TORCH_LIBRARY_FRAGMENT(accordion, m) {
-    using acc::python::HookExchange;
-    m.class_<HookExchange>("HookExchange")
-        .def(torch::init<c10::intrusive_ptr<c10d::ProcessGroup>, std::int64_t, bool>())
-        .def("rank", &HookExchange::rank)
-        .def("world_size", &HookExchange::world_size)
-        .def("start", &HookExchange::start)
-        .def("finish", &HookExchange::finish)
-        .def("pending", &HookExchange::pending)
-        .def("canonical", &HookExchange::canonical)
-        .def("floats_sent", &HookExchange::floats_sent)
-        .def("state_names", &HookExchange::state_names)
-        .def("state_tensors", &HookExchange::state_tensors)
-        .def("load_state", &HookExchange::load_state);
+    using acc::python::HookSync;
+    m.class_<HookSync>("HookSync")
+        .def(torch::init<c10::intrusive_ptr<c10d::ProcessGroup>, std::vector<std::string>, std::int64_t, bool,
+                         std::string, std::vector<double>, std::vector<std::string>, bool, std::int64_t>())
+        .def("add_bucket", &HookSync::add_bucket)
+        .def("finish_step", &HookSync::finish_step)
+        .def("begin_epoch", &HookSync::begin_epoch)
+        .def("floats_sent", &HookSync::floats_sent)
+        .def("momentum_in_gradient", &HookSync::momentum_in_gradient)
+        .def("gravac", &HookSync::gravac)
+        .def("take_steps", &HookSync::take_steps)
+        .def("state_names", &HookSync::state_names)
+        .def("state_tensors", &HookSync::state_tensors)
+        .def("load_state", &HookSync::load_state);
 }
 #endif

@@ -295,3 +295,17 @@ def test_what_online_accordion_refuses(one_rank):
         other.load_state_dict(saved)
     with pytest.raises(accordion.UsageError, match=r"^state_dict: holds no online Accordion state"):
         state.load_state_dict(accordion.CompressionState(one_rank, "none").state_dict())
+
+
+@needs_hook
+def test_momentum_in_gradient_names_the_parameters_dgc_sent(one_rank):
+    # DGC's aggregated gradient carries momentum for the matrices it compresses; the
+    # vectors go whole, and PowerSGD carries none.
+    torch.manual_seed(0)
+    for spec, expected in (("dgc:0.1", ["fc1.weight", "fc2.weight", "fc3.weight"]), ("powersgd:1", [])):
+        model = DistributedDataParallel(Mlp())
+        state = accordion.CompressionState(model, spec)
+        assert state.momentum_in_gradient == []  # nothing sent yet
+        model.register_comm_hook(state, accordion.compression_hook)
+        torch.nn.functional.cross_entropy(model(torch.randn(64, 3072)), torch.randint(10, (64,))).backward()
+        assert sorted(state.momentum_in_gradient) == expected, spec

@@ -134,3 +134,25 @@ def test_what_gravac_refuses(one_rank):
         accordion.CompressionState(one_rank, "none").load_state_dict(state.state_dict())
     with pytest.raises(accordion.UsageError, match=r"^take_gravac_steps: this state was not made with gravac="):
         accordion.CompressionState(one_rank, "none").take_gravac_steps()
+
+
+@needs_hook
+def test_one_sync_answers_for_gravac(one_rank):
+    # GraVAC's sync: its momentum (DGC's matrices once a compressed step ran) and its
+    # state, which a state_dict in the layout of earlier versions (GraVAC's entries
+    # under "gravac" rather than "state") restores as well.
+    torch.manual_seed(0)
+    model = DistributedDataParallel(Mlp())
+    state = accordion.CompressionState(model, gravac=accordion.Gravac("dgc", epsilon=1e-9, window=int(NEVER)))
+    model.register_comm_hook(state, accordion.compression_hook)
+    torch.nn.functional.cross_entropy(model(torch.randn(64, 3072)), torch.randint(10, (64,))).backward()
+    assert sorted(state.momentum_in_gradient) == ["fc1.weight", "fc2.weight", "fc3.weight"]
+    saved = state.state_dict()
+    assert "gravac/inputs" in saved["state"] and saved["gravac"] is True
+    earlier = dict(saved, state={}, gravac=dict(saved["state"]))
+    again = accordion.CompressionState(DistributedDataParallel(Mlp()), gravac=accordion.Gravac("dgc", epsilon=1e-9,
+                                                                                               window=int(NEVER)))
+    again.load_state_dict(earlier)
+    restored = again.state_dict()
+    assert sorted(restored["state"]) == sorted(saved["state"])
+    assert all(torch.equal(restored["state"][n], saved["state"][n]) for n in saved["state"])
