@@ -9,6 +9,7 @@
 // decode() from all W workers' payloads of an allgather.
 #pragma once
 #include "compress/kernels.hpp"
+#include "compress/options.hpp"
 #include "compress/spec.hpp"
 
 #include <cstdint>
@@ -19,11 +20,6 @@
 
 namespace acc::compress {
 
-/// How topk chooses its entries.
-enum class TopkSelection {
-    exact,    ///< the k largest magnitudes (a sampled threshold only speeds up the search)
-    sampled,  ///< DGC's sampled threshold: between 0.8 k and k entries, the rest padded
-};
 
 /// The flat buffer of a step a tensor's payload travels in; one collective each.
 enum class Channel {
@@ -37,8 +33,8 @@ enum class Channel {
 std::int64_t channel_element_bytes(Channel channel);
 
 struct CodecOptions {
-    TopkSelection topk_selection = TopkSelection::exact;
-    double dgc_momentum = 0.9;  ///< DGC's momentum correction factor m
+    TopkOptions topk;  ///< topk's selection
+    DgcOptions dgc;    ///< DGC's momentum (its warm-up is the exchange's: the level it sets)
     int world = 1;              ///< workers (fp16 divides by it before rounding)
     /// PowerSGD on a tensor it sends uncompressed keeps an error memory (local input minus
     /// the mean), as PyTorch's hook does; the Accordion reference keeps none.

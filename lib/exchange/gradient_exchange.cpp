@@ -40,11 +40,11 @@ double dgc_warmup_fraction(double fraction, std::int64_t epoch, std::int64_t war
 GradientExchange::Impl::Impl(comm::Collectives& c, ExchangeOptions o)
     : comm(c),
       options(o),
-      powersgd_rng(o.powersgd_rng ? o.powersgd_rng : std::make_shared<k::NumpyRandomState>(o.seed)) {
-    codec_options.topk_selection = o.topk_selection;
-    codec_options.dgc_momentum = o.dgc_momentum;
+      powersgd_rng(o.compressors.powersgd.rng ? o.compressors.powersgd.rng : std::make_shared<k::NumpyRandomState>(o.seed)) {
+    codec_options.topk = o.compressors.topk;
+    codec_options.dgc = o.compressors.dgc;
     codec_options.world = c.world_size();
-    codec_options.uncompressed_error_feedback = o.powersgd_variant == PowerSgdVariant::pytorch_hook;
+    codec_options.uncompressed_error_feedback = o.compressors.powersgd.variant == PowerSgdVariant::pytorch_hook;
 }
 
 std::uint64_t GradientExchange::Impl::key_of(size_t i, const TensorCodec& codec) const {
@@ -55,9 +55,9 @@ std::uint64_t GradientExchange::Impl::key_of(size_t i, const TensorCodec& codec)
 // ------------------------------------------------------------ levels
 
 Spec GradientExchange::Impl::effective_of(const Spec& level) const {
-    if (!level.info().sparsity_warmup || options.dgc_warmup_epochs <= 0) return level;
+    if (!level.info().sparsity_warmup || options.compressors.dgc.warmup_epochs <= 0) return level;
     Spec s = level;
-    s.parameter = dgc_warmup_fraction(level.parameter, epoch, options.dgc_warmup_epochs);
+    s.parameter = dgc_warmup_fraction(level.parameter, epoch, options.compressors.dgc.warmup_epochs);
     return s;
 }
 
@@ -90,13 +90,13 @@ void GradientExchange::Impl::configure(Slot& s, bool keep_codec_state) {
     s.rows = low.rows;
     s.cols = low.cols;
     s.rank = low.rank;
-    if (s.codec->channel() == Channel::low_rank && static_cast<std::int64_t>(s.q.size()) != s.cols * s.rank) {
-        s.q.clear();
-        s.fresh_q = true;
+    if (s.codec->channel() == Channel::low_rank && static_cast<std::int64_t>(s.powersgd.q.size()) != s.cols * s.rank) {
+        s.powersgd.q.clear();
+        s.powersgd.fresh = true;
     }
-    if (s.device_q.defined() && s.device_q.numel() != s.cols * s.rank) {
-        s.device_q = at::Tensor();
-        s.fresh_q = true;
+    if (s.powersgd.device_q.defined() && s.powersgd.device_q.numel() != s.cols * s.rank) {
+        s.powersgd.device_q = at::Tensor();
+        s.powersgd.fresh = true;
     }
     if (!kept_momentum.empty())
         for (auto& entry : s.codec->state())
@@ -115,10 +115,7 @@ void GradientExchange::Impl::apply_level(size_t i, const Spec& level, bool initi
     s.level = level;
     // A new level starts fresh compressor state: PowerSGD draws a new Q. The error
     // memory stays. DGC keeps its momentum when only its fraction changes.
-    s.q.clear();
-    s.device_q = at::Tensor();
-    s.fresh_q = true;
-    s.q_spare = at::Tensor();
+    s.powersgd.clear();
     s.compensator.reset();
     s.device_compensator.reset();
     s.effective = effective_of(level);
@@ -250,7 +247,7 @@ void GradientExchange::Impl::choose_path(const std::vector<at::Tensor>& grads) {
     for (auto& s : slots) {
         s.device_codec.reset();
         s.device_memory = at::Tensor();
-        s.device_q = at::Tensor();
+        s.powersgd.device_q = at::Tensor();
         s.device_compensator.reset();
         s.measure_device_codecs.clear();
         if (device_path) s.device_codec = make_device_codec(s.effective, s.info.shape, codec_options);
@@ -367,7 +364,7 @@ std::vector<std::pair<std::string, at::Tensor>> GradientExchange::Impl::state() 
                                                                  : floats(s.memory, s.info.shape));
         // Q with the columns a change within its family kept (LevelChange::within_family).
         at::Tensor q = current_q(s);
-        if (s.q_spare.defined()) q = q.defined() ? at::cat({q, s.q_spare}, 1) : s.q_spare.clone();
+        if (s.powersgd.spare.defined()) q = q.defined() ? at::cat({q, s.powersgd.spare}, 1) : s.powersgd.spare.clone();
         if (q.defined()) out.emplace_back(s.info.name + "/powersgd_q", q);
         DeviceCodec* device_codec = s.state_device_codec();
         TensorCodec* codec = s.state_codec();
@@ -385,8 +382,6 @@ std::vector<std::pair<std::string, at::Tensor>> GradientExchange::Impl::state() 
     return out;
 }
 
-namespace {
-
 [[noreturn]] void state_error(const std::string& name, const std::string& problem) {
     throw Error("exchange state '" + name + "': " + problem);
 }
@@ -400,19 +395,12 @@ at::Tensor checked_floats(const std::string& name, const at::Tensor& t, std::int
 
 std::vector<float> to_vector(const at::Tensor& c) { return {c.data_ptr<float>(), c.data_ptr<float>() + c.numel()}; }
 
-}  // namespace
-
-void GradientExchange::Impl::load_state(const std::vector<std::pair<std::string, at::Tensor>>& state) {
-    std::map<std::string, Slot*> by_name;
+void GradientExchange::Impl::clear_state() {
     for (auto& s : slots) {
-        by_name[s.info.name] = &s;
         s.memory.clear();
         s.device_memory = at::Tensor();
         s.memory_used = false;
-        s.q.clear();
-        s.device_q = at::Tensor();
-        s.fresh_q = true;
-        s.q_spare = at::Tensor();
+        s.powersgd.clear();
         for (TensorCodec* codec : {s.codec.get(), s.compensator.get()})
             if (codec)
                 for (auto& entry : codec->state()) std::fill(entry.second->begin(), entry.second->end(), 0.0f);
@@ -420,80 +408,70 @@ void GradientExchange::Impl::load_state(const std::vector<std::pair<std::string,
             if (codec)
                 for (auto& entry : codec->state()) entry.second->zero_();
     }
-    const bool family = options.level_change == LevelChange::within_family;
     layout_dirty = true;  // PowerSGD groups hold views of the memories
-    const at::TensorOptions on = at::TensorOptions().dtype(at::kFloat).device(device);
+}
+
+bool GradientExchange::Impl::load_own_entry(const std::string& name, const at::Tensor& tensor) {
+    if (name == "exchange/powersgd_rng") {
+        at::Tensor c = tensor.to(at::kCPU).to(at::kLong).contiguous();
+        std::vector<std::int64_t> words(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel());
+        if (!powersgd_rng->set_state(words)) state_error(name, "is not a RandomState");
+        return true;
+    }
+    if (name == "exchange/step") {
+        if (tensor.numel() != 1) state_error(name, "must hold one number");
+        step = tensor.to(at::kCPU).to(at::kLong).item<std::int64_t>();
+        return true;
+    }
+    return false;
+}
+
+void GradientExchange::Impl::load_memory(Slot& s, const std::string& name, const at::Tensor& tensor) {
+    at::Tensor c = checked_floats(name, tensor, s.n);
+    if (device_path)
+        s.device_memory = c.to(state_options()).clone();
+    else
+        s.memory = to_vector(c);
+    s.memory_used = true;
+}
+
+void GradientExchange::Impl::load_codec_state(Slot& s, const std::string& what, const std::string& name,
+                                              const at::Tensor& tensor) {
+    bool found = false;
+    TensorCodec* codec = s.state_codec();
+    DeviceCodec* device_codec = s.state_device_codec();
+    if (!device_path && codec)
+        for (auto& entry : codec->state())
+            if (entry.first == what) {
+                *entry.second = to_vector(checked_floats(name, tensor, static_cast<std::int64_t>(entry.second->size())));
+                found = true;
+            }
+    if (device_path && device_codec)
+        for (auto& entry : device_codec->state())
+            if (entry.first == what) {
+                *entry.second = checked_floats(name, tensor, entry.second->numel()).to(state_options()).clone();
+                found = true;
+            }
+    if (!found) state_error(name, "is not state of level " + s.effective.text());
+}
+
+void GradientExchange::Impl::load_state(const std::vector<std::pair<std::string, at::Tensor>>& state) {
+    std::map<std::string, Slot*> by_name;
+    for (auto& s : slots) by_name[s.info.name] = &s;
+    clear_state();
     for (const auto& [name, tensor] : state) {
-        if (name == "exchange/powersgd_rng") {
-            at::Tensor c = tensor.to(at::kCPU).to(at::kLong).contiguous();
-            std::vector<std::int64_t> words(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel());
-            if (!powersgd_rng->set_state(words)) state_error(name, "is not a RandomState");
-            continue;
-        }
-        if (name == "exchange/step") {
-            if (tensor.numel() != 1) state_error(name, "must hold one number");
-            step = tensor.to(at::kCPU).to(at::kLong).item<std::int64_t>();
-            continue;
-        }
+        if (load_own_entry(name, tensor)) continue;
         auto slash = name.rfind('/');
         auto it = slash == std::string::npos ? by_name.end() : by_name.find(name.substr(0, slash));
         if (it == by_name.end()) state_error(name, "names no tensor of this exchange");
         Slot& s = *it->second;
-        std::string what = name.substr(slash + 1);
-        if (what == "error") {
-            at::Tensor c = checked_floats(name, tensor, s.n);
-            if (device_path)
-                s.device_memory = c.to(on).clone();
-            else
-                s.memory = to_vector(c);
-            s.memory_used = true;
-        } else if (what == "powersgd_q") {
-            const bool low_rank = s.codec->channel() == Channel::low_rank;
-            if (!low_rank && !(family && s.info.is_matrix()))
-                state_error(name, "is a PowerSGD Q, but level " + s.effective.text() + " compresses no matrix here");
-            // Within a family Q may hold more columns than the level's rank: they are kept.
-            const std::int64_t cols = low_rank ? s.cols : compress::matrix_view(s.info.shape).cols;
-            const std::int64_t rank = low_rank ? s.rank : 1;
-            const std::int64_t most = std::min(cols, compress::matrix_view(s.info.shape).rows);
-            if (tensor.dim() != 2 || tensor.size(0) != cols || tensor.size(1) < rank ||
-                tensor.size(1) > (family ? most : rank))
-                state_error(name, "must be " + std::to_string(cols) + "x" +
-                                      (family ? std::to_string(rank) + " to " + std::to_string(cols) + "x" +
-                                                    std::to_string(most)
-                                              : std::to_string(rank)) +
-                                      " for level " + s.effective.text());
-            const std::int64_t width = tensor.size(1);
-            at::Tensor c = checked_floats(name, tensor, cols * width).view({cols, width});
-            if (!low_rank) {
-                s.q_spare = c.clone();
-                continue;
-            }
-            at::Tensor first = c.narrow(1, 0, s.rank).contiguous();
-            if (width > s.rank) s.q_spare = c.narrow(1, s.rank, width - s.rank).contiguous();
-            if (device_path)
-                s.device_q = first.to(on).clone();
-            else
-                s.q = to_vector(first.view({-1}));
-            s.fresh_q = false;
-        } else {
-            bool found = false;
-            TensorCodec* codec = s.state_codec();
-            DeviceCodec* device_codec = s.state_device_codec();
-            if (!device_path && codec)
-                for (auto& entry : codec->state())
-                    if (entry.first == what) {
-                        *entry.second = to_vector(
-                            checked_floats(name, tensor, static_cast<std::int64_t>(entry.second->size())));
-                        found = true;
-                    }
-            if (device_path && device_codec)
-                for (auto& entry : device_codec->state())
-                    if (entry.first == what) {
-                        *entry.second = checked_floats(name, tensor, entry.second->numel()).to(on).clone();
-                        found = true;
-                    }
-            if (!found) state_error(name, "is not state of level " + s.effective.text());
-        }
+        const std::string what = name.substr(slash + 1);
+        if (what == "error")
+            load_memory(s, name, tensor);
+        else if (what == "powersgd_q")
+            load_powersgd_q(s, name, tensor);
+        else
+            load_codec_state(s, what, name, tensor);
     }
 }
 

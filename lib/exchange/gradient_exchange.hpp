@@ -24,6 +24,7 @@
 
 #include "comm/collectives.hpp"
 #include "compress/codecs.hpp"
+#include "compress/options.hpp"
 #include "compress/shapes.hpp"
 #include "compress/spec.hpp"
 
@@ -35,22 +36,10 @@
 #include <utility>
 #include <vector>
 
-namespace acc::compress::kernels {
-class NumpyRandomState;
-}
-
 namespace acc::exchange {
 
-/// Which PowerSGD the `powersgd` level runs.
-enum class PowerSgdVariant {
-    /// PyTorch's powerSGD_hook: Q drawn from N(0, 1) and orthogonalized, the warm-started Q
-    /// orthogonalized again every step, Gram-Schmidt for rank <= 2 and QR above, error
-    /// feedback on tensors sent uncompressed too (their error is local minus mean).
-    pytorch_hook,
-    /// The Accordion reference (epfml's RankKReducer): Q neither orthogonalized when drawn
-    /// nor when reused, Gram-Schmidt at every rank, uncompressed tensors without error memory.
-    accordion,
-};
+/// Which PowerSGD the `powersgd` level runs (compress/compressors/powersgd_options.hpp).
+using compress::PowerSgdVariant;
 
 /// What set_levels() keeps of a tensor whose level changes.
 enum class LevelChange {
@@ -69,28 +58,17 @@ enum class LevelChange {
 };
 
 struct ExchangeOptions {
-    PowerSgdVariant powersgd_variant = PowerSgdVariant::pytorch_hook;
-    /// Added to column norms in PowerSGD's orthogonalization (the hook's orthogonalization_epsilon).
-    float orthogonalization_epsilon = 0;
-    /// PowerSGD reuses the last step's Q (warm start); otherwise Q is drawn anew every step.
-    bool warm_start = true;
-    /// PowerSGD's RandomState seed (the hook's random_seed); also seeds every other random stream.
+    /// Each compressor's own options (PowerSGD's variant, orthogonalization, warm start and
+    /// RandomState; Top-k's selection; DGC's momentum and warm-up), declared in its file.
+    compress::CompressorOptions compressors;
+    /// Seeds PowerSGD's RandomState (the hook's random_seed) and every other random stream.
     std::uint32_t seed = 0;
     /// The first tensor's place among the random streams (tensor i draws stream first_stream + i).
     /// Exchanges over the buckets of one model give each bucket the place of its first tensor
     /// among all of them, so that a tensor draws the same numbers however the model is split.
     std::uint64_t first_stream = 0;
-    /// PowerSGD's RandomState, shared by every exchange made with these options (one per
-    /// bucket draws from it in turn, as the hook's one RandomState serves every bucket);
-    /// empty: each exchange has its own, seeded with `seed`.
-    std::shared_ptr<compress::kernels::NumpyRandomState> powersgd_rng;
     /// Error feedback for the compressors that have it (powersgd, topk, randomk, dgc, efsignsgd).
     bool error_feedback = true;
-    compress::TopkSelection topk_selection = compress::TopkSelection::exact;
-    double dgc_momentum = 0.9;
-    /// DGC's sparsity warm-up: in epoch e < dgc_warmup_epochs a dgc:F level keeps
-    /// max(F, F^((e + 1) / (dgc_warmup_epochs + 1))) of the entries. 0: no warm-up.
-    std::int64_t dgc_warmup_epochs = 0;
     /// Refuse gradients holding NaN or infinity (acc::Error naming the tensor).
     bool check_finite = true;
     /// Run the device path (ATen operations on the gradients' device, state kept there)
@@ -130,7 +108,7 @@ struct PlannedCollective {
     std::int64_t bytes = 0;
 };
 
-/// DGC's warmed-up keep fraction in `epoch` (see ExchangeOptions::dgc_warmup_epochs).
+/// DGC's warmed-up keep fraction in `epoch` (see compress::DgcOptions::warmup_epochs).
 double dgc_warmup_fraction(double fraction, std::int64_t epoch, std::int64_t warmup_epochs);
 
 class GradientExchange {

@@ -469,8 +469,8 @@ void GradientExchange::Impl::layout_powersgd_device() {
         for (std::int64_t b = 0; b < B; ++b) {
             Slot& s = slots[g.slots[static_cast<size_t>(b)]];
             at::Tensor q_of = g.q_warm[b];
-            if (s.device_q.defined()) q_of.copy_(s.device_q.view({g.cols, g.rank}));
-            s.device_q = q_of;
+            if (s.powersgd.device_q.defined()) q_of.copy_(s.powersgd.device_q.view({g.cols, g.rank}));
+            s.powersgd.device_q = q_of;
             if (!g.memory.defined()) continue;
             adopt(s.device_memory, true, g.memory[b].view({-1}));
         }
@@ -504,7 +504,7 @@ void GradientExchange::Impl::orthogonalize_device(std::vector<PaddedBatch>& batc
         at::Tensor padded = b.padded.view({-1});
         padded.zero_();  // a NaN orthogonalized into the padding would stay there
         padded.index_copy_(0, b.to, b.from.defined() ? flat.index_select(0, b.from) : flat);
-        compress::device::orthogonalize(b.padded, gram_schmidt_at(b.rank), options.orthogonalization_epsilon);
+        compress::device::orthogonalize(b.padded, gram_schmidt_at(b.rank), options.compressors.powersgd.orthogonalization_epsilon);
         if (b.from.defined())
             flat.index_copy_(0, b.from, padded.index_select(0, b.to));
         else
@@ -558,19 +558,19 @@ void GradientExchange::Impl::powersgd_first_round_device() {
                 {g.slots, DeviceCheck::Kind::input_finite, compress::device::finite_mask(g.m).flatten(1).all(1)});
     powersgd_kernels_now = powersgd_kernels && compress::device::cuda_unmeasured_kernels_for(device);
     if (powersgd_kernels_now) {
-        if (options.powersgd_variant == PowerSgdVariant::pytorch_hook)
-            powersgd_kernels->orthogonalize(q_state, true, options.orthogonalization_epsilon);
+        if (options.compressors.powersgd.variant == PowerSgdVariant::pytorch_hook)
+            powersgd_kernels->orthogonalize(q_state, true, options.compressors.powersgd.orthogonalization_epsilon);
         powersgd_kernels->project_rows(powersgd_memory, q_state, p);
         return;
     }
-    if (options.powersgd_variant == PowerSgdVariant::pytorch_hook) orthogonalize_device(q_batches, q_state);
+    if (options.compressors.powersgd.variant == PowerSgdVariant::pytorch_hook) orthogonalize_device(q_batches, q_state);
     for (auto& g : groups) at::bmm_out(g.p_view, g.m, g.q_warm);
 }
 
 // After P's allreduce: P orthogonalized, each group's Q = M^T P into the Q buffer.
 void GradientExchange::Impl::powersgd_second_round_device() {
     if (powersgd_kernels_now) {
-        powersgd_kernels->orthogonalize(p, false, options.orthogonalization_epsilon);
+        powersgd_kernels->orthogonalize(p, false, options.compressors.powersgd.orthogonalization_epsilon);
         powersgd_kernels->project_columns(powersgd_memory, p, q);
         return;
     }
@@ -609,7 +609,7 @@ void GradientExchange::Impl::powersgd_decode_device() {
     for (auto& g : groups)
         for (size_t i : g.slots) {
             Slot& s = slots[i];
-            if (!options.warm_start) s.fresh_q = true;
+            if (!options.compressors.powersgd.warm_start) s.powersgd.fresh = true;
             settle_memory_device(s);
         }
 }

@@ -31,10 +31,10 @@ double squared_distance(const at::Tensor& a, const at::Tensor& b = {}) {
 
 // The slot's warm-start Q now (CPU, cols x rank), or undefined where it has none.
 at::Tensor GradientExchange::Impl::current_q(const Slot& s) const {
-    if (s.codec->channel() != Channel::low_rank || s.fresh_q) return {};
-    if (device_path) return s.device_q.defined() ? s.device_q.detach().to(at::kCPU).view({s.cols, s.rank}).clone() : at::Tensor();
-    if (s.q.empty()) return {};
-    return at::from_blob(const_cast<float*>(s.q.data()), {s.cols, s.rank}, at::kFloat).clone();
+    if (s.codec->channel() != Channel::low_rank || s.powersgd.fresh) return {};
+    if (device_path) return s.powersgd.device_q.defined() ? s.powersgd.device_q.detach().to(at::kCPU).view({s.cols, s.rank}).clone() : at::Tensor();
+    if (s.powersgd.q.empty()) return {};
+    return at::from_blob(const_cast<float*>(s.powersgd.q.data()), {s.cols, s.rank}, at::kFloat).clone();
 }
 
 // Q's first r columns (CPU, cols x r): the current Q followed by the columns kept beyond
@@ -43,7 +43,7 @@ at::Tensor GradientExchange::Impl::current_q(const Slot& s) const {
 at::Tensor GradientExchange::Impl::q_columns(Slot& s, int r, std::int64_t cols) {
     const bool low_rank = s.codec->channel() == Channel::low_rank;
     at::Tensor full = current_q(s);
-    if (s.q_spare.defined()) full = full.defined() ? at::cat({full, s.q_spare}, 1) : s.q_spare;
+    if (s.powersgd.spare.defined()) full = full.defined() ? at::cat({full, s.powersgd.spare}, 1) : s.powersgd.spare;
     const std::int64_t need = std::max<std::int64_t>(r, low_rank ? s.rank : 0);
     const std::int64_t have = full.defined() ? full.size(1) : 0;
     if (have < need) {
@@ -56,21 +56,21 @@ at::Tensor GradientExchange::Impl::q_columns(Slot& s, int r, std::int64_t cols) 
     }
     full = full.contiguous();
     if (low_rank) {
-        if (s.fresh_q) {
+        if (s.powersgd.fresh) {
             at::Tensor q = full.narrow(1, 0, s.rank).contiguous();
             if (device_path) {
-                if (s.device_q.defined())
-                    s.device_q.copy_(q.view(s.device_q.sizes()));
+                if (s.powersgd.device_q.defined())
+                    s.powersgd.device_q.copy_(q.view(s.powersgd.device_q.sizes()));
                 else
-                    s.device_q = q.to(device);
+                    s.powersgd.device_q = q.to(device);
             } else {
-                s.q.assign(q.data_ptr<float>(), q.data_ptr<float>() + q.numel());
+                s.powersgd.q.assign(q.data_ptr<float>(), q.data_ptr<float>() + q.numel());
             }
-            s.fresh_q = false;
+            s.powersgd.fresh = false;
         }
-        s.q_spare = full.size(1) > s.rank ? full.narrow(1, s.rank, full.size(1) - s.rank).contiguous() : at::Tensor();
+        s.powersgd.spare = full.size(1) > s.rank ? full.narrow(1, s.rank, full.size(1) - s.rank).contiguous() : at::Tensor();
     } else {
-        s.q_spare = full;
+        s.powersgd.spare = full;
     }
     return full.narrow(1, 0, r);
 }
@@ -79,10 +79,10 @@ void GradientExchange::Impl::change_within_family(size_t i, const Spec& level) {
     Slot& s = slots[i];
     // Every column of Q kept aside, to be taken up again by the new level.
     at::Tensor q = current_q(s);
-    if (q.defined()) s.q_spare = s.q_spare.defined() ? at::cat({q, s.q_spare}, 1) : q;
-    s.q.clear();
-    s.device_q = at::Tensor();
-    s.fresh_q = true;
+    if (q.defined()) s.powersgd.spare = s.powersgd.spare.defined() ? at::cat({q, s.powersgd.spare}, 1) : q;
+    s.powersgd.q.clear();
+    s.powersgd.device_q = at::Tensor();
+    s.powersgd.fresh = true;
     // The family's codec (its momentum) back in place of a dense level's.
     if (s.compensator) {
         s.codec = std::move(s.compensator);
@@ -125,7 +125,7 @@ void GradientExchange::Impl::orthogonalize_tensor(at::Tensor& m, int r) const {
         return;
     }
     at::Tensor batch = m.unsqueeze(0);
-    compress::device::orthogonalize(batch, gram_schmidt_at(r), options.orthogonalization_epsilon);
+    compress::device::orthogonalize(batch, gram_schmidt_at(r), options.compressors.powersgd.orthogonalization_epsilon);
 }
 
 // What the next step would compress for this slot (its gradient, memory and DGC's
@@ -189,7 +189,7 @@ DeviceCodec& GradientExchange::Impl::measure_device_codec(Slot& s, const Spec& l
 // the first columns of these.
 LowRankGrams GradientExchange::Impl::low_rank_grams(Slot& s, const LowRank& low, int r, const at::Tensor& t) {
     at::Tensor q = q_columns(s, r, low.cols).to(t.device()).contiguous();
-    if (options.powersgd_variant == PowerSgdVariant::pytorch_hook) orthogonalize_tensor(q, r);
+    if (options.compressors.powersgd.variant == PowerSgdVariant::pytorch_hook) orthogonalize_tensor(q, r);
     const at::Tensor m = t.view({low.rows, low.cols});
     at::Tensor p = m.mm(q).contiguous();
     orthogonalize_tensor(p, r);

@@ -12,6 +12,7 @@
 #include "compress/kernels.hpp"
 #include "compress/low_rank_kernels.hpp"
 #include "exchange/gradient_exchange.hpp"
+#include "exchange/powersgd_state.hpp"
 
 #include <ATen/core/grad_mode.h>
 #include <c10/core/Event.h>
@@ -47,6 +48,12 @@ inline constexpr size_t kChannels = 5;
 
 at::ScalarType channel_dtype(Channel c);
 
+// A saved state entry that does not fit: acc::Error naming it.
+[[noreturn]] void state_error(const std::string& name, const std::string& problem);
+// A saved entry as `expected` float32 values on the host, flat; state_error otherwise.
+at::Tensor checked_floats(const std::string& name, const at::Tensor& t, std::int64_t expected);
+std::vector<float> to_vector(const at::Tensor& host_floats);
+
 struct Slot {
     TensorInfo info;
     std::int64_t n = 0;
@@ -55,18 +62,15 @@ struct Slot {
     std::vector<float> memory;     // host path: allocated on first use
     bool memory_used = false;      // memory may hold values that still have to be sent
     std::unique_ptr<TensorCodec> codec;  // the effective level's, for this tensor
-    // PowerSGD: the matrix view and the warm-start Q (cols x rank, row-major).
+    // PowerSGD: the matrix view, and its state (the warm-start Q).
     std::int64_t rows = 0, cols = 0;
     int rank = 0;
     int run = -1;                  // device path: its DenseRun, if any
     int sparse_batch = -1;         // device path: its SparseDecodeBatch, if any
     int topk_batch = -1;           // device path: its TopkEncodeBatch, if any
-    std::vector<float> q;          // host path
-    bool fresh_q = true;
-    // LevelChange::within_family: Q's columns beyond the current rank (CPU, cols x k), and
-    // the family's codecs while the level sends values whole (DGC's momentum, kept and
-    // applied on dense steps).
-    at::Tensor q_spare;
+    PowerSgdState powersgd;
+    // LevelChange::within_family: the family's codecs while the level sends values whole
+    // (DGC's momentum, kept and applied on dense steps).
     std::unique_ptr<TensorCodec> compensator;
     std::unique_ptr<DeviceCodec> device_compensator;
     // The codecs holding the state beyond the memory: the compensators where there are.
@@ -87,7 +91,6 @@ struct Slot {
     // The device path: its codec and state on the gradients' device.
     std::unique_ptr<DeviceCodec> device_codec;
     at::Tensor device_memory;  // n floats (a view into its PowerSGD group's memory)
-    at::Tensor device_q;       // cols x rank
     at::Tensor device_grad;    // flat view of the gradient (or of `staged`)
     at::Tensor device_t;       // the compensated input
     at::Tensor input_finite, encode_finite;  // 0-dim bool flags of this step
@@ -101,7 +104,7 @@ struct PowerGroup {
     int rank = 0;
     std::int64_t p_offset = 0, q_offset = 0;  // elements
     at::Tensor p_view, q_view;  // [B, rows, rank], [B, cols, rank]: the group's part of P and Q
-    at::Tensor q_warm;  // [B, cols, rank]: the group's part of the warm-start Q (the slots' device_q)
+    at::Tensor q_warm;  // [B, cols, rank]: the group's part of the warm-start Q (the slots' powersgd.device_q)
     at::Tensor memory;  // [B, rows, cols]: the slots' error memories (a view of powersgd_memory)
     at::Tensor m;       // [B, rows, cols]: this step's compensated input
 };
@@ -195,7 +198,7 @@ struct GradientExchange::Impl {
     std::vector<Slot> slots;
     std::int64_t epoch = 0;
     std::int64_t step = 0;
-    std::shared_ptr<k::NumpyRandomState> powersgd_rng;  // options.powersgd_rng, or its own
+    std::shared_ptr<k::NumpyRandomState> powersgd_rng;  // options.compressors.powersgd.rng, or its own
     bool layout_dirty = true;
     // Which path runs the steps; chosen by the first step's gradients (or the option).
     bool device_path = false;
@@ -256,6 +259,16 @@ struct GradientExchange::Impl {
     void choose_path(const std::vector<at::Tensor>& grads);
     std::vector<std::pair<std::string, at::Tensor>> state() const;
     void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state);
+    // load_state's parts: every slot's memory, Q and codec state emptied; the exchange's
+    // own entries ("exchange/..."; false for any other); a slot's error memory, its
+    // PowerSGD Q (gradient_exchange_powersgd.cpp) and its codec's state.
+    void clear_state();
+    // Float32 on the exchange's device: where the device path keeps loaded state.
+    at::TensorOptions state_options() const { return at::TensorOptions().dtype(at::kFloat).device(device); }
+    bool load_own_entry(const std::string& name, const at::Tensor& tensor);
+    void load_memory(Slot& s, const std::string& name, const at::Tensor& tensor);
+    void load_powersgd_q(Slot& s, const std::string& name, const at::Tensor& tensor);
+    void load_codec_state(Slot& s, const std::string& what, const std::string& name, const at::Tensor& tensor);
     [[noreturn]] void not_finite(const Slot& s, const std::string& detail = "") const;
     [[noreturn]] void malformed(const Slot& s) const;
     [[noreturn]] void not_finite_at(const Slot& s, std::int64_t at_step, const std::string& detail) const;

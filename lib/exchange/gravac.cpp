@@ -34,9 +34,9 @@ GravacExchange::GravacExchange(std::vector<compress::TensorInfo> tensors, comm::
     for (size_t i = 0; i < tensors_.size(); ++i)
         if (tensors_[i].is_matrix()) matrices_.push_back(i);
     ExchangeOptions o;
-    o.powersgd_variant = PowerSgdVariant::accordion;
+    o.compressors.powersgd.variant = PowerSgdVariant::accordion;
     o.seed = options_.seed;
-    o.dgc_momentum = options_.dgc_momentum;
+    o.compressors.dgc.momentum = options_.dgc.momentum;
     o.device_path_on_cpu = options_.device_path_on_cpu;
     // A gradient's NaN or infinity reaches the decision through the norms.
     o.check_finite = false;

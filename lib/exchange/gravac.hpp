@@ -61,10 +61,10 @@ namespace acc::exchange {
 using TensorMap = std::map<std::string, torch::Tensor>;
 
 struct GravacExchangeOptions {
-    regime::GravacFamily family = regime::GravacFamily::topk;  ///< the compressor whose factor GraVAC chooses
+    regime::GravacFamily family{};  ///< the compressor whose factor GraVAC chooses (the registry's first)
     regime::GravacSettings settings;    ///< the controller's (smoothing already set for the world size)
     std::uint32_t seed = 0;             ///< the exchange's random streams (randomk's subsets, dgc's samples, powersgd's Q)
-    double dgc_momentum = 0.9;          ///< dgc's momentum correction factor
+    compress::DgcOptions dgc;           ///< dgc's momentum correction factor (its warm-up is not GraVAC's)
     /// Samples of one step over all ranks (N b), for a step whose GravacStepInfo gives no
     /// samples (0): such a rank counts samples_per_step / N.
     std::int64_t samples_per_step = 1;

@@ -71,9 +71,11 @@ GravacGain parse_gravac_gain(const std::string& text);
 
 /// The compressors GraVAC scales (--gravac FAMILY), listed once: --gravac's check
 /// and message, the exchange and the metrics file take their names from here.
-/// A family is its index in compress::gravac_families(), the registry's list.
-enum class GravacFamily : std::int8_t { topk = 0, dgc = 1, randomk = 2, powersgd = 3 };
-/// The families' names in --help order: topk, dgc, randomk, powersgd.
+/// A family is its index in compress::gravac_families(), the registry's list, which
+/// alone names them (each compressor's own file says whether GraVAC scales it):
+/// parse_gravac_family gives one, GravacFamily{} is the list's first.
+enum class GravacFamily : std::int8_t {};
+/// The families' names in --help order (the registry's).
 const std::vector<std::string>& gravac_family_names();
 const char* gravac_family_name(GravacFamily family);
 /// A family's name; anything else throws acc::UsageError naming --gravac.

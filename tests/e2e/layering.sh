@@ -157,6 +157,7 @@ forbid_reach "HDF5's headers reach it; only lib/io, lib/app and lib/train/traine
     "$hdf5_headers" "${no_hdf5[@]}"
 mapfile -t no_torch < <(sources lib/base lib/cli lib/io lib/perf lib/regime lib/plan lib/comm/rendezvous.* lib/comm/launch.* \
     lib/comm/backend.hpp lib/compress/spec.* lib/compress/registry.cpp lib/compress/kernels.* lib/compress/codecs.* \
+    lib/compress/options.hpp lib/compress/compressors/*_options.hpp \
     lib/train/config.* lib/train/model_table.*)
 [ "${#no_torch[@]}" -ge 40 ] || fail "found only ${#no_torch[@]} sources that must not see LibTorch"
 forbid_reach "LibTorch's headers reach it; docs/architecture.md lists it without LibTorch" "$torch_headers" "${no_torch[@]}"

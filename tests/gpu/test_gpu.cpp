@@ -352,7 +352,7 @@ TEST(CudaKernels, PowerSgdStepsEqualTheATenOperations) {
                     KernelsWanted wanted(kernels == 1 ? "all" : "1");
                     acc::comm::LoopbackCollectives comm(world);
                     x::ExchangeOptions o;
-                    o.powersgd_variant = variant;
+                    o.compressors.powersgd.variant = variant;
                     x::GradientExchange ex(tensors, std::vector<acc::compress::Spec>(tensors.size(),
                                                                                      acc::compress::parse_spec(level)),
                                            comm, o);

@@ -650,7 +650,7 @@ INSTANTIATE_TEST_SUITE_P(DeviceCodec, GatherDecodeMemory,
 
 TEST(DeviceCodec, DgcSendsTheExactTopKOfItsMomentumCorrectedMemory) {
     CodecOptions o;
-    o.dgc_momentum = 0.5;
+    o.dgc.momentum = 0.5;
     auto dev = make_device_codec(parse_spec("dgc:0.1"), {200}, o);
     at::Tensor memory = at::zeros({200}), u = at::zeros({200});
     at::Tensor payload = payload_buffer(*dev);
@@ -775,7 +775,7 @@ ExchangeRun run_exchange(int world, const std::vector<std::string>& levels, bool
         for (const auto& l : levels) specs.push_back(parse_spec(l));
         ExchangeOptions o;
         o.device_path_on_cpu = device_path;
-        o.powersgd_variant = variant;
+        o.compressors.powersgd.variant = variant;
         o.seed = 3;
         GradientExchange ex(exchange_tensors(), specs, comm, o);
         for (int step = 0; step < steps; ++step) {

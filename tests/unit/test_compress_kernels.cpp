@@ -570,7 +570,7 @@ TEST(Codecs, ErrorFeedbackLosesNothing) {
         Spec spec = parse_spec(text);
         for (auto selection : {TopkSelection::exact, TopkSelection::sampled}) {
             CodecOptions options;
-            options.topk_selection = selection;
+            options.topk.selection = selection;
             auto codec = make_gather_codec(spec, 5000, options);
             if (!codec->error_feedback()) continue;
             std::vector<float> t = normal(5000, 40), before = t, out(5000);

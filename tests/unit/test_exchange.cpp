@@ -111,8 +111,8 @@ TEST(Exchange, ErrorFeedbackLosesNothingOnOneWorker) {
             if (variant == 1 && !psgd && !topk) continue;
             thread_ranks(1, [&](int, Collectives& comm) {
                 ExchangeOptions options;
-                if (variant == 1 && psgd) options.powersgd_variant = PowerSgdVariant::accordion;
-                if (variant == 1 && topk) options.topk_selection = TopkSelection::sampled;
+                if (variant == 1 && psgd) options.compressors.powersgd.variant = PowerSgdVariant::accordion;
+                if (variant == 1 && topk) options.compressors.topk.selection = TopkSelection::sampled;
                 auto tensors = conv_matrix_vectors_scalar();
                 GradientExchange x(tensors, all_levels(text), comm, options);
                 for (int step = 0; step < 3; ++step) {
@@ -342,7 +342,7 @@ TEST(Exchange, WithoutWarmStartQIsDrawnEveryStep) {
     thread_ranks(1, [&](int, Collectives& comm) {
         auto tensors = conv_matrix_vectors_scalar();
         ExchangeOptions options;
-        options.warm_start = false;
+        options.compressors.powersgd.warm_start = false;
         GradientExchange a(tensors, all_levels("powersgd:1"), comm, options);
         GradientExchange b(tensors, all_levels("powersgd:1"), comm);
         // Same gradient twice: with warm start the second step's Q starts from the first.
@@ -493,7 +493,7 @@ TEST(Exchange, DgcWarmUpRaisesTheFractionInEarlyEpochs) {
     EXPECT_DOUBLE_EQ(dgc_warmup_fraction(0.001, 0, 0), 0.001);
     thread_ranks(1, [&](int, Collectives& comm) {
         ExchangeOptions options;
-        options.dgc_warmup_epochs = 4;
+        options.compressors.dgc.warmup_epochs = 4;
         std::vector<TensorInfo> tensors = {{"w", {100, 100}}};
         GradientExchange x(tensors, {parse_spec("dgc:0.01")}, comm, options);
         std::vector<std::int64_t> sent;

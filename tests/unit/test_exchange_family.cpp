@@ -45,7 +45,7 @@ std::map<std::string, at::Tensor> state_map(const GradientExchange& x) {
 ExchangeOptions family_options(bool device_path = false) {
     ExchangeOptions o;
     o.level_change = LevelChange::within_family;
-    o.powersgd_variant = PowerSgdVariant::accordion;
+    o.compressors.powersgd.variant = PowerSgdVariant::accordion;
     o.device_path_on_cpu = device_path;
     o.seed = 5;
     return o;
@@ -134,7 +134,7 @@ TEST(ExchangeFamily, DgcMomentumCorrectsDenseStepsAndIsKept) {
     for (bool device : {false, true})
         thread_ranks(1, [&](int, Collectives& comm) {
             ExchangeOptions o = family_options(device);
-            o.dgc_momentum = 0.5;
+            o.compressors.dgc.momentum = 0.5;
             GradientExchange x(tensors(), levels("dgc:0.05"), comm, o);
             x.step(gradients(0));
             auto s = state_map(x);

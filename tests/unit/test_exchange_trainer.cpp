@@ -341,7 +341,7 @@ TEST(Exchange, BucketsResumeBitForBit) {
         setup.buckets.first_bucket_bytes = 40;
         setup.buckets.bucket_bytes = 100;
         setup.compression.seed = 7;
-        setup.compression.warm_start = false;  // a new Q every step: the shared RandomState matters
+        setup.compression.compressors.powersgd.warm_start = false;  // a new Q every step: the shared RandomState matters
         Net a(3), b(3);
         BucketSync first(a.parameters, a.description(), comm, torch::kCPU, setup, specs_of(first_levels));
         EXPECT_GT(std::count(first.reducer().bucket_routes().begin(), first.reducer().bucket_routes().end(),

@@ -376,7 +376,7 @@ private:
     }
 
     void set_exchange_options() {
-        options_.topk_selection = c_.topk_selection;
+        options_.compressors.topk.selection = c_.topk_selection;
         options_.device_path_on_cpu = *c_.path == CompressorPath::device;
         options_.time_device_work = c_.device == Device::cuda;
         device_ = c_.device == Device::cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);

@@ -333,7 +333,7 @@ void DistRank::make_exchange(const Start& start) {
     setup.buckets.bucket_bytes = static_cast<std::int64_t>(c_.bucket_mb * 1024 * 1024);
     setup.buckets.first_bucket_bytes = static_cast<std::int64_t>(c_.first_bucket_mb * 1024 * 1024);
     setup.compression.seed = static_cast<std::uint32_t>(train::mix_seed(t_.seed, 0xc0) & 0xffffffffu);
-    setup.compression.dgc_warmup_epochs = c_.dgc_warmup_epochs;
+    setup.compression.compressors.dgc.warmup_epochs = c_.dgc_warmup_epochs;
     settings.gravac = gravac_options(c_, session_.world());
     sync_ = exchange::make_run_sync(settings, tensors_, trainer_->parameters(), *session_.comm(), session_.device(),
                                     table_.specs(start.level));

@@ -49,7 +49,7 @@ private:
 std::unique_ptr<TensorCodec> make(const Spec& spec, const std::vector<std::int64_t>& shape, const CodecOptions& o) {
     const std::int64_t n = shape_numel(shape);
     codec_util::check_int32_indices(spec, n);
-    return std::make_unique<DgcCodec>(spec, n, o.dgc_momentum);
+    return std::make_unique<DgcCodec>(spec, n, o.dgc.momentum);
 }
 
 }  // namespace
@@ -122,7 +122,7 @@ private:
 std::unique_ptr<DeviceCodec> make_dgc_device_codec(std::unique_ptr<TensorCodec> host, const Spec&,
                                                    const CodecOptions& options) {
     const std::int64_t k = host->payload_bytes() / 8;
-    return std::make_unique<DgcDeviceCodec>(std::move(host), k, options.dgc_momentum);
+    return std::make_unique<DgcDeviceCodec>(std::move(host), k, options.dgc.momentum);
 }
 
 }  // namespace acc::compress

@@ -236,7 +236,7 @@ namespace {
 std::unique_ptr<TensorCodec> make(const Spec& spec, const std::vector<std::int64_t>& shape, const CodecOptions& o) {
     const std::int64_t n = shape_numel(shape);
     codec_util::check_int32_indices(spec, n);
-    return std::make_unique<SparseCodec>(spec, n, o.topk_selection == TopkSelection::sampled);
+    return std::make_unique<SparseCodec>(spec, n, o.topk.selection == TopkSelection::sampled);
 }
 
 }  // namespace

@@ -35,8 +35,8 @@ BucketSync::BucketSync(std::vector<torch::Tensor> parameters, std::vector<io::Pa
                     std::to_string(description_.size()) + " descriptions for " + std::to_string(parameters_.size()) +
                     " parameters");
     // One RandomState for every bucket's PowerSGD, kept across rebuilds.
-    if (!setup_.compression.powersgd_rng)
-        setup_.compression.powersgd_rng = std::make_shared<compress::kernels::NumpyRandomState>(setup_.compression.seed);
+    if (!setup_.compression.compressors.powersgd.rng)
+        setup_.compression.compressors.powersgd.rng = std::make_shared<compress::kernels::NumpyRandomState>(setup_.compression.seed);
     reducer_ = std::make_unique<BucketReducer>(parameters_, comm, device, setup_.buckets, static_cast<BucketExchange*>(this));
     levels_ = levels;
     compressed_ = compressed_of(levels_);
