@@ -111,6 +111,15 @@ Schedule read_schedule(const std::string& path) {
             f.fail("/epochs/ratio is NaN at " + where + "; NaN is valid only in the first interval (reason " +
                    std::to_string(kFirstIntervalReason) + "), here the reason is " + std::to_string(s.reason[i]));
     }
+    // A batch schedule decides for the whole model (its batch size is one per epoch), so
+    // every column of an epoch holds the same decision.
+    if (s.mode == ScheduleMode::batch)
+        for (size_t i = 0; i < s.critical.size(); ++i)
+            if (s.critical[i] != s.critical[i - i % count])
+                f.fail("/epochs/critical is " + std::to_string(s.critical[i]) + " for parameter '" +
+                       s.parameters[i % count].name + "' but " + std::to_string(s.critical[i - i % count]) +
+                       " for '" + s.parameters[0].name + "' in epoch " + std::to_string(i / count) +
+                       "; a batch schedule decides for the whole model, the same in every column");
     if (s.mode == ScheduleMode::compression) {
         s.levels = f.read_strings("/levels");
         if (s.levels.empty()) f.fail("/levels lists no level");

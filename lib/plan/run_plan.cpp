@@ -165,13 +165,39 @@ std::vector<std::string> RunPlan::level_names() const {
 std::vector<compress::Spec> parse_levels(const io::Schedule& s, std::vector<std::string>& problems) {
     std::vector<compress::Spec> levels;
     if (s.mode != io::ScheduleMode::compression) return levels;
+    std::vector<std::string> seen;
     for (const auto& level : s.levels) {
         try {
             levels.push_back(compress::parse_spec(level));
         } catch (const UsageError&) {
             problems.push_back("its level '" + level + "' is not a compressor spec");
+            continue;
         }
+        const std::string text = levels.back().text();
+        if (std::find(seen.begin(), seen.end(), text) != seen.end())
+            problems.push_back("its /levels lists " + text + " twice");
+        seen.push_back(text);
     }
+    if (levels.size() != s.levels.size()) return levels;
+    if (!levels.empty() && !(levels.front() == compress::no_compression()))
+        problems.push_back("its /levels starts with " + levels.front().text() + ", not none (none comes first)");
+    // A vector parameter is always sent whole, as with --compress: a schedule that gives
+    // one a compressor would record a level that was never sent.
+    std::vector<std::string> vectors;
+    const size_t count = s.parameters.size();
+    for (size_t i = 0; i < s.level.size() && count > 0; ++i) {
+        const compress::Spec& level = levels.at(static_cast<size_t>(s.level[i]));
+        if (s.parameters[i % count].is_matrix() || level == compress::no_compression()) continue;
+        vectors.push_back(level.text() + " for '" + s.parameters[i % count].name + "' in epoch " +
+                          std::to_string(i / count));
+    }
+    if (!vectors.empty())
+        problems.push_back("it gives vector parameters, which are always sent whole, a compressor (" +
+                           join(std::vector<std::string>(vectors.begin(),
+                                                         vectors.begin() + static_cast<std::ptrdiff_t>(
+                                                                               std::min<size_t>(vectors.size(), 3))),
+                                ", ") +
+                           (vectors.size() > 3 ? ", and " + std::to_string(vectors.size() - 3) + " more" : "") + ")");
     return levels;
 }
 

@@ -119,7 +119,9 @@ private:
 
 /// The schedule's levels parsed (the only parse of its text), or for each one that is
 /// not a compressor spec a problem "its level 'X' is not a compressor spec" added to
-/// `problems`. None in batch mode.
+/// `problems`; so are a level listed twice, /levels not starting with none, and a
+/// compressor given to a vector parameter (which is always sent whole, as with
+/// --compress). None in batch mode.
 std::vector<compress::Spec> parse_levels(const io::Schedule& schedule, std::vector<std::string>& problems);
 
 /// Checks a schedule against a train-dist run before training: the parameters (count,

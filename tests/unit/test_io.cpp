@@ -328,6 +328,7 @@ Schedule sample_schedule(const std::string& mode) {
         s.levels = {"none", "powersgd:2", "powersgd:1"};
         s.level = {1, 0, 1, 0, 2, 0, 2, 0};
     } else {
+        s.critical = {1, 1, 1, 1, 0, 0, 0, 0};  // the whole model's decision in every column
         s.batch_size = {512, 4096};
         s.lr_scale = {1, 8};
     }
@@ -371,6 +372,14 @@ TEST(Schedule, ValidatesWhatTrainDistWillUse) {
     batch.batch_size[1] = 0;
     write_schedule(path, batch);
     EXPECT_NE(error_of([&] { read_schedule(path); }).find("batch_size is 0 at epoch 1"), std::string::npos);
+    // A batch schedule's decisions are the whole model's: an epoch whose columns differ
+    // is no schedule regime-detect writes, and which column would decide is unknown.
+    Schedule split = sample_schedule("batch");
+    split.critical[5] = 1;
+    write_schedule(path, split);
+    EXPECT_EQ(error_of([&] { read_schedule(path); }),
+              path + ": /epochs/critical is 1 for parameter 'conv1.bias' but 0 for 'conv1.weight' in epoch 1; a batch "
+                     "schedule decides for the whole model, the same in every column");
     Schedule reason = sample_schedule("compression");
     reason.reason[0] = 9;
     write_schedule(path, reason);

@@ -267,3 +267,35 @@ TEST(Plan, ParameterChecksNameEveryDifference) {
               "in the model; (4) 'fc.bias' is parameter 2 in the schedule but 3 in the model; (5) it lists 'conv.b', "
               "which the model does not have");
 }
+
+// What a schedule may not say: a level listed twice, /levels not starting with none,
+// and a compressor for a vector parameter (always sent whole, as with --compress,
+// so the metrics would record a level that was never sent). Each is named.
+TEST(Plan, ScheduleLevelsThatCannotBeSentAreRefused) {
+    auto problems_of = [](const acc::io::Schedule& s) {
+        std::vector<std::string> problems;
+        parse_levels(s, problems);
+        return problems;
+    };
+    EXPECT_TRUE(problems_of(compression_schedule(2)).empty());
+
+    acc::io::Schedule twice = compression_schedule(2);
+    twice.levels = {"none", "powersgd:2", "topk:.10", "topk:0.1"};
+    EXPECT_EQ(problems_of(twice), std::vector<std::string>{"its /levels lists topk:0.1 twice"});
+
+    acc::io::Schedule later = compression_schedule(2);
+    later.levels = {"topk:0.1", "powersgd:2", "none"};
+    for (auto& index : later.level) index = index == 0 ? 2 : index == 2 ? 0 : index;
+    EXPECT_EQ(problems_of(later), std::vector<std::string>{"its /levels starts with topk:0.1, not none (none comes first)"});
+
+    acc::io::Schedule bias = compression_schedule(5);
+    for (std::int64_t e = 0; e < 5; ++e) bias.level[static_cast<size_t>(e * 4 + 3)] = 2;  // fc.bias at topk:0.1
+    bias.level[1] = 1;                                                                      // conv.bias at powersgd:2
+    const std::vector<std::string> found = problems_of(bias);
+    ASSERT_EQ(found.size(), 1u);
+    EXPECT_EQ(found[0], "it gives vector parameters, which are always sent whole, a compressor (powersgd:2 for "
+                        "'conv.bias' in epoch 0, topk:0.1 for 'fc.bias' in epoch 0, topk:0.1 for 'fc.bias' in "
+                        "epoch 1, and 3 more)");
+    EXPECT_CONTAINS(usage_error_of([&] { check_schedule(bias, "s.h5", conv8_fc_parameters(), 5, false, 1, false); }),
+                    "s.h5 does not fit this run: (1) it gives vector parameters");
+}
