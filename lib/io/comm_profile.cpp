@@ -1,6 +1,8 @@
 #include "io/comm_profile.hpp"
 #include "io/h5.hpp"
 
+#include "base/text.hpp"
+
 #include <cmath>
 
 namespace acc::io {
@@ -20,7 +22,9 @@ void check_collective(const H5File& f, const std::string& group, const Collectiv
         if (c.count[i] < 1) f.fail(group + "/count is " + std::to_string(c.count[i]) + " " + row_text(c, i));
         const double t[] = {c.time_min[i], c.time_median[i], c.time_max[i], c.time_mean[i]};
         for (double v : t)
-            if (!std::isfinite(v) || v <= 0) f.fail(group + ": a time is not a finite number > 0 " + row_text(c, i));
+            if (!(v > 0 && v <= kMaxProfileSeconds))
+                f.fail(group + ": a time is " + printf_text("%.10g", v) + " s " + row_text(c, i) +
+                       "; times are numbers in (0, " + printf_text("%g", kMaxProfileSeconds) + "] seconds");
         if (!(t[0] <= t[1] && t[1] <= t[2]))
             f.fail(group + ": time_min <= time_median <= time_max does not hold " + row_text(c, i));
         if (!(t[0] <= t[3] && t[3] <= t[2]))
@@ -31,8 +35,15 @@ void check_collective(const H5File& f, const std::string& group, const Collectiv
             f.fail(group + "/wrong is " + std::to_string(c.wrong[i]) + " " + row_text(c, i) +
                    "; use -1 for not checked");
     }
-    if (!std::isfinite(c.alpha) || c.alpha < 0) f.fail(group + ": alpha is not a finite number >= 0");
-    if (std::isnan(c.bandwidth) || c.bandwidth <= 0) f.fail(group + ": bandwidth is not a number > 0");
+    if (!(c.alpha >= 0 && c.alpha <= kMaxProfileSeconds))
+        f.fail(group + ": alpha is " + printf_text("%.10g", c.alpha) + "; it is a latency in [0, " +
+               printf_text("%g", kMaxProfileSeconds) + "] seconds");
+    if (!(c.bandwidth >= kMinProfileBandwidth))
+        f.fail(group + ": bandwidth is " + printf_text("%.10g", c.bandwidth) + "; it is at least " +
+               printf_text("%g", kMinProfileBandwidth) + " byte/s (inf: no time per byte)");
+    if (c.fit_from < 0)
+        f.fail(group + ": fit_from is " + std::to_string(c.fit_from) +
+               "; it is the size in bytes the fit starts from, >= 0 (0: every size)");
     // A world of one rank moves nothing over links: its bus factor and bus bandwidth may be 0.
     if (std::isnan(c.bus_bandwidth) || c.bus_bandwidth < 0) f.fail(group + ": bus_bandwidth is not a number >= 0");
     if (!std::isfinite(c.bus_factor) || c.bus_factor < 0) f.fail(group + ": bus_factor is not a finite number >= 0");
@@ -74,12 +85,14 @@ ComputeProfile read_compute(const H5File& f) {
     c.backward = f.read_shaped<double>(g + "/backward", dims, "one per timed step");
     if (c.model.empty()) f.fail(g + ": model is empty");
     if (c.batch_size < 1) f.fail(g + ": batch_size is " + std::to_string(c.batch_size) + "; it must be at least 1");
-    auto positive = [](double v) { return std::isfinite(v) && v > 0; };
+    auto positive = [](double v) { return v > 0 && v <= kMaxProfileSeconds; };
+    const std::string range = "numbers in (0, " + printf_text("%g", kMaxProfileSeconds) + "] seconds";
     for (size_t i = 0; i < c.forward.size(); ++i)
         if (!positive(c.forward[i]) || !positive(c.backward[i]))
-            f.fail(g + ": a time is not a finite number > 0 at step " + std::to_string(i));
+            f.fail(g + ": a time is not among " + range + " at step " + std::to_string(i) + " (forward " +
+                   printf_text("%.10g", c.forward[i]) + ", backward " + printf_text("%.10g", c.backward[i]) + ")");
     if (!positive(c.forward_seconds) || !positive(c.backward_seconds))
-        f.fail(g + ": forward_seconds and backward_seconds must be finite numbers > 0");
+        f.fail(g + ": forward_seconds and backward_seconds must be " + range);
     return c;
 }
 

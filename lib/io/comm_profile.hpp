@@ -13,6 +13,11 @@ namespace acc::io {
 
 /// The most ranks a profile may hold: the most a run of the toolkit has (comm::kMaxRanks).
 inline constexpr std::int64_t kMaxProfileRanks = std::int64_t{1} << 20;
+/// The longest time a profile may hold (seconds: about 11.6 days), and the least
+/// bandwidth (bytes per second): beyond them a step's modelled time overflows or loses
+/// all meaning, so a file holding such a value is refused, naming it.
+inline constexpr double kMaxProfileSeconds = 1e6;
+inline constexpr double kMinProfileBandwidth = 1;
 
 inline constexpr const char* kCommProfileFormat = "accordion.comm-profile";
 inline constexpr int kCommProfileMajor = 1;

@@ -118,14 +118,25 @@ TEST(CommProfileFile, RefusesBadFiles) {
                            }),
                     "/collectives/allreduce/size is not strictly increasing at row 1");
     EXPECT_CONTAINS(broken("nan.h5", [](CollectiveProfile& c) { c.time_median[2] = std::nan(""); }),
-                    "/collectives/allreduce: a time is not a finite number > 0 at size 16384 B");
+                    "/collectives/allreduce: a time is nan s at size 16384 B; times are numbers in (0, 1e+06] seconds");
+    // Valid-looking but beyond any measurement: the model's sums would overflow to inf and NaN.
+    EXPECT_CONTAINS(broken("huge.h5",
+                           [](CollectiveProfile& c) {
+                               c.time_max[2] = 1e308;
+                           }),
+                    "/collectives/allreduce: a time is 1e+308 s at size 16384 B");
     EXPECT_CONTAINS(broken("minmax.h5", [](CollectiveProfile& c) { c.time_min[0] = 1; }),
                     "time_min <= time_median <= time_max does not hold at size 1024 B");
     EXPECT_CONTAINS(broken("mean.h5", [](CollectiveProfile& c) { c.time_mean[1] = 16e-6; }),
                     "time_min <= time_mean <= time_max does not hold at size 4096 B");
     EXPECT_CONTAINS(broken("alpha.h5", [](CollectiveProfile& c) { c.alpha = -1; }),
-                    "alpha is not a finite number >= 0");
-    EXPECT_CONTAINS(broken("bw.h5", [](CollectiveProfile& c) { c.bandwidth = 0; }), "bandwidth is not a number > 0");
+                    "alpha is -1; it is a latency in [0, 1e+06] seconds");
+    EXPECT_CONTAINS(broken("alpha-huge.h5", [](CollectiveProfile& c) { c.alpha = 1e308; }), "alpha is 1e+308;");
+    EXPECT_CONTAINS(broken("bw.h5", [](CollectiveProfile& c) { c.bandwidth = 0; }),
+                    "bandwidth is 0; it is at least 1 byte/s (inf: no time per byte)");
+    EXPECT_CONTAINS(broken("bw-tiny.h5", [](CollectiveProfile& c) { c.bandwidth = 1e-300; }), "bandwidth is 1e-300;");
+    EXPECT_CONTAINS(broken("fit-from.h5", [](CollectiveProfile& c) { c.fit_from = -5; }),
+                    "/collectives/allreduce: fit_from is -5; it is the size in bytes the fit starts from, >= 0");
     EXPECT_CONTAINS(broken("wrong.h5", [](CollectiveProfile& c) { c.wrong[1] = -2; }), "/wrong is -2 at size 4096 B");
 
     // Layout problems, written with the HDF5 layer directly.
@@ -246,11 +257,13 @@ TEST(CommProfileFile, ComputeGroupIsOptional) {
         return read_error(dir.file(name));
     };
     EXPECT_CONTAINS(broken("nan.h5", [](ComputeProfile& x) { x.backward[1] = std::nan(""); }),
-                    "/compute: a time is not a finite number > 0 at step 1");
+                    "/compute: a time is not among numbers in (0, 1e+06] seconds at step 1 (forward ");
+    EXPECT_CONTAINS(broken("huge.h5", [](ComputeProfile& x) { x.forward[0] = 1e308; }),
+                    "at step 0 (forward 1e+308, backward ");
     EXPECT_CONTAINS(broken("short.h5", [](ComputeProfile& x) { x.backward.pop_back(); }),
                     "/compute/backward has shape 2, expected 3");
     EXPECT_CONTAINS(broken("median.h5", [](ComputeProfile& x) { x.forward_seconds = 0; }),
-                    "/compute: forward_seconds and backward_seconds must be finite numbers > 0");
+                    "/compute: forward_seconds and backward_seconds must be numbers in (0, 1e+06] seconds");
     EXPECT_CONTAINS(broken("batch.h5", [](ComputeProfile& x) { x.batch_size = 0; }),
                     "/compute: batch_size is 0; it must be at least 1");
 }
