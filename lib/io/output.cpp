@@ -5,6 +5,7 @@
 #include "io/atomic.hpp"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <fcntl.h>
@@ -68,9 +69,54 @@ std::string read_holder(int fd) {
     const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
     std::string holder = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
     while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\0')) holder.pop_back();
-    for (char& c : holder)
-        if (static_cast<unsigned char>(c) < 0x20) c = ' ';
-    return holder.empty() ? "another run" : holder;
+    // Shown in a message: a byte that is no printable ASCII (a terminal's control
+    // sequence) is written as \xNN.
+    std::string shown;
+    for (char c : holder) {
+        const auto byte = static_cast<unsigned char>(c);
+        if (byte >= 0x20 && byte < 0x7f) {
+            shown += c;
+        } else {
+            char escaped[5];
+            std::snprintf(escaped, sizeof escaped, "\\x%02x", byte);
+            shown += escaped;
+        }
+    }
+    return shown.empty() ? "another run" : shown;
+}
+
+// Whether what `fd` holds is a lock file's: empty, or the one line a holder writes,
+// "<program> (process <pid> on <host>, started <time>)". Anything else at a lock's
+// name (an output written there) is never removed as a stale lock.
+bool holds_lock_line(int fd) {
+    char text[512];
+    const ssize_t n = ::pread(fd, text, sizeof text, 0);
+    if (n <= 0) return n == 0;
+    if (n == static_cast<ssize_t>(sizeof text)) return false;  // longer than any holder's line
+    const std::string line(text, static_cast<size_t>(n));
+    return line.find('\0') == std::string::npos && line.find(" (process ") != std::string::npos &&
+           line.find(", started ") != std::string::npos;
+}
+
+// An output name must not be another run's lock file (".<name>.lock", held locked):
+// writing there, even with --force, would break that run's claim. (Only such names:
+// HDF5 itself locks the data files it has open.)
+void check_not_held(const std::string& path) {
+    const std::string name = fs::path(path).filename().string();
+    const std::string suffix = ".lock";
+    if (name.size() <= suffix.size() + 1 || name.front() != '.' ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        return;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat st;
+    const bool held = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::flock(fd, LOCK_SH | LOCK_NB) != 0 &&
+                      errno == EWOULDBLOCK;
+    const std::string holder = held ? read_holder(fd) : "";
+    ::close(fd);
+    if (held)
+        throw FileError(path, "is the lock file of a run writing its output (" + holder +
+                                  "); --force does not replace it: write to another name");
 }
 
 // A lock file this run did not create is only ever opened for reading (flock
@@ -133,6 +179,7 @@ void OutputClaim::release() {
 
 OutputClaim claim_output(const std::string& path, const std::string& program, bool force) {
     check_writable_destination(path);
+    check_not_held(path);
     if (!force) check_replaceable(path);
     const fs::path parent = fs::path(path).parent_path();
     const std::string lock = (parent / companion_name(path, ".lock")).string();
@@ -165,7 +212,14 @@ OutputClaim claim_output(const std::string& path, const std::string& program, bo
         if (!created) {
             // A stale lock: its run is gone. It is replaced by one of this run's
             // own where the directory allows; another user's in a sticky directory
-            // stays, held as it is (a refused run then reads its old line).
+            // stays, held as it is (a refused run then reads its old line). A file
+            // that is no lock (an output written at the lock's name) stays as it is.
+            if (!holds_lock_line(fd)) {
+                ::close(fd);
+                throw FileError(path, "its lock file's name " + lock +
+                                          " holds something other than a lock (another output written there?); it "
+                                          "was left as it is: move it away, or write to another name");
+            }
             if (::unlink(lock.c_str()) == 0) {
                 ::close(fd);
                 continue;

@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -506,4 +508,39 @@ TEST(Faults, FileImagesAreCheckedToo) {
     bad[record] = 2;
     EXPECT_CONTAINS(error_of([&] { read_header(H5File::open_image(image(bad), "sent.h5"), "accordion.test", 1); }),
                     "sent.h5: attribute 'format' of / declares 2 bytes but its heap object holds 14");
+}
+
+// A lock's name is no output: while its run holds it, no program writes there, even
+// with --force; a file at a lock's name that is not a lock (an output written there
+// while no run held it) is never removed as a stale lock; and a holder's line is shown
+// with its control bytes escaped.
+TEST(Faults, ALockFileIsNeitherAnOutputNorRemovedUnlessItIsALock) {
+    TempDir dir;
+    const std::string out = dir.file("m.h5");
+    const std::string lock = dir.file(".m.h5.lock");
+    {
+        OutputClaim running = claim_output(out, "train-dist", false);
+        EXPECT_CONTAINS(error_of([&] { claim_output(lock, "regime-detect", true); }),
+                        lock + ": is the lock file of a run writing its output (train-dist (process ");
+    }
+    // Not held, but not a lock either: left as it is, and the claim refused.
+    {
+        std::ofstream planted(lock, std::ios::binary);
+        planted << std::string("\x89HDF\r\n\x1a\n", 8) << std::string(600, 'x');
+    }
+    EXPECT_CONTAINS(error_of([&] { claim_output(out, "train-dist", false); }),
+                    out + ": its lock file's name " + lock + " holds something other than a lock");
+    EXPECT_EQ(fs::file_size(lock), 608u);
+    fs::remove(lock);
+    // A stale lock (its line, no holder) is replaced as before.
+    { std::ofstream(lock) << "grad-dump (process 1 on elsewhere, started 2026-12-01 00:00:00 UTC)\n"; }
+    EXPECT_NO_THROW(claim_output(out, "train-dist", false));
+    // Control bytes in a holder's line are escaped, not passed to the terminal.
+    { std::ofstream(lock, std::ios::binary) << "evil\x9b\x7f\xff (process 7 on h, started now)\n"; }
+    const int fd = ::open(lock.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+    EXPECT_CONTAINS(error_of([&] { claim_output(out, "train-dist", false); }),
+                    "is being written by evil\\x9b\\x7f\\xff (process 7 on h, started now)");
+    ::close(fd);
 }
