@@ -252,6 +252,16 @@ int run_tool(const std::string& name, const std::string& description, int argc, 
     // An empty list would show as "=[]"; list options name their default in the description.
     for (CLI::Option* option : app.get_options())
         if (option->get_default_str() == "[]") option->default_str("");
+    // "--opt=" would take the next argument as its value: an empty value is refused.
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--") break;
+        if (arg.size() > 3 && arg.compare(0, 2, "--") == 0 && arg.back() == '=' &&
+            arg.find('=') == arg.size() - 1) {
+            print_error(arg.substr(0, arg.size() - 1) + ": no value after '=' (see '" + name + " --help')");
+            return kExitUsage;
+        }
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp&) {

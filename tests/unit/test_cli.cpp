@@ -128,6 +128,16 @@ TEST(Cli, UnknownOptionComesFirstWithAHint) {
     EXPECT_EQ(r.code, cli::kExitOk) << r.err;
 }
 
+// "--seed=" with nothing after '=' would take the next argument as its value.
+TEST(Cli, AnEmptyValueAfterEqualsIsRefused) {
+    Outcome r = invoke({"--seed=", "--epochs", "3"});
+    EXPECT_EQ(r.code, cli::kExitUsage);
+    EXPECT_EQ(r.err, "tool: error: --seed: no value after '=' (see 'tool --help')\n");
+    // After "--" everything is an operand, and "--seed=4" is an ordinary value.
+    r = invoke({"--epochs", "3", "--seed=4"});
+    EXPECT_EQ(r.code, cli::kExitOk) << r.err;
+}
+
 TEST(Cli, HelpShowsNoEmptyListDefault) {
     testing::internal::CaptureStdout();
     Outcome r = invoke({"--help"});
