@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Recomputes the tables of docs/results.md from the raw data under docs/results/,
-so that a table and its data cannot drift apart.
+"""Recomputes the tables of docs/results.md and docs/benchmarks.md from the raw data
+under docs/results/ and docs/benchmarks/, so that a table and its data cannot drift apart.
 
-Each recomputed table stands in docs/results.md between two lines,
+Each recomputed table stands in its document between two lines,
     <!-- table: NAME -->
     <!-- end of table -->
 where NAME says what it is made from; the tables are:
@@ -21,14 +21,25 @@ where NAME says what it is made from; the tables are:
                                   (scripts/experiments/shaped-model-check.sh)
     model-check-medians [RUN]     the same runs per model and level over their repeats: the
                                   medians of the modelled and the measured exchange
+    model-check-fits RUN          the same run's rows scored per latency of the fit (the mean
+                                  times', the median times', the calls alone'): how many within
+                                  25% of the measured exchange, the rms and the largest error;
+                                  for runs whose profiles have mean times (comm-profile 1.3 on)
+    compute-per-step              docs/benchmarks/compute-per-step/compute.csv: each side's
+                                  lower median of its runs per model and pass, as
+                                  scripts/bench-comm-profile-compute.sh reports them
+    ci LOG                        the parts' times and the tests' counts of both builds in
+                                  docs/benchmarks/ci/LOG, a log of .ci/run (scripts/test.sh's lines)
 
     scripts/results-tables.py            rewrite the tables in place
     scripts/results-tables.py --check    say which tables differ from their data (exit 1), write nothing
     scripts/results-tables.py --plots    also draw each study's accuracy against training time
                                          (docs/results/tta-MODEL-LINK.png; needs matplotlib)
 
-The default test suite runs --check (e2e.results_tables). Exit 0 when every table
-matches (or was written), 1 when one differs, 2 on a usage or data error."""
+--doc DOC (again for more) takes those documents instead of docs/results.md and
+docs/benchmarks.md; --data and --benchmarks the raw data's directories. The default
+test suite runs --check (e2e.results_tables). Exit 0 when every table matches (or
+was written), 1 when one differs, 2 on a usage or data error."""
 import argparse
 import csv
 import importlib.util
@@ -177,7 +188,7 @@ class Accordion:
 
     def table(self, study):
         if study not in self.STUDIES:
-            fail(f"docs/results.md: a table 'accordion {study}'; the studies are {', '.join(self.STUDIES)}")
+            fail(f"a table 'accordion {study}'; the studies are {', '.join(self.STUDIES)}")
         seeds = self.seeds(study)
         rows = []
         for run in self.RUNS:
@@ -291,6 +302,30 @@ class ModelCheck:
             fail(f"{path}: not shaped-model-check.sh's table ({e})")
         return "\n".join(out) + "\n"
 
+    # The latencies a run's model is priced with, by the column of its modelled exchange.
+    FITS = (("modelled_seconds", "median of the mean times, back to back (profile file 1.3 on)"),
+            ("median_alpha_modelled_seconds", "median of the median times, back to back (before profile file 1.3)"),
+            ("isolated_modelled_seconds", "median of the mean times, calls alone (`-m 1`)"))
+
+    def fits(self, machine):
+        """Per latency of the fit, over all the run's rows: how many are within 25% of the
+        measured exchange, the rms of the relative errors and the largest one."""
+        path, rows = self.read(machine)
+        if rows and "median_alpha_modelled_seconds" not in rows[0]:
+            fail(f"{path}: no median_alpha_modelled_seconds column: its profiles have no mean times "
+                 "(comm-profile before 1.3), so its fit's latency is the median times'")
+        out = ["| latency of the fit | rows within 25% | rms error | largest error |", "|---|---|---|---|"]
+        try:
+            measured = np.array([float(r["measured_seconds"]) for r in rows])
+            for column, title in self.FITS:
+                error = np.array([float(r[column]) for r in rows]) / measured - 1
+                largest = error[np.argmax(np.abs(error))]
+                out.append(f"| {title} | {int(np.sum(np.abs(error) <= 0.25))} of {len(rows)} | "
+                           f"{100 * np.sqrt(np.mean(error ** 2)):.1f}% | {100 * largest:+.0f}% |")
+        except (KeyError, ValueError) as e:
+            fail(f"{path}: not shaped-model-check.sh's table ({e})")
+        return "\n".join(out) + "\n"
+
     def table(self, machine=None):
         path, rows = self.read(machine)
         # Newer files hold more models beside the first, a column pair each: the fit of calls
@@ -337,21 +372,125 @@ class Planner:
             fail(f"{self.path}: {e}")
 
 
+class ComputePerStep:
+    """docs/benchmarks/compute-per-step/: comm-profile --model's forward and backward pass
+    against a plain PyTorch loop, each side's lower median of its runs (as
+    scripts/bench-comm-profile-compute.sh makes its report from the same file)."""
+
+    def __init__(self, benchmarks):
+        self.path = os.path.join(benchmarks, "compute-per-step", "compute.csv")
+
+    def table(self):
+        best = {}
+        try:
+            with open(self.path, newline="", encoding="utf-8") as f:
+                for r in csv.DictReader(f):
+                    for p in ("forward", "backward"):
+                        key = (r["model"], int(r["batch"]), p, r["side"])
+                        best[key] = min(best.get(key, math.inf), float(r[p + "_seconds"]))
+        except OSError as e:
+            fail(f"{self.path}: {e.strerror}")
+        except (KeyError, ValueError) as e:
+            fail(f"{self.path}: not bench-comm-profile-compute.sh's compute.csv ({e})")
+        out = ["| model | batch | pass | comm-profile ms | PyTorch ms | ratio |", "|---|---|---|---|---|---|"]
+        for model, batch, p in dict.fromkeys(k[:3] for k in best):
+            if (model, batch, p, "comm-profile") not in best or (model, batch, p, "pytorch") not in best:
+                fail(f"{self.path}: {model} at batch {batch} has runs of one side only")
+            ours, torch = best[(model, batch, p, "comm-profile")], best[(model, batch, p, "pytorch")]
+            out.append(f"| {model} | {batch} | {p} | {1e3 * ours:.3f} | {1e3 * torch:.3f} | {ours / torch:.2f} |")
+        return "\n".join(out) + "\n"
+
+
+class CiLog:
+    """A kept log of .ci/run (docs/benchmarks/ci/): per build, scripts/test.sh's time for each
+    part, ctest's count of tests (and of those skipped) and pytest's summary."""
+
+    PASSED = re.compile(r"^test\.sh: (.+) passed in (\d+) s \(set-up (\d+) s, build (\d+) s, ctest (\d+) s, "
+                        r"Python package (\d+) s\)$")
+    CTEST = re.compile(r"^\d+% tests passed, (\d+) tests failed out of (\d+)$")
+    SKIPPED = re.compile(r"^\s*\d+/\d+ Test +#\d+: (\S+) \.+\*\*\*Skipped ")
+    PYTEST = re.compile(r"^(\d+) passed(?:, (\d+) skipped)? in ")
+    # Why a test skips, by its name (tests/e2e/CMakeLists.txt, tests/e2e/cuda_*.sh).
+    NEEDS = ((re.compile(r"^gpu\."), "need a GPU"),
+             (re.compile(r"^e2e\.cuda_"), "need a build with the CUDA kernels"))
+
+    def __init__(self, benchmarks):
+        self.dir = os.path.join(benchmarks, "ci")
+
+    def builds(self, log):
+        path = os.path.join(self.dir, log)
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().split("\n")
+        except OSError as e:
+            fail(f"{path}: {e.strerror}")
+        builds, part = [], {"skipped": [], "without": False}
+        for line in lines:
+            if (m := self.CTEST.match(line)):
+                part["failed"], part["tests"] = int(m.group(1)), int(m.group(2))
+            elif (m := self.SKIPPED.match(line)):
+                part["skipped"].append(m.group(1))
+            elif (m := self.PYTEST.match(line)):
+                part["pytest"] = (int(m.group(1)), int(m.group(2) or 0))
+            elif "without the tests labelled torch_independent" in line:
+                part["without"] = True
+            elif (m := self.PASSED.match(line)):
+                if "tests" not in part or "pytest" not in part:
+                    fail(f"{path}: {m.group(1)} passed with no ctest or pytest summary before it")
+                part.update(name=m.group(1), seconds=[int(g) for g in m.groups()[1:]])
+                builds.append(part)
+                part = {"skipped": [], "without": False}
+        if not builds:
+            fail(f"{path}: no 'test.sh: ... passed in' line: not a log of .ci/run")
+        return builds
+
+    def table(self, log):
+        builds = self.builds(log)
+        out = ["| part | " + " | ".join(b["name"] for b in builds) + " |", "|---" * (len(builds) + 1) + "|"]
+        suite = []
+        for b in builds:
+            counts = [(sum(bool(pattern.match(t)) for t in b["skipped"]), need) for pattern, need in self.NEEDS]
+            others = len(b["skipped"]) - sum(n for n, _ in counts)
+            why = [f"the {n} that {need}" for n, need in counts if n] + ([f"{others} others"] if others else [])
+            text = f"{b['seconds'][3]} s ({b['tests']} tests"
+            if b["without"]:
+                text += ": not those labelled `torch_independent`"
+            if b["failed"]:
+                text += f", {b['failed']} failed"
+            if len(why) == 1:
+                text += f", {why[0]} skipped"
+            elif why:
+                text += f"; {len(b['skipped'])} skipped: {' and '.join(why)}"
+            suite.append(text + ")")
+        rows = (("set-up check", [f"{b['seconds'][1]} s" for b in builds]),
+                ("build", [f"{b['seconds'][2]} s" for b in builds]),
+                ("default suite", suite),
+                ("Python package", [f"{b['seconds'][4]} s ({b['pytest'][0]} passed, {b['pytest'][1]} skipped)"
+                                    for b in builds]),
+                ("in all", [f"{b['seconds'][0]} s" for b in builds]))
+        out += [f"| {part} | " + " | ".join(cells) + " |" for part, cells in rows]
+        return "\n".join(out) + "\n"
+
+
 class Studies:
     """Each study's data, read when a table first asks for it."""
 
-    def __init__(self, data):
+    def __init__(self, data, benchmarks):
         self.data = data
+        self.benchmarks = benchmarks
         self.loaded = {}
 
     def get(self, kind):
         if kind not in self.loaded:
-            self.loaded[kind] = {"time-to-accuracy": TimeToAccuracy, "accordion": Accordion,
-                                 "gravac": Gravac, "model-check": ModelCheck, "planner": Planner}[kind](self.data)
+            studies = {"time-to-accuracy": TimeToAccuracy, "accordion": Accordion, "gravac": Gravac,
+                       "model-check": ModelCheck, "planner": Planner}
+            benchmarks = {"compute-per-step": ComputePerStep, "ci": CiLog}
+            self.loaded[kind] = (studies[kind](self.data) if kind in studies else
+                                 benchmarks[kind](self.benchmarks))
         return self.loaded[kind]
 
 
-def recompute(name, studies):
+def recompute(name, studies, doc):
     words = name.split()
     if len(words) == 3 and words[0] == "time-to-accuracy":
         return studies.get("time-to-accuracy").table(words[1], words[2])
@@ -365,29 +504,26 @@ def recompute(name, studies):
         return studies.get("model-check").medians(*words[1:])
     if len(words) == 2 and words[0] == "planner":
         return studies.get("planner").table(words[1])
+    if len(words) == 2 and words[0] == "model-check-fits":
+        return studies.get("model-check").fits(words[1])
     if len(words) >= 2 and words[0] == "gravac":
         return studies.get("gravac").table(words[1:])
-    fail(f"docs/results.md: a table named '{name}', which this script does not make "
-         "(accordion STUDY, accordion seeds, gravac VARIANT..., model-check [RUN], model-check-medians [RUN], "
-         "planner MODEL, "
-         "time-to-accuracy LINK MODEL)")
+    if words == ["compute-per-step"]:
+        return studies.get("compute-per-step").table()
+    if len(words) == 2 and words[0] == "ci":
+        return studies.get("ci").table(words[1])
+    fail(f"{doc}: a table named '{name}', which this script does not make "
+         "(accordion STUDY, accordion seeds, ci LOG, compute-per-step, gravac VARIANT..., model-check [RUN], "
+         "model-check-fits RUN, model-check-medians [RUN], planner MODEL, time-to-accuracy LINK MODEL)")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="compare only; exit 1 where a table differs")
-    parser.add_argument("--plots", action="store_true", help="also draw the time-to-accuracy curves")
-    parser.add_argument("--doc", default=os.path.join(TREE, "docs", "results.md"))
-    parser.add_argument("--data", default=os.path.join(TREE, "docs", "results"))
-    args = parser.parse_args()
-    if args.check and args.plots:
-        fail("--check writes nothing; leave out --plots")
+def tables_of(doc, studies):
+    """The document's lines with every marked table recomputed, the tables' names and those that differ."""
     try:
-        with open(args.doc, encoding="utf-8") as f:
+        with open(doc, encoding="utf-8") as f:
             lines = f.read().split("\n")
     except OSError as e:
-        fail(f"{args.doc}: {e.strerror}")
-    studies = Studies(args.data)
+        fail(f"{doc}: {e.strerror}")
     out, differ, names, i = [], [], [], 0
     while i < len(lines):
         match = BEGIN.match(lines[i])
@@ -399,27 +535,49 @@ def main():
         try:
             end = lines.index(END, i)
         except ValueError:
-            fail(f"{args.doc}: the table '{name}' has no '{END}' line after it")
+            fail(f"{doc}: the table '{name}' has no '{END}' line after it")
         if any(BEGIN.match(line) for line in lines[i:end]):
-            fail(f"{args.doc}: the table '{name}' holds another table's first line before its end")
-        table = recompute(name, studies).rstrip("\n").split("\n")
+            fail(f"{doc}: the table '{name}' holds another table's first line before its end")
+        table = recompute(name, studies, doc).rstrip("\n").split("\n")
         names.append(name)
         if lines[i:end] != table:
             differ.append(name)
         out += table
         i = end
     if not names:
-        fail(f"{args.doc}: no tables marked '<!-- table: NAME -->'")
+        fail(f"{doc}: no tables marked '<!-- table: NAME -->'")
+    return out, names, differ
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="compare only; exit 1 where a table differs")
+    parser.add_argument("--plots", action="store_true", help="also draw the time-to-accuracy curves")
+    parser.add_argument("--doc", action="append", help="a document with marked tables (again for more; "
+                        "default docs/results.md and docs/benchmarks.md)")
+    parser.add_argument("--data", default=os.path.join(TREE, "docs", "results"),
+                        help="the studies' raw data (default docs/results)")
+    parser.add_argument("--benchmarks", default=os.path.join(TREE, "docs", "benchmarks"),
+                        help="the benchmarks' raw data (default docs/benchmarks)")
+    args = parser.parse_args()
+    if args.check and args.plots:
+        fail("--check writes nothing; leave out --plots")
+    docs = args.doc or [os.path.join(TREE, "docs", name) for name in ("results.md", "benchmarks.md")]
+    studies = Studies(args.data, args.benchmarks)
+    made = [(doc, *tables_of(doc, studies)) for doc in docs]
+    names = [name for _, _, n, _ in made for name in n]
+    differ = [(doc, name) for doc, _, _, d in made for name in d]
     if args.check:
-        for name in differ:
-            print(f"results-tables.py: {args.doc}: the table '{name}' differs from its data; "
+        for doc, name in differ:
+            print(f"results-tables.py: {doc}: the table '{name}' differs from its data; "
                   "run scripts/results-tables.py to rewrite it", file=sys.stderr)
         print(f"results-tables.py: {len(names) - len(differ)} of {len(names)} tables match their data")
         sys.exit(1 if differ else 0)
-    if differ:
-        with open(args.doc + ".tmp", "w", encoding="utf-8") as f:
-            f.write("\n".join(out))
-        os.replace(args.doc + ".tmp", args.doc)
+    for doc, out, _, d in made:
+        if d:
+            with open(doc + ".tmp", "w", encoding="utf-8") as f:
+                f.write("\n".join(out))
+            os.replace(doc + ".tmp", doc)
     print(f"results-tables.py: {len(names)} tables, {len(differ)} rewritten")
     if args.plots:
         for name in names:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# docs/results.md's tables match the raw data they are made from
-# (scripts/results-tables.py --check), and the check sees a table that does not.
+# docs/results.md's and docs/benchmarks.md's marked tables match the raw data they are
+# made from (scripts/results-tables.py --check), and the check sees a table that does
+# not: any of them with a figure changed by one digit.
 source "$(dirname "$0")/common.sh"
 tables="$ACC_PYTHON $ACC_SOURCE/scripts/results-tables.py"
 $tables --check >"$WORK/out" 2>"$WORK/err" || fail "docs/results.md: $(cat "$WORK/err")"
@@ -50,6 +51,44 @@ cmp -s "$doc" "$doc.before" || fail "--check wrote to the document"
 $tables --doc "$doc" >/dev/null 2>&1 || fail "rewriting $doc failed"
 cmp -s "$doc" "$ACC_SOURCE/docs/results.md" || fail "the rewritten table differs from docs/results.md's"
 
+# Every table of both documents with one figure changed by one digit (the last digit of
+# its first row that has one): the check names the table's block, and rewriting it gives
+# the document back.
+"$ACC_PYTHON" - "$ACC_SOURCE" "$WORK" <<'PY' || fail "a table with a changed figure was not seen"
+import importlib.util, os, re, sys
+tree, work = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.join(tree, "scripts"))  # as when the script runs: accordion_runs beside it
+spec = importlib.util.spec_from_file_location("results_tables", os.path.join(tree, "scripts", "results-tables.py"))
+rt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rt)
+studies = rt.Studies(os.path.join(tree, "docs", "results"), os.path.join(tree, "docs", "benchmarks"))
+seen = 0
+for name in ("results.md", "benchmarks.md"):
+    lines = open(os.path.join(tree, "docs", name), encoding="utf-8").read().split("\n")
+    block, tables = None, 0
+    for i, line in enumerate(lines):
+        if rt.BEGIN.match(line):
+            block, tables = rt.BEGIN.match(line).group(1), 0
+        elif line == rt.END:
+            assert tables > 0, (name, block, "a marked block without a table")
+            block = None
+        elif block and line.startswith("|---"):  # a table's first row follows
+            tables += 1
+            row = next(k for k in range(i + 1, len(lines)) if re.search(r"\d", lines[k]))
+            assert lines[row].startswith("|"), (name, block, "a table without a figure")
+            m = re.search(r"\d(?=\D*$)", lines[row])
+            changed = lines[:row] + [lines[row][:m.start()] + str((int(m.group()) + 1) % 10) +
+                                     lines[row][m.end():]] + lines[row + 1:]
+            doc = os.path.join(work, name)
+            open(doc, "w", encoding="utf-8").write("\n".join(changed))
+            out, names, differ = rt.tables_of(doc, studies)
+            assert differ == [block], (name, block, lines[row], differ)
+            assert out == lines, (name, block, "rewriting does not give the document back")
+            seen += 1
+assert seen >= 26, seen  # results.md's 23 tables, benchmarks.md's 3
+print(f"{seen} tables with a changed figure seen")
+PY
+
 # Bad input: a table without its end, one this script does not make, data that is not a study's CSV.
 sed '/^<!-- end of table -->$/d' "$ACC_SOURCE/docs/results.md" >"$doc"
 expect_exit 2 "has no '<!-- end of table -->' line after it" -- $tables --check --doc "$doc"
@@ -59,6 +98,22 @@ printf '<!-- table: model-check-medians nowhere -->\n<!-- end of table -->\n' >"
 expect_exit 2 "model-check-nowhere.csv: No such file or directory" -- $tables --check --doc "$doc"
 printf '<!-- table: planner -->\n<!-- end of table -->\n' >"$doc"
 expect_exit 2 "a table named 'planner', which this script does not make" -- $tables --check --doc "$doc"
+printf '<!-- table: model-check-fits avx512-rerun -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "model-check-avx512-rerun.csv: no median_alpha_modelled_seconds column" -- $tables --check --doc "$doc"
+printf '<!-- table: ci nowhere.log -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "ci/nowhere.log: No such file or directory" -- $tables --check --doc "$doc"
+# --doc given more than once: each document is read, a missing one named.
+expect_exit 2 "none.md: No such file or directory" -- $tables --check --doc "$ACC_SOURCE/docs/results.md" --doc "$WORK/none.md"
+# The benchmarks' raw data: a log that is not .ci/run's, a compute.csv without its columns.
+mkdir -p "$WORK/bench/ci" "$WORK/bench/compute-per-step"
+printf 'test.sh: build took 1 s\n' >"$WORK/bench/ci/ci-run.log"
+printf '<!-- table: ci ci-run.log -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "ci-run.log: no 'test.sh: ... passed in' line: not a log of .ci/run" -- \
+    $tables --check --doc "$doc" --benchmarks "$WORK/bench"
+printf 'model,batch\nmlp,32\n' >"$WORK/bench/compute-per-step/compute.csv"
+printf '<!-- table: compute-per-step -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "compute.csv: not bench-comm-profile-compute.sh's compute.csv" -- \
+    $tables --check --doc "$doc" --benchmarks "$WORK/bench"
 for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-check.csv planner-runs.csv; do
     rm -rf "$WORK/data"
     mkdir -p "$WORK/data"
