@@ -229,6 +229,25 @@ std::vector<EpochStats> read_epochs(const H5File& f, const std::vector<Parameter
     return rows;
 }
 
+// One parameter's snapshot in `group`: present, at the parameter's exact shape (a
+// transposed 784x256 for a 256x784 weight would be compressed as the wrong matrix),
+// and finite. Returns its values.
+std::vector<float> check_snapshot(const H5File& f, const std::string& group, const Parameter& p) {
+    const std::string ds = group + "/" + p.name;
+    if (!f.exists(ds)) f.fail("dataset " + ds + " is missing (every parameter has a snapshot)");
+    const Dims expected(p.shape.begin(), p.shape.end());
+    const Dims dims = f.shape(ds);
+    if (dims != expected)
+        f.fail(ds + " has shape " + dims_text(dims) + ", expected " + dims_text(expected) +
+               " (the shape of parameter '" + p.name + "')");
+    std::vector<float> values = f.read<float>(ds);
+    for (size_t i = 0; i < values.size(); ++i)
+        if (!std::isfinite(values[i]))
+            f.fail(ds + " holds " + std::to_string(values[i]) + " at value " + std::to_string(i) +
+                   "; a gradient snapshot is finite");
+    return values;
+}
+
 }  // namespace
 
 std::string epoch_problem(const EpochStats& s, size_t e, const std::vector<Parameter>& parameters) {
@@ -269,7 +288,13 @@ GradStats read_grads(const std::string& path) {
         for (const auto& name : f.list("/snapshots")) {
             std::string group = "/snapshots/" + name;
             if (!f.has_attr(group, "epoch")) f.fail(group + " has no 'epoch' attribute");
-            g.snapshot_epochs.push_back(f.read_attr_int(group, "epoch"));
+            const std::int64_t epoch = f.read_attr_int(group, "epoch");
+            if (epoch < 0 || epoch >= static_cast<std::int64_t>(epochs) || group != snapshot_group(epoch))
+                f.fail(group + " has epoch " + std::to_string(epoch) + "; a snapshot is named /snapshots/epoch_E " +
+                       "for one of the file's epochs, 0-" + std::to_string(epochs - 1));
+            // Every reader takes the same snapshots: each parameter's, at its exact shape, finite.
+            for (const auto& p : g.parameters) check_snapshot(f, group, p);
+            g.snapshot_epochs.push_back(epoch);
         }
     }
     g.has_profile = f.exists("/profile");
@@ -287,17 +312,7 @@ std::vector<std::vector<float>> read_snapshot(const std::string& path, std::int6
     std::string group = snapshot_group(epoch);
     if (!f.exists(group)) f.fail("has no gradient snapshot of epoch " + std::to_string(epoch));
     std::vector<std::vector<float>> out;
-    for (const auto& p : parameters) {
-        std::string ds = group + "/" + p.name;
-        // The exact shape, not only the number of values: a transposed snapshot
-        // (784x256 for a 256x784 weight) would be compressed as the wrong matrix.
-        const Dims expected(p.shape.begin(), p.shape.end());
-        const Dims dims = f.shape(ds);
-        if (dims != expected)
-            f.fail(ds + " has shape " + dims_text(dims) + ", expected " + dims_text(expected) +
-                   " (the shape of parameter '" + p.name + "')");
-        out.push_back(f.read<float>(ds));
-    }
+    for (const auto& p : parameters) out.push_back(check_snapshot(f, group, p));
     return out;
 }
 

@@ -110,6 +110,49 @@ square.h5 4294967296x4294967296
 over48.h5 1099511627776x512
 TABLE
 
+# Broken gradient snapshots are refused as compress-bench refuses them, naming the
+# dataset: NaN, another shape, a parameter missing, an epoch the file does not have.
+$ACC_PYTHON - <<'PY'
+import h5py, numpy as np
+def snapshot(path, edit):
+    with h5py.File("good.h5", "r") as src, h5py.File(path, "w") as f:
+        for k, v in src.attrs.items():
+            f.attrs[k] = v
+        for name in ("parameters", "epochs"):
+            src.copy(name, f)
+        names = [n.decode() if isinstance(n, bytes) else n for n in src["parameters/name"][()]]
+        shapes = src["parameters/shape"][()]
+        g = f.create_group("snapshots/epoch_1")
+        g.attrs["epoch"] = 1
+        for n, s, d in zip(names, shapes, src["parameters/ndim"][()]):
+            g[n] = np.ones(tuple(int(x) for x in s[:d]), dtype=np.float32)
+        edit(g, names[0])
+snapshot("snap-ok.h5", lambda g, n: None)
+def nan(g, n):
+    v = g[n][()]
+    v.flat[2] = np.nan
+    del g[n]
+    g[n] = v
+snapshot("snap-nan.h5", nan)
+def transposed(g, n):
+    v = g[n][()]
+    del g[n]
+    g[n] = np.ones(v.shape[::-1], dtype=np.float32) if v.ndim == 2 else np.ones(v.size + 1, dtype=np.float32)
+snapshot("snap-shape.h5", transposed)
+snapshot("snap-missing.h5", lambda g, n: g.__delitem__(n))
+snapshot("snap-epoch.h5", lambda g, n: g.attrs.__setitem__("epoch", 99))
+PY
+regime-detect snap-ok.h5 -q -o snap-sched.h5 || fail "regime-detect refused good snapshots"
+while read -r file message; do
+    expect_exit 1 "^regime-detect: error: $file: (dataset )?/snapshots/epoch_1.*$message" -- \
+        regime-detect "$file" -q -o snap-sched.h5
+done <<'TABLE'
+snap-nan.h5 holds nan at value 2; a gradient snapshot is finite
+snap-shape.h5 has shape .*, expected
+snap-missing.h5 is missing \(every parameter has a snapshot\)
+snap-epoch.h5 has epoch 99; a snapshot is named /snapshots/epoch_E for one of the file's epochs, 0-29
+TABLE
+
 # A failed run leaves no output file and no temporary file behind.
 rm -f sched.h5
 regime-detect nan.h5 -o sched.h5 2>/dev/null && fail "NaN input accepted"

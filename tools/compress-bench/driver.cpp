@@ -161,12 +161,7 @@ std::vector<Input> load_inputs(const BenchConfig& c, std::vector<TensorInfo>& te
             }
             Input in;
             in.name = "epoch " + std::to_string(e);
-            in.values = io::read_snapshot(c.from, e);
-            for (size_t i = 0; i < in.values.size(); ++i)
-                for (float v : in.values[i])
-                    if (!std::isfinite(v))
-                        throw FileError(c.from, "snapshot of epoch " + std::to_string(e) + ", parameter '" +
-                                                    tensors[i].name + "' holds NaN or infinity");
+            in.values = io::read_snapshot(c.from, e);  // finite, at each parameter's shape (io refuses others)
             inputs.push_back(std::move(in));
         }
     } else {
