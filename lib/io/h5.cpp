@@ -244,6 +244,14 @@ void H5File::create_parents(const std::string& path) {
         create_group(path.substr(0, slash));
 }
 
+bool H5File::is_dataset(const std::string& object) const {
+    if (!exists(object)) return false;
+    const hid_t d = H5Dopen2(file_.get(), object.c_str(), H5P_DEFAULT);
+    if (d < 0) return false;
+    H5Dclose(d);
+    return true;
+}
+
 std::vector<std::string> H5File::list(const std::string& group) const {
     std::vector<std::string> names;
     Handle g(H5Gopen2(file_.get(), group.c_str(), H5P_DEFAULT), H5Gclose);

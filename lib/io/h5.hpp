@@ -67,6 +67,8 @@ public:
     void close();
 
     bool exists(const std::string& object) const;
+    /// Whether `object` exists and is a dataset (not a group).
+    bool is_dataset(const std::string& object) const;
     void create_group(const std::string& group);
     /// Names of the links directly below `group`, in creation or name order.
     std::vector<std::string> list(const std::string& group) const;

@@ -79,9 +79,14 @@ torch::Tensor read_tensor(const io::H5File& f, const std::string& name) {
     if (dtype == "uint8") return read_values<std::uint8_t>(f, name, torch::kUInt8);
     if (dtype == "int8") return read_values<std::int8_t>(f, name, torch::kInt8);
     torch::Tensor t = read_values<float>(f, name, torch::kFloat32);
+    if (dtype != "float32" && dtype != "float16" && dtype != "bfloat16")
+        f.fail(name + " has unknown dtype '" + dtype + "'");
+    // A run that diverged stops before it saves: NaN or infinity here is damage, which
+    // would otherwise show up later as "training diverged".
+    if (!torch::isfinite(t).all().item<bool>())
+        f.fail(name + " holds NaN or infinity; a checkpoint's values are finite, so the file is damaged");
     if (dtype == "float16") return t.to(torch::kFloat16);
     if (dtype == "bfloat16") return t.to(torch::kBFloat16);
-    if (dtype != "float32") f.fail(name + " has unknown dtype '" + dtype + "'");
     return t;
 }
 
@@ -101,6 +106,8 @@ void read_tree(const io::H5File& f, const std::string& group, const std::string&
         const std::string path = group + "/" + name;
         if (f.has_attr(path, "dtype"))
             out[prefix + name] = read_tensor(f, path);
+        else if (f.is_dataset(path))
+            f.fail("dataset " + path + " has no 'dtype' attribute; every tensor of a checkpoint names its dtype");
         else
             read_tree(f, path, prefix + name + "/", out);
     }

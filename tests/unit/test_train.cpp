@@ -4,6 +4,7 @@
 #include "base/error.hpp"
 #include "compress/shapes.hpp"
 #include "io/grads.hpp"
+#include "io/h5.hpp"
 #include "train/compute_time.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
@@ -615,6 +616,40 @@ TEST(Checkpoint, RefusesAnotherModel) {
                     dir.file("mlp.h5: does not belong to this model"));
     std::ofstream(dir.file("junk.h5")) << "not hdf5";
     EXPECT_CONTAINS(error_of([&] { a.load_checkpoint(dir.file("junk.h5")); }), dir.file("junk.h5"));
+}
+
+// A damaged checkpoint is refused naming the file and the dataset: a tensor without
+// its dtype is no missing group, and NaN in a weight is no divergence of this run.
+TEST(Checkpoint, DamageIsNamed) {
+    auto data = tiny_synthetic();
+    TempDir dir;
+    Trainer a(make_model("mlp", data->info().shape, {}), *data, plain_sgd());
+    const std::string path = dir.file("c.h5");
+    auto save = [&] {
+        acc::io::AtomicPath target(path);
+        a.write_checkpoint(target, {1, 8, "mlp", "synthetic", 32, 1, 1, {}}, {{"ranks/0/error", torch::ones({3})}});
+        target.commit();
+    };
+    save();
+    const std::string weight = "/model/" + a.model().named_parameters().begin()->key();
+    {
+        acc::io::H5File f = acc::io::H5File::open(path, true);
+        std::vector<float> values = f.read<float>(weight);
+        values[1] = std::nanf("");
+        f.write<float>(weight, values, f.shape(weight));
+        f.write_attr(weight, "dtype", std::string("float32"));
+    }
+    EXPECT_EQ(error_of([&] { a.load_checkpoint(path); }),
+              path + ": " + weight + " holds NaN or infinity; a checkpoint's values are finite, so the file is damaged");
+    save();
+    {
+        acc::io::H5File f = acc::io::H5File::open(path, true);
+        ASSERT_EQ(H5Adelete_by_name(f.id(), "/extra/ranks/0/error", "dtype", H5P_DEFAULT), 0);
+    }
+    TensorMap extra;
+    EXPECT_EQ(error_of([&] { a.load_checkpoint(path, &extra); }),
+              path + ": dataset /extra/ranks/0/error has no 'dtype' attribute; every tensor of a checkpoint names "
+                     "its dtype");
 }
 
 // Every entry of the model table has a factory that builds it for the data the
