@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Recomputes the tables of docs/results.md and docs/benchmarks.md from the raw data
-under docs/results/ and docs/benchmarks/, so that a table and its data cannot drift apart.
+"""Recomputes the tables of docs/results.md, docs/benchmarks.md and README.md (its quickstart
+table) from the raw data under docs/results/ and docs/benchmarks/, so that a table and its
+data cannot drift apart.
 
 Each recomputed table stands in its document between two lines,
     <!-- table: NAME -->
@@ -30,14 +31,23 @@ where NAME says what it is made from; the tables are:
                                   scripts/bench-comm-profile-compute.sh reports them
     ci LOG                        the parts' times and the tests' counts of both builds in
                                   docs/benchmarks/ci/LOG, a log of .ci/run (scripts/test.sh's lines)
+    quickstart                    README.md's table of the quickstart, made by compare_runs.py from
+                                  the kept run's metrics files in docs/results/quickstart/ (as
+                                  examples/pipeline.sh makes it), which must equal the run's own
+                                  table.txt there; a code block
+
+Every row of the studies' CSV files names, in its commit column, the commit of the programs
+that made it. A row of the GraVAC or time-to-accuracy tables whose runs were made before a
+later change that docs/results.md says changes their numbers is marked '(stale: before
+COMMIT)', COMMIT being that change (STALE below); a rerun, a newer commit, clears it.
 
     scripts/results-tables.py            rewrite the tables in place
     scripts/results-tables.py --check    say which tables differ from their data (exit 1), write nothing
     scripts/results-tables.py --plots    also draw each study's accuracy against training time
                                          (docs/results/tta-MODEL-LINK.png; needs matplotlib)
 
---doc DOC (again for more) takes those documents instead of docs/results.md and
-docs/benchmarks.md; --data and --benchmarks the raw data's directories. The default
+--doc DOC (again for more) takes those documents instead of docs/results.md,
+docs/benchmarks.md and README.md; --data and --benchmarks the raw data's directories. The default
 test suite runs --check (e2e.results_tables). Exit 0 when every table matches (or
 was written), 1 when one differs, 2 on a usage or data error."""
 import argparse
@@ -54,6 +64,29 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(HERE)
 BEGIN = re.compile(r"^<!-- table: (.+?) -->$")
 END = "<!-- end of table -->"
+
+
+# Changes that docs/results.md says change some variants' numbers: (the change, the study,
+# its variants it changes, the commits of runs made before it).
+STALE = (
+    # GraVAC sends through the one gradient exchange: DGC's sampled threshold and PowerSGD's Q
+    # are drawn differently ("GraVAC on the same setting").
+    ("62384a7", "gravac", re.compile(r"^gravac-(dgc|powersgd)-"), {"4ccddc1"}),
+    ("62384a7", "time-to-accuracy", re.compile(r"^gravac-(dgc|powersgd)-"),
+     {"bcbaee8", "f205c9e", "a85bc43", "d03161e", "7c38a96"}),
+)
+
+
+def stale(study, variant, commits):
+    """The change that makes a variant's runs of these commits stale, or None."""
+    for change, which, variants, before in STALE:
+        if which == study and variants.match(variant) and set(commits) & before:
+            return change
+    return None
+
+
+def stale_label(label, change):
+    return f"{label} (stale: before {change})" if change else label
 
 
 def fail(message, code=2):
@@ -97,7 +130,14 @@ class TimeToAccuracy:
 
     def table(self, link, model):
         runs, seeds = self.study(link, model)
-        return self.report.tables(runs, seeds, self.GAP)[2]
+        lines = self.report.tables(runs, seeds, self.GAP)[2].split("\n")
+        for v, rs in runs.items():
+            change = stale("time-to-accuracy", v, [r["commit"] for r in rs])
+            if change:
+                label = f"| {self.report.LABELS.get(v, v)} |"
+                lines = [f"| {stale_label(line[2:len(label) - 2], change)} |" + line[len(label):]
+                         if line.startswith(label) else line for line in lines]
+        return "\n".join(lines)
 
     def plot(self, link, model, out):
         import matplotlib
@@ -248,12 +288,17 @@ class Gravac:
         if "dense" not in self.runs:
             fail(f"{self.path}: no dense runs, which every factor compares with")
         self.dense = np.mean([r["floats"] for r in self.runs["dense"]])
+        self.commits = {}
+        with open(self.path, newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                self.commits.setdefault(row["variant"], set()).add(row.get("commit") or "unknown")
 
     def table(self, variants):
         missing = [v for v in variants if v not in self.runs]
         if missing:
             fail(f"{self.path}: no runs of {', '.join(missing)}")
-        return self.report.table([(v, self.runs[v]) for v in variants], self.dense)
+        return self.report.table([(stale_label(v, stale("gravac", v, self.commits[v])), self.runs[v])
+                                  for v in variants], self.dense)
 
 
 class ModelCheck:
@@ -472,6 +517,36 @@ class CiLog:
         return "\n".join(out) + "\n"
 
 
+class Quickstart:
+    """A kept run of examples/pipeline.sh (docs/results/quickstart/): its table made again by
+    scripts/compare_runs.py from its metrics files, labelled as the run's table.txt labels them."""
+
+    def __init__(self, data):
+        self.dir = os.path.join(data, "quickstart")
+
+    def table(self):
+        import subprocess
+
+        path = os.path.join(self.dir, "table.txt")
+        try:
+            with open(path, encoding="utf-8") as f:
+                kept = f.read()
+        except OSError as e:
+            fail(f"{path}: {e.strerror}")
+        # A row's label is its text before the figures; its metrics file is named by its first word.
+        labels = [re.split(r"\s{2,}", line)[0] for line in kept.split("\n")[1:] if line.strip()]
+        if not labels or not kept.startswith("run "):
+            fail(f"{path}: not compare_runs.py's table")
+        made = subprocess.run([sys.executable, os.path.join(HERE, "compare_runs.py")] +
+                              [f"{label}={label.split()[0]}.h5" for label in labels],
+                              cwd=self.dir, capture_output=True, text=True)
+        if made.returncode != 0:
+            fail(f"{self.dir}: compare_runs.py: {made.stderr.strip()}")
+        if made.stdout != kept:
+            fail(f"{path}: not the table of the metrics files beside it")
+        return "```\n" + kept + "```\n"
+
+
 class Studies:
     """Each study's data, read when a table first asks for it."""
 
@@ -484,6 +559,7 @@ class Studies:
         if kind not in self.loaded:
             studies = {"time-to-accuracy": TimeToAccuracy, "accordion": Accordion, "gravac": Gravac,
                        "model-check": ModelCheck, "planner": Planner}
+            studies["quickstart"] = Quickstart
             benchmarks = {"compute-per-step": ComputePerStep, "ci": CiLog}
             self.loaded[kind] = (studies[kind](self.data) if kind in studies else
                                  benchmarks[kind](self.benchmarks))
@@ -512,9 +588,11 @@ def recompute(name, studies, doc):
         return studies.get("compute-per-step").table()
     if len(words) == 2 and words[0] == "ci":
         return studies.get("ci").table(words[1])
+    if words == ["quickstart"]:
+        return studies.get("quickstart").table()
     fail(f"{doc}: a table named '{name}', which this script does not make "
          "(accordion STUDY, accordion seeds, ci LOG, compute-per-step, gravac VARIANT..., model-check [RUN], "
-         "model-check-fits RUN, model-check-medians [RUN], planner MODEL, time-to-accuracy LINK MODEL)")
+         "model-check-fits RUN, model-check-medians [RUN], planner MODEL, quickstart, time-to-accuracy LINK MODEL)")
 
 
 def tables_of(doc, studies):
@@ -554,7 +632,7 @@ def main():
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 where a table differs")
     parser.add_argument("--plots", action="store_true", help="also draw the time-to-accuracy curves")
     parser.add_argument("--doc", action="append", help="a document with marked tables (again for more; "
-                        "default docs/results.md and docs/benchmarks.md)")
+                        "default docs/results.md, docs/benchmarks.md and README.md)")
     parser.add_argument("--data", default=os.path.join(TREE, "docs", "results"),
                         help="the studies' raw data (default docs/results)")
     parser.add_argument("--benchmarks", default=os.path.join(TREE, "docs", "benchmarks"),
@@ -562,7 +640,8 @@ def main():
     args = parser.parse_args()
     if args.check and args.plots:
         fail("--check writes nothing; leave out --plots")
-    docs = args.doc or [os.path.join(TREE, "docs", name) for name in ("results.md", "benchmarks.md")]
+    docs = args.doc or [os.path.join(TREE, "docs", name) for name in ("results.md", "benchmarks.md")] + [
+        os.path.join(TREE, "README.md")]
     studies = Studies(args.data, args.benchmarks)
     made = [(doc, *tables_of(doc, studies)) for doc in docs]
     names = [name for _, _, n, _ in made for name in n]

@@ -94,7 +94,8 @@ main() {
     done
     "$python" "$here/scripts/experiments/time_to_accuracy_report.py" --out "$out" --seeds "$seeds" --models "$models" \
         --links "$links" --variants "$variants" --target-gap "${TARGET_GAP:-0.5}" "${saved[@]+"${saved[@]}"}" \
-        --save-runs "$out/runs.csv" | tee "$out/time-to-accuracy.md"
+        --save-runs "$out/runs.csv" --commit "$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)" |
+        tee "$out/time-to-accuracy.md"
 }
 
 main "$@"

@@ -18,7 +18,9 @@ the best accuracy's margin over the final target, and the mean of the paired rat
 --save-runs FILE writes every run the tables use, epoch by epoch, as CSV; --runs FILE
 reads such a file back for the runs whose metrics files are not there, so the tables
 can be made again, and seeds measured elsewhere added, without the runs' files
-(scripts/results-tables.py makes docs/results.md's tables from such a file)."""
+(scripts/results-tables.py makes docs/results.md's tables from such a file). Each of its
+rows names the commit of the programs that made it (--commit for the runs read from their
+metrics files; 'unknown' for a file written before the column existed)."""
 import argparse
 import csv
 import itertools
@@ -27,7 +29,7 @@ import statistics
 
 
 
-def run(path):
+def run(path, commit="unknown"):
     import h5py  # only for reading metrics files; the tables from a --runs file need none
 
     with h5py.File(path, "r") as f:
@@ -36,18 +38,20 @@ def run(path):
         seconds = [float(s) for s in e["seconds"][()]]
         communication_seconds = [float(c) for c in e["communication_seconds"][()]]
         floats_sent_total = [float(n) for n in e["floats_sent_total"][()]]
-    return make_run(accuracy, seconds, communication_seconds, floats_sent_total)
+    return make_run(accuracy, seconds, communication_seconds, floats_sent_total, commit=commit)
 
 
-def make_run(accuracy, seconds, communication_seconds, floats_sent_total):
-    """One run's epochs (accuracy in percent), with the totals the tables use."""
+def make_run(accuracy, seconds, communication_seconds, floats_sent_total, commit="unknown"):
+    """One run's epochs (accuracy in percent), with the totals the tables use and the
+    commit of the programs that made it."""
     return {"accuracy": accuracy, "elapsed": list(itertools.accumulate(seconds)), "seconds": seconds,
             "communication_seconds": communication_seconds, "floats_sent_total": floats_sent_total,
-            "floats": floats_sent_total[-1], "communication": sum(communication_seconds)}
+            "floats": floats_sent_total[-1], "communication": sum(communication_seconds), "commit": commit}
 
 
 COLUMNS = ["link", "model", "variant", "seed", "epoch", "test_accuracy_percent", "seconds", "communication_seconds",
-           "floats_sent_total"]
+           "floats_sent_total", "commit"]
+VALUES = COLUMNS[5:-1]
 
 
 def read_runs(path):
@@ -57,14 +61,19 @@ def read_runs(path):
         raise SystemExit(f"time_to_accuracy_report.py: error: {path}: no such file (a --save-runs file)")
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames != COLUMNS:
+        # Files written before the commit column hold the others alone.
+        if reader.fieldnames not in (COLUMNS, COLUMNS[:-1]):
             raise SystemExit(f"time_to_accuracy_report.py: error: {path}: not a --save-runs file (columns {COLUMNS})")
         for row in reader:
             rows.setdefault((row["link"], row["model"], row["variant"], row["seed"]), []).append(row)
     runs = {}
     for key, epochs in rows.items():
         epochs.sort(key=lambda row: int(row["epoch"]))
-        runs[key] = make_run(*([float(row[c]) for row in epochs] for c in COLUMNS[5:]))
+        commits = {row.get("commit") or "unknown" for row in epochs}
+        if len(commits) > 1:
+            raise SystemExit(f"time_to_accuracy_report.py: error: {path}: {' '.join(key)}: epochs of several "
+                             f"commits ({', '.join(sorted(commits))})")
+        runs[key] = make_run(*([float(row[c]) for row in epochs] for c in VALUES), commit=commits.pop())
     return runs
 
 
@@ -75,7 +84,7 @@ def write_runs(path, runs):
         for (link, model, variant, seed), r in sorted(runs.items()):
             for epoch, values in enumerate(zip(r["accuracy"], r["seconds"], r["communication_seconds"],
                                                r["floats_sent_total"])):
-                writer.writerow([link, model, variant, seed, epoch] + [repr(v) for v in values])
+                writer.writerow([link, model, variant, seed, epoch] + [repr(v) for v in values] + [r["commit"]])
 
 
 def mean_spread(values, digits, unit=""):
@@ -174,6 +183,8 @@ def main():
     parser.add_argument("--target-gap", type=float, default=0.5)
     parser.add_argument("--runs", action="append", default=[], help="a --save-runs file to read runs from")
     parser.add_argument("--save-runs", help="write the runs the tables use to this CSV file")
+    parser.add_argument("--commit", default="unknown",
+                        help="the commit of the programs that made the runs read from metrics files (for --save-runs)")
     args = parser.parse_args()
     seeds = args.seeds.split()
     saved = {}
@@ -190,7 +201,7 @@ def main():
                 for seed in seeds:
                     path = f"{args.out}/{link}/{model}/{v}/seed{seed}.h5"
                     key = (link, model, v, seed)
-                    r = run(path) if os.path.exists(path) else saved.get(key)
+                    r = run(path, args.commit) if os.path.exists(path) else saved.get(key)
                     if r:
                         found[seed] = r
                         used[key] = r

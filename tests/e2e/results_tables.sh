@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/results.md's and docs/benchmarks.md's marked tables match the raw data they are
+# docs/results.md's, docs/benchmarks.md's and README.md's marked tables match the raw data they are
 # made from (scripts/results-tables.py --check), and the check sees a table that does
 # not: any of them with a figure changed by one digit.
 source "$(dirname "$0")/common.sh"
@@ -18,12 +18,37 @@ $ACC_PYTHON "$ACC_SOURCE/scripts/experiments/time_to_accuracy_report.py" --out "
 cmp -s "$WORK/runs.csv" "$ACC_SOURCE/docs/results/time-to-accuracy-runs.csv" ||
     fail "time_to_accuracy_report.py --save-runs changed the runs it read"
 for study in "20mbit mlp" "100mbit cnn"; do
+    # results-tables.py marks stale rows; the report does not.
     awk -v begin="<!-- table: time-to-accuracy $study -->" '$0 == begin { inside = 1; next }
-        /^<!-- end of table -->$/ { inside = 0 } inside' "$ACC_SOURCE/docs/results.md" >"$WORK/table.md"
+        /^<!-- end of table -->$/ { inside = 0 } inside { sub(/ \(stale: before [0-9a-f]+\) \|/, " |"); print }' \
+        "$ACC_SOURCE/docs/results.md" >"$WORK/table.md"
     [ -s "$WORK/table.md" ] || fail "docs/results.md has no table 'time-to-accuracy $study'"
     missing=$(awk 'NR == FNR { have[$0] = 1; next } !($0 in have)' "$WORK/report.md" "$WORK/table.md")
     [ -z "$missing" ] || fail "docs/results.md's table for $study has lines the study's report does not: $missing"
 done
+
+# Rows made before a change that docs/results.md says changes their numbers are marked stale
+# (results-tables.py's STALE): GraVAC DGC and PowerSGD before 62384a7, in both studies; the
+# same rows of a later commit are not.
+for study in "gravac dense" "time-to-accuracy 20mbit mlp" "time-to-accuracy 100mbit cnn"; do
+    awk -v begin="<!-- table: $study" 'index($0, begin) == 1 { inside = 1; next } /^<!-- end of table -->$/ { inside = 0 }
+        inside && /^\| / && !/^\| run \|/' "$ACC_SOURCE/docs/results.md" >"$WORK/rows.md"
+    marked=$(grep -c '(stale: before 62384a7) |' "$WORK/rows.md" || true)
+    wrong=$(grep '(stale' "$WORK/rows.md" | grep -Ev '^\| (gravac-(dgc|powersgd)-|GraVAC (DGC|PowerSGD), )' || true)
+    case $study in gravac*) want=6 ;; *) want=8 ;; esac
+    [ "$marked" = "$want" ] && [ -z "$wrong" ] || fail "$study: $marked rows marked stale, expected $want: $wrong"
+done
+rm -rf "$WORK/data" && mkdir -p "$WORK/data" && cp "$ACC_SOURCE"/docs/results/*.csv "$WORK/data/"
+sed -i 's/,4ccddc1$/,abcdef0/' "$WORK/data/gravac-runs.csv"
+sed -i '/,gravac-dgc-exp,/s/,\(7c38a96\|d03161e\)\r$/,abcdef0\r/' "$WORK/data/time-to-accuracy-runs.csv"  # CRLF, as csv writes it
+cp "$ACC_SOURCE/docs/results.md" "$WORK/rerun.md"
+$tables --doc "$WORK/rerun.md" --data "$WORK/data" >/dev/null 2>&1 || fail "rewriting with rerun rows failed"
+grep -q '^| gravac-dgc-exp-0.7 | ' "$WORK/rerun.md" && ! grep -q '^| gravac-[a-z0-9.-]* (stale' "$WORK/rerun.md" ||
+    fail "GraVAC rows of a later commit are still marked stale"
+[ "$(grep -c '^| GraVAC DGC, exponential | ' "$WORK/rerun.md")" = 2 ] ||
+    fail "the MLP's GraVAC DGC rows of a later commit are still marked stale"
+[ "$(grep -c '^| GraVAC DGC, exponential (stale: before 62384a7) | ' "$WORK/rerun.md")" = 2 ] ||
+    fail "the CNN's GraVAC DGC rows, of the old commits, are no longer marked stale"
 
 # The planner study's report makes the same tables from the same raw data.
 for model in mlp cnn; do
@@ -88,6 +113,43 @@ for name in ("results.md", "benchmarks.md"):
 assert seen >= 26, seen  # results.md's 23 tables, benchmarks.md's 3
 print(f"{seen} tables with a changed figure seen")
 PY
+
+# README.md's quickstart table, made from the kept run in docs/results/quickstart/: each of its
+# figures changed by one digit (its last) is seen, and rewriting gives the README back. A rerun
+# on another machine is not compared: its accuracies may differ in the last digit, its times more.
+"$ACC_PYTHON" - "$ACC_SOURCE" "$WORK" <<'PY' || fail "a changed figure of the README's quickstart table was not seen"
+import importlib.util, os, re, sys
+tree, work = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.join(tree, "scripts"))
+spec = importlib.util.spec_from_file_location("results_tables", os.path.join(tree, "scripts", "results-tables.py"))
+rt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rt)
+studies = rt.Studies(os.path.join(tree, "docs", "results"), os.path.join(tree, "docs", "benchmarks"))
+lines = open(os.path.join(tree, "README.md"), encoding="utf-8").read().split("\n")
+begin = lines.index("<!-- table: quickstart -->")
+end = lines.index(rt.END, begin)
+doc = os.path.join(work, "README.md")
+seen = 0
+for row in range(begin + 3, end - 1):  # the fence and the header first, the fence last
+    for m in re.finditer(r"\d+(\.\d+)?", lines[row]):
+        if lines[row][m.end():m.end() + 1] == "," or lines[row][:m.start()].endswith(":"):
+            continue  # the critical epochs' ranges, the levels' names
+        k = m.end() - 1
+        changed = lines[:row] + [lines[row][:k] + str((int(lines[row][k]) + 1) % 10) + lines[row][k + 1:]] + lines[row + 1:]
+        open(doc, "w", encoding="utf-8").write("\n".join(changed))
+        out, names, differ = rt.tables_of(doc, studies)
+        assert differ == ["quickstart"], (lines[row], m.group(), differ)
+        assert out == lines, "rewriting does not give the README back"
+        seen += 1
+assert seen >= 15, seen  # five figures a row, three rows
+print(f"{seen} changed figures of the quickstart table seen")
+PY
+# The kept table.txt must be the table of the metrics files beside it.
+mkdir -p "$WORK/qs/quickstart" && cp "$ACC_SOURCE"/docs/results/quickstart/* "$WORK/qs/quickstart/"
+sed -i 's/88\.49%/88.48%/' "$WORK/qs/quickstart/table.txt"
+printf '<!-- table: quickstart -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "quickstart/table.txt: not the table of the metrics files beside it" -- \
+    $tables --check --doc "$doc" --data "$WORK/qs"
 
 # Bad input: a table without its end, one this script does not make, data that is not a study's CSV.
 sed '/^<!-- end of table -->$/d' "$ACC_SOURCE/docs/results.md" >"$doc"
