@@ -8,7 +8,10 @@
 # kept, so the script resumes where it stopped); the tables and the plot of
 # iterations at each factor (the paper's Figure 7b) go to OUT/gravac.md and
 # OUT/gravac-factors.png, every run's epochs to OUT/gravac-runs.csv (the raw data
-# of docs/results.md's GraVAC tables, docs/results/gravac-runs.csv).
+# of docs/results.md's GraVAC tables, docs/results/gravac-runs.csv), each row
+# naming in its commit column the commit of the programs that made it:
+# GRAVAC_COMMIT, else this checkout's HEAD (set it when ACC_BUILD_DIR holds the
+# programs of another commit).
 #
 #   scripts/experiments/gravac.sh [OUT] [SEEDS] [EPOCHS] [VARIANTS]
 #       defaults: build/gravac "1 2 3" 8 "@sparse @powersgd @gravac-powersgd @low-epsilon"
@@ -124,8 +127,9 @@ main() {
         for v in ${groups[$group]}; do table+=("$v=$out/$v"); done
         report+=(--table "${table[@]}")
     done
+    commit=${GRAVAC_COMMIT:-$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)}
     "$python" "$here/scripts/experiments/gravac_report.py" --dense "$dense" --plot "$out/gravac-factors.png" \
-        --csv "$out/gravac-runs.csv" "${report[@]}" |
+        --csv "$out/gravac-runs.csv" --commit "$commit" "${report[@]}" |
         tee "$out/gravac.md"
 }
 main "$@"

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Tables and Figure 7b of the GraVAC study (scripts/experiments/gravac.sh).
 
-  gravac_report.py [--dense DIR] [--plot OUT.png] [--csv OUT.csv] [LABEL=DIR ...] [--table TITLE LABEL=DIR ... ...]
+  gravac_report.py [--dense DIR] [--plot OUT.png] [--csv OUT.csv [--commit COMMIT]] [LABEL=DIR ...]
+                   [--table TITLE LABEL=DIR ... ...]
 
 Each DIR holds seed<S>.h5 metrics files of train-dist runs. Prints one markdown
 table per --table (the positional LABEL=DIR, if any, make a first table
@@ -16,12 +17,13 @@ factor sent, one panel per table with GraVAC runs (the paper's Figure 7b).
 --csv writes every run's epochs (the raw data the tables are made from; read_csv()
 reads it back, as scripts/results-tables.py does):
 
-    variant,seed,epoch,test_accuracy,floats_sent_total,seconds,gain_min,factor_steps,critical_matrices,matrices
+    variant,seed,epoch,test_accuracy,floats_sent_total,seconds,gain_min,factor_steps,critical_matrices,matrices,commit
 
 factor_steps: the epoch's steps at each factor sent ("1:3 10:76"; 1 is dense) and
 gain_min theta_min's EWMA gain at the epoch's end, for GraVAC runs;
 critical_matrices of matrices: the weight matrices critical in the epoch, for
-Accordion runs; empty otherwise.
+Accordion runs; empty otherwise. commit: the commit of the programs that made the runs
+(--commit; "unknown" without it).
 """
 import argparse
 import csv
@@ -37,7 +39,7 @@ from accordion_runs import Run, epoch_ranges  # noqa: E402
 
 
 CSV_COLUMNS = ("variant", "seed", "epoch", "test_accuracy", "floats_sent_total", "seconds", "gain_min",
-               "factor_steps", "critical_matrices", "matrices")
+               "factor_steps", "critical_matrices", "matrices", "commit")
 
 
 def epochs_of(directory):
@@ -67,14 +69,14 @@ def epochs_of(directory):
     return out
 
 
-def write_csv(path, directories):
-    """directories: {variant: DIR}."""
+def write_csv(path, directories, commit="unknown"):
+    """directories: {variant: DIR}; commit: that of the programs that made their runs."""
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS, lineterminator="\n")
         writer.writeheader()
         for variant, directory in directories.items():
             for row in epochs_of(directory):
-                writer.writerow({"variant": variant, **row})
+                writer.writerow({"variant": variant, **row, "commit": commit})
 
 
 def run_of(rows):
@@ -192,6 +194,8 @@ def main():
     parser.add_argument("--dense", metavar="DIR")
     parser.add_argument("--plot")
     parser.add_argument("--csv", metavar="OUT.csv", help="also write every run's epochs")
+    parser.add_argument("--commit", default="unknown",
+                        help="the commit of the programs that made the runs (the CSV's commit column)")
     args = parser.parse_args()
     specs = ([("", args.runs)] if args.runs else []) + [(t[0], t[1:]) for t in args.table]
     tables = []
@@ -218,7 +222,7 @@ def main():
             for item in items:
                 label, _, directory = item.partition("=")
                 directories.setdefault(label, directory)
-        write_csv(args.csv, directories)
+        write_csv(args.csv, directories, args.commit)
 
 
 if __name__ == "__main__":
