@@ -6,7 +6,7 @@
 
 #include "base/error.hpp"
 #include "base/text.hpp"
-#include "comm/store_server.hpp"
+#include "comm/run_store.hpp"
 
 #include <c10/util/hash.h>
 
@@ -31,11 +31,6 @@ namespace acc::comm {
 using namespace internal;
 
 namespace {
-
-// How long a rank looks for the host's mark in its run's name space before it
-// concludes that the store was opened with another token: the host sets the
-// mark as soon as the store listens.
-constexpr milliseconds kTokenGrace{5000};
 
 std::string hostname() {
     char name[256] = {};
@@ -126,6 +121,34 @@ int rank_gpu_index(const Rendezvous& rendezvous, int gpus) {
 
 namespace {
 
+std::string token_hash(const std::string& purpose, const std::string& token) {
+    return c10::sha1("accordion run token, " + purpose + ": " + token).str();
+}
+
+// torchrun's agent hosts the store (a TCPStore): every rank is its client.
+void connect_agent_store(ProcessGroupCollectives::Impl& impl, milliseconds timeout) {
+    const Rendezvous& rv = impl.rendezvous;
+    const std::string where = rv.master_addr + ":" + std::to_string(rv.master_port);
+    const std::string hint = "; is torchrun's agent still running?";
+    if (!wait_for_listener(rv.master_addr, rv.master_port, Clock::now() + timeout))
+        throw Error("rendezvous: rank " + std::to_string(rv.rank) + " cannot reach the store at " + where + " within " +
+                    seconds_text(rv.timeout) + hint);
+    try {
+        auto tcp = c10::make_intrusive<c10d::TCPStore>(
+            rv.master_addr, compat::store_options(static_cast<std::uint16_t>(rv.master_port), false, timeout));
+        impl.tcp_store = tcp.get();
+        impl.base_store = tcp;
+    } catch (const std::exception& e) {
+        const std::string detail = backend_message(e);
+        throw Error("rendezvous: rank " + std::to_string(rv.rank) + " cannot reach the store at " + where + " within " +
+                    seconds_text(rv.timeout) + (looks_like_timeout(detail) ? "" : " (" + detail + ")") + hint);
+    }
+    impl.store = c10::make_intrusive<c10d::PrefixStore>(agent_store_prefix(rv.restart_count), impl.base_store);
+}
+
+// Rank 0 serves the run's store (run_store.hpp) and every rank, rank 0 too, is
+// its client, presenting the run token as it connects: a store opened with
+// another token turns it away at once.
 void connect_store(ProcessGroupCollectives::Impl& impl) {
     const Rendezvous& rv = impl.rendezvous;
     const milliseconds timeout = to_ms(rv.timeout);
@@ -134,34 +157,31 @@ void connect_store(ProcessGroupCollectives::Impl& impl) {
         impl.store = impl.base_store;
         return;
     }
-    impl.hosts_store = rv.rank == 0 && !rv.agent_store;
-    const std::string where = rv.master_addr + ":" + std::to_string(rv.master_port);
-    if (!impl.hosts_store && !wait_for_listener(rv.master_addr, rv.master_port, Clock::now() + timeout))
-        throw Error("rendezvous: rank " + std::to_string(rv.rank) + " cannot reach the store at " + where + " within " +
-                    seconds_text(rv.timeout) + "; " +
-                    (rv.agent_store ? "is torchrun's agent still running?" : "did rank 0 start?"));
+    if (rv.agent_store) return connect_agent_store(impl, timeout);
+    impl.hosts_store = rv.rank == 0;
+    const std::string digest = token_hash("store", rv.run_token);
+    if (impl.hosts_store) {
+        const auto world = static_cast<std::size_t>(rv.world_size);
+        RunStoreLimits limits;
+        limits.max_connections = 2 * world + 16;  // a rank's own, and clones c10d may make
+        limits.max_strangers = std::max<std::size_t>(limits.max_strangers, world + 16);  // ranks joining at once
+        limits.max_stored_bytes += 4096 * world;
+        impl.server = std::make_unique<RunStoreServer>(rv.master_addr, rv.master_port, digest, limits);
+    }
     try {
-        auto tcp = impl.hosts_store
-                       ? start_store_server(rv.master_addr, rv.master_port, timeout)
-                       : c10::make_intrusive<c10d::TCPStore>(
-                             rv.master_addr,
-                             compat::store_options(static_cast<std::uint16_t>(rv.master_port), false, timeout));
-        impl.tcp_store = tcp.get();
-        impl.base_store = tcp;
-    } catch (const acc::Error&) {
-        throw;
-    } catch (const std::exception& e) {
-        const std::string detail = backend_message(e);
-        if (impl.hosts_store)
-            throw Error("--master-port " + std::to_string(rv.master_port) +
-                        ": rank 0 cannot open the rendezvous store there (" + detail + ")");
-        throw Error("rendezvous: rank " + std::to_string(rv.rank) + " cannot reach the store at " + where + " within " +
-                    seconds_text(rv.timeout) + (looks_like_timeout(detail) ? "" : " (" + detail + ")") + "; " +
-                    (rv.agent_store ? "is torchrun's agent still running?" : "did rank 0 start?"));
+        auto client = c10::make_intrusive<RunStoreClient>(rv.master_addr, rv.master_port, digest, timeout);
+        impl.run_store = client.get();
+        impl.base_store = client;
+    } catch (const StoreUnavailable& e) {
+        const std::string detail = e.what();
+        const std::string where = rv.master_addr + ":" + std::to_string(rv.master_port);
+        if (detail.find("did not accept") != std::string::npos)
+            throw Error("rendezvous: rank " + std::to_string(rv.rank) + " cannot reach the store at " + where +
+                        " within " + seconds_text(rv.timeout) + "; did rank 0 start?");
+        throw Error("rendezvous: rank " + std::to_string(rv.rank) + ": " + detail +
+                    " (is rank 0 stopped, or is something else listening there?)");
     }
     impl.store = impl.base_store;
-    if (rv.agent_store)
-        impl.store = c10::make_intrusive<c10d::PrefixStore>(agent_store_prefix(rv.restart_count), impl.base_store);
 }
 
 // A rendezvous that failed: the first rank to see it publishes why, so that the
@@ -183,49 +203,12 @@ void connect_store(ProcessGroupCollectives::Impl& impl) {
     throw Error(message);
 }
 
-std::string token_hash(const std::string& purpose, const std::string& token) {
-    return c10::sha1("accordion run token, " + purpose + ": " + token).str();
-}
-
-// A rank presents its run token. Every key a run reads or writes lies in the
-// token's name space, so that a process without the token can neither read
-// them nor plant one the run trusts; keys outside it are never read. The rank
-// hosting the store marks it there at once, and any other rank must find that
-// mark: a rank with another token looks in another name space and is turned away.
-void present_token(ProcessGroupCollectives::Impl& impl) {
-    const Rendezvous& rv = impl.rendezvous;
-    // One rank has a store in memory; torchrun's agent store is hosted by no rank.
-    if (!impl.tcp_store || rv.agent_store) return;
-    const std::string mark = impl.key("store");
-    const std::string where = rv.master_addr + ":" + std::to_string(rv.master_port);
-    try {
-        if (impl.hosts_store) {
-            impl.store->set(mark, bytes_of("1"));
-            return;
-        }
-        // Half the timeout at most: the host's own rendezvous must still be waiting.
-        const auto deadline = Clock::now() + std::min(to_ms(rv.timeout / 2), kTokenGrace);
-        while (!impl.store->check({mark})) {
-            if (Clock::now() >= deadline)
-                throw Error("rendezvous at " + where +
-                            ": the store there belongs to another run (it was opened with another run token); give "
-                            "every rank the same " + kRunTokenVariable + ", or none");
-            std::this_thread::sleep_for(milliseconds(20));
-        }
-    } catch (const acc::Error&) {
-        throw;
-    } catch (const std::exception& e) {
-        throw Error("rendezvous at " + where + " failed: the store stopped answering (" + backend_message(e) + ")");
-    }
-}
-
 // Every rank announces itself and waits for the others, so that a rank that
 // never arrives is named.
 void meet(ProcessGroupCollectives::Impl& impl) {
     const Rendezvous& rv = impl.rendezvous;
     const std::string me = std::to_string(rv.rank);
     const std::string where = rv.master_addr + ":" + std::to_string(rv.master_port);
-    present_token(impl);
     if (impl.store->add(impl.key("claims/" + me), 1) > 1)
         throw Error("rendezvous: rank " + me + " was started twice (another process already joined as rank " + me +
                     ")");
@@ -328,7 +311,7 @@ void create_process_group(ProcessGroupCollectives::Impl& impl) {
         // A rank that stopped for its own reason right after the rendezvous (a bad
         // output, say) closes its connections while this one still makes them: its
         // published reason is the one to report.
-        if (rv.world_size > 1 && impl.tcp_store) {
+        if (rv.world_size > 1 && impl.shares_store()) {
             std::string reason;
             try {
                 impl.shorten_store_timeout();
@@ -375,7 +358,7 @@ std::unique_ptr<ProcessGroupCollectives> ProcessGroupCollectives::join(const Ren
     meet(*impl);
     if (rendezvous.world_size > 1) impl->start_heartbeat();
     create_process_group(*impl);
-    if (impl->tcp_store) impl->tcp_store->setTimeout(to_ms(rendezvous.timeout));
+    if (impl->shares_store()) impl->base_store->setTimeout(to_ms(rendezvous.timeout));
     return std::unique_ptr<ProcessGroupCollectives>(new ProcessGroupCollectives(std::move(impl)));
 }
 

@@ -133,7 +133,10 @@ std::string ProcessGroupCollectives::Impl::who(const std::vector<int>& ranks) co
 }
 
 void ProcessGroupCollectives::Impl::shorten_store_timeout() {
-    tcp_store->setTimeout(kDiagnosisTimeout);
+    base_store->setTimeout(kDiagnosisTimeout);
+    if (run_store) return;  // every call of the run's store ends by its timeout
+    // TCPStore::setTimeout alone bounds only later wait() calls: get, add and
+    // check keep the socket timeout of the last wait (--timeout).
     if (compat::kWaitSetsSocketTimeout)
         store->wait({key("member/" + std::to_string(rank()))}, kDiagnosisTimeout);
     else
@@ -187,7 +190,7 @@ void ProcessGroupCollectives::Impl::fail(const char* op, Clock::time_point start
     const bool timed_out = aborted || looks_like_timeout(detail) || elapsed >= rendezvous.timeout * 0.95;
     const std::string after = aborted ? std::string() : " after " + seconds_text(elapsed);
     std::string message;
-    if (world() == 1 || !tcp_store) {
+    if (world() == 1 || !shares_store()) {
         message = std::string(op) + " failed" + after + ": " + detail;
     } else {
         try {
@@ -269,7 +272,7 @@ void ProcessGroupCollectives::abort(const std::string& reason) noexcept {
     if (impl_->failure || impl_->finished) return;
     impl_->failure = "rank " + std::to_string(rank()) + " stopped: " + reason;
     impl_->stop_heartbeat();
-    if (impl_->world() > 1 && impl_->tcp_store) {
+    if (impl_->world() > 1 && impl_->shares_store()) {
         try {
             impl_->shorten_store_timeout();
             impl_->publish(*impl_->failure, impl_->world());

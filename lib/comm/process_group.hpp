@@ -1,8 +1,9 @@
 // The Collectives interface over a PyTorch c10d process group: Gloo on CPU,
 // NCCL on CUDA (builds against a CUDA LibTorch only).
 //
-// Joining: every rank connects to a TCPStore at MASTER_ADDR:MASTER_PORT
-// (hosted by rank 0, or by torchrun's agent), announces itself, and waits for
+// Joining: every rank connects to the store at MASTER_ADDR:MASTER_PORT (the
+// run's own, run_store.hpp, served by rank 0; or torchrun's agent's TCPStore),
+// presenting the run token, announces itself, and waits for
 // the others; a rank that never arrives ends the rendezvous after the timeout
 // with a message naming it. Every rank then keeps a heartbeat in the store.
 //

@@ -6,6 +6,7 @@
 
 #include "base/clock.hpp"
 #include "comm/process_group.hpp"
+#include "comm/run_store.hpp"
 #include "comm/torch_compat.hpp"
 
 #include <chrono>
@@ -67,8 +68,10 @@ struct ProcessGroupCollectives::Impl {
     Rendezvous rendezvous;
     Backend backend = Backend::gloo;
     at::Device device{at::kCPU};
-    c10::intrusive_ptr<c10d::Store> base_store;  // the TCPStore (or HashStore for one rank)
-    c10d::TCPStore* tcp_store = nullptr;         // base_store as a TCPStore, when it is one
+    std::unique_ptr<RunStoreServer> server;      // the run's store, on rank 0
+    c10::intrusive_ptr<c10d::Store> base_store;  // a RunStoreClient, torchrun's TCPStore, or a HashStore for one rank
+    RunStoreClient* run_store = nullptr;         // base_store as the run's store, when it is one
+    c10d::TCPStore* tcp_store = nullptr;         // base_store as torchrun's agent store, when it is one
     c10::intrusive_ptr<c10d::Store> store;       // base_store, under torchrun's attempt prefix
     c10::intrusive_ptr<compat::BackendBase> pg;
     bool hosts_store = false;
@@ -91,6 +94,8 @@ struct ProcessGroupCollectives::Impl {
     // end of every run, finished or failed.
     void shutdown_backend() noexcept;
     int rank() const { return rendezvous.rank; }
+    // Whether the ranks share a store over the network (not one rank's HashStore).
+    bool shares_store() const { return run_store || tcp_store; }
     int world() const { return rendezvous.world_size; }
     // Keys live under a name only the run token gives, so that a process
     // without it can neither read nor plant them.
@@ -100,10 +105,8 @@ struct ProcessGroupCollectives::Impl {
     // Ranks whose heartbeat did not move during kSilenceWindow.
     std::vector<int> silent_ranks();
     std::string who(const std::vector<int>& ranks) const;
-    // TCPStore::setTimeout alone bounds only later wait() calls: get, add and
-    // check keep the socket timeout of the last wait (--timeout, from the
-    // rendezvous), so a stopped store host would make the diagnosis wait a
-    // second --timeout. A wait on a key that exists applies the short one.
+    // Bounds every later store call by kDiagnosisTimeout, so that a stopped
+    // store host cannot make the diagnosis wait a second --timeout.
     void shorten_store_timeout();
     // Closes this rank's connections so that peers blocked on it fail at once.
     void close_connections() noexcept;

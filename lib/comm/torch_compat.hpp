@@ -46,8 +46,8 @@ using BackendBase = c10d::Backend;
 using BackendBase = c10d::ProcessGroup;
 #endif
 
-/// TCPStore options, set field by field: 2.x added masterListenFd and
-/// useLibUV (default true from 2.4, and builds without libuv then throw).
+/// Options of a TCPStore client (torchrun's agent store), set field by field:
+/// 2.x added useLibUV (default true from 2.4, and builds without libuv then throw).
 /// numWorkers (c10::optional in 1.13, std::optional in 2.x) stays unset:
 /// lib/comm counts arrivals itself to name the missing ranks.
 inline c10d::TCPStoreOptions store_options(std::uint16_t port, bool is_server, std::chrono::milliseconds timeout) {
@@ -60,25 +60,6 @@ inline c10d::TCPStoreOptions store_options(std::uint16_t port, bool is_server, s
     options.useLibUV = false;
 #endif
     return options;
-}
-
-/// Whether TCPStoreOptions::masterListenFd exists (2.1+): the store then takes
-/// over a socket lib/comm bound to one address. Older versions bind the
-/// store to every interface inside the TCPStore constructor; store_server.cpp
-/// narrows that bind there.
-#define ACC_TORCH_STORE_TAKES_LISTEN_FD ACC_TORCH_AT_LEAST(2, 1)
-
-/// A server store on `port` that takes over `listen_fd` (bound and listening)
-/// where this version can; otherwise the constructor binds by itself.
-inline c10::intrusive_ptr<c10d::TCPStore> start_store(const std::string& host, std::uint16_t port,
-                                                       std::chrono::milliseconds timeout, int listen_fd) {
-    c10d::TCPStoreOptions options = store_options(port, true, timeout);
-#if ACC_TORCH_STORE_TAKES_LISTEN_FD
-    options.masterListenFd = listen_fd;
-#else
-    (void)listen_fd;
-#endif
-    return c10::make_intrusive<c10d::TCPStore>(host, options);
 }
 
 /// Whether this build has the Gloo backend (cmake/AccTorch.cmake checks for Gloo's headers).

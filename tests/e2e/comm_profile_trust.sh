@@ -39,32 +39,11 @@ for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
 PY
 }
 
-# stranger HOST PORT ACTION: a foreign client of the store (PyTorch's own TCPStore)
-# that knows the toolkit's key layout, including the key names of the default
-# token, but not the run's token. ACTION: read (fails if it can read a member)
-# or plant (a rank 1 and an error message for rank 0 to print).
-stranger() {
-    "$ACC_PYTHON" - "$@" <<'PY'
-import hashlib, sys
-from datetime import timedelta
-from torch.distributed import TCPStore
-host, port, action = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-store = TCPStore(host, port, None, False, timedelta(seconds=10))
-default = hashlib.sha1(b"accordion run token, keys: ").hexdigest()[:20]
-for prefix in ("acc/", "acc/" + default + "/"):
-    if action == "read":
-        try:
-            store.wait([prefix + "member/0"], timedelta(milliseconds=300))
-        except RuntimeError:
-            continue
-        sys.exit("the stranger read " + prefix + "member/0: " + store.get(prefix + "member/0").decode())
-    else:
-        store.add(prefix + "claims/1", 1)
-        store.set(prefix + "member/1", "intruder\t4242\t2")
-        store.set(prefix + "rendezvous_failure", "planted by a stranger")
-        store.add(prefix + "rendezvous_failures", 1)
-PY
-}
+# stranger HOST PORT read|plant|torch: a process without the run's token as a
+# client of the store (tests/e2e/store_stranger.py): read fails if it reads a
+# key; plant writes keys where it is let in; torch is PyTorch's own TCPStore
+# client, which the store turns away.
+stranger() { "$ACC_PYTHON" "$ACC_SOURCE/tests/e2e/store_stranger.py" "$3" "$1" "$2" >/dev/null; }
 
 # --nproc: the store listens on loopback only, under a token only the ranks know.
 comm-profile --nproc 2 -v --timeout 30 "${long[@]}" >/dev/null 2>nproc.err &

@@ -1,47 +1,18 @@
 #!/usr/bin/env bash
 # A local process without the run's token, as a client of the rendezvous store
-# (PyTorch's own TCPStore), against a run that has one: it reads nothing of the
-# run's (the ranks' members, Gloo's addresses, the host names) and writes
-# nothing the run trusts (a run mark, refusals, members, an error message, the
-# process group's keys), and the run ends normally.
+# (speaking its protocol with the default token, or as PyTorch's own TCPStore),
+# against a run that has one: it is turned away, reads nothing of the run's (the
+# ranks' members, Gloo's addresses, the host names) and writes nothing the run
+# trusts, and the run ends normally (tests/e2e/store_stall.sh: stalls).
 source "$(dirname "$0")/common.sh"
 cd "$WORK"
 trap 'kill -KILL $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
-# stranger HOST PORT read|plant: the keys it tries are every fixed name a run
-# has used, and those of the default token's name space. read: fails if it can
-# read any; plant: writes all of them.
-stranger() {
-    "$ACC_PYTHON" - "$@" <<'PY'
-import hashlib, sys
-from datetime import timedelta
-from torch.distributed import TCPStore
-host, port, action = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-store = TCPStore(host, port, None, False, timedelta(seconds=10))
-default = "acc/" + hashlib.sha1(b"accordion run token, keys: ").hexdigest()[:20] + "/"
-fixed = ["acc/run", "acc/refused", "acc/pg/0/0", "acc/pg/0/1", "acc/pg/0/rank_0", "acc/pg/0/rank_1"]
-spaced = ["store", "member/0", "member/1", "pg/0/0", "pg/0/1", "pg/0/rank_0", "pg/0/rank_1"]
-keys = fixed + ["acc/" + k for k in spaced] + [default + k for k in spaced]
-if action == "read":
-    for key in keys:
-        try:
-            store.wait([key], timedelta(milliseconds=100))
-        except RuntimeError:
-            continue
-        sys.exit("the stranger read " + key + ": " + store.get(key).decode(errors="replace"))
-else:
-    store.set("acc/run", b"0" * 40)
-    store.add("acc/refused", 5)
-    for prefix in ("acc/", default):
-        store.add(prefix + "claims/1", 1)
-        store.set(prefix + "member/1", "intruder\t4242\t2")
-        store.set(prefix + "rendezvous_failure", "planted by a stranger")
-        store.add(prefix + "rendezvous_failures", 1)
-        store.set(prefix + "failure", "planted by a stranger")
-    for key in fixed[2:]:
-        store.set(key, "127.0.0.1:1")
-PY
-}
+# stranger HOST PORT read|plant|torch: a process without the run's token as a
+# client of the store (tests/e2e/store_stranger.py): read fails if it reads a
+# key; plant writes keys where it is let in; torch is PyTorch's own TCPStore
+# client, which the store turns away.
+stranger() { "$ACC_PYTHON" "$ACC_SOURCE/tests/e2e/store_stranger.py" "$3" "$1" "$2" >/dev/null; }
 
 # A run by hand with ACC_RUN_TOKEN: the stranger plants its keys while rank 0
 # waits; rank 1, with the same token, then joins and both measure.
@@ -55,6 +26,7 @@ for _ in $(seq 100); do
     sleep 0.1
 done
 stranger 127.0.0.1 "$port" plant || fail "the stranger could not reach the store"
+stranger 127.0.0.1 "$port" torch || fail "PyTorch's TCPStore client was let in"
 ACC_RUN_TOKEN=s3cret comm-profile --rank 1 --world-size 2 --master-port "$port" --timeout 30 -e 64 -n 1 -w 0 \
     2>rank1.err || fail "rank 1 with the run's token, after the stranger: $(cat rank1.err)"
 wait "$rank0" || fail "rank 0 with the run's token, after the stranger: $(cat rank0.err)"

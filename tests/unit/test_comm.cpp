@@ -4,7 +4,7 @@
 #include "comm/launch.hpp"
 #include "comm/process_group.hpp"
 #include "comm/rendezvous.hpp"
-#include "comm/store_server.hpp"
+#include "comm/run_store.hpp"
 #include "support/gloo_ranks.hpp"
 
 #include "test_support.hpp"
@@ -16,14 +16,14 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <vector>
 #include <string>
 #include <thread>
 
 #include <arpa/inet.h>
 #include <cerrno>
-#include <dlfcn.h>
-#include <sys/stat.h>
 #include <netinet/in.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -140,10 +140,6 @@ TEST(Launch, WithoutNprocRunsInThisProcess) {
 }
 
 namespace {
-
-// The sockets (their inodes) this thread called listen() on, kept by the
-// definition below.
-thread_local std::set<ino_t> t_listened;
 
 sockaddr_in loopback(int port) {
     sockaddr_in address{};
@@ -507,25 +503,184 @@ TEST(ProcessGroup, FinishingBesideAStoppedRankEndsAtOnce) {
     EXPECT_LT(finish_seconds, 10);
 }
 
-// Rank 0 starts the store while the other ranks already knock on its port: a
-// socket listening there before the store's own would take their connections
-// into its queue and reset them when it closed, and LibTorch 1.13's store client
-// ends the whole process on a reset connection. One socket listens: the store's
-// (LibTorch 2.x calls listen() on it twice, ours and its own).
-TEST(StoreServer, OnlyTheStoreListensOnItsPort) {
-    const PortReservation reserved;
-    t_listened.clear();
-    auto store = acc::comm::start_store_server("127.0.0.1", reserved.port(), std::chrono::seconds(5));
-    EXPECT_EQ(t_listened.size(), 1u);
+// ---- the run's rendezvous store ----------------------------------------------
+
+namespace {
+
+using Millis = std::chrono::milliseconds;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Notes the socket of each of this thread's listen() calls, then makes the call
-// (the C library's, found next), for StoreServer.OnlyTheStoreListensOnItsPort.
-// By inode: a closed socket's descriptor number may come back for the next one.
-extern "C" int listen(int fd, int backlog) noexcept {
-    using Listen = int (*)(int, int);
-    static const Listen next = reinterpret_cast<Listen>(::dlsym(RTLD_NEXT, "listen"));
-    struct stat socket_status {};
-    if (::fstat(fd, &socket_status) == 0) t_listened.insert(socket_status.st_ino);
-    return next(fd, backlog);
+// A raw TCP connection to 127.0.0.1:port, as a process without the token makes it.
+struct Stranger {
+    int fd = -1;
+    explicit Stranger(int port) {
+        fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        const sockaddr_in address = loopback(port);
+        EXPECT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+        timeval bound{3, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof bound);
+    }
+    ~Stranger() { ::close(fd); }
+    void send(const std::vector<uint8_t>& bytes) const {
+        ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+    }
+    // Whether the store closed this connection (within the 3 s receive bound).
+    bool closed() const {
+        uint8_t byte;
+        for (;;) {
+            const ssize_t n = ::recv(fd, &byte, 1, 0);
+            if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+            if (n < 0) return false;
+        }
+    }
+};
+
+}  // namespace
+
+TEST(RunStore, KeepsKeysAsC10dStoresDo) {
+    const PortReservation reserved;
+    RunStoreServer server("127.0.0.1", reserved.port(), "digest");
+    auto store = c10::make_intrusive<RunStoreClient>("127.0.0.1", reserved.port(), "digest", Millis(2000));
+    store->set("a", std::vector<uint8_t>{1, 2, 3});
+    EXPECT_EQ(store->get("a"), (std::vector<uint8_t>{1, 2, 3}));
+    EXPECT_EQ(store->add("n", 5), 5);
+    EXPECT_EQ(store->add("n", -7), -2);
+    EXPECT_EQ(store->get("n"), (std::vector<uint8_t>{'-', '2'}));
+    EXPECT_TRUE(store->check({"a", "n"}));
+    EXPECT_FALSE(store->check({"a", "b"}));
+    EXPECT_EQ(store->getNumKeys(), 2);
+    EXPECT_THROW(store->add("a", 1), StoreUnavailable) << "a key that holds no number";
+    // compareSet: set when absent and nothing expected, or when it holds what is expected.
+    EXPECT_EQ(store->compareSet("c", {}, {'x'}), (std::vector<uint8_t>{'x'}));
+    EXPECT_EQ(store->compareSet("c", {'y'}, {'z'}), (std::vector<uint8_t>{'x'}));
+    EXPECT_EQ(store->compareSet("c", {'x'}, {'z'}), (std::vector<uint8_t>{'z'}));
+    EXPECT_TRUE(store->deleteKey("c"));
+    EXPECT_FALSE(store->deleteKey("c"));
+    // get and wait wait for a key another client sets, up to their timeout.
+    std::thread later([&] {
+        std::this_thread::sleep_for(Millis(100));
+        RunStoreClient other("127.0.0.1", reserved.port(), "digest", Millis(2000));
+        other.set("late", std::vector<uint8_t>{7});
+    });
+    EXPECT_EQ(store->get("late"), (std::vector<uint8_t>{7}));
+    later.join();
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(store->wait({"never"}, Millis(200)), StoreUnavailable);
+    EXPECT_LT(seconds_since(start), 1.0);
+    auto copy = store->clone();
+    EXPECT_EQ(copy->get("a"), (std::vector<uint8_t>{1, 2, 3}));
+    const auto counts = server.counts();
+    EXPECT_EQ(counts.authenticated, 3);
+    EXPECT_EQ(counts.refused, 0);
+}
+
+// A process without the token that sends one byte and waits, which stalled
+// LibTorch 1.13's TCPStore for every rank and kept its host from exiting: the
+// ranks go on at once, the stranger is closed after hello_deadline, and the
+// host stops at once.
+TEST(RunStore, AStrangerThatSendsAByteAndWaitsStallsNobody) {
+    const PortReservation reserved;
+    RunStoreLimits limits;
+    limits.hello_deadline = Millis(300);
+    auto server = std::make_unique<RunStoreServer>("127.0.0.1", reserved.port(), "digest", limits);
+    const Stranger stranger(reserved.port());
+    stranger.send({0});
+    Stranger holder(reserved.port());
+    holder.send({0});
+    auto start = std::chrono::steady_clock::now();
+    RunStoreClient store("127.0.0.1", reserved.port(), "digest", Millis(2000));
+    for (int i = 0; i < 50; ++i) store.add("k", 1);
+    EXPECT_EQ(store.get("k"), (std::vector<uint8_t>{'5', '0'}));
+    EXPECT_LT(seconds_since(start), 0.25);
+    EXPECT_TRUE(stranger.closed());
+    EXPECT_GE(server->counts().timed_out, 1);
+    Stranger late(reserved.port());
+    late.send({1});
+    start = std::chrono::steady_clock::now();
+    server.reset();
+    EXPECT_LT(seconds_since(start), 0.25) << "the store's host stops whatever its clients do";
+}
+
+// Nothing a stranger sends makes the store hold more than a hello: a message
+// announced too long, another token, garbage, or many connections at once.
+TEST(RunStore, AStrangerCannotMakeItHoldMore) {
+    const PortReservation reserved;
+    RunStoreLimits limits;
+    limits.max_strangers = 2;
+    limits.max_stored_bytes = 4096;
+    RunStoreServer server("127.0.0.1", reserved.port(), "digest", limits);
+    {
+        const Stranger big(reserved.port());
+        big.send({0x00, 0x00, 0x40, 0x06});  // a message of 100 MiB
+        EXPECT_TRUE(big.closed());
+        const Stranger garbage(reserved.port());
+        garbage.send({9, 0, 0, 0, 2, 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h'});  // a set before the hello
+        EXPECT_TRUE(garbage.closed());
+    }
+    {
+        const Stranger first(reserved.port());
+        const Stranger second(reserved.port());
+        const Stranger third(reserved.port());
+        EXPECT_TRUE(first.closed()) << "the oldest connection without the token gives way";
+    }
+    try {
+        RunStoreClient other("127.0.0.1", reserved.port(), "guess", Millis(2000));
+        ADD_FAILURE() << "a client with another token was let in";
+    } catch (const acc::Error& e) {
+        EXPECT_EQ(std::string(e.what()),
+                  "rendezvous at 127.0.0.1:" + std::to_string(reserved.port()) +
+                      ": the store there belongs to another run (it was opened with another run token); give "
+                      "every rank the same ACC_RUN_TOKEN, or none");
+    }
+    RunStoreClient store("127.0.0.1", reserved.port(), "digest", Millis(2000));
+    EXPECT_THROW(store.set("big", std::vector<uint8_t>(5000)), StoreUnavailable) << "over the bytes it stores";
+    EXPECT_THROW(store.set("huge", std::vector<uint8_t>((1 << 20) + 1)), StoreUnavailable) << "over a value's bytes";
+    store.set("small", std::vector<uint8_t>(100));
+    EXPECT_EQ(store.get("small").size(), 100u);
+    const auto counts = server.counts();
+    EXPECT_EQ(counts.stored_bytes, 105);
+    EXPECT_GE(counts.refused, 4);
+    EXPECT_LT(counts.buffered_bytes, 100);
+}
+
+// A store that takes connections and never answers (its host stopped, or
+// another program on the port): every call ends within its timeout and names
+// the address.
+TEST(RunStore, EveryCallEndsWithinItsTimeout) {
+    const PortReservation reserved;
+    const int silent = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_EQ(bind_loopback(silent, reserved.port(), true), 0);
+    ASSERT_EQ(::listen(silent, 16), 0);  // the kernel accepts; nobody answers
+    const std::string where = "127.0.0.1:" + std::to_string(reserved.port());
+    auto start = std::chrono::steady_clock::now();
+    try {
+        RunStoreClient store("127.0.0.1", reserved.port(), "digest", Millis(500));
+        ADD_FAILURE() << "a silent store answered";
+    } catch (const StoreUnavailable& e) {
+        EXPECT_NE(std::string(e.what()).find("the rendezvous store at " + where + " did not answer"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_LT(seconds_since(start), 1.0);
+    // Joining as rank 1: the one-line error within --timeout.
+    Rendezvous rv;
+    rv.rank = 1;
+    rv.world_size = 2;
+    rv.master_port = reserved.port();
+    rv.timeout = 1.0;
+    start = std::chrono::steady_clock::now();
+    try {
+        ProcessGroupCollectives::join(rv);
+        ADD_FAILURE() << "joined a silent store";
+    } catch (const acc::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("rendezvous: rank 1: timed out after 1.0 s: the rendezvous store at " +
+                                             where + " did not answer"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_LT(seconds_since(start), 1.5);
+    ::close(silent);
 }
