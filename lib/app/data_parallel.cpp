@@ -89,6 +89,7 @@ train::CheckpointInfo DataParallelRank::load_checkpoint(
     const train::CheckpointInfo saved = trainer_->load_checkpoint_image(image, path, &extra);
     check_same_run(path, extra.count("run/options") ? tensor_text(extra.at("run/options")) : "", settings,
                    same(saved));
+    check_counters(path, saved, extra);
     const std::string done = std::to_string(saved.epoch);
     if (saved.epoch > t_.epochs)
         throw UsageError("--epochs " + std::to_string(t_.epochs) + ": " + path + " is from a run that has completed " +
@@ -100,10 +101,47 @@ train::CheckpointInfo DataParallelRank::load_checkpoint(
     return saved;
 }
 
+// The epoch and step counters are attributes, which carry no checksum: each
+// completed epoch's steps, a checksummed dataset, must add up to them.
+void DataParallelRank::check_counters(const std::string& path, const train::CheckpointInfo& saved,
+                                      const train::TensorMap& extra) {
+    epoch_steps_.clear();
+    auto it = extra.find("run/epoch_steps");
+    if (it == extra.end()) {
+        if (saved.checksummed)
+            throw FileError(path, "/extra/run/epoch_steps is missing; every checkpoint of this format holds it");
+        // Format 1.0: nothing to cross-check with; the steps spread over the epochs.
+        for (std::int64_t e = 0; e < saved.epoch; ++e)
+            epoch_steps_.push_back(saved.global_step / saved.epoch + (e + 1 == saved.epoch ? saved.global_step % saved.epoch : 0));
+        return;
+    }
+    const torch::Tensor steps = it->second.to(torch::kLong).contiguous();
+    if (steps.dim() != 1 || steps.size(0) != saved.epoch)
+        throw FileError(path, "epoch " + std::to_string(saved.epoch) + " but /extra/run/epoch_steps holds " +
+                                  std::to_string(steps.numel()) + " epochs; the file is damaged");
+    std::int64_t total = 0;
+    for (std::int64_t e = 0; e < steps.size(0); ++e) {
+        const std::int64_t n = steps[e].item<std::int64_t>();
+        if (n < 1 || n > (std::int64_t{1} << 40))
+            throw FileError(path, "/extra/run/epoch_steps holds " + std::to_string(n) + " steps for epoch " +
+                                      std::to_string(e) + "; the file is damaged");
+        total += n;
+        epoch_steps_.push_back(n);
+    }
+    if (total != saved.global_step)
+        throw FileError(path, "global_step " + std::to_string(saved.global_step) + " but its " +
+                                  std::to_string(saved.epoch) + " completed epochs took " + std::to_string(total) +
+                                  " steps (/extra/run/epoch_steps); the file is damaged");
+}
+
 std::unique_ptr<io::AtomicPath> DataParallelRank::write_checkpoint(const std::string& path, std::int64_t epoch,
                                                                    const std::string& settings, train::TensorMap extra,
                                                                    const Provenance& provenance) {
     extra["run/options"] = text_tensor(settings);
+    if (static_cast<std::int64_t>(epoch_steps_.size()) != epoch + 1)
+        throw Error("internal error: " + std::to_string(epoch_steps_.size()) + " epochs counted at the end of epoch " +
+                    std::to_string(epoch));
+    extra["run/epoch_steps"] = torch::tensor(epoch_steps_, torch::kLong);
     const train::CheckpointInfo saved{epoch + 1, trainer_->global_step(), t_.model,  t_.data.name,
                                       trainer_->batch_size(), session_.world(), t_.seed, provenance};
     auto target = std::make_unique<io::AtomicPath>(path);
@@ -149,6 +187,8 @@ void DataParallelRank::train_epoch(std::int64_t epoch, cli::Progress& progress) 
             progress.step(samples, loss);
         });
     progress.end_epoch();
+    epoch_steps_.resize(static_cast<std::size_t>(epoch));  // those before it, as loaded or counted
+    epoch_steps_.push_back(r.steps);
     if (session_.comm()) {
         // Batch-norm statistics are each rank's own: all take rank 0's (DDP's
         // broadcast_buffers), so that evaluation and the checkpoint describe one model.

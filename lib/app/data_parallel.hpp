@@ -112,11 +112,13 @@ protected:
     std::unique_ptr<train::Dataset> data_;
     std::shared_ptr<train::Model> model_;
     std::unique_ptr<train::Trainer> trainer_;
+    std::vector<std::int64_t> epoch_steps_;  ///< steps of each completed epoch (a checkpoint's /extra/run/epoch_steps)
     std::vector<torch::Tensor> tensors_;  // the model's parameters
     nlohmann::json history_ = nlohmann::json::array();
     std::unique_ptr<trace::Trace> trace_;  // --trace, while its window of steps runs
 
 private:
+    void check_counters(const std::string& path, const train::CheckpointInfo& saved, const train::TensorMap& extra);
     void train_epoch(std::int64_t epoch, cli::Progress& progress);
     void watch_traced_steps();
     EpochSummary summarize(std::int64_t epoch, const EpochPlan& plan, const train::EpochResult& r);

@@ -537,13 +537,18 @@ void H5File::write_raw(const std::string& dataset, hid_t file_type, hid_t mem_ty
                               : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                  H5Sclose);
     Handle dcpl = untimed(H5P_DATASET_CREATE);
-    if (gzip_level > 0 && !dims.empty() && element_count(dims) > 0) {
+    // Numbers are written with a Fletcher-32 checksum per chunk, which HDF5 (and
+    // h5py) verify on every read: a flipped byte is an error, not another number.
+    // Strings and scalars cannot be chunked; their damage shows as a wrong name.
+    const bool numeric = H5Tget_class(file_type) != H5T_STRING;
+    if ((numeric || gzip_level > 0) && !dims.empty() && element_count(dims) > 0) {
         // Chunks of at most ~1 Mi elements, cut along the first dimension.
         Dims chunk = dims;
         hsize_t row = element_count(dims) / dims[0];
         chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], (hsize_t{1} << 20) / std::max<hsize_t>(row, 1)));
         H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
-        H5Pset_deflate(dcpl.get(), static_cast<unsigned>(gzip_level));
+        if (numeric) H5Pset_fletcher32(dcpl.get());
+        if (gzip_level > 0) H5Pset_deflate(dcpl.get(), static_cast<unsigned>(gzip_level));
     }
     create_parents(dataset);
     Handle ds(H5Dcreate2(file_.get(), dataset.c_str(), file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
@@ -600,7 +605,15 @@ size_t H5File::checked_elements(const std::string& dataset, const Dims& dims) co
     if (stored > file_bytes)
         fail("dataset " + dataset + " " + declared_text + " stored in " + std::to_string(stored) +
              " bytes, more than the whole file (" + std::to_string(file_bytes) + " bytes); the file is corrupt");
-    const bool filtered = layout == H5D_CHUNKED && H5Pget_nfilters(dcpl.get()) > 0;
+    bool filtered = false;  // compressed: a checksum alone adds 4 bytes a chunk
+    if (layout == H5D_CHUNKED)
+        for (int i = 0, n = H5Pget_nfilters(dcpl.get()); i < n; ++i) {
+            unsigned flags = 0;
+            size_t values = 0;
+            if (H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &values, nullptr, 0, nullptr, nullptr) !=
+                H5Z_FILTER_FLETCHER32)
+                filtered = true;
+        }
     // Compression shrinks data at most ~1000-fold (deflate's limit); without a
     // filter every declared byte must be in the file.
     const hsize_t can_hold = filtered ? stored * kMaxCompression + (hsize_t{1} << 16) : stored;
@@ -608,6 +621,20 @@ size_t H5File::checked_elements(const std::string& dataset, const Dims& dims) co
         fail("dataset " + dataset + " " + declared_text + " but the file holds only " + std::to_string(stored) +
              " bytes of it; the file is truncated or corrupt");
     return static_cast<size_t>(elements);
+}
+
+bool H5File::has_checksum(const std::string& dataset) const {
+    Handle ds = open_dataset(dataset);
+    Handle dcpl(H5Dget_create_plist(ds.get()), H5Pclose);
+    if (!dcpl || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return false;
+    for (int i = 0, n = H5Pget_nfilters(dcpl.get()); i < n; ++i) {
+        unsigned flags = 0;
+        size_t values = 0;
+        if (H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &values, nullptr, 0, nullptr, nullptr) ==
+            H5Z_FILTER_FLETCHER32)
+            return true;
+    }
+    return false;
 }
 
 void H5File::read_raw(const std::string& dataset, hid_t mem_type, H5T_class_t expected, void* out,
@@ -618,8 +645,12 @@ void H5File::read_raw(const std::string& dataset, hid_t mem_type, H5T_class_t ex
     if (cls != expected)
         fail("dataset " + dataset + " holds " + type_class_name(cls) + ", expected " + type_class_name(expected));
     if (elements == 0) return;
-    if (H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0)
-        fail("cannot read dataset " + dataset + " (" + innermost_hdf5_error() + "); the file may be truncated or corrupt");
+    if (H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out) < 0) {
+        const std::string why = innermost_hdf5_error();
+        if (why.find("Fletcher32") != std::string::npos)
+            fail("dataset " + dataset + " fails its checksum (Fletcher-32): the file is damaged");
+        fail("cannot read dataset " + dataset + " (" + why + "); the file may be truncated or corrupt");
+    }
 }
 
 std::vector<std::string> H5File::read_strings(const std::string& dataset) const {
@@ -670,6 +701,7 @@ void H5File::create_growing_raw(const std::string& dataset, hid_t type, const Di
     Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), max.data()), H5Sclose);
     Handle dcpl = untimed(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    if (H5Tget_class(type) != H5T_STRING) H5Pset_fletcher32(dcpl.get());  // as write_raw's
     create_parents(dataset);
     Handle ds(H5Dcreate2(file_.get(), dataset.c_str(), type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
               H5Dclose);

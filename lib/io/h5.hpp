@@ -87,6 +87,9 @@ public:
     void write(const std::string& dataset, const std::vector<T>& data, const Dims& dims, int gzip_level = 0);
     void write_strings(const std::string& dataset, const std::vector<std::string>& values);
     Dims shape(const std::string& dataset) const;
+    /// Whether `dataset` carries a Fletcher-32 checksum (every numeric dataset
+    /// this wrapper writes does; HDF5 verifies it on every read).
+    bool has_checksum(const std::string& dataset) const;
     /// Reads a numeric dataset, converting from any integer or float type of the
     /// same class as T (an integer field rejects floats and vice versa).
     template <class T>

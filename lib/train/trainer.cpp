@@ -70,8 +70,14 @@ torch::Tensor read_values(const io::H5File& f, const std::string& name, torch::S
     return torch::from_blob(values.data(), sizes, type).clone();
 }
 
-torch::Tensor read_tensor(const io::H5File& f, const std::string& name) {
+// `checksummed`: the file is of a format version whose writer gives every
+// tensor a checksum, so one without is refused.
+torch::Tensor read_tensor(const io::H5File& f, const std::string& name, bool checksummed) {
     if (!f.exists(name)) f.fail("dataset " + name + " is missing");
+    const io::Dims dims = f.shape(name);
+    if (checksummed && !dims.empty() && io::element_count(dims) > 0 && !f.has_checksum(name))
+        f.fail("dataset " + name + " has no checksum; every tensor of this checkpoint's format carries one, so the "
+               "file was altered");
     const std::string dtype = f.has_attr(name, "dtype") ? f.read_attr_string(name, "dtype") : "float32";
     if (dtype == "float64") return read_values<double>(f, name, torch::kFloat64);
     if (dtype == "int64") return read_values<std::int64_t>(f, name, torch::kInt64);
@@ -91,8 +97,8 @@ torch::Tensor read_tensor(const io::H5File& f, const std::string& name) {
 }
 
 // Copies a stored tensor into `target`, which fixes the expected shape.
-void restore(const io::H5File& f, const std::string& name, torch::Tensor target) {
-    torch::Tensor stored = read_tensor(f, name);
+void restore(const io::H5File& f, const std::string& name, torch::Tensor target, bool checksummed) {
+    torch::Tensor stored = read_tensor(f, name, checksummed);
     if (stored.sizes() != target.sizes())
         f.fail(name + " has shape " + io::shape_text(stored.sizes().vec()) + ", expected " +
                io::shape_text(target.sizes().vec()));
@@ -101,15 +107,16 @@ void restore(const io::H5File& f, const std::string& name, torch::Tensor target)
 }
 
 // Reads every tensor below `group` into `out`, keyed by its path relative to `root`.
-void read_tree(const io::H5File& f, const std::string& group, const std::string& prefix, TensorMap& out) {
+void read_tree(const io::H5File& f, const std::string& group, const std::string& prefix, TensorMap& out,
+               bool checksummed) {
     for (const auto& name : f.list(group)) {
         const std::string path = group + "/" + name;
         if (f.has_attr(path, "dtype"))
-            out[prefix + name] = read_tensor(f, path);
+            out[prefix + name] = read_tensor(f, path, checksummed);
         else if (f.is_dataset(path))
             f.fail("dataset " + path + " has no 'dtype' attribute; every tensor of a checkpoint names its dtype");
         else
-            read_tree(f, path, prefix + name + "/", out);
+            read_tree(f, path, prefix + name + "/", out, checksummed);
     }
 }
 
@@ -559,7 +566,7 @@ EvalResult Trainer::evaluate(Shard shard) {
 
 void Trainer::write_checkpoint(io::AtomicPath& target, const CheckpointInfo& info, const TensorMap& extra) const {
     io::H5File f = io::H5File::create(target.temp(), target.destination());
-    io::write_header(f, {kCheckpointFormat, 1, 0, info.provenance, ""});
+    io::write_header(f, {kCheckpointFormat, 1, kCheckpointMinor, info.provenance, ""});
     f.write_attr("/", "epoch", info.epoch);
     f.write_attr("/", "global_step", info.global_step);
     f.write_attr("/", "model", info.model);
@@ -588,7 +595,9 @@ CheckpointInfo Trainer::load_checkpoint_image(const std::vector<std::uint8_t>& b
 
 CheckpointInfo Trainer::load_checkpoint_from(const io::H5File& f, TensorMap* extra) {
     CheckpointInfo info;
-    info.provenance = io::read_header(f, kCheckpointFormat, 1).provenance;
+    const io::FileHeader header = io::read_header(f, kCheckpointFormat, 1);
+    info.provenance = header.provenance;
+    info.checksummed = header.minor >= 1;
     const std::string mismatch = io::compare_parameters(description_, io::read_parameters(f));
     if (!mismatch.empty()) f.fail("does not belong to this model: " + mismatch);
     info.epoch = f.read_attr_int("/", "epoch");
@@ -599,18 +608,19 @@ CheckpointInfo Trainer::load_checkpoint_from(const io::H5File& f, TensorMap* ext
     info.world_size = f.read_attr_int("/", "world_size");
     info.seed = static_cast<std::uint64_t>(f.read_attr_int("/", "seed"));
     if (info.epoch < 0 || info.global_step < 0) f.fail("epoch and global_step must be >= 0");
-    for (const auto& item : model_->named_parameters()) restore(f, "/model/" + item.key(), item.value());
-    for (const auto& item : model_->named_buffers()) restore(f, "/buffers/" + item.key(), item.value());
+    const bool sums = info.checksummed;
+    for (const auto& item : model_->named_parameters()) restore(f, "/model/" + item.key(), item.value(), sums);
+    for (const auto& item : model_->named_buffers()) restore(f, "/buffers/" + item.key(), item.value(), sums);
     for (size_t i = 0; i < description_.size(); ++i) {
         const std::string name = "/optimizer/momentum/" + description_[i].name;
         sgd_.momentum()[i] = torch::Tensor();
         if (f.exists(name)) {
             sgd_.momentum()[i] = torch::zeros_like(parameters_[i]);
-            restore(f, name, sgd_.momentum()[i]);
+            restore(f, name, sgd_.momentum()[i], sums);
         }
     }
     TensorMap stored;
-    if (f.exists("/extra")) read_tree(f, "/extra", "", stored);
+    if (f.exists("/extra")) read_tree(f, "/extra", "", stored, sums);
     if (extra) *extra = std::move(stored);
     global_step_ = info.global_step;
     return info;

@@ -142,9 +142,14 @@ struct CheckpointInfo {
     std::int64_t world_size = 1;
     std::uint64_t seed = 0;
     io::Provenance provenance;  ///< the program that writes the checkpoint
+    /// Read from a file of format 1.1 or later, whose tensors all carry checksums
+    /// and whose /extra/run/epoch_steps its reader must cross-check.
+    bool checksummed = false;
 };
 
 inline constexpr const char* kCheckpointFormat = "accordion.checkpoint";
+/// 1.1: every tensor with a Fletcher-32 checksum; /extra/run/epoch_steps.
+inline constexpr int kCheckpointMinor = 1;
 
 /// Called for every step, in order, with its loss (mean over the step's samples)
 /// and sample count: on the CPU as the step ends; on a GPU in batches, at most half

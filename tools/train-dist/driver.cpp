@@ -300,6 +300,18 @@ Start DistRank::resume() {
     const std::string mine = "ranks/" + std::to_string(session_.rank()) + "/";
     for (const auto& [name, tensor] : extra)
         if (name.rfind(mine, 0) == 0) start.exchange_state[name.substr(mine.size())] = tensor;
+    if (c_.gravac) {
+        // GraVAC's decisions replay from its inputs: without them the resumed run decides otherwise.
+        auto inputs = start.exchange_state.find("gravac/inputs");
+        if (inputs == start.exchange_state.end())
+            throw FileError(checkpoint_, "/extra/" + mine + "gravac/inputs is missing; a GraVAC run resumes from "
+                                        "its controller's inputs");
+        if (inputs->second.dim() != 2 || inputs->second.size(0) != saved.global_step)
+            throw FileError(checkpoint_, "/extra/" + mine + "gravac/inputs holds " +
+                                             std::to_string(inputs->second.dim() == 2 ? inputs->second.size(0) : -1) +
+                                             " steps for global_step " + std::to_string(saved.global_step) +
+                                             "; the file is damaged");
+    }
     if (plan_ && plan_->online()) {
         torch::Tensor norms = entry("accordion/norm").to(torch::kFloat64).contiguous();
         if (norms.dim() != 2 || norms.size(0) != start.epoch || norms.size(1) != static_cast<std::int64_t>(count))
