@@ -253,7 +253,9 @@ class CompressionState:
         (each rank's memories are its own)."""
         names = _library.call(self._sync.state_names)
         tensors = _library.call(self._sync.state_tensors)
-        out = {"state": dict(zip(names, tensors)), "epoch": self.epoch, "steps": self.steps}
+        rank, world = _library.call(self._sync.owner)
+        out = {"state": dict(zip(names, tensors)), "epoch": self.epoch, "steps": self.steps, "rank": rank,
+               "world_size": world}
         if self._online is not None:
             out["accordion"] = self._online.state_dict(self.names)
         if self._gravac is not None:
@@ -261,12 +263,15 @@ class CompressionState:
         return out
 
     def load_state_dict(self, state_dict):
-        """Restores state_dict() (on the rank that saved it)."""
+        """Restores state_dict() on the rank that saved it, in a world of the same
+        size; another rank or world size is refused (each rank's memories are its own)."""
         try:
             entries, epoch, steps = state_dict["state"], state_dict["epoch"], state_dict["steps"]
         except (KeyError, TypeError):
             raise UsageError("state_dict: not a CompressionState.state_dict() (needs 'state', 'epoch' and "
                              "'steps')") from None
+        if "world_size" in state_dict:  # saved before the owner was recorded: taken as this rank's
+            _library.call(self._sync.check_owner, int(state_dict.get("rank", -1)), int(state_dict["world_size"]))
         if isinstance(state_dict.get("gravac"), dict):
             entries = {**entries, **state_dict["gravac"]}  # as saved before GraVAC's entries joined "state"
         names = list(entries)

@@ -161,6 +161,8 @@ public:
              bool error_feedback, std::string gravac, std::vector<double> gravac_numbers,
              std::vector<std::string> gravac_texts, bool reset_gains, std::int64_t batch_size) {
         guarded([&] {
+            rank_ = group->getRank();
+            world_ = group->getSize();
             const auto seed32 = static_cast<std::uint32_t>(seed);
             sync_ = make_bucket_sync(group, seed32, error_feedback);
             if (gravac.empty()) return 0;
@@ -233,9 +235,28 @@ public:
         });
     }
 
+    // The rank and world size that state() belongs to: [rank, world size].
+    std::vector<std::int64_t> owner() const { return {rank_, world_}; }
+    // A state moves only to the same rank of a world of the same size: error
+    // memories and PowerSGD's Q are each rank's own, and no rule merges or splits
+    // them without changing the training (elastic restarts start afresh).
+    void check_owner(std::int64_t saved_rank, std::int64_t saved_world) const {
+        guarded([&] {
+            if (saved_rank == rank_ && saved_world == world_) return 0;
+            throw UsageError("state_dict: saved by rank " + std::to_string(saved_rank) + " of " +
+                             std::to_string(saved_world) + ", loaded on rank " + std::to_string(rank_) + " of " +
+                             std::to_string(world_) +
+                             "; each rank's error memories are its own, so a state loads only on the rank and world "
+                             "size that saved it (after a change of world size, start without load_state_dict(), "
+                             "which drops the memories)");
+        });
+    }
+
 private:
     std::unique_ptr<Sync> sync_;
     bool gravac_ = false;
+    std::int64_t rank_ = 0;
+    std::int64_t world_ = 1;
 };
 
 }  // namespace
@@ -261,6 +282,8 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
         .def("take_steps", &HookSync::take_steps)
         .def("state_names", &HookSync::state_names)
         .def("state_tensors", &HookSync::state_tensors)
-        .def("load_state", &HookSync::load_state);
+        .def("load_state", &HookSync::load_state)
+        .def("owner", &HookSync::owner)
+        .def("check_owner", &HookSync::check_owner);
 }
 #endif

@@ -264,6 +264,14 @@ def test_what_is_refused_before_any_step(one_rank, schedules):
         state.load_state_dict({"state": {"head.weight/error": torch.zeros(64)}, "epoch": 0, "steps": 0})
     with pytest.raises(accordion.UsageError, match="^state_dict: not a CompressionState.state_dict()"):
         state.load_state_dict({"epoch": 0})
+    # Error memories are each rank's own: a state saved by 2 ranks does not load into 1 (it did, silently).
+    saved = state.state_dict()
+    assert (saved["rank"], saved["world_size"]) == (0, 1)
+    state.load_state_dict(saved)
+    for rank, world in ((1, 2), (0, 2)):
+        with pytest.raises(accordion.UsageError, match=rf"^state_dict: saved by rank {rank} of {world}, loaded on "
+                                                       r"rank 0 of 1; each rank's error memories are its own"):
+            state.load_state_dict({**saved, "rank": rank, "world_size": world})
     with pytest.raises(accordion.UsageError, match=r"^seed: must be a whole number in \[0, 2\^32\)"):
         accordion.CompressionState(one_rank, "none", seed=-1)
 
