@@ -65,18 +65,32 @@ public:
         if (exchange.in_flight())
             throw UsageError("bucket of " + names.front() + ": DDP handed it over twice in one step");
         if (!(exchange.levels() == specs)) exchange.set_levels(specs);
-        std::vector<at::Tensor> tensors = gradients;
-        exchange.start(tensors);
-        pending_.push_back(&exchange);
+        Pending started{&exchange, gradients, {}};
+        if (!gradients.empty() && is_16_bit(gradients[0].scalar_type())) {
+            // A bf16 or fp16 bucket (a model kept in 16 bits) is exchanged as float32
+            // copies: every compressor computes and keeps its memories in fp32, and
+            // the average is rounded back into the bucket once, at the end.
+            started.narrow = gradients;
+            for (auto& t : started.wide) {
+                if (t.scalar_type() != gradients[0].scalar_type())
+                    throw UsageError("bucket of " + names.front() + ": gradients of several dtypes");
+                t = t.to(at::kFloat);
+            }
+        }
+        exchange.start(started.wide);
+        pending_.push_back(std::move(started));
         for (size_t i = 0; i < names.size(); ++i) last_level_[names[i]] = specs[i];
     }
 
     // Finishes every bucket started since the last call, in the order they started
     // (the same on every rank).
     void finish_step(std::int64_t) override {
-        std::vector<exchange::GradientExchange*> pending;
+        std::vector<Pending> pending;
         pending.swap(pending_);
-        for (auto* exchange : pending) exchange->finish();
+        for (auto& p : pending) {
+            p.exchange->finish();
+            for (size_t i = 0; i < p.narrow.size(); ++i) p.narrow[i].copy_(p.wide[i]);
+        }
     }
 
     void begin_epoch() override {}
@@ -146,7 +160,16 @@ private:
     exchange::ExchangeOptions options_;
     std::map<std::string, compress::Spec> specs_;
     exchange::BucketExchanges buckets_;
-    std::vector<exchange::GradientExchange*> pending_;  // started, in order, not yet finished
+    // A bucket started and not yet finished: the gradients its exchange averages
+    // (float32 copies of a 16-bit bucket's, in `wide`) and the bucket's own (`narrow`,
+    // 16-bit buckets only), which take the average when it is finished.
+    struct Pending {
+        exchange::GradientExchange* exchange = nullptr;
+        std::vector<at::Tensor> wide;
+        std::vector<at::Tensor> narrow;
+    };
+    static bool is_16_bit(at::ScalarType type) { return type == at::kBFloat16 || type == at::kHalf; }
+    std::vector<Pending> pending_;  // started, in order, not yet finished
     std::map<std::string, compress::Spec> last_level_;  // each parameter's level when last sent
 };
 

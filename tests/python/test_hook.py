@@ -214,6 +214,35 @@ def test_floats_sent_equal_train_dists_for_every_compressor(one_rank, programs, 
         assert state.floats_sent == 2 * per_step, spec
 
 
+@needs_hook
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_compressor_works_on_16_bit_buckets(one_rank, dtype):
+    # A model kept in 16 bits hands DDP 16-bit buckets: each compressor averages
+    # float32 copies (its memories in fp32) and rounds the average back once. Each
+    # sends what it sends for the float32 model and gives finite 16-bit gradients;
+    # level none on one rank gives back the local gradient bit for bit.
+    x, y = torch.randn(64, 3072), torch.randint(10, (64,))
+
+    def step(kind, spec):
+        torch.manual_seed(1)
+        net = Mlp().to(kind)
+        model = DistributedDataParallel(net)
+        state = accordion.CompressionState(model, spec)
+        model.register_comm_hook(state, accordion.compression_hook)
+        torch.nn.functional.cross_entropy(model(x.to(kind)).float(), y).backward()
+        return [p.grad for p in net.parameters()], state.floats_sent
+
+    torch.manual_seed(1)
+    local = Mlp().to(dtype)
+    torch.nn.functional.cross_entropy(local(x.to(dtype)).float(), y).backward()
+    for spec in EVERY_COMPRESSOR:
+        grads, sent = step(dtype, spec)
+        assert all(g.dtype == dtype and torch.isfinite(g.float()).all() for g in grads), spec
+        assert sent == step(torch.float32, spec)[1], spec
+        if spec == "none":
+            assert all(torch.equal(g, p.grad) for g, p in zip(grads, local.parameters()))
+
+
 def test_the_default_levels_are_the_programs(programs):
     # Accordion's defaults are written once, in the toolkit's registry: the package's
     # low and high are regime-detect's --low and --high.
