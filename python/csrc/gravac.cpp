@@ -101,7 +101,15 @@ public:
         exchange::GravacStepInfo step;
         step.epoch = epoch;
         step.started = started_;
-        exchange_->exchange(gradients, step);
+        // A 16-bit model's gradients go through as float32 copies, as in the bucket sync.
+        const at::ScalarType type = gradients.front().scalar_type();
+        const bool narrow = type == at::kBFloat16 || type == at::kHalf;
+        std::vector<at::Tensor> wide = gradients;
+        if (narrow)
+            for (auto& t : wide) t = t.to(at::kFloat);
+        exchange_->exchange(wide, step);
+        if (narrow)
+            for (size_t i = 0; i < wide.size(); ++i) gradients[i].copy_(wide[i]);
         started_ = SteadyClock::now();
         bytes_ += exchange_->take_totals().bytes;
     }

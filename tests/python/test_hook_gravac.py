@@ -83,6 +83,28 @@ def test_floats_sent_equal_train_dists(one_rank, programs, tmp_path, family):
 
 
 @needs_hook
+@pytest.mark.parametrize("family", FAMILIES)
+def test_16_bit_buckets_go_through_gravac_as_float32(one_rank, family):
+    # As the bucket sync does: a bf16 model's gradients are exchanged as float32
+    # copies, so GraVAC takes the same choices and sends as much as for float32,
+    # and hands back finite bf16 gradients.
+    x, y = torch.randn(64, 3072), torch.randint(10, (64,))
+
+    def steps(kind):
+        torch.manual_seed(3)
+        net = Mlp().to(kind)
+        model = DistributedDataParallel(net)
+        state = accordion.CompressionState(model, gravac=accordion.Gravac(family, epsilon=1e-9, window=int(NEVER)))
+        model.register_comm_hook(state, accordion.compression_hook)
+        for _ in range(2):
+            torch.nn.functional.cross_entropy(model(x.to(kind)).float(), y).backward()
+        assert all(p.grad.dtype == kind and torch.isfinite(p.grad.float()).all() for p in net.parameters())
+        return state.floats_sent, [s.choice for s in state.take_gravac_steps()]
+
+    assert steps(torch.bfloat16) == steps(torch.float32) == (steps(torch.float32)[0], ["candidate"] * 2)
+
+
+@needs_hook
 @pytest.mark.parametrize("family", ["dgc", "powersgd"])
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, family):
     # The memories, DGC's momentum, PowerSGD's Q and the smoothed gains (which the
