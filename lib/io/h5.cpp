@@ -32,6 +32,17 @@ void silence_hdf5() {
 // Objects are written without HDF5's creation and modification times, so that the
 // same contents make the same bytes (a schedule from accordion.detect and one from
 // regime-detect, two runs of one command); the files' "created" attribute says when.
+// The filters of a dataset's creation properties, in order.
+std::vector<H5Z_filter_t> filters_of(hid_t dcpl) {
+    std::vector<H5Z_filter_t> out;
+    for (int i = 0, n = H5Pget_nfilters(dcpl); i < n; ++i) {
+        unsigned flags = 0;
+        size_t values = 0;
+        out.push_back(H5Pget_filter2(dcpl, static_cast<unsigned>(i), &flags, &values, nullptr, 0, nullptr, nullptr));
+    }
+    return out;
+}
+
 Handle untimed(hid_t property_class) {
     Handle plist(H5Pcreate(property_class), H5Pclose);
     H5Pset_obj_track_times(plist.get(), false);
@@ -605,15 +616,10 @@ size_t H5File::checked_elements(const std::string& dataset, const Dims& dims) co
     if (stored > file_bytes)
         fail("dataset " + dataset + " " + declared_text + " stored in " + std::to_string(stored) +
              " bytes, more than the whole file (" + std::to_string(file_bytes) + " bytes); the file is corrupt");
-    bool filtered = false;  // compressed: a checksum alone adds 4 bytes a chunk
+    // Compressed: a checksum alone adds 4 bytes a chunk.
+    bool filtered = false;
     if (layout == H5D_CHUNKED)
-        for (int i = 0, n = H5Pget_nfilters(dcpl.get()); i < n; ++i) {
-            unsigned flags = 0;
-            size_t values = 0;
-            if (H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &values, nullptr, 0, nullptr, nullptr) !=
-                H5Z_FILTER_FLETCHER32)
-                filtered = true;
-        }
+        for (H5Z_filter_t id : filters_of(dcpl.get())) filtered = filtered || id != H5Z_FILTER_FLETCHER32;
     // Compression shrinks data at most ~1000-fold (deflate's limit); without a
     // filter every declared byte must be in the file.
     const hsize_t can_hold = filtered ? stored * kMaxCompression + (hsize_t{1} << 16) : stored;
@@ -627,14 +633,8 @@ bool H5File::has_checksum(const std::string& dataset) const {
     Handle ds = open_dataset(dataset);
     Handle dcpl(H5Dget_create_plist(ds.get()), H5Pclose);
     if (!dcpl || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return false;
-    for (int i = 0, n = H5Pget_nfilters(dcpl.get()); i < n; ++i) {
-        unsigned flags = 0;
-        size_t values = 0;
-        if (H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags, &values, nullptr, 0, nullptr, nullptr) ==
-            H5Z_FILTER_FLETCHER32)
-            return true;
-    }
-    return false;
+    const std::vector<H5Z_filter_t> filters = filters_of(dcpl.get());
+    return std::find(filters.begin(), filters.end(), H5Z_FILTER_FLETCHER32) != filters.end();
 }
 
 void H5File::read_raw(const std::string& dataset, hid_t mem_type, H5T_class_t expected, void* out,
