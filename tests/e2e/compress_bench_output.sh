@@ -252,10 +252,13 @@ for row in rows:
 names = {e["name"] for e in events if e["cat"] == "operation"}
 assert {"aten::topk", "aten::bmm"} <= names, sorted(names)[:20]
 PY
-$ACC_PYTHON "$ACC_SOURCE/scripts/trace-summary.py" traces/bench.json --top 3 >summary.md ||
+# Which operations rank first depends on the machine's load: the full listing names bmm, --top 3 cuts it short.
+$ACC_PYTHON "$ACC_SOURCE/scripts/trace-summary.py" traces/bench.json --top 1000 >summary.md ||
     fail "trace-summary.py on a trace"
 for line in "### topk:0.05 W=1 (3 steps)" "### powersgd:2 W=4 (3 steps)" "| \`aten::bmm\` |" "| host operation | per step |"; do
     grep -qF -- "$line" summary.md || fail "trace-summary.py's summary lacks '$line': $(cat summary.md)"
 done
-[ "$(grep -c '^| `' summary.md)" -le 12 ] || fail "--top 3 listed more than 3 operations per compressor"
+$ACC_PYTHON "$ACC_SOURCE/scripts/trace-summary.py" traces/bench.json --top 3 >summary3.md ||
+    fail "trace-summary.py --top 3 on a trace"
+[ "$(grep -c '^| `' summary3.md)" -eq 12 ] || fail "--top 3 did not list 3 operations per compressor: $(cat summary3.md)"
 finish
