@@ -1,0 +1,244 @@
+// The automatic mode's planner (lib/plan/auto_plan): its choice against a brute
+// force over every level of every parameter under a prescribed link and compute
+// time, the guard on a fast and a slow link, the drift test that triggers a new
+// measurement, and its refusals.
+#include "plan/auto_plan.hpp"
+#include "base/error.hpp"
+
+#include "test_support.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+using namespace acc::plan;
+using acc::compress::parse_spec;
+using acc::compress::Spec;
+using acc::io::Parameter;
+
+namespace {
+
+std::vector<Spec> specs(const std::vector<std::string>& texts) {
+    std::vector<Spec> out;
+    for (const auto& t : texts) out.push_back(parse_spec(t));
+    return out;
+}
+
+// A profile drawn at random: a descending spectrum whose squares sum to norm^2, and
+// Top-k tails that shrink as more entries are kept (0 when all are).
+LayerProfile random_profile(const Parameter& p, std::mt19937& rng) {
+    std::uniform_real_distribution<double> u(0.05, 1.0);
+    LayerProfile profile;
+    if (p.is_matrix()) {
+        const std::int64_t rows = p.shape[0], cols = p.numel() / rows;
+        double s = u(rng) * 10;
+        for (std::int64_t i = 0; i < std::min(rows, cols); ++i) {
+            profile.spectrum.push_back(s);
+            s *= u(rng);
+        }
+    }
+    double sq = 0;
+    for (double s : profile.spectrum) sq += s * s;
+    profile.norm = profile.spectrum.empty() ? u(rng) : std::sqrt(sq);
+    double tail = 1.0;
+    for (size_t i = 0; i < acc::regime::kTopkFractions.size(); ++i) {
+        tail *= u(rng);
+        profile.tail.push_back(i + 1 == acc::regime::kTopkFractions.size() ? 0.0 : tail);
+    }
+    return profile;
+}
+
+// The residual norm written out from the definitions, apart from the library's.
+double residual(const Spec& spec, const Parameter& p, const LayerProfile& profile) {
+    if (spec.name == "none") return 0;
+    if (spec.name == "powersgd") {
+        const auto rank = static_cast<size_t>(spec.parameter);
+        const std::int64_t rows = p.shape[0], cols = p.numel() / rows;
+        const std::int64_t r = std::min<std::int64_t>({static_cast<std::int64_t>(rank), rows, cols});
+        // PowerSGD sends a matrix whole unless its factors take under half its size.
+        if (2 * r * (rows + cols) >= rows * cols) return 0;
+        double sum = 0;
+        for (size_t i = rank; i < profile.spectrum.size(); ++i) sum += profile.spectrum[i] * profile.spectrum[i];
+        return std::sqrt(sum);
+    }
+    for (size_t i = 0; i < acc::regime::kTopkFractions.size(); ++i)
+        if (acc::regime::kTopkFractions[i] == spec.parameter) return profile.norm * std::sqrt(profile.tail[i]);
+    ADD_FAILURE() << "no fraction " << spec.parameter;
+    return 0;
+}
+
+AutoInputs inputs_for(std::mt19937& rng, double bandwidth, double alpha) {
+    AutoInputs in;
+    in.parameters = {{"a.weight", {24, 16}}, {"a.bias", {24}}, {"b.weight", {40, 24}}, {"c.weight", {12, 40}}};
+    in.candidates = specs({"none", "powersgd:1", "powersgd:2", "powersgd:4", "topk:0.01", "topk:0.1"});
+    in.low = parse_spec("powersgd:4");
+    in.high = parse_spec("powersgd:1");
+    std::bernoulli_distribution coin(0.5);
+    for (const auto& p : in.parameters) {
+        in.critical.push_back(coin(rng) ? 1 : 0);
+        in.profile.push_back(random_profile(p, rng));
+    }
+    in.link.world = 8;
+    in.link.allreduce = acc::perf::Network(alpha, bandwidth);
+    in.link.allgather = acc::perf::Network(alpha * 1.5, bandwidth * 0.8);
+    in.compute.seconds = 0.002;
+    std::uniform_real_distribution<double> codec(1e-5, 3e-4);
+    in.codec_seconds.assign(in.candidates.size(), std::vector<double>(in.parameters.size(), 0));
+    for (size_t c = 1; c < in.candidates.size(); ++c)
+        for (auto& s : in.codec_seconds[c]) s = codec(rng);
+    return in;
+}
+
+struct Best {
+    double seconds = std::numeric_limits<double>::infinity();
+    std::vector<std::int32_t> level;
+};
+
+// Every combination of levels on the matrices; vectors stay at none.
+Best brute_force(const AutoInputs& in) {
+    std::vector<size_t> matrices;
+    for (size_t p = 0; p < in.parameters.size(); ++p)
+        if (in.parameters[p].is_matrix()) matrices.push_back(p);
+    double budget = 0;
+    for (size_t p : matrices)
+        budget += residual(in.critical[p] ? in.low : in.high, in.parameters[p], in.profile[p]);
+    const size_t C = in.candidates.size();
+    size_t combos = 1;
+    for (size_t i = 0; i < matrices.size(); ++i) combos *= C;
+    Best best;
+    for (size_t k = 0; k < combos; ++k) {
+        std::vector<std::int32_t> level(in.parameters.size(), 0);
+        size_t rest = k;
+        double error = 0;
+        bool compressed = false;
+        for (size_t p : matrices) {
+            level[p] = static_cast<std::int32_t>(rest % C);
+            rest /= C;
+            error += residual(in.candidates[static_cast<size_t>(level[p])], in.parameters[p], in.profile[p]);
+            compressed = compressed || level[p] != 0;
+        }
+        if (!compressed || error > budget * (1 + 1e-12)) continue;
+        const double seconds = step_seconds(in, level);
+        if (seconds < best.seconds) best = {seconds, level};
+    }
+    return best;
+}
+
+}  // namespace
+
+TEST(AutoPlan, ChoosesTheFastestPlanWithinTheBudgetAsABruteForceDoes) {
+    std::mt19937 rng(7);
+    int paying = 0, refused = 0;
+    for (int trial = 0; trial < 40; ++trial) {
+        // From a slow link (compression pays) to a fast one (it does not).
+        const double bandwidth = std::pow(10.0, 5 + (trial % 8) * 0.5);
+        AutoInputs in = inputs_for(rng, bandwidth, 2e-5);
+        const Best best = brute_force(in);
+        const AutoPlan plan = plan_auto(in);
+        ASSERT_TRUE(std::isfinite(best.seconds));
+        EXPECT_NEAR(plan.compressed_seconds, best.seconds, 1e-12 * best.seconds) << "trial " << trial;
+        // The uncompressed step: DDP's schedule on the allreduce's ring.
+        EXPECT_DOUBLE_EQ(plan.uncompressed_seconds, step_seconds(in, std::vector<std::int32_t>(4, 0)));
+        const bool pays = best.seconds < (1 - in.margin) * plan.uncompressed_seconds;
+        EXPECT_EQ(plan.pays, pays) << "trial " << trial;
+        if (pays) {
+            ++paying;
+            EXPECT_EQ(plan.level, best.level) << "trial " << trial;
+            EXPECT_DOUBLE_EQ(plan.seconds, best.seconds);
+        } else {
+            ++refused;
+            EXPECT_EQ(plan.level, std::vector<std::int32_t>(4, 0));
+            EXPECT_DOUBLE_EQ(plan.seconds, plan.uncompressed_seconds);
+        }
+    }
+    // Both sides of the guard were exercised.
+    EXPECT_GT(paying, 5);
+    EXPECT_GT(refused, 5);
+}
+
+TEST(AutoPlan, OnAFastLinkEveryStepIsUncompressed) {
+    std::mt19937 rng(11);
+    AutoInputs in = inputs_for(rng, 1e12, 1e-7);
+    for (bool profiled : {true, false}) {
+        if (!profiled) in.profile.clear();
+        const AutoPlan plan = plan_auto(in);
+        EXPECT_FALSE(plan.pays);
+        EXPECT_EQ(plan.level, std::vector<std::int32_t>(4, 0));
+        EXPECT_EQ(plan.reason, (std::vector<AutoReason>{AutoReason::does_not_pay, AutoReason::vector,
+                                                        AutoReason::does_not_pay, AutoReason::does_not_pay}));
+        EXPECT_GT(plan.compressed_seconds, (1 - in.margin) * plan.uncompressed_seconds);
+        EXPECT_STREQ(auto_reason_name(plan.reason[0]), "does not pay");
+    }
+}
+
+TEST(AutoPlan, OnASlowLinkTheCheapestLevelWithinTheBudgetIsChosen) {
+    std::mt19937 rng(3);
+    AutoInputs in = inputs_for(rng, 1e5, 1e-5);
+    in.candidates = specs({"none", "powersgd:1", "powersgd:2", "powersgd:4"});
+    in.codec_seconds.clear();
+    // Nothing critical: the budget is powersgd:1's error everywhere, the cheapest level there is.
+    in.critical.assign(4, 0);
+    const AutoPlan plan = plan_auto(in);
+    ASSERT_TRUE(plan.pays);
+    EXPECT_EQ(plan.level, (std::vector<std::int32_t>{1, 0, 1, 1}));
+    EXPECT_EQ(plan.reason, (std::vector<AutoReason>{AutoReason::pays, AutoReason::vector, AutoReason::pays,
+                                                    AutoReason::pays}));
+    // Without a profile: Accordion's levels, low where critical.
+    in.profile.clear();
+    in.critical = {1, 0, 0, 1};
+    const AutoPlan first = plan_auto(in);
+    ASSERT_TRUE(first.pays);
+    EXPECT_EQ(first.level, (std::vector<std::int32_t>{3, 0, 1, 3}));
+    EXPECT_EQ(first.reason[0], AutoReason::regime);
+    EXPECT_DOUBLE_EQ(first.seconds, step_seconds(in, first.level));
+}
+
+TEST(AutoPlan, ABindingBudgetIsNamed) {
+    std::mt19937 rng(5);
+    AutoInputs in = inputs_for(rng, 1e5, 1e-5);
+    in.candidates = specs({"none", "powersgd:1", "powersgd:4"});
+    in.low = parse_spec("powersgd:4");
+    in.high = parse_spec("powersgd:1");
+    in.codec_seconds.clear();
+    in.critical.assign(4, 1);  // every budget is rank 4's: rank 1 everywhere breaks it
+    const AutoPlan plan = plan_auto(in);
+    ASSERT_TRUE(plan.pays);
+    EXPECT_LE(plan.error, plan.budget * (1 + 1e-12));
+    int budget = 0;
+    for (size_t p : {0u, 2u, 3u}) {
+        if (plan.reason[p] == AutoReason::budget) {
+            ++budget;
+            EXPECT_EQ(plan.level[p], 2) << p;
+        }
+    }
+    EXPECT_GT(budget, 0);
+}
+
+TEST(AutoPlan, ARunIsMeasuredAgainOnlyWhenItsStepTimeDrifts) {
+    EXPECT_FALSE(prediction_drifted(1.0, 1.2, 0.25));
+    EXPECT_FALSE(prediction_drifted(1.0, 0.8, 0.25));
+    EXPECT_TRUE(prediction_drifted(1.0, 1.3, 0.25));
+    EXPECT_TRUE(prediction_drifted(1.0, 0.7, 0.25));
+    EXPECT_TRUE(prediction_drifted(0.0, 0.7, 0.25));
+    EXPECT_TRUE(prediction_drifted(1.0, std::nan(""), 0.25));
+}
+
+TEST(AutoPlan, RefusesWhatItCannotPlan) {
+    std::mt19937 rng(1);
+    AutoInputs in = inputs_for(rng, 1e6, 1e-5);
+    AutoInputs fp16 = in;
+    fp16.candidates.push_back(parse_spec("fp16"));
+    fp16.codec_seconds.clear();
+    EXPECT_THROW(plan_auto(fp16), acc::UsageError);
+    AutoInputs no_low = in;
+    no_low.low = parse_spec("powersgd:8");
+    EXPECT_THROW(plan_auto(no_low), acc::UsageError);
+    AutoInputs short_regimes = in;
+    short_regimes.critical.pop_back();
+    EXPECT_THROW(plan_auto(short_regimes), acc::Error);
+    AutoInputs margin = in;
+    margin.margin = 1;
+    EXPECT_THROW(plan_auto(margin), acc::UsageError);
+}
