@@ -147,11 +147,36 @@ Shapes lstm_wikitext2() {
     return s;
 }
 
+Shapes gpt2_medium() {
+    // Hugging Face's GPT2Model, gpt2-medium (355M parameters): 24 blocks of width 1024,
+    // 50,257 tokens, 1,024 positions. Its Conv1D layers keep weights as (in, out), and
+    // the language-model head's weight is the token embedding's, so it is not listed again.
+    Shapes s;
+    const std::int64_t tokens = 50257, positions = 1024, width = 1024, inner = 4 * width;
+    add(s, "wte.weight", {tokens, width});
+    add(s, "wpe.weight", {positions, width});
+    for (int layer = 0; layer < 24; ++layer) {
+        const std::string p = "h." + std::to_string(layer);
+        norm_layer(s, p + ".ln_1", width);
+        add(s, p + ".attn.c_attn.weight", {width, 3 * width});
+        add(s, p + ".attn.c_attn.bias", {3 * width});
+        add(s, p + ".attn.c_proj.weight", {width, width});
+        add(s, p + ".attn.c_proj.bias", {width});
+        norm_layer(s, p + ".ln_2", width);
+        add(s, p + ".mlp.c_fc.weight", {width, inner});
+        add(s, p + ".mlp.c_fc.bias", {inner});
+        add(s, p + ".mlp.c_proj.weight", {inner, width});
+        add(s, p + ".mlp.c_proj.bias", {width});
+    }
+    norm_layer(s, "ln_f", width);
+    return s;
+}
+
 }  // namespace
 
 
 const std::vector<std::string>& model_presets() {
-    static const std::vector<std::string> names = {"resnet18", "resnet50", "vgg19", "bert-base", "lstm"};
+    static const std::vector<std::string> names = {"resnet18", "resnet50", "vgg19", "bert-base", "lstm", "gpt2-medium"};
     return names;
 }
 
@@ -161,6 +186,7 @@ std::vector<TensorInfo> preset_shapes(const std::string& name) {
     if (name == "vgg19") return vgg19();
     if (name == "bert-base") return bert_base();
     if (name == "lstm") return lstm_wikitext2();
+    if (name == "gpt2-medium") return gpt2_medium();
     throw UsageError("'" + name + "' is not a model preset (" + join(model_presets(), ", ") + ") or a shapes file");
 }
 

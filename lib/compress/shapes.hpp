@@ -23,6 +23,8 @@ const std::vector<std::string>& model_presets();
 ///   bert-base  Hugging Face's BertModel, bert-base-uncased (with the pooler)
 ///   lstm       the 3-layer LSTM language model on WikiText-2 of the Accordion paper
 ///              (650 units, tied embedding and decoder weights)
+///   gpt2-medium  Hugging Face's GPT2Model, gpt2-medium: a 355M-parameter transformer
+///              (24 blocks of width 1024, tied embedding and head weights)
 /// Throws UsageError for an unknown name.
 std::vector<TensorInfo> preset_shapes(const std::string& name);
 

@@ -6,7 +6,7 @@ printf 'fc.weight 10x20\nfc.bias 10\n' >model.txt
 quick=(--world 1 --reps 1 --compressors none)
 
 # Usage errors: exit 2.
-expect_exit 2 "--shapes: 'alexnet' is neither a model \(resnet18, resnet50, vgg19, bert-base, lstm\) nor an existing shapes file" -- \
+expect_exit 2 "--shapes: 'alexnet' is neither a model \(resnet18, resnet50, vgg19, bert-base, lstm, gpt2-medium\) nor an existing shapes file" -- \
     compress-bench --shapes alexnet
 expect_exit 2 "^compress-bench: error: --compressors: 'topk:2': FRACTION must be in \(0, 1\]" -- \
     compress-bench --shapes model.txt --compressors none,topk:2

@@ -750,10 +750,11 @@ TEST(Shapes, PresetsHaveTheirModelsParameterCounts) {
         std::int64_t values;
     };
     // Counts of the PyTorch models (torchvision's resnet50 and vgg19, Hugging Face's
-    // bert-base-uncased BertModel, the CIFAR ResNet-18 of examples/synth_grads.py).
+    // bert-base-uncased BertModel and gpt2-medium GPT2Model, the CIFAR ResNet-18 of
+    // examples/synth_grads.py).
     for (auto e : {Expected{"resnet18", 62, 11173962}, Expected{"resnet50", 161, 25557032},
                    Expected{"vgg19", 38, 143667240}, Expected{"bert-base", 199, 109482240},
-                   Expected{"lstm", 14, 31819578}}) {
+                   Expected{"lstm", 14, 31819578}, Expected{"gpt2-medium", 292, 354823168}}) {
         auto shapes = preset_shapes(e.name);
         std::int64_t values = 0;
         std::set<std::string> names;

@@ -1,4 +1,5 @@
 #include "compress-bench/driver.hpp"
+#include "compress-bench/what_if.hpp"
 
 #include "app/build_info.hpp"
 #include "app/training_options.hpp"
@@ -105,6 +106,9 @@ double measure_memcpy() {
 }
 
 void validate(BenchConfig& c) {
+    if (!c.metrics.empty()) throw UsageError("--metrics: applies only with --what-if");
+    if (!c.links.empty()) throw UsageError("--links: applies only with --what-if");
+    if (c.compute_speed_given) throw UsageError("--compute-speed: applies only with --what-if");
     if (!c.from.empty() && !c.shapes.empty()) throw UsageError("--shapes and --from exclude each other");
     if (!c.snapshots.empty() && c.from.empty()) throw UsageError("--snapshots: applies only with --from");
     if (c.from.empty() && c.shapes.empty()) c.shapes = "resnet18";
@@ -652,8 +656,8 @@ std::vector<Spec> distinct_levels(const std::vector<std::string>& texts) {
 // What to compress: the gradients' shapes or snapshots, the compressors, the world sizes.
 void add_input_options(CLI::App& app, BenchConfig& config) {
     app.add_option("--shapes", config.shapes,
-                   "Model whose parameter shapes to use (resnet18, resnet50, vgg19, bert-base, lstm) or a "
-                   "shapes file of NAME SHAPE lines [resnet18]")
+                   "Model whose parameter shapes to use (" + join(model_presets(), ", ") +
+                       ") or a shapes file of NAME SHAPE lines [resnet18]")
         ->type_name("MODEL|FILE");
     app.add_option("--from", config.from, "Gradient-statistics file whose gradient snapshots to use")
         ->type_name("GRADS.h5");
@@ -669,7 +673,8 @@ void add_input_options(CLI::App& app, BenchConfig& config) {
         ->delimiter(',')
         ->type_name("SPEC,...");
     cli::add_whole_number_list(app, "--world", config.worlds, 1, 1000000,
-                               "World sizes to predict for, comma-separated [4,16,64]")
+                               "World sizes to predict for, comma-separated [4,16,64; with --what-if "
+                               "8,16,32,...,1024]")
         ->type_name("W,...");
     app.add_option("--reps", config.reps, "Timed steps per compressor and world size, after one warm-up")
         ->check(cli::whole_number(1, 1000000))
@@ -740,15 +745,43 @@ void add_run_options(CLI::App& app, BenchConfig& config) {
     app.add_flag("--json", config.json, "Print the results as JSON on stdout");
 }
 
+// --what-if: the plans priced by the model on other links, world sizes and compute speeds.
+void add_what_if_options(CLI::App& app, BenchConfig& config) {
+    app.add_flag("--what-if", config.what_if,
+                 "Run no compressor: price a plan with the performance model on other links, world sizes and "
+                 "compute speeds (a recorded run's, --metrics, or the model's at each --compressors level), "
+                 "with the bandwidth where compression starts to pay");
+    app.add_option("--metrics", config.metrics,
+                   "With --what-if: a train-dist metrics file whose plan to price (each epoch's level per "
+                   "parameter, its compute, encode and decode seconds per step)")
+        ->type_name("METRICS.h5");
+    app.add_option("--links", config.links,
+                   "With --what-if: link bandwidths in Gbit/s, comma-separated [1,10,25,100; --bandwidth's "
+                   "or --comm's when given]")
+        ->delimiter(',')
+        ->check(cli::number(0, 1e6, true))
+        ->type_name("GBIT,...");
+    app.add_option("--compute-speed", config.compute_speed,
+                   "With --what-if: how many times faster than the run (or --compute-ms) the compute, encoding "
+                   "and decoding run [1]")
+        ->check(cli::number(0, 1e6, true))
+        ->each([&config](const std::string&) { config.compute_speed_given = true; })
+        ->type_name("FACTOR");
+}
+
 }  // namespace
 
 void add_compress_bench_options(CLI::App& app, BenchConfig& config) {
     add_input_options(app, config);
     add_network_options(app, config);
     add_run_options(app, config);
+    add_what_if_options(app, config);
     app.footer("Compressor specs:\n" + spec_help());
 }
 
-int run_bench(BenchConfig config) { return Bench(std::move(config)).run(); }
+int run_bench(BenchConfig config) {
+    if (config.what_if) return run_what_if(std::move(config));
+    return Bench(std::move(config)).run();
+}
 
 }  // namespace acc::app

@@ -62,14 +62,21 @@ struct BenchConfig {
     bool force = false;                    ///< replace an output that is read-only or not HDF5
     bool csv = false;                      ///< the results as CSV on stdout
     bool json = false;                     ///< the results as JSON on stdout
+    /// --what-if: price plans on other links, world sizes and compute speeds (what_if.hpp)
+    /// instead of running the compressors.
+    bool what_if = false;
+    std::string metrics;                   ///< --what-if: a train-dist metrics file whose plan to price; empty: --shapes
+    std::vector<double> links;             ///< --what-if: link bandwidths, Gbit/s (10^9 bits per second); empty: see docs
+    double compute_speed = 1;              ///< --what-if: compute, encode and decode seconds are divided by it
+    bool compute_speed_given = false;
     io::Provenance provenance;
 };
 
 /// Adds compress-bench's options and its footer (the compressor specs) to `app`.
 void add_compress_bench_options(CLI::App& app, BenchConfig& config);
 
-/// Validates the options (UsageError), runs the benchmark, prints and writes the results.
-/// Returns the exit code.
+/// Validates the options (UsageError), runs the benchmark, prints and writes the results
+/// (with --what-if: run_what_if, what_if.hpp). Returns the exit code.
 int run_bench(BenchConfig config);
 
 }  // namespace acc::app
