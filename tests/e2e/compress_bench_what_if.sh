@@ -169,6 +169,35 @@ if "$ACC_PYTHON" -c 'import matplotlib' 2>/dev/null; then
     [ -s run.png ] || fail "scripts/plot_what_if.py wrote no PNG"
 fi
 
+# docs/results.md's what-if figure: its CSV is what these programs predict (scripts/what-if-figure.sh
+# again, the commit column aside), and its break-even table is the CSV's.
+if "$ACC_PYTHON" -c 'import matplotlib' 2>/dev/null; then
+    "$ACC_SOURCE/scripts/what-if-figure.sh" "$ACC_BIN" figure >figure-table.md 2>figure.log ||
+        fail "scripts/what-if-figure.sh: $(cat figure.log)"
+    "$ACC_PYTHON" - "$ACC_SOURCE/docs/results/what-if.csv" figure/what-if.csv <<'PY' ||
+import csv, sys
+kept, made = (list(csv.DictReader(open(p))) for p in sys.argv[1:])
+assert len(kept) == len(made), (len(kept), len(made))
+for a, b in zip(kept, made):
+    for k in a:
+        if k == "commit":
+            continue
+        x, y = a[k], b[k]
+        try:
+            same = abs(float(x) - float(y)) <= 1e-9 * max(abs(float(x)), abs(float(y)))
+        except ValueError:
+            same = x == y
+        assert same, f"{k}: docs/results/what-if.csv has {x}, the programs predict {y} ({a['model']}, {a['plan']}, W={a['world_size']}); rerun scripts/what-if-figure.sh"
+PY
+        fail "docs/results/what-if.csv is not what the programs predict"
+    awk '/^<!-- what-if table:/ { inside = 1; next } /^<!-- end of what-if table -->$/ { inside = 0 } inside' \
+        "$ACC_SOURCE/docs/results.md" >docs-table.md
+    [ -s docs-table.md ] || fail "docs/results.md has no what-if table"
+    "$ACC_PYTHON" "$ACC_SOURCE/scripts/plot_what_if.py" "$ACC_SOURCE/docs/results/what-if.csv" --table >csv-table.md ||
+        fail "plot_what_if.py --table"
+    cmp -s docs-table.md csv-table.md || fail "docs/results.md's what-if table is not its CSV's: $(diff docs-table.md csv-table.md)"
+fi
+
 # Bad input: one line, the file or option first; 1 for a file, 2 for the command line.
 echo "not a metrics file" >text.h5
 expect_exit 1 "^compress-bench: error: text.h5: not an HDF5 file" -- compress-bench --what-if --metrics text.h5
