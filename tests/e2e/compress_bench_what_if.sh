@@ -126,6 +126,11 @@ assert all(p["codec_measured"] for p in j["plans"])
 assert abs(j["plans"][1]["worlds"][1]["break_even_bandwidths"][0] - 2 * 7 / 8 * 9392 / (0.0015 + 28e-4)) < 1e-3
 assert j["plans"][2]["worlds"][2]["break_even_bandwidths"] == [] and not j["plans"][2]["worlds"][2]["pays_at_low_bandwidth"]
 assert j["warnings"] == []
+# The run's own step on the given link at its 2 ranks, against the measured 10 + 1.2 + 2 ms.
+W, B = 2, 1.25e9
+want = (200 * psgd(W, B, 0.001, 0.0005) + 50 * topk(W, B, 0.002, 0.001)) / 250
+assert close(j["run"]["predicted_seconds_per_step"], want), j["run"]
+assert close(j["run"]["seconds_per_step"], 0.010 + (200 * 0.0015 + 50 * 0.003) / 250 + 0.002), j["run"]
 PY
 grep -q "^Break-even bandwidth in Gbit/s" table.txt || fail "the table has no break-even section: $(cat table.txt)"
 grep -Eq "^  topk:0.1 .* never$" table.txt || fail "the table does not say Top-k never pays on 64 workers: $(cat table.txt)"

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -167,6 +168,7 @@ public:
         else
             for (double g : default_links()) bandwidths_.push_back(g * kGbit);
         price();
+        predict_run();
         print_header();
         if (c_.csv) print_csv();
         else if (c_.json) print_json();
@@ -382,6 +384,15 @@ private:
         }
     }
 
+    // The run's own step as the model prices it on the given link at the run's world size
+    // (its time and codecs as measured): against its measured step, a check of the model
+    // on the run's link when --comm profiled it.
+    void predict_run() {
+        if (c_.metrics.empty() || c_.compute_speed != 1 || c_.compute_ms_given || run_.world_size < 1) return;
+        const int world = static_cast<int>(run_.world_size);
+        run_predicted_seconds_ = perf::plan_seconds(plans_.front().parts, link_, world, compute_) / run_steps_;
+    }
+
     // Where the plan pays, in Gbit/s: "< 12.3", "> 4.5", "1.2 to 30", "never", "always";
     // the bandwidths split the range into regions that pay and do not pay by turns.
     static std::string pays_text(const perf::BreakEven& b) {
@@ -417,6 +428,9 @@ private:
             spdlog::info("  the run: {} on {} ranks, mode {}, {} steps; {} per step measured, of which compute {}",
                          run_.model, run_.world_size, run_.mode, short_number(run_steps_),
                          seconds_text(run_seconds_per_step_), seconds_text(compute_.seconds * c_.compute_speed));
+        if (std::isfinite(run_predicted_seconds_))
+            spdlog::info("  the model on this link at the run's {} ranks: {} per step (the run measured {})",
+                         run_.world_size, seconds_text(run_predicted_seconds_), seconds_text(run_seconds_per_step_));
         spdlog::info("  network: {}", network_text());
         spdlog::info("  compute {} per step{} (backward pass {}%){}", seconds_text(compute_.seconds),
                      compute_source_ == "run" ? " from the run" : compute_source_ == "comm" ? " from " + c_.comm : "",
@@ -510,7 +524,8 @@ private:
                              {"mode", run_.mode},
                              {"world_size", run_.world_size},
                              {"steps", run_steps_},
-                             {"seconds_per_step", cli::json_number(run_seconds_per_step_)}};
+                             {"seconds_per_step", cli::json_number(run_seconds_per_step_)},
+                             {"predicted_seconds_per_step", cli::json_number(run_predicted_seconds_)}};
         else
             report["run"] = nullptr;
         report["network"] = {{"alpha", link_.allreduce.alpha},
@@ -565,6 +580,7 @@ private:
     std::vector<double> tensor_bytes_;
     io::MetricsRun run_;
     double run_steps_ = 0, run_seconds_per_step_ = 0;
+    double run_predicted_seconds_ = std::numeric_limits<double>::quiet_NaN();  // see predict_run()
     std::vector<EpochPlan> epoch_plans_;
     std::vector<Plan> plans_;
     std::vector<std::int64_t> worlds_;
