@@ -314,7 +314,7 @@ private:
         }
         for (const auto& p : epoch_plans_) run_steps_ += p.steps;
         if (run_steps_ == 0) throw FileError(path, "records no training steps (/epochs/steps is 0 in every epoch)");
-        compute_.seconds = compute / run_steps_;
+        compute_.seconds = run_compute_seconds_ = compute / run_steps_;
         compute_source_ = "run";
         run_seconds_per_step_ = seconds / run_steps_;
 
@@ -427,7 +427,7 @@ private:
         if (!c_.metrics.empty())
             spdlog::info("  the run: {} on {} ranks, mode {}, {} steps; {} per step measured, of which compute {}",
                          run_.model, run_.world_size, run_.mode, short_number(run_steps_),
-                         seconds_text(run_seconds_per_step_), seconds_text(compute_.seconds * c_.compute_speed));
+                         seconds_text(run_seconds_per_step_), seconds_text(run_compute_seconds_));
         if (std::isfinite(run_predicted_seconds_))
             spdlog::info("  the model on this link at the run's {} ranks: {} per step (the run measured {})",
                          run_.world_size, seconds_text(run_predicted_seconds_), seconds_text(run_seconds_per_step_));
@@ -579,7 +579,7 @@ private:
     std::vector<TensorInfo> tensors_;
     std::vector<double> tensor_bytes_;
     io::MetricsRun run_;
-    double run_steps_ = 0, run_seconds_per_step_ = 0;
+    double run_steps_ = 0, run_seconds_per_step_ = 0, run_compute_seconds_ = 0;
     double run_predicted_seconds_ = std::numeric_limits<double>::quiet_NaN();  // see predict_run()
     std::vector<EpochPlan> epoch_plans_;
     std::vector<Plan> plans_;
