@@ -61,11 +61,21 @@ class CompressionState:
             raise UsageError("model: CompressionState compresses DistributedDataParallel's buckets; give it the "
                              f"model wrapped in torch.nn.parallel.DistributedDataParallel, not a "
                              f"{type(model).__name__}")
-        given = [what for what, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion),
-                                          ("gravac", gravac))
+        named = [(name, p) for name, p in model.module.named_parameters() if p.requires_grad]
+        self._configure("CompressionState", model.process_group, named, compress, schedule=schedule,
+                        extend_last=extend_last, accordion=accordion, gravac=gravac, low=low, high=high, eta=eta,
+                        interval=interval, seed=seed, error_feedback=error_feedback, start_step=start_step)
+
+    def _configure(self, what, group, named, compress, *, schedule, extend_last, accordion, gravac, low, high, eta,
+                   interval, seed, error_feedback, start_step):
+        """What every state shares: the levels' source, the library's sync over `group`
+        and the parameters `named` ([(name, parameter)], in the model's order); `what`
+        names the call in messages."""
+        given = [key for key, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion),
+                                        ("gravac", gravac))
                  if value is not None and value is not False]
         if len(given) != 1:
-            raise UsageError("CompressionState: give one of compress (a compressor spec such as 'powersgd:2'), "
+            raise UsageError(f"{what}: give one of compress (a compressor spec such as 'powersgd:2'), "
                              "schedule (a compression schedule from regime-detect), accordion=True (decided "
                              "online) or gravac (a compressor family such as 'topk', decided every step), not "
                              f"{' and '.join(given) if given else 'none of them'}")
@@ -77,13 +87,10 @@ class CompressionState:
         if not isinstance(start_step, int) or start_step < 0:
             raise UsageError(f"start_step: must be a whole number >= 0, not {start_step!r}")
         self.start_step = start_step
-        group = model.process_group
         if not hasattr(group, "boxed"):
-            raise UsageError(f"CompressionState: needs PyTorch 2.x, whose process groups can be handed to C++ "
+            raise UsageError(f"{what}: needs PyTorch 2.x, whose process groups can be handed to C++ "
                              f"(ProcessGroup.boxed()); this is torch {torch.__version__}")
         self._group = group
-        module = model.module
-        named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         self.names = [name for name, _ in named]
         self._name_of = {(p.data_ptr(), tuple(p.shape), p.dtype): name for name, p in named}
         # The run plan decides each epoch's levels, as train-dist's does.
@@ -97,7 +104,7 @@ class CompressionState:
         self._sync = _make_sync(group, self.names, seed, error_feedback, self._gravac)
         note = _library.missing_kernels_note({p.device for _, p in named})
         if note:
-            warnings.warn(note, stacklevel=2)
+            warnings.warn(note, stacklevel=3)  # the line that made the state
         self.epoch = 0
         self.steps = 0
         self._levels = None
@@ -111,7 +118,7 @@ class CompressionState:
                 raise UsageError(f"schedule: must be a Schedule or the path of a schedule file, not "
                                  f"{type(schedule).__name__}")
             if schedule.mode != "compression":
-                raise UsageError(f"{schedule.path}: is a {schedule.mode} schedule; CompressionState replays "
+                raise UsageError(f"{schedule.path}: is a {schedule.mode} schedule; {what} replays "
                                  "compression schedules (a batch schedule sets the batch size: Schedule.batch())")
             _library.call(self._plan.schedule, schedule._file, schedule.path, bool(extend_last), EXTEND_HINT)
             self._schedule = schedule

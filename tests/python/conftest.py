@@ -77,11 +77,11 @@ class Ranks:
         return "\n".join(f"rank {i}: exit {c}\n{err}" for i, (c, _, err) in enumerate(self.results))
 
 
-def run_ranks(arguments, cwd, world=2):
-    """Runs ddp_worker.py with `arguments` on `world` ranks and waits for all of them."""
+def run_ranks(arguments, cwd, world=2, worker=WORKER):
+    """Runs `worker` (ddp_worker.py) with `arguments` on `world` ranks and waits for all of them."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
                OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    processes = [subprocess.Popen([sys.executable, WORKER] + [str(a) for a in arguments], cwd=cwd,
+    processes = [subprocess.Popen([sys.executable, worker] + [str(a) for a in arguments], cwd=cwd,
                                   env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)), stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True) for rank in range(world)]
     results = []
@@ -92,7 +92,7 @@ def run_ranks(arguments, cwd, world=2):
     except subprocess.TimeoutExpired:
         for p in processes:
             p.kill()
-        pytest.fail(f"ddp_worker.py {' '.join(map(str, arguments))}: still running after {RUN_SECONDS} s (a hang)")
+        pytest.fail(f"{os.path.basename(worker)} {' '.join(map(str, arguments))}: still running after {RUN_SECONDS} s (a hang)")
     return Ranks(results)
 
 

@@ -1,0 +1,108 @@
+"""Hybrid sharding with FSDP2 and a compressed replica exchange: train_mlp.py's MLP
+on Fashion-MNIST, sharded within each replica by fully_shard and averaged across
+the replicas by the toolkit's compressors (accordion.compress_fsdp; PyTorch 2.x).
+The lines marked `# accordion` are all it takes.
+
+    python3 -m torch.distributed.run --nproc_per_node 4 examples/pytorch/train_fsdp.py --compress powersgd:4
+
+4 ranks are 2 replicas (--replicas) of 2 shards each, as 2 nodes of 2 GPUs would be;
+here Gloo on the CPU. Without --compress or --schedule it trains with FSDP's own
+hybrid sharding (fully_shard over the 2-D mesh), for comparison. --schedule SCHED.h5
+replays a compression schedule from regime-detect (e.g. made from train_mlp.py's
+grads.h5: the same parameters). Every rank uses one thread.
+"""
+
+import argparse
+import gc
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+import accordion  # accordion
+from train_mlp import MLP, evaluate, learning_rate, load
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--compress", help="exchange the shards across the replicas at this level, e.g. powersgd:4")
+    parser.add_argument("--schedule", help="a compression schedule from regime-detect: each epoch's levels")
+    parser.add_argument("--replicas", type=int, default=2, help="replicas; each shards over world / replicas ranks")
+    parser.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="the dtype FSDP reduces gradients in (MixedPrecisionPolicy's reduce_dtype)")
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=64, help="per rank (default 64)")
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--lr-decay-epoch", type=int, default=6, help="lr x 0.1 from this epoch (default 6)")
+    parser.add_argument("--train-samples", type=int, default=12000, help="first N training images (default 12000)")
+    parser.add_argument("--test-samples", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if args.replicas < 1 or world % args.replicas:
+        raise SystemExit(f"train_fsdp.py: error: --replicas {args.replicas} does not divide the {world} ranks")
+    mesh = init_device_mesh("cpu", (args.replicas, world // args.replicas), mesh_dim_names=("replicate", "shard"))
+    torch.manual_seed(args.seed)
+    train_x, train_y = load("train", args.train_samples)
+    test_x, test_y = load("test", args.test_samples)
+    model = MLP()
+    policy = MixedPrecisionPolicy(reduce_dtype=getattr(torch, args.reduce_dtype))
+    compressed = args.compress or args.schedule
+    # Sharded within a replica; without compression FSDP also all-reduces across the replicas.
+    shard_mesh = mesh["shard"] if compressed else mesh
+    for layer in (model.fc1, model.fc2, model.fc3):
+        fully_shard(layer, mesh=shard_mesh, mp_policy=policy)
+    fully_shard(model, mesh=shard_mesh, mp_policy=policy)
+    state = None
+    if compressed:
+        # accordion: each module's gradient shard averaged across the replicas, compressed
+        state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule)  # accordion
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+
+    for epoch in range(args.epochs):
+        lr = learning_rate(args, epoch)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        if state is not None:
+            state.set_epoch(epoch)  # accordion: this epoch's levels
+            sent_before = state.floats_sent
+        # Each rank takes every world-th sample of the epoch's shuffle.
+        order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(args.seed + epoch))
+        mine = order[rank::world]
+        started, losses = time.perf_counter(), []
+        for first in range(0, len(mine) - args.batch_size + 1, args.batch_size):
+            index = mine[first:first + args.batch_size]
+            loss = F.cross_entropy(model(train_x[index]), train_y[index])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        seconds = time.perf_counter() - started
+        test_loss, test_accuracy = evaluate(model, test_x, test_y)  # every rank: FSDP gathers the parameters
+        if rank == 0:
+            sent = f", sent {state.floats_sent - sent_before:.4g} floats" if state is not None else ""
+            print(f"epoch {epoch}: loss {sum(losses) / len(losses):.4f}, test accuracy {100 * test_accuracy:.2f}%, "
+                  f"lr {lr:g}{sent}, {seconds:.1f} s", flush=True)
+
+
+if __name__ == "__main__":
+    status = 0
+    try:
+        main()
+    except accordion.Error as e:
+        print(f"train_fsdp.py: error: {e}", file=sys.stderr)
+        status = 1
+    # On an error too, the group goes while the interpreter is whole (after what
+    # reference cycles held is freed): one left to the teardown may abort the process.
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    sys.exit(status)

@@ -1,0 +1,251 @@
+"""Compressed replica exchange for FSDP2's hybrid sharding: each FSDP module's
+gradient shard, reduce-scattered within its replica by fully_shard, is averaged
+across the replicas by the toolkit's compressors (the DDP hook's exchange: error
+feedback per parameter shard, PowerSGD's warm start, the same wire formats and
+the same count of floats sent), in the all-reduce hook FSDP2 gives each module."""
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from . import _library
+from ._errors import UsageError
+from .hook import CompressionState
+
+_EXAMPLE = ("e.g. mesh = init_device_mesh('cpu', (2, 2), mesh_dim_names=('replicate', 'shard')), "
+            "fully_shard(module, mesh=mesh['shard']) and replicate_group=mesh['replicate']")
+# The dtypes FSDP2 reduces gradients in that the exchange takes (16-bit ones as float32 copies).
+_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, extend_last=False, seed=0,
+                  error_feedback=True, start_step=0):
+    """Makes FSDP2's hybrid sharding exchange each gradient shard across the replicas
+    through the toolkit's compressors; call it once, on every rank, after fully_shard:
+
+        mesh = init_device_mesh("cuda", (nodes, gpus), mesh_dim_names=("replicate", "shard"))
+        for layer in model.layers:
+            fully_shard(layer, mesh=mesh["shard"])          # shards within a replica only
+        fully_shard(model, mesh=mesh["shard"])
+        state = accordion.compress_fsdp(model, mesh["replicate"], "powersgd:2")
+
+    `replicate_group`: the replica dimension (a 1-D DeviceMesh or its process group),
+    whose ranks hold the same shard index in each replica. The levels come from
+    `compress` (a compressor spec for every parameter of two or more dimensions;
+    vectors are sent uncompressed) or `schedule` (a compression schedule from
+    regime-detect, by parameter name; call set_epoch(epoch) each epoch).
+    `seed`, `error_feedback` and `start_step` are CompressionState's. Returns the
+    FsdpCompressionState (floats_sent, levels, set_epoch, state_dict)."""
+    return FsdpCompressionState(model, replicate_group, compress, schedule=schedule, extend_last=extend_last,
+                                seed=seed, error_feedback=error_feedback, start_step=start_step)
+
+
+class _Module:
+    """One FSDP module's parameters as its reduce-scatter output lays them out: each
+    parameter's rows on this rank (dim 0, as fully_shard shards), padded to the shard
+    size of rank 0 of the shard group."""
+
+    def __init__(self, label, parts):
+        self.label = label
+        self.parts = parts  # (name, padded numel, shape of this rank's rows)
+        self.numel = sum(padded for _, padded, _ in parts)
+
+
+class FsdpCompressionState(CompressionState):
+    """The state of compress_fsdp: levels, floats sent and error memories of the
+    replica exchange, as CompressionState keeps them for DDP (by parameter name; a
+    parameter's memories are those of this rank's shard)."""
+
+    def __init__(self, model, replicate_group, compress=None, *, schedule=None, extend_last=False, seed=0,
+                 error_feedback=True, start_step=0):
+        modules, shard_group = _fsdp_modules(model)
+        if (compress is None) == (schedule is None):
+            raise UsageError("compress_fsdp: give one of compress (a compressor spec such as 'powersgd:2') or "
+                             "schedule (a compression schedule from regime-detect), not "
+                             f"{'both' if compress is not None else 'none of them'}")
+        group = _replica_group(replicate_group, shard_group)
+        named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+        layouts, managed = _layouts(modules, named)
+        for name, _ in named:
+            if name not in managed:
+                raise UsageError(f"model: parameter '{name}' is not sharded by fully_shard (no FSDP module manages "
+                                 "it), so no replica exchange would reach it; apply fully_shard to the model's root "
+                                 "module too")
+        self._configure("compress_fsdp", group, named, compress, schedule=schedule, extend_last=extend_last,
+                        accordion=False, gravac=None, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH,
+                        eta=_library.DEFAULT_ETA, interval=_library.DEFAULT_INTERVAL, seed=seed,
+                        error_feedback=error_feedback, start_step=start_step)
+        self.shard_rank, self.shard_world_size = dist.get_rank(shard_group), dist.get_world_size(shard_group)
+        self._modules = layouts
+        for index, (_, module, _) in enumerate(modules):
+            module.set_all_reduce_hook(lambda output, index=index: self._exchange_shard(index, output))
+
+    # FSDP calls each module's hook once per step and tells no step's end: a step ends
+    # when a module comes round again, or at set_epoch().
+    @property
+    def steps(self):
+        """Steps whose shards were exchanged (the one under way included)."""
+        return self._steps_done + (1 if self._seen else 0)
+
+    @steps.setter
+    def steps(self, value):
+        self._steps_done, self._seen = int(value), set()
+
+    def set_epoch(self, epoch, lr=None):
+        self.steps = self.steps  # the step under way has ended
+        super().set_epoch(epoch, lr)
+
+    def _exchange_shard(self, index, output):
+        """FSDP's all-reduce hook of module `index`: `output`, its flat reduce-scatter
+        output (averaged within the replica), becomes the average over the replicas."""
+        module = self._modules[index]
+        if index in self._seen:
+            self.steps = self.steps  # a new step
+        self._seen.add(index)
+        if output.numel() != module.numel:
+            raise UsageError(f"model: {module.label} reduced {output.numel()} gradient values, not the "
+                             f"{module.numel} of its parameters' shards: a parameter got no gradient this step; "
+                             "compress_fsdp needs one for every trainable parameter of a module in every step")
+        if output.dtype not in _DTYPES:
+            raise UsageError(f"model: {module.label} reduces its gradients in {output.dtype}; the replica exchange "
+                             "takes float32, bfloat16 or float16 (MixedPrecisionPolicy's reduce_dtype)")
+        dense = self._steps_done < self.start_step
+        names, shards, levels = [], [], []
+        offset = 0
+        for name, padded, shape in module.parts:
+            numel = math.prod(shape)
+            if numel:  # a rank past a parameter's last row holds none of it: nothing to exchange
+                names.append(name)
+                # The real rows only: the padding is no gradient.
+                shards.append(output[offset:offset + numel].view(shape))
+                levels.append(_library.NO_COMPRESSION if dense else self._levels[name])
+            offset += padded
+        if names:
+            _library.call(self._sync.add_bucket, names, shards, levels, dense)
+            _library.call(self._sync.finish_step, self.epoch)
+
+    def state_dict(self):
+        out = super().state_dict()
+        out.update(shard_rank=self.shard_rank, shard_world_size=self.shard_world_size)
+        return out
+
+    def load_state_dict(self, state_dict):
+        saved = (state_dict.get("shard_rank"), state_dict.get("shard_world_size")) \
+            if isinstance(state_dict, dict) else (None, None)
+        if saved != (self.shard_rank, self.shard_world_size):
+            raise UsageError(f"state_dict: saved by shard {saved[0]} of {saved[1]}, loaded on shard "
+                             f"{self.shard_rank} of {self.shard_world_size}; each shard's error memories are its "
+                             "own, so a state loads only on the shard and replica that saved it")
+        super().load_state_dict(state_dict)
+
+
+def _label(name):
+    return f"module '{name}'" if name else "the root module"
+
+
+def _fsdp_modules(model):
+    """[(name, FSDP module, its parameter group)] of the modules fully_shard gave
+    parameters, and their shard group; UsageError for what compress_fsdp cannot take."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except Exception:  # 1.13 has none; under Python 3.11 its fsdp package does not even import
+        raise UsageError(f"compress_fsdp: needs PyTorch 2.x with FSDP2 (torch.distributed.fsdp.fully_shard); "
+                         f"this is torch {torch.__version__}") from None
+    from torch.distributed.fsdp import FullyShardedDataParallel
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"model: must be a torch.nn.Module sharded with fully_shard, not {type(model).__name__}")
+    for name, module in model.named_modules():
+        if isinstance(module, FullyShardedDataParallel):
+            raise UsageError(f"model: {_label(name)} is FullyShardedDataParallel (FSDP1); compress_fsdp "
+                             "exchanges the shards in FSDP2's per-module all-reduce hook: shard it with "
+                             "fully_shard(module, mesh=mesh['shard']) instead")
+    modules, shard_ranks = [], None
+    for name, module in model.named_modules():
+        if not isinstance(module, FSDPModule):
+            continue
+        group = module._get_fsdp_state()._fsdp_param_group  # None: no parameters of its own
+        if group is None:
+            continue
+        info = group.mesh_info
+        if hasattr(info, "replicate_process_group") or not hasattr(info, "shard_process_group"):
+            raise UsageError(f"model: {_label(name)} is sharded over a 2-D mesh, FSDP's own hybrid sharding, which "
+                             "already all-reduces the shards across the replicas; shard it over the shard dimension "
+                             f"alone for compress_fsdp to exchange them ({_EXAMPLE})")
+        if group._all_reduce_hook is not None:
+            raise UsageError(f"model: {_label(name)} already has an all-reduce hook (set_all_reduce_hook); FSDP "
+                             "runs one per module, and compress_fsdp's is the replica exchange")
+        for p in group.fsdp_params:
+            if p.offload_to_cpu:
+                raise UsageError(f"model: {_label(name)} offloads its parameters to the CPU (CPUOffloadPolicy), "
+                                 "which compress_fsdp does not support yet; shard it without offload_policy")
+            if p.fsdp_placement.dim != 0:
+                raise UsageError(f"model: {_label(name)} shards its parameter '{p._module_info.param_name}' on "
+                                 f"dimension {p.fsdp_placement.dim} (shard_placement_fn); compress_fsdp takes "
+                                 "shards of rows, fully_shard's default dimension 0")
+        ranks = dist.get_process_group_ranks(info.shard_process_group)
+        if shard_ranks is not None and ranks != shard_ranks:
+            raise UsageError(f"model: {_label(name)} is sharded over ranks {ranks}, other modules over "
+                             f"{shard_ranks}; compress_fsdp needs one shard mesh for the whole model")
+        shard_ranks = ranks
+        modules.append((name, module, group))
+    if not modules:
+        raise UsageError(f"model: compress_fsdp exchanges the gradient shards of FSDP2's fully_shard; give it the "
+                         f"model after fully_shard(module, mesh=mesh['shard']), not a {type(model).__name__} "
+                         "without sharded parameters")
+    return modules, modules[0][2].mesh_info.shard_process_group
+
+
+def _layouts(modules, named):
+    """Each FSDP module's _Module, and the names of the parameters they manage."""
+    name_of = {id(p): name for name, p in named}
+    layouts, managed = [], set()
+    for module_name, _, group in modules:
+        parts = []
+        for p in group.fsdp_params:
+            name = name_of.get(id(p.sharded_param))
+            if name is None:  # frozen: FSDP reduces no gradient of it
+                continue
+            managed.add(name)
+            parts.append((name, math.prod(p.padded_sharded_param_size), tuple(p.sharded_size)))
+        layouts.append(_Module(_label(module_name), parts))
+    return layouts, managed
+
+
+def _replica_group(replicate_group, shard_group):
+    """The process group of `replicate_group` (a 1-D DeviceMesh or a ProcessGroup),
+    checked against the shard group: one rank of each replica, all with this rank's
+    shard index, and together with the shard group the whole world."""
+    if replicate_group is None:
+        raise UsageError("replicate_group: missing; compress_fsdp exchanges each gradient shard across the "
+                         "replicas over the replica dimension of the mesh the model is sharded on "
+                         f"({_EXAMPLE})")
+    group = replicate_group
+    if hasattr(group, "get_group") and hasattr(group, "ndim"):  # a DeviceMesh
+        if group.ndim != 1:
+            raise UsageError(f"replicate_group: a {group.ndim}-D mesh; give its replica dimension alone ({_EXAMPLE})")
+        group = group.get_group()
+    if not isinstance(group, dist.ProcessGroup):
+        raise UsageError(f"replicate_group: must be the replica dimension of the mesh (a 1-D DeviceMesh or its "
+                         f"ProcessGroup), not {type(replicate_group).__name__}")
+    me = dist.get_rank()
+    replicas, shards = dist.get_process_group_ranks(group), dist.get_process_group_ranks(shard_group)
+    if me not in replicas:
+        raise UsageError(f"replicate_group: ranks {replicas}, which do not include this rank ({me}); give each "
+                         f"rank the replica group it belongs to ({_EXAMPLE})")
+    if set(replicas) & set(shards) != {me}:
+        raise UsageError(f"replicate_group: ranks {replicas} hold several shards of this rank's replica (its shard "
+                         f"group is ranks {shards}); the replica group joins one rank of each replica ({_EXAMPLE})")
+    if len(replicas) * len(shards) != dist.get_world_size():
+        raise UsageError(f"replicate_group: its {len(replicas)} ranks times the shard group's {len(shards)} make "
+                         f"{len(replicas) * len(shards)}, not the world's {dist.get_world_size()} ranks; the "
+                         f"replica group spans the mesh's replica dimension ({_EXAMPLE})")
+    mine = (dist.get_rank(shard_group), len(shards))
+    everyone = [None] * len(replicas)
+    dist.all_gather_object(everyone, mine, group=group)
+    for rank, theirs in zip(replicas, everyone):
+        if tuple(theirs) != mine:
+            raise UsageError(f"replicate_group: rank {rank} holds shard {theirs[0]} of {theirs[1]}, this rank "
+                             f"({me}) shard {mine[0]} of {mine[1]}; the replica group joins the ranks of one shard "
+                             f"index ({_EXAMPLE})")
+    return group

@@ -1,0 +1,287 @@
+"""One rank of the tests' FSDP2 runs (Gloo, CPU, one thread, 4 ranks as 2 replicas
+x 2 shards), started by conftest.run_ranks: `fsdp_worker.py SCENARIO [options]`.
+Every rank prints one line of JSON. Needs PyTorch 2.x (fully_shard).
+
+Scenarios:
+  train      train Net for --epochs of --steps steps, each rank on its own
+             batches, sharded within its replica (fully_shard over mesh["shard"])
+             with --compress SPEC or --schedule PATH (accordion.compress_fsdp over
+             mesh["replicate"]) or
+             --reference-powersgd RANK (PowerSGD as its paper writes it, below,
+             in each module's all-reduce hook), or sharded over the 2-D mesh
+             (FSDP's own hybrid sharding) without either; prints the full
+             parameters, the losses, and each epoch's floats sent, levels and
+             steps counted
+  refusals   tries what compress_fsdp refuses; prints {case: message}
+"""
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+import accordion
+from ddp_worker import let_gloo_finish
+
+REPLICAS, SHARDS = 2, 2
+
+
+class Net(nn.Module):
+    # fc1's 25 rows split 13 + 12 over 2 shards (one padding row), fc3's single row
+    # 1 + 0: uneven shards and an empty one.
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(12, 25)
+        self.fc2 = nn.Linear(25, 10)
+        self.fc3 = nn.Linear(10, 1)
+
+    def forward(self, x):
+        return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
+
+
+class Spare(nn.Module):
+    """A module with a trainable parameter its forward leaves out."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 4)
+        self.spare = nn.Parameter(torch.zeros(3))
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def batch(rank, step):
+    g = torch.Generator().manual_seed(1_000_003 * rank + step)
+    x = torch.randn(8, 12, generator=g)
+    return x, (x[:, :3].sum(1, keepdim=True) > 0).float()
+
+
+def shard_rows(rows, shards, index):
+    """The rows of dimension 0 that shard `index` holds and the padded shard's, as
+    fully_shard splits them (torch.chunk: ceil(rows / shards) rows per shard)."""
+    per = -(-rows // shards)
+    return max(0, min(per, rows - index * per)), per
+
+
+def mesh_of():
+    from torch.distributed.device_mesh import init_device_mesh
+    return init_device_mesh("cpu", (REPLICAS, SHARDS), mesh_dim_names=("replicate", "shard"))
+
+
+def shard(model, mesh, **options):
+    from torch.distributed.fsdp import fully_shard
+    for layer in (model.fc1, model.fc2, model.fc3):
+        fully_shard(layer, mesh=mesh, **options)
+    fully_shard(model, mesh=mesh, **options)
+    return model
+
+
+class PaperPowerSgd:
+    """PowerSGD as Vogels et al. (2019), Algorithm 1 with error feedback, write it,
+    on each parameter's shard (its rows on this rank, other dimensions flattened)
+    averaged over the replica group: M = gradient + error; P = M Q, averaged;
+    P orthonormalized (Gram-Schmidt); Q = M^T P, averaged; the gradient becomes
+    P Q^T and the error M - P Q^T; Q warm-starts the next step. The first Q of each
+    module is drawn as PyTorch's powerSGD_hook draws it (a torch seed from numpy's
+    RandomState(seed), N(0, 1) per matrix in order), so that both start alike. A
+    matrix that rank `rank` would not shrink below half ((rows + cols) rank >=
+    rows cols / 2) is averaged whole, its error the local value minus the average
+    (powerSGD_hook's rule); vectors are averaged whole."""
+
+    def __init__(self, rank, group, seed):
+        self.rank, self.group, self.seed = rank, group, seed
+        self.error, self.q = {}, {}
+
+    def mean(self, t):
+        dist.all_reduce(t, group=self.group)
+        return t.div_(dist.get_world_size(self.group))
+
+    def hook(self, parts):
+        def run(output):
+            offset, fresh = 0, None
+            for name, rows, padded, cols in parts:
+                g = output[offset:offset + rows * cols]
+                offset += padded * cols
+                if rows == 0:
+                    continue
+                if name.endswith("bias"):
+                    self.mean(g)
+                    continue
+                m = g.view(rows, cols) + self.error.get(name, 0)
+                r = min(self.rank, rows, cols)
+                if 2 * (rows + cols) * r >= rows * cols:
+                    average = self.mean(m.clone())
+                else:
+                    if name not in self.q:
+                        if fresh is None:
+                            fresh = torch.Generator().manual_seed(int(np.random.RandomState(self.seed).randint(1_000_000_000)))
+                        self.q[name] = torch.randn(cols, r, generator=fresh)
+                    p = self.mean(m @ self.q[name])
+                    for i in range(r):
+                        p[:, i] /= p[:, i].norm()
+                        p[:, i + 1:] -= p[:, i:i + 1] * (p[:, i:i + 1] * p[:, i + 1:]).sum(0)
+                    self.q[name] = self.mean(m.t() @ p)
+                    average = p @ self.q[name].t()
+                self.error[name] = m - average
+                g.copy_(average.view(-1))
+        return run
+
+
+def train(args, rank):
+    mesh = mesh_of()
+    torch.manual_seed(7)
+    model = Net()
+    state = None
+    options = {}
+    if args.reduce_dtype:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+        options["mp_policy"] = MixedPrecisionPolicy(reduce_dtype=getattr(torch, args.reduce_dtype))
+    if args.compress is None and args.schedule is None and args.reference_powersgd is None:
+        shard(model, mesh, **options)  # FSDP's own hybrid sharding
+    else:
+        shard(model, mesh["shard"], **options)
+        if args.reference_powersgd is None:
+            state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule, seed=3)
+        else:
+            reference = PaperPowerSgd(args.reference_powersgd, mesh["replicate"].get_group(), seed=3)
+            index = dist.get_rank(mesh["shard"].get_group())
+            for prefix in ("fc1", "fc2", "fc3"):
+                layer, parts = getattr(model, prefix), []
+                for name, p in layer.named_parameters():
+                    rows, padded = shard_rows(p.shape[0], SHARDS, index)
+                    parts.append((f"{prefix}.{name}", rows, padded, p[0].numel()))
+                layer.set_all_reduce_hook(reference.hook(parts))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses, epochs = [], []
+    for epoch in range(args.epochs):
+        before = 0.0
+        if state is not None:
+            state.set_epoch(epoch)
+            before = state.floats_sent
+        for step in range(args.steps):
+            optimizer.zero_grad()
+            x, y = batch(rank, epoch * args.steps + step)
+            loss = F.binary_cross_entropy_with_logits(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        if state is not None:
+            epochs.append({"epoch": epoch, "floats": state.floats_sent - before, "levels": state.levels,
+                           "steps": state.steps})
+    result = {"rank": rank, "losses": losses, "epochs": epochs,
+              "parameters": {name: p.full_tensor().flatten().tolist() for name, p in model.named_parameters()},
+              "shards": {name: list(p.to_local().shape) for name, p in model.named_parameters()}}
+    if state is not None:
+        result.update(floats=state.floats_sent, steps=state.steps, saved=sorted(state.state_dict()["state"]))
+    print(json.dumps(result))
+
+
+def refusals(args, rank):
+    from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+    from torch.distributed.tensor import Shard
+    mesh = mesh_of()
+    messages = {}
+
+    def attempt(case, make):
+        try:
+            make()
+            messages[case] = None
+        except accordion.Error as e:
+            messages[case] = f"{type(e).__name__}: {e}"
+
+    attempt("no replica group", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), None, "powersgd:2"))
+    attempt("the shard group as replica group",
+            lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["shard"], "powersgd:2"))
+    # Every rank makes every group; ranks 0 and 3 hold other shard indices.
+    crossed = {r: g for ranks in ([0, 3], [1, 2]) for g in [dist.new_group(ranks)] for r in ranks}
+    attempt("a replica group across shard indices",
+            lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), crossed[rank], "powersgd:2"))
+    alone = {r: dist.new_group([r]) for r in range(dist.get_world_size())}
+    attempt("a replica group short of the world",
+            lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), alone[rank], "powersgd:2"))
+    attempt("a 2-D mesh as replica group", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh, "none"))
+    attempt("native hybrid sharding", lambda: accordion.compress_fsdp(shard(Net(), mesh), mesh["replicate"], "none"))
+    attempt("FSDP1", lambda: accordion.compress_fsdp(
+        FullyShardedDataParallel(Net(), process_group=mesh["shard"].get_group(), device_id=torch.device("cpu")),
+        mesh["replicate"], "none"))
+    attempt("no fully_shard", lambda: accordion.compress_fsdp(Net(), mesh["replicate"], "none"))
+    attempt("neither compress nor schedule", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]),
+                                                                             mesh["replicate"]))
+    attempt("a bad spec", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"], "zip:3"))
+    attempt("rows sharded on dimension 1", lambda: accordion.compress_fsdp(
+        shard(Net(), mesh["shard"], shard_placement_fn=lambda p: Shard(1) if p.ndim == 2 and p.shape[1] % SHARDS == 0 else None),
+        mesh["replicate"], "none"))
+
+    def with_hook():
+        model = shard(Net(), mesh["shard"])
+        model.fc2.set_all_reduce_hook(lambda output: None)
+        accordion.compress_fsdp(model, mesh["replicate"], "none")
+    attempt("an all-reduce hook of the user's", with_hook)
+
+    def offloaded():
+        # CPUOffloadPolicy needs pinned (CUDA) memory to be made: its mark is set by hand.
+        model = shard(Net(), mesh["shard"])
+        model.fc1._get_fsdp_state()._fsdp_param_group.fsdp_params[0].offload_to_cpu = True
+        accordion.compress_fsdp(model, mesh["replicate"], "none")
+    attempt("CPU offload", offloaded)
+
+    def unsharded():
+        model = Net()
+        for layer in (model.fc1, model.fc2):  # fc3 and the root left unsharded
+            fully_shard(layer, mesh=mesh["shard"])
+        accordion.compress_fsdp(model, mesh["replicate"], "none")
+    attempt("a parameter outside fully_shard", unsharded)
+
+    def unused_parameter():
+        model = Spare()
+        fully_shard(model, mesh=mesh["shard"])
+        accordion.compress_fsdp(model, mesh["replicate"], "none")
+        model(batch(rank, 0)[0]).sum().backward()
+    attempt("a parameter without gradient", unused_parameter)
+    if rank == 0:
+        print(json.dumps(messages))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("scenario", choices=["train", "refusals"])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--compress")
+    parser.add_argument("--reference-powersgd", type=int)
+    parser.add_argument("--schedule")
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--reduce-dtype", choices=["bfloat16", "float16"], help="MixedPrecisionPolicy's reduce_dtype")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    status = 0
+    try:
+        {"train": train, "refusals": refusals}[args.scenario](args, rank)
+    except accordion.Error as e:
+        print(f"fsdp_worker: error: {e}", file=sys.stderr)
+        status = 1
+    if status == 0:
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+        except RuntimeError:
+            pass
+    gc.collect()
+    let_gloo_finish()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    main()

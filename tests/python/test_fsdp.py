@@ -1,0 +1,256 @@
+"""accordion.compress_fsdp: FSDP2 sharded within each replica, the gradient shards
+exchanged across the replicas by the toolkit's compressors. Four ranks over Gloo
+as 2 replicas x 2 shards (fsdp_worker.py): level none against FSDP's own hybrid
+sharding, PowerSGD against the paper's algorithm written in the worker, the floats
+sent against the wire sizes worked out from the shard shapes, a schedule replayed
+by parameter name, bf16 shards, and everything refused."""
+
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+import accordion
+from conftest import RUN_SECONDS, TREE, regime_detect, run_ranks
+from ports import free_port
+from test_hook import floats_per_step
+
+try:
+    from torch.distributed.fsdp import fully_shard  # noqa: F401 (FSDP2, PyTorch 2.x)
+    HAS_FSDP2 = True
+except Exception:  # 1.13's fsdp package does not import under Python 3.11 (ValueError)
+    HAS_FSDP2 = False
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fsdp_worker.py")
+needs_fsdp2 = pytest.mark.skipif(not HAS_FSDP2,
+                                 reason="compress_fsdp needs FSDP2 (torch.distributed.fsdp.fully_shard, PyTorch 2.x); "
+                                        "test_an_old_torch_is_told_fsdp2_is_needed checks the error this torch gives")
+SHAPES = {"fc1.weight": (25, 12), "fc1.bias": (25,), "fc2.weight": (10, 25), "fc2.bias": (10,),
+          "fc3.weight": (1, 10), "fc3.bias": (1,)}
+STEPS = 10
+
+_runs = {}
+
+
+def run(tmp_path, *arguments):
+    """Every rank's JSON of `fsdp_worker.py train ARGUMENTS`; runs without files are
+    deterministic, and made once for every test that asks for them."""
+    key = tuple(str(a) for a in arguments)
+    if key not in _runs or "--schedule" in key:
+        ranks = run_ranks(["train", "--steps", STEPS, *arguments], cwd=tmp_path, world=4, worker=WORKER)
+        assert ranks.codes == [0] * 4, ranks.describe()
+        _runs[key] = [json.loads(ranks.stdout(r)) for r in range(4)]
+    return _runs[key]
+
+
+def shard_shape(shape, shard, shards=2):
+    """The rows of dimension 0 that shard `shard` holds, as fully_shard splits them
+    (torch.chunk: ceil(rows / shards) each, the last ones fewer or none)."""
+    per = -(-shape[0] // shards)
+    return (max(0, min(per, shape[0] - shard * per)),) + tuple(shape[1:])
+
+
+def wire_floats(levels, shard):
+    # A shard without rows is not exchanged.
+    return sum(floats_per_step(levels[name], shard_shape(shape, shard)) for name, shape in SHAPES.items()
+               if shard_shape(shape, shard)[0])
+
+
+def max_difference(a, b):
+    return max(float(np.abs(np.array(a[name]) - np.array(b[name])).max()) for name in a)
+
+
+@needs_fsdp2
+def test_level_none_is_fsdps_own_hybrid_sharding(tmp_path):
+    # Both average each shard within the replica (FSDP's reduce-scatter) and then
+    # across the replicas; the library's allreduce sums and divides as Gloo's average
+    # does. Asserted to fp32 rounding after 10 steps (1e-6 on weights near 0.2), seen
+    # bit for bit.
+    native, ours = run(tmp_path), run(tmp_path, "--compress", "none")
+    for rank in range(4):
+        assert max_difference(ours[rank]["parameters"], native[rank]["parameters"]) <= 1e-6, rank
+    # The replicas (ranks 0 and 2) trained on other batches and end with the same
+    # parameters: their shards were exchanged.
+    assert ours[0]["losses"] != ours[2]["losses"]
+    assert ours[0]["parameters"] == ours[2]["parameters"]
+    assert [r["steps"] for r in ours] == [STEPS] * 4
+
+
+@needs_fsdp2
+@pytest.mark.parametrize("rank", [1, 2])
+def test_powersgd_on_the_shards_is_the_papers(tmp_path, rank):
+    # The same shard matrices (rows as fully_shard splits them), the same first Q,
+    # warm start and error feedback: 10 steps agree to fp32 rounding (seen: 6e-8),
+    # while compression moved the parameters 1e-4 and more away from uncompressed.
+    ours = run(tmp_path, "--compress", f"powersgd:{rank}")
+    paper = run(tmp_path, "--reference-powersgd", rank)
+    native = run(tmp_path)
+    for r in range(4):
+        assert max_difference(ours[r]["parameters"], paper[r]["parameters"]) <= 1e-6, r
+        assert max_difference(ours[r]["parameters"], native[r]["parameters"]) > 1e-4, r
+
+
+@needs_fsdp2
+@pytest.mark.parametrize("spec", ["none", "powersgd:2", "fp16"])
+def test_floats_sent_are_the_wire_sizes_of_the_shards(tmp_path, spec):
+    # fc1's 25 rows are 13 + 12 over the 2 shards, fc3's one row 1 + 0: each rank
+    # sends what its shards' shapes take at their levels (vectors whole).
+    result = run(tmp_path, "--compress", spec)
+    levels = {name: spec if len(shape) == 2 else "none" for name, shape in SHAPES.items()}
+    for rank, out in enumerate(result):
+        shard = rank % 2  # ranks 0 and 2 hold shard 0, 1 and 3 shard 1
+        assert {n: tuple(s) for n, s in out["shards"].items()} == {n: shard_shape(s, shard) for n, s in SHAPES.items()}
+        assert out["floats"] == STEPS * wire_floats(levels, shard), rank
+        assert out["epochs"][0]["levels"] == levels
+    if spec == "powersgd:2":
+        # Error memories per parameter shard; fc3's (1, 10) rows are sent whole, with
+        # the error feedback powerSGD_hook gives them; the empty shard keeps nothing.
+        assert [r["saved"] for r in result[:2]] == [
+            ["fc1.weight/error", "fc1.weight/powersgd_q", "fc2.weight/error", "fc2.weight/powersgd_q",
+             "fc3.weight/error"],
+            ["fc1.weight/error", "fc1.weight/powersgd_q", "fc2.weight/error", "fc2.weight/powersgd_q"]]
+        assert [r["floats"] for r in result] == [1390, 1250, 1390, 1250]  # worked out by hand
+
+
+def write_grads(path):
+    """A gradient-statistics file of fsdp_worker.Net's parameters, written with h5py alone."""
+    names, shapes = list(SHAPES), list(SHAPES.values())
+    norm = np.array([[1.0, 0.5, 2.0, 0.1, 1.5, 0.2]] * 6)
+    norm[2] *= [2.0, 1.0, 1.05, 3.0, 1.0, 1.0]  # fc1.weight changes much at epoch 2
+    with h5py.File(path, "w") as f:
+        f.attrs["format"] = "accordion.grads"
+        f.attrs["format_version"] = "1.0"
+        f["parameters/name"] = np.array(names, dtype=h5py.string_dtype())
+        f["parameters/ndim"] = np.array([len(s) for s in shapes], dtype=np.int32)
+        f["parameters/shape"] = np.array([list(s) + [0] * (2 - len(s)) for s in shapes], dtype=np.int64)
+        f["parameters/numel"] = np.array([int(np.prod(s)) for s in shapes], dtype=np.int64)
+        f["epochs/norm"] = norm
+        f["epochs/lr"] = np.array([0.1] * 4 + [0.01] * 2)
+        f["epochs/steps"] = np.full(6, 10, dtype=np.int64)
+
+
+@needs_fsdp2
+def test_a_schedule_is_replayed_by_parameter_name(tmp_path, programs):
+    write_grads(tmp_path / "grads.h5")
+    regime_detect(programs, "grads.h5", "--interval", "2", "--low", "powersgd:4", "--high", "powersgd:1",
+                  "-o", "levels.h5", cwd=tmp_path)
+    schedule = accordion.load_schedule(tmp_path / "levels.h5")
+    result = run(tmp_path, "--schedule", "levels.h5", "--epochs", "6", "--steps", "2")
+    seen = set()
+    for rank, out in enumerate(result):
+        for epoch in out["epochs"]:
+            levels = schedule.levels(epoch["epoch"])
+            seen.update(levels.values())
+            assert epoch["levels"] == levels
+            assert epoch["floats"] == 2 * wire_floats(levels, rank % 2), (rank, epoch)
+        assert out["steps"] == 12
+    assert {"powersgd:4", "powersgd:1"} <= seen, "the schedule must change levels for this test to mean anything"
+
+
+@needs_fsdp2
+@pytest.mark.parametrize("spec", ["powersgd:2", "topk:0.1"])
+def test_bf16_shards_go_through_float32_copies(tmp_path, spec):
+    # MixedPrecisionPolicy(reduce_dtype=bfloat16): FSDP reduce-scatters bf16 shards;
+    # the exchange averages float32 copies (its memories in fp32) and rounds once.
+    # Each rank sends what it sends for fp32 shards, and the losses follow the fp32
+    # run's within 1e-3 (bf16 keeps 8 bits of mantissa; seen: at most 6.4e-5).
+    wide, narrow = run(tmp_path, "--compress", spec), run(tmp_path, "--compress", spec, "--reduce-dtype", "bfloat16")
+    for a, b in zip(wide, narrow):
+        assert b["floats"] == a["floats"]
+        assert max(abs(x - y) for x, y in zip(a["losses"], b["losses"])) < 1e-3, (a["losses"], b["losses"])
+        assert a["parameters"] != b["parameters"]  # bf16 did reduce
+
+
+PREFIX = "UsageError: "
+EXAMPLE = ("(e.g. mesh = init_device_mesh('cpu', (2, 2), mesh_dim_names=('replicate', 'shard')), "
+           "fully_shard(module, mesh=mesh['shard']) and replicate_group=mesh['replicate'])")
+
+
+@needs_fsdp2
+def test_what_compress_fsdp_refuses(tmp_path):
+    ranks = run_ranks(["refusals"], cwd=tmp_path, world=4, worker=WORKER)
+    assert ranks.codes == [0] * 4, ranks.describe()
+    messages = json.loads(ranks.stdout(0))
+    expected = {
+        "no replica group": "replicate_group: missing; compress_fsdp exchanges each gradient shard across the "
+                            "replicas over the replica dimension of the mesh the model is sharded on " + EXAMPLE,
+        "the shard group as replica group": "replicate_group: ranks [0, 1] hold several shards of this rank's "
+                                            "replica (its shard group is ranks [0, 1]); the replica group joins one "
+                                            "rank of each replica " + EXAMPLE,
+        "a replica group across shard indices": "replicate_group: rank 3 holds shard 1 of 2, this rank (0) shard 0 "
+                                                "of 2; the replica group joins the ranks of one shard index " + EXAMPLE,
+        "a replica group short of the world": "replicate_group: its 1 ranks times the shard group's 2 make 2, not "
+                                              "the world's 4 ranks; the replica group spans the mesh's replica "
+                                              "dimension " + EXAMPLE,
+        "a 2-D mesh as replica group": "replicate_group: a 2-D mesh; give its replica dimension alone " + EXAMPLE,
+        "native hybrid sharding": "model: module 'fc1' is sharded over a 2-D mesh, FSDP's own hybrid sharding, "
+                                  "which already all-reduces the shards across the replicas; shard it over the "
+                                  "shard dimension alone for compress_fsdp to exchange them " + EXAMPLE,
+        "FSDP1": "model: the root module is FullyShardedDataParallel (FSDP1); compress_fsdp exchanges the shards in "
+                 "FSDP2's per-module all-reduce hook: shard it with fully_shard(module, mesh=mesh['shard']) instead",
+        "no fully_shard": "model: compress_fsdp exchanges the gradient shards of FSDP2's fully_shard; give it the "
+                          "model after fully_shard(module, mesh=mesh['shard']), not a Net without sharded parameters",
+        "neither compress nor schedule": "compress_fsdp: give one of compress (a compressor spec such as "
+                                         "'powersgd:2') or schedule (a compression schedule from regime-detect), "
+                                         "not none of them",
+        "rows sharded on dimension 1": "model: module 'fc1' shards its parameter 'weight' on dimension 1 "
+                                       "(shard_placement_fn); compress_fsdp takes shards of rows, fully_shard's "
+                                       "default dimension 0",
+        "an all-reduce hook of the user's": "model: module 'fc2' already has an all-reduce hook "
+                                            "(set_all_reduce_hook); FSDP runs one per module, and compress_fsdp's "
+                                            "is the replica exchange",
+        "CPU offload": "model: module 'fc1' offloads its parameters to the CPU (CPUOffloadPolicy), which "
+                       "compress_fsdp does not support yet; shard it without offload_policy",
+        "a parameter outside fully_shard": "model: parameter 'fc3.weight' is not sharded by fully_shard (no FSDP "
+                                           "module manages it), so no replica exchange would reach it; apply "
+                                           "fully_shard to the model's root module too",
+        # Refused in the step, when FSDP hands over a module's shards without it.
+        "a parameter without gradient": "model: the root module reduced 26 gradient values, not the 28 of its "
+                                        "parameters' shards: a parameter got no gradient this step; compress_fsdp "
+                                        "needs one for every trainable parameter of a module in every step",
+    }
+    for case, message in expected.items():
+        assert messages.pop(case) == PREFIX + message, case
+    assert messages.pop("a bad spec").startswith(PREFIX + "compress: 'zip:3' is not a compressor spec; one of none")
+    assert not messages, f"cases without an expected message: {sorted(messages)}"
+
+
+@pytest.mark.skipif(HAS_FSDP2, reason="this torch has FSDP2")
+def test_an_old_torch_is_told_fsdp2_is_needed():
+    with pytest.raises(accordion.UsageError, match=r"^compress_fsdp: needs PyTorch 2\.x with FSDP2 "
+                                                   r"\(torch\.distributed\.fsdp\.fully_shard\); this is torch 1\."):
+        accordion.compress_fsdp(torch.nn.Linear(2, 2), None, "none")
+
+
+EXAMPLE_SCRIPT = os.path.join(TREE, "examples", "pytorch", "train_fsdp.py")
+
+
+def run_example(tmp_path, *arguments):
+    """examples/pytorch/train_fsdp.py under torchrun on 4 ranks: rank 0's lines."""
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "4", "--master_port",
+                           str(free_port()), EXAMPLE_SCRIPT, "--epochs", "2", "--train-samples", "4096",
+                           "--test-samples", "500", *arguments], cwd=tmp_path, capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="1"), timeout=RUN_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [line for line in done.stdout.splitlines() if line.startswith("epoch ")]
+
+
+@needs_fsdp2
+@pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+                    reason="the example reads Debian's dataset-fashion-mnist")
+def test_the_example_trains_as_native_hybrid_sharding(tmp_path):
+    # 2 epochs of 16 steps on 4 ranks. Per step, rank 0 sends at powersgd:4 for its
+    # shards fc1 128x784, fc2 128x256 and fc3 5x256 (sent whole: rank 4 would not
+    # halve it) and the biases 128, 128 and 5: 3648 + 1536 + 1280 + 261 floats.
+    ours, native = run_example(tmp_path, "--compress", "powersgd:4"), run_example(tmp_path)
+    assert len(ours) == len(native) == 2
+    for line in ours:
+        assert f", sent {16 * (3648 + 1536 + 1280 + 261):.4g} floats, " in line, line
+    # The final test accuracies (500 images): both learn, within 5 points (seen: 74.4% and 76.0%).
+    final = [float(lines[-1].split("test accuracy ")[1].split("%")[0]) for lines in (ours, native)]
+    assert min(final) > 65 and abs(final[0] - final[1]) < 5, (ours, native)
