@@ -12,6 +12,9 @@ Scenarios:
              (FSDP's own hybrid sharding) without either; prints the full
              parameters, the losses, and each epoch's floats sent, levels and
              steps counted
+             (--save-after E saves each rank's shards and exchange state to
+             state.rankR.pt after epoch E; --start S loads them first)
+  every      each compressor on float32 and bf16 shards, 3 steps
   refusals   tries what compress_fsdp refuses; prints {case: message}
 """
 
@@ -161,8 +164,14 @@ def train(args, rank):
                     parts.append((f"{prefix}.{name}", rows, padded, p[0].numel()))
                 layer.set_all_reduce_hook(reference.hook(parts))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    if args.start > 0:  # this rank's shards and exchange state, as saved after epoch start - 1
+        saved = torch.load(f"state.rank{rank}.pt")
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.to_local().copy_(saved["model"][name])
+        state.load_state_dict(saved["exchange"])
     losses, epochs = [], []
-    for epoch in range(args.epochs):
+    for epoch in range(args.start, args.epochs):
         before = 0.0
         if state is not None:
             state.set_epoch(epoch)
@@ -177,12 +186,43 @@ def train(args, rank):
         if state is not None:
             epochs.append({"epoch": epoch, "floats": state.floats_sent - before, "levels": state.levels,
                            "steps": state.steps})
+        if args.save_after == epoch:
+            torch.save({"model": {name: p.to_local().clone() for name, p in model.named_parameters()},
+                        "exchange": state.state_dict()}, f"state.rank{rank}.pt")
     result = {"rank": rank, "losses": losses, "epochs": epochs,
               "parameters": {name: p.full_tensor().flatten().tolist() for name, p in model.named_parameters()},
               "shards": {name: list(p.to_local().shape) for name, p in model.named_parameters()}}
     if state is not None:
         result.update(floats=state.floats_sent, steps=state.steps, saved=sorted(state.state_dict()["state"]))
     print(json.dumps(result))
+
+
+EVERY_COMPRESSOR = ["none", "fp16", "powersgd:2", "topk:0.1", "randomk:0.1", "dgc:0.1", "signsgd", "efsignsgd",
+                    "qsgd:127", "terngrad"]
+
+
+def every(args, rank):
+    """Each compressor on float32 and bf16 shards (MixedPrecisionPolicy's reduce_dtype):
+    3 steps each; the floats sent and whether every gradient shard stayed finite."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    mesh = mesh_of()
+    out = {}
+    for spec in EVERY_COMPRESSOR:
+        for dtype in ("float32", "bfloat16"):
+            torch.manual_seed(7)
+            model = shard(Net(), mesh["shard"], mp_policy=MixedPrecisionPolicy(reduce_dtype=getattr(torch, dtype)))
+            state = accordion.compress_fsdp(model, mesh["replicate"], spec, seed=3)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            finite = True
+            for step in range(3):
+                optimizer.zero_grad()
+                x, y = batch(rank, step)
+                F.binary_cross_entropy_with_logits(model(x), y).backward()
+                finite = finite and all(bool(torch.isfinite(p.grad.to_local()).all()) for p in model.parameters())
+                optimizer.step()
+            out[f"{spec} {dtype}"] = {"floats": state.floats_sent, "finite": finite,
+                                      "dtypes": sorted({str(p.grad.dtype) for p in model.parameters()})}
+    print(json.dumps(out))
 
 
 def refusals(args, rank):
@@ -241,6 +281,11 @@ def refusals(args, rank):
         accordion.compress_fsdp(model, mesh["replicate"], "none")
     attempt("a parameter outside fully_shard", unsharded)
 
+    def another_shard():
+        state = accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"], "none")
+        state.load_state_dict({**state.state_dict(), "shard_rank": 1 - state.shard_rank})
+    attempt("a state of another shard", another_shard)
+
     def unused_parameter():
         model = Spare()
         fully_shard(model, mesh=mesh["shard"])
@@ -253,12 +298,14 @@ def refusals(args, rank):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["train", "refusals"])
+    parser.add_argument("scenario", choices=["train", "every", "refusals"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--compress")
     parser.add_argument("--reference-powersgd", type=int)
     parser.add_argument("--schedule")
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--save-after", type=int, help="save shards and exchange state after this epoch")
+    parser.add_argument("--start", type=int, default=0, help="start at this epoch from the saved state")
     parser.add_argument("--reduce-dtype", choices=["bfloat16", "float16"], help="MixedPrecisionPolicy's reduce_dtype")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -266,7 +313,7 @@ def main():
     rank = dist.get_rank()
     status = 0
     try:
-        {"train": train, "refusals": refusals}[args.scenario](args, rank)
+        {"train": train, "every": every, "refusals": refusals}[args.scenario](args, rank)
     except accordion.Error as e:
         print(f"fsdp_worker: error: {e}", file=sys.stderr)
         status = 1

@@ -3,7 +3,8 @@ exchanged across the replicas by the toolkit's compressors. Four ranks over Gloo
 as 2 replicas x 2 shards (fsdp_worker.py): level none against FSDP's own hybrid
 sharding, PowerSGD against the paper's algorithm written in the worker, the floats
 sent against the wire sizes worked out from the shard shapes, a schedule replayed
-by parameter name, bf16 shards, and everything refused."""
+by parameter name, every compressor on float32 and bf16 shards, a resumed run, the
+example, and everything refused."""
 
 import json
 import os
@@ -41,7 +42,7 @@ def run(tmp_path, *arguments):
     """Every rank's JSON of `fsdp_worker.py train ARGUMENTS`; runs without files are
     deterministic, and made once for every test that asks for them."""
     key = tuple(str(a) for a in arguments)
-    if key not in _runs or "--schedule" in key:
+    if key not in _runs or {"--schedule", "--save-after", "--start"} & set(key):
         ranks = run_ranks(["train", "--steps", STEPS, *arguments], cwd=tmp_path, world=4, worker=WORKER)
         assert ranks.codes == [0] * 4, ranks.describe()
         _runs[key] = [json.loads(ranks.stdout(r)) for r in range(4)]
@@ -166,6 +167,39 @@ def test_bf16_shards_go_through_float32_copies(tmp_path, spec):
         assert a["parameters"] != b["parameters"]  # bf16 did reduce
 
 
+@needs_fsdp2
+def test_every_compressor_works_on_float32_and_bf16_shards(tmp_path):
+    ranks = run_ranks(["every"], cwd=tmp_path, world=4, worker=WORKER)
+    assert ranks.codes == [0] * 4, ranks.describe()
+    for rank in range(4):
+        result = json.loads(ranks.stdout(rank))
+        none = result["none float32"]["floats"]
+        assert none == 3 * wire_floats({name: "none" for name in SHAPES}, rank % 2)
+        for case, out in result.items():
+            spec, dtype = case.split()
+            assert out["finite"], (rank, case)
+            # bf16 shards are exchanged as float32 copies: what is sent is float32's.
+            assert out["floats"] == result[f"{spec} float32"]["floats"], (rank, case)
+            assert spec in ("none", "fp16") or out["floats"] < none / 2, (rank, case)
+
+
+@needs_fsdp2
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    # PowerSGD's warm-started Q and every error memory of this rank's shards travel in
+    # state_dict(), by parameter name: the resumed run ends bit for bit where the
+    # uninterrupted one does.
+    common = ("--compress", "powersgd:1", "--epochs", "4", "--steps", "3")
+    straight = run(tmp_path, *common, "--save-after", "1")
+    saved = [torch.load(tmp_path / f"state.rank{rank}.pt")["exchange"] for rank in range(4)]
+    resumed = run(tmp_path, *common, "--start", "2")
+    for rank in range(4):
+        assert resumed[rank]["parameters"] == straight[rank]["parameters"], rank
+        assert resumed[rank]["epochs"] == straight[rank]["epochs"][2:], rank
+        assert (saved[rank]["shard_rank"], saved[rank]["shard_world_size"]) == (rank % 2, 2)
+        assert (saved[rank]["rank"], saved[rank]["world_size"], saved[rank]["steps"]) == (rank // 2, 2, 6)
+        assert float(saved[rank]["state"]["fc1.weight/error"].abs().max()) > 0
+
+
 PREFIX = "UsageError: "
 EXAMPLE = ("(e.g. mesh = init_device_mesh('cpu', (2, 2), mesh_dim_names=('replicate', 'shard')), "
            "fully_shard(module, mesh=mesh['shard']) and replicate_group=mesh['replicate'])")
@@ -209,6 +243,9 @@ def test_what_compress_fsdp_refuses(tmp_path):
         "a parameter outside fully_shard": "model: parameter 'fc3.weight' is not sharded by fully_shard (no FSDP "
                                            "module manages it), so no replica exchange would reach it; apply "
                                            "fully_shard to the model's root module too",
+        "a state of another shard": "state_dict: saved by shard 1 of 2, loaded on shard 0 of 2; each shard's "
+                                    "error memories are its own, so a state loads only on the shard and replica "
+                                    "that saved it",
         # Refused in the step, when FSDP hands over a module's shards without it.
         "a parameter without gradient": "model: the root module reduced 26 gradient values, not the 28 of its "
                                         "parameters' shards: a parameter got no gradient this step; compress_fsdp "
