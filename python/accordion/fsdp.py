@@ -133,6 +133,9 @@ class FsdpCompressionState(CompressionState):
     def load_state_dict(self, state_dict):
         saved = (state_dict.get("shard_rank"), state_dict.get("shard_world_size")) \
             if isinstance(state_dict, dict) else (None, None)
+        if None in saved:
+            raise UsageError("state_dict: names no shard (shard_rank, shard_world_size); it is not a "
+                             "compress_fsdp state's state_dict()")
         if saved != (self.shard_rank, self.shard_world_size):
             raise UsageError(f"state_dict: saved by shard {saved[0]} of {saved[1]}, loaded on shard "
                              f"{self.shard_rank} of {self.shard_world_size}; each shard's error memories are its "

@@ -286,6 +286,11 @@ def refusals(args, rank):
         state.load_state_dict({**state.state_dict(), "shard_rank": 1 - state.shard_rank})
     attempt("a state of another shard", another_shard)
 
+    def a_ddp_state():
+        state = accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"], "none")
+        state.load_state_dict({key: value for key, value in state.state_dict().items() if "shard" not in key})
+    attempt("a state without its shard", a_ddp_state)
+
     def unused_parameter():
         model = Spare()
         fully_shard(model, mesh=mesh["shard"])

@@ -246,6 +246,8 @@ def test_what_compress_fsdp_refuses(tmp_path):
         "a state of another shard": "state_dict: saved by shard 1 of 2, loaded on shard 0 of 2; each shard's "
                                     "error memories are its own, so a state loads only on the shard and replica "
                                     "that saved it",
+        "a state without its shard": "state_dict: names no shard (shard_rank, shard_world_size); it is not a "
+                                     "compress_fsdp state's state_dict()",
         # Refused in the step, when FSDP hands over a module's shards without it.
         "a parameter without gradient": "model: the root module reduced 26 gradient values, not the 28 of its "
                                         "parameters' shards: a parameter got no gradient this step; compress_fsdp "
