@@ -153,7 +153,8 @@ def train(args, rank):
     else:
         shard(model, mesh["shard"], **options)
         if args.reference_powersgd is None:
-            state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule, seed=3)
+            state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule, seed=3,
+                                            start_step=args.start_step)
         else:
             reference = PaperPowerSgd(args.reference_powersgd, mesh["replicate"].get_group(), seed=3)
             index = dist.get_rank(mesh["shard"].get_group())
@@ -308,6 +309,7 @@ def main():
     parser.add_argument("--compress")
     parser.add_argument("--reference-powersgd", type=int)
     parser.add_argument("--schedule")
+    parser.add_argument("--start-step", type=int, default=0, help="compress_fsdp's start_step")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--save-after", type=int, help="save shards and exchange state after this epoch")
     parser.add_argument("--start", type=int, default=0, help="start at this epoch from the saved state")

@@ -118,6 +118,18 @@ def test_floats_sent_are_the_wire_sizes_of_the_shards(tmp_path, spec):
         assert [r["floats"] for r in result] == [1390, 1250, 1390, 1250]  # worked out by hand
 
 
+@needs_fsdp2
+def test_steps_before_start_step_go_uncompressed(tmp_path):
+    # FSDP tells no step's end: a step ends when a module's hook comes round again.
+    # Steps 0-3 are sent at level none, 4-9 at powersgd:2.
+    result = run(tmp_path, "--compress", "powersgd:2", "--start-step", "4")
+    compressed = {name: "powersgd:2" if len(shape) == 2 else "none" for name, shape in SHAPES.items()}
+    for rank, out in enumerate(result):
+        none = wire_floats({name: "none" for name in SHAPES}, rank % 2)
+        assert out["floats"] == 4 * none + 6 * wire_floats(compressed, rank % 2), rank
+        assert out["steps"] == STEPS
+
+
 def write_grads(path):
     """A gradient-statistics file of fsdp_worker.Net's parameters, written with h5py alone."""
     names, shapes = list(SHAPES), list(SHAPES.values())
