@@ -179,9 +179,12 @@ def train(args, rank):
             before = state.floats_sent
         for step in range(args.steps):
             optimizer.zero_grad()
-            x, y = batch(rank, epoch * args.steps + step)
-            loss = F.binary_cross_entropy_with_logits(model(x), y)
-            loss.backward()
+            # --accumulate N: N micro-batches per step, all but the last without gradient sync.
+            for micro in range(args.accumulate):
+                x, y = batch(rank, (epoch * args.steps + step) * args.accumulate + micro)
+                model.set_requires_gradient_sync(micro + 1 == args.accumulate)
+                loss = F.binary_cross_entropy_with_logits(model(x), y)
+                loss.backward()
             optimizer.step()
             losses.append(loss.item())
         if state is not None:
@@ -310,6 +313,7 @@ def main():
     parser.add_argument("--reference-powersgd", type=int)
     parser.add_argument("--schedule")
     parser.add_argument("--start-step", type=int, default=0, help="compress_fsdp's start_step")
+    parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per step")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--save-after", type=int, help="save shards and exchange state after this epoch")
     parser.add_argument("--start", type=int, default=0, help="start at this epoch from the saved state")
