@@ -6,10 +6,11 @@ The lines marked `# accordion` are all it takes.
     python3 -m torch.distributed.run --nproc_per_node 4 examples/pytorch/train_fsdp.py --compress powersgd:4
 
 4 ranks are 2 replicas (--replicas) of 2 shards each, as 2 nodes of 2 GPUs would be;
-here Gloo on the CPU. Without --compress or --schedule it trains with FSDP's own
-hybrid sharding (fully_shard over the 2-D mesh), for comparison. --schedule SCHED.h5
-replays a compression schedule from regime-detect (e.g. made from train_mlp.py's
-grads.h5: the same parameters). Every rank uses one thread.
+here Gloo on the CPU. Without --compress, --schedule or --accordion it trains with
+FSDP's own hybrid sharding (fully_shard over the 2-D mesh), for comparison.
+--schedule SCHED.h5 replays a compression schedule from regime-detect (e.g. made
+from train_mlp.py's grads.h5: the same parameters); --accordion decides the levels
+online. Every rank uses one thread.
 """
 
 import argparse
@@ -32,6 +33,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--compress", help="exchange the shards across the replicas at this level, e.g. powersgd:4")
     parser.add_argument("--schedule", help="a compression schedule from regime-detect: each epoch's levels")
+    parser.add_argument("--accordion", action="store_true",
+                        help="decide the levels online (powersgd:2 critical, powersgd:1 elsewhere, a decision "
+                             "every 2 epochs)")
     parser.add_argument("--replicas", type=int, default=2, help="replicas; each shards over world / replicas ranks")
     parser.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
                         help="the dtype FSDP reduces gradients in (MixedPrecisionPolicy's reduce_dtype)")
@@ -55,7 +59,7 @@ def main():
     test_x, test_y = load("test", args.test_samples)
     model = MLP()
     policy = MixedPrecisionPolicy(reduce_dtype=getattr(torch, args.reduce_dtype))
-    compressed = args.compress or args.schedule
+    compressed = args.compress or args.schedule or args.accordion
     # Sharded within a replica; without compression FSDP also all-reduces across the replicas.
     shard_mesh = mesh["shard"] if compressed else mesh
     for layer in (model.fc1, model.fc2, model.fc3):
@@ -64,7 +68,8 @@ def main():
     state = None
     if compressed:
         # accordion: each module's gradient shard averaged across the replicas, compressed
-        state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule)  # accordion
+        state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule,  # accordion
+                                        accordion=args.accordion, interval=2)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     for epoch in range(args.epochs):
@@ -72,7 +77,7 @@ def main():
         for group in optimizer.param_groups:
             group["lr"] = lr
         if state is not None:
-            state.set_epoch(epoch)  # accordion: this epoch's levels
+            state.set_epoch(epoch, lr=lr)  # accordion: this epoch's levels (online: decided now)
             sent_before = state.floats_sent
         # Each rank takes every world-th sample of the epoch's shuffle.
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(args.seed + epoch))

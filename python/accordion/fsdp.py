@@ -19,8 +19,9 @@ _EXAMPLE = ("e.g. mesh = init_device_mesh('cpu', (2, 2), mesh_dim_names=('replic
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, extend_last=False, seed=0,
-                  error_feedback=True, start_step=0):
+def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, extend_last=False, accordion=False,
+                  low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
+                  interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0):
     """Makes FSDP2's hybrid sharding exchange each gradient shard across the replicas
     through the toolkit's compressors; call it once, on every rank, after fully_shard:
 
@@ -33,12 +34,16 @@ def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, exten
     `replicate_group`: the replica dimension (a 1-D DeviceMesh or its process group),
     whose ranks hold the same shard index in each replica. The levels come from
     `compress` (a compressor spec for every parameter of two or more dimensions;
-    vectors are sent uncompressed) or `schedule` (a compression schedule from
-    regime-detect, by parameter name; call set_epoch(epoch) each epoch).
-    `seed`, `error_feedback` and `start_step` are CompressionState's. Returns the
-    FsdpCompressionState (floats_sent, levels, set_epoch, state_dict)."""
+    vectors are sent uncompressed), `schedule` (a compression schedule from
+    regime-detect, by parameter name; call set_epoch(epoch) each epoch) or
+    `accordion=True` (decided online from rank 0's raw local gradients, seen at
+    its reduce-scatter's input, as CompressionState decides; call set_epoch(epoch,
+    lr) each epoch). `low`, `high`, `eta`, `interval`, `seed`, `error_feedback` and
+    `start_step` are CompressionState's. Returns the FsdpCompressionState
+    (floats_sent, levels, set_epoch, state_dict)."""
     return FsdpCompressionState(model, replicate_group, compress, schedule=schedule, extend_last=extend_last,
-                                seed=seed, error_feedback=error_feedback, start_step=start_step)
+                                accordion=accordion, low=low, high=high, eta=eta, interval=interval, seed=seed,
+                                error_feedback=error_feedback, start_step=start_step)
 
 
 class _Module:
@@ -48,8 +53,8 @@ class _Module:
 
     def __init__(self, label, parts):
         self.label = label
-        self.parts = parts  # (name, padded numel, shape of this rank's rows)
-        self.numel = sum(padded for _, padded, _ in parts)
+        self.parts = parts  # (name, padded numel, shape of this rank's rows, the parameter's shape)
+        self.numel = sum(padded for _, padded, _, _ in parts)
 
 
 class FsdpCompressionState(CompressionState):
@@ -57,13 +62,16 @@ class FsdpCompressionState(CompressionState):
     replica exchange, as CompressionState keeps them for DDP (by parameter name; a
     parameter's memories are those of this rank's shard)."""
 
-    def __init__(self, model, replicate_group, compress=None, *, schedule=None, extend_last=False, seed=0,
-                 error_feedback=True, start_step=0):
+    def __init__(self, model, replicate_group, compress=None, *, schedule=None, extend_last=False, accordion=False,
+                 low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
+                 interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0):
         modules, shard_group = _fsdp_modules(model)
-        if (compress is None) == (schedule is None):
-            raise UsageError("compress_fsdp: give one of compress (a compressor spec such as 'powersgd:2') or "
-                             "schedule (a compression schedule from regime-detect), not "
-                             f"{'both' if compress is not None else 'none of them'}")
+        given = [key for key, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion))
+                 if value is not None and value is not False]
+        if len(given) != 1:
+            raise UsageError("compress_fsdp: give one of compress (a compressor spec such as 'powersgd:2'), "
+                             "schedule (a compression schedule from regime-detect) or accordion=True (decided "
+                             f"online), not {' and '.join(given) if given else 'none of them'}")
         group = _replica_group(replicate_group, shard_group)
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         layouts, managed = _layouts(modules, named)
@@ -72,14 +80,43 @@ class FsdpCompressionState(CompressionState):
                 raise UsageError(f"model: parameter '{name}' is not sharded by fully_shard (no FSDP module manages "
                                  "it), so no replica exchange would reach it; apply fully_shard to the model's root "
                                  "module too")
-        self._configure("compress_fsdp", group, named, compress, schedule=schedule, extend_last=extend_last,
-                        accordion=False, gravac=None, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH,
-                        eta=_library.DEFAULT_ETA, interval=_library.DEFAULT_INTERVAL, seed=seed,
-                        error_feedback=error_feedback, start_step=start_step)
         self.shard_rank, self.shard_world_size = dist.get_rank(shard_group), dist.get_world_size(shard_group)
+        self._configure("compress_fsdp", group, named, compress, schedule=schedule, extend_last=extend_last,
+                        accordion=accordion, gravac=None, low=low, high=high, eta=eta, interval=interval, seed=seed,
+                        error_feedback=error_feedback, start_step=start_step)
         self._modules = layouts
-        for index, (_, module, _) in enumerate(modules):
+        self._sums = self._online.sums if self._online is not None else None  # rank 0 online only
+        for index, (_, module, group) in enumerate(modules):
             module.set_all_reduce_hook(lambda output, index=index: self._exchange_shard(index, output))
+            if self._sums is not None and self.shard_world_size > 1:
+                # Rank 0's raw local gradients are the reduce-scatter's input.
+                module.set_custom_reduce_scatter(_Recording(group._reduce_scatter_comm,
+                                                            lambda flat, index=index: self._record(index, flat)))
+
+    # Online, global rank 0 (the first shard of the first replica) records, as
+    # train-dist's rank 0, and every rank of the world takes its decision.
+    def _recording_rank_sums(self):
+        return _library.classes.GradientSums() if dist.get_rank() == 0 else None
+
+    def _deciding_group(self):
+        return dist.group.WORLD
+
+    def _record(self, index, flat):
+        """Adds the raw local gradients in `flat`, module `index`'s reduce-scatter
+        input (each parameter's rows padded and cut into the shards' chunks, one chunk
+        after the other), to the epoch's sums."""
+        module = self._modules[index]
+        if flat.numel() != self.shard_world_size * module.numel:
+            return  # a parameter without gradient: the exchange refuses the step
+        chunks = flat.view(self.shard_world_size, -1)
+        names, gradients, offset = [], [], 0
+        for name, padded, _, shape in module.parts:
+            rows, cols = shape[0], math.prod(shape[1:])
+            whole = chunks[:, offset:offset + padded].reshape(-1, cols)[:rows]
+            names.append(name)
+            gradients.append(whole.reshape(shape))
+            offset += padded
+        _library.call(self._sums.add, names, gradients)
 
     # FSDP calls each module's hook once per step and tells no step's end: a step ends
     # when a module comes round again, or at set_epoch().
@@ -110,10 +147,15 @@ class FsdpCompressionState(CompressionState):
         if output.dtype not in _DTYPES:
             raise UsageError(f"model: {module.label} reduces its gradients in {output.dtype}; the replica exchange "
                              "takes float32, bfloat16 or float16 (MixedPrecisionPolicy's reduce_dtype)")
+        if self._levels is None:
+            raise UsageError("compress_fsdp: online Accordion decides each epoch's levels at set_epoch(epoch, lr); "
+                             "call it before the epoch's first step")
+        if self._sums is not None and self.shard_world_size == 1:
+            self._record(index, output)  # one shard: no reduce-scatter, the output is the local gradient
         dense = self._steps_done < self.start_step
         names, shards, levels = [], [], []
         offset = 0
-        for name, padded, shape in module.parts:
+        for name, padded, shape, _ in module.parts:
             numel = math.prod(shape)
             if numel:  # a rank past a parameter's last row holds none of it: nothing to exchange
                 names.append(name)
@@ -141,6 +183,22 @@ class FsdpCompressionState(CompressionState):
                              f"{self.shard_rank} of {self.shard_world_size}; each shard's error memories are its "
                              "own, so a state loads only on the shard and replica that saved it")
         super().load_state_dict(state_dict)
+
+
+class _Recording:
+    """FSDP's reduce-scatter (`comm`, the module's own) that first hands its input,
+    this rank's raw local gradients, to `record`."""
+
+    def __init__(self, comm, record):
+        self.comm, self.record = comm, record
+
+    def allocate(self, size, *, dtype, device):
+        return self.comm.allocate(size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        self.record(input_tensor)
+        return self.comm(output_tensor=output_tensor, input_tensor=input_tensor, group=group, op=op,
+                         async_op=async_op)
 
 
 def _label(name):
@@ -210,7 +268,8 @@ def _layouts(modules, named):
             if name is None:  # frozen: FSDP reduces no gradient of it
                 continue
             managed.add(name)
-            parts.append((name, math.prod(p.padded_sharded_param_size), tuple(p.sharded_size)))
+            parts.append((name, math.prod(p.padded_sharded_param_size), tuple(p.sharded_size),
+                          tuple(p.sharded_param.shape)))
         layouts.append(_Module(_label(module_name), parts))
     return layouts, managed
 

@@ -147,6 +147,10 @@ class CompressionState:
         # Rank 0 of the model's group sums its raw local gradients, as train-dist's rank 0 does.
         return _library.classes.GradientSums() if dist.get_rank(self._group) == 0 else None
 
+    def _deciding_group(self):
+        # Online, the recording rank shares its norms with every rank of this group.
+        return self._group
+
     @property
     def levels(self):
         """{parameter name: level} in force now."""
@@ -169,7 +173,7 @@ class CompressionState:
             if lr is None or isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
                 raise UsageError(f"lr: online Accordion needs each epoch's learning rate, a finite number >= 0, "
                                  f"not {lr!r}")
-            self._online.enter(epoch, float(lr), self.names, self._group)
+            self._online.enter(epoch, float(lr), self.names, self._deciding_group())
             self._levels = self._levels_of(epoch)
             self.critical = {name: bool(c) for name, c in zip(self.names, _library.call(self._plan.critical))}
             self.reasons = dict(zip(self.names, _library.call(self._plan.reasons)))

@@ -5,8 +5,9 @@ Every rank prints one line of JSON. Needs PyTorch 2.x (fully_shard).
 Scenarios:
   train      train Net for --epochs of --steps steps, each rank on its own
              batches, sharded within its replica (fully_shard over mesh["shard"])
-             with --compress SPEC or --schedule PATH (accordion.compress_fsdp over
-             mesh["replicate"]) or
+             with --compress SPEC, --schedule PATH or --accordion (accordion.compress_fsdp
+             over mesh["replicate"]; online, rank 0 also computes its local gradients
+             again on a copy of the model and prints their per-epoch sums' norms) or
              --reference-powersgd RANK (PowerSGD as its paper writes it, below,
              in each module's all-reduce hook), or sharded over the 2-D mesh
              (FSDP's own hybrid sharding) without either; prints the full
@@ -66,6 +67,10 @@ def batch(rank, step):
     g = torch.Generator().manual_seed(1_000_003 * rank + step)
     x = torch.randn(8, 12, generator=g)
     return x, (x[:, :3].sum(1, keepdim=True) > 0).float()
+
+
+def learning_rate(epoch):
+    return 0.1 if epoch < 4 else 0.01
 
 
 def shard_rows(rows, shards, index):
@@ -148,11 +153,14 @@ def train(args, rank):
     if args.reduce_dtype:
         from torch.distributed.fsdp import MixedPrecisionPolicy
         options["mp_policy"] = MixedPrecisionPolicy(reduce_dtype=getattr(torch, args.reduce_dtype))
-    if args.compress is None and args.schedule is None and args.reference_powersgd is None:
+    if args.compress is None and args.schedule is None and args.reference_powersgd is None and not args.accordion:
         shard(model, mesh, **options)  # FSDP's own hybrid sharding
     else:
         shard(model, mesh["shard"], **options)
-        if args.reference_powersgd is None:
+        if args.accordion:
+            state = accordion.compress_fsdp(model, mesh["replicate"], accordion=True, low="powersgd:4",
+                                            high="powersgd:1", interval=2, seed=3)
+        elif args.reference_powersgd is None:
             state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule, seed=3,
                                             start_step=args.start_step)
         else:
@@ -171,25 +179,38 @@ def train(args, rank):
             for name, p in model.named_parameters():
                 p.to_local().copy_(saved["model"][name])
         state.load_state_dict(saved["exchange"])
-    losses, epochs = [], []
+    losses, epochs, reference_norms = [], [], []
+    copy = Net()  # online: rank 0's local gradients computed again, without FSDP
     for epoch in range(args.start, args.epochs):
+        lr = learning_rate(epoch) if args.accordion else 0.1
+        for group in optimizer.param_groups:
+            group["lr"] = lr
         before = 0.0
         if state is not None:
-            state.set_epoch(epoch)
+            state.set_epoch(epoch, lr=lr if args.accordion else None)
             before = state.floats_sent
+        sums = {name: torch.zeros(p.shape, dtype=torch.float64) for name, p in model.named_parameters()}
         for step in range(args.steps):
             optimizer.zero_grad()
             # --accumulate N: N micro-batches per step, all but the last without gradient sync.
             for micro in range(args.accumulate):
                 x, y = batch(rank, (epoch * args.steps + step) * args.accumulate + micro)
+                if args.accordion:
+                    full = {name: p.full_tensor() for name, p in model.named_parameters()}  # every rank
+                    if rank == 0:
+                        copy.load_state_dict(full)
+                        loss = F.binary_cross_entropy_with_logits(copy(x), y)
+                        for (name, _), g in zip(copy.named_parameters(), torch.autograd.grad(loss, list(copy.parameters()))):
+                            sums[name] += g.double()
                 model.set_requires_gradient_sync(micro + 1 == args.accumulate)
                 loss = F.binary_cross_entropy_with_logits(model(x), y)
                 loss.backward()
             optimizer.step()
             losses.append(loss.item())
+        reference_norms.append([float(t.norm()) for t in sums.values()])
         if state is not None:
             epochs.append({"epoch": epoch, "floats": state.floats_sent - before, "levels": state.levels,
-                           "steps": state.steps})
+                           "steps": state.steps, "critical": state.critical})
         if args.save_after == epoch:
             torch.save({"model": {name: p.to_local().clone() for name, p in model.named_parameters()},
                         "exchange": state.state_dict()}, f"state.rank{rank}.pt")
@@ -198,6 +219,8 @@ def train(args, rank):
               "shards": {name: list(p.to_local().shape) for name, p in model.named_parameters()}}
     if state is not None:
         result.update(floats=state.floats_sent, steps=state.steps, saved=sorted(state.state_dict()["state"]))
+    if args.accordion:
+        result.update(reference_norms=reference_norms, online_norms=state.state_dict()["accordion"]["norms"])
     print(json.dumps(result))
 
 
@@ -314,6 +337,8 @@ def main():
     parser.add_argument("--schedule")
     parser.add_argument("--start-step", type=int, default=0, help="compress_fsdp's start_step")
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per step")
+    parser.add_argument("--accordion", action="store_true",
+                        help="online Accordion (low powersgd:4, high powersgd:1, interval 2; lr 0.1, 0.01 from epoch 4)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--save-after", type=int, help="save shards and exchange state after this epoch")
     parser.add_argument("--start", type=int, default=0, help="start at this epoch from the saved state")

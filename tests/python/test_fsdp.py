@@ -143,6 +143,27 @@ def test_accumulated_gradients_are_exchanged_at_the_synchronised_step(tmp_path):
     assert ours[0]["parameters"] != run(tmp_path, "--compress", "none")[0]["parameters"]
 
 
+@needs_fsdp2
+def test_online_accordion_decides_from_rank_0s_local_gradients(tmp_path):
+    # Rank 0 sums its raw local gradients, seen at its reduce-scatter's input; the
+    # worker computes them again on a plain copy of the model. The norms agree, and
+    # Accordion's rule (accordion.detect, regime-detect's) on the copy's norms gives
+    # the levels every rank used, epoch by epoch.
+    result = run(tmp_path, "--accordion", "--epochs", "6", "--steps", "3")
+    first = result[0]
+    assert len(first["online_norms"]) == 5  # epoch 5's are taken at the next set_epoch()
+    np.testing.assert_allclose(first["online_norms"], first["reference_norms"][:5], rtol=1e-6)
+    norms = {name: [row[i] for row in first["reference_norms"]] for i, name in enumerate(SHAPES)}
+    schedule = accordion.detect(norms, parameters=list(SHAPES.items()), lr=[0.1] * 4 + [0.01] * 2, eta=0.5,
+                                interval=2, low="powersgd:4", high="powersgd:1")
+    for rank, out in enumerate(result):
+        for epoch in out["epochs"]:
+            assert epoch["levels"] == schedule.levels(epoch["epoch"]), (rank, epoch)
+            assert epoch["critical"] == schedule.critical(epoch["epoch"]), (rank, epoch)
+            assert epoch["floats"] == 3 * wire_floats(epoch["levels"], rank % 2), (rank, epoch)
+    assert {e["levels"]["fc1.weight"] for e in first["epochs"]} == {"powersgd:4", "powersgd:1"}
+
+
 def write_grads(path):
     """A gradient-statistics file of fsdp_worker.Net's parameters, written with h5py alone."""
     names, shapes = list(SHAPES), list(SHAPES.values())
@@ -255,8 +276,8 @@ def test_what_compress_fsdp_refuses(tmp_path):
         "no fully_shard": "model: compress_fsdp exchanges the gradient shards of FSDP2's fully_shard; give it the "
                           "model after fully_shard(module, mesh=mesh['shard']), not a Net without sharded parameters",
         "neither compress nor schedule": "compress_fsdp: give one of compress (a compressor spec such as "
-                                         "'powersgd:2') or schedule (a compression schedule from regime-detect), "
-                                         "not none of them",
+                                         "'powersgd:2'), schedule (a compression schedule from regime-detect) or "
+                                         "accordion=True (decided online), not none of them",
         "rows sharded on dimension 1": "model: module 'fc1' shards its parameter 'weight' on dimension 1 "
                                        "(shard_placement_fn); compress_fsdp takes shards of rows, fully_shard's "
                                        "default dimension 0",
