@@ -336,15 +336,15 @@ PlannedEpoch plan_epoch(const PlanInputs& in, PlanCosts& costs, std::int64_t epo
 
 }  // namespace
 
-std::vector<Spec> parse_plan_candidates(const std::string& text) {
+std::vector<Spec> parse_plan_candidates(const std::string& text, const std::string& option) {
     std::vector<Spec> out;
     if (text.find_first_not_of(" \t") == std::string::npos)
-        throw UsageError("--plan: no candidate levels; give levels such as powersgd:1,powersgd:2");
+        throw UsageError(option + ": no candidate levels; give levels such as powersgd:1,powersgd:2");
     for (const std::string& item : split(text, ',')) {
         const size_t first = item.find_first_not_of(" \t"), last = item.find_last_not_of(" \t");
         const std::string level = first == std::string::npos ? "" : item.substr(first, last - first + 1);
-        if (level.empty()) throw UsageError("--plan: an empty level in '" + text + "'; give levels such as powersgd:1,powersgd:2");
-        const Spec spec = parse_plannable("--plan", level);
+        if (level.empty()) throw UsageError(option + ": an empty level in '" + text + "'; give levels such as powersgd:1,powersgd:2");
+        const Spec spec = parse_plannable(option, level);
         if (std::find(out.begin(), out.end(), spec) == out.end()) out.push_back(spec);
     }
     return out;

@@ -27,10 +27,10 @@ struct PlanConfig {
     std::string comm;  ///< comm.h5: the cost is the modelled exchange time; empty: floats sent
 };
 
-/// Parses --plan's comma-separated levels into canonical specs, without repeats.
-/// Throws UsageError ("--plan: ...") for an empty list or a level the planner has
-/// no error model for.
-std::vector<compress::Spec> parse_plan_candidates(const std::string& text);
+/// Parses `option`'s comma-separated levels (regime-detect --plan, train-dist --levels)
+/// into canonical specs, without repeats. Throws UsageError ("--plan: ...") for an
+/// empty list or a level the planner has no error model for.
+std::vector<compress::Spec> parse_plan_candidates(const std::string& text, const std::string& option = "--plan");
 
 /// Throws UsageError ("OPTION: ...") unless `spec` is a level with an error model:
 /// none, powersgd:RANK, or topk:F with F one of regime::kTopkFractions.

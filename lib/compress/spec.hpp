@@ -95,6 +95,8 @@ const Spec& no_compression();
 /// --high): PowerSGD rank 2 in critical regimes, rank 1 elsewhere, as the paper runs it.
 inline const Spec kDefaultLow{"powersgd", 2};
 inline const Spec kDefaultHigh{"powersgd", 1};
+/// train-dist --auto's candidate levels besides none, --low and --high (--levels).
+inline const std::vector<Spec> kDefaultAutoLevels{{"powersgd", 1}, {"powersgd", 2}, {"powersgd", 4}, {"topk", 0.01}};
 
 /// Parses and range-checks a spec; throws UsageError listing the valid ones.
 Spec parse_spec(const std::string& text);

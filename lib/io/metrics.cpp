@@ -153,6 +153,75 @@ void write_gravac(H5File& f, const MetricsGravac& g, size_t epochs) {
     f.write_attr("/gravac", "window", g.window);
 }
 
+// /auto: train-dist --auto's plan per epoch (format 1.3).
+struct AutoColumn {
+    const char* name;
+    double MetricsAuto::*field;
+};
+constexpr AutoColumn kAutoColumns[] = {
+    {"measure_seconds", &MetricsAuto::measure_seconds},
+    {"predicted_seconds", &MetricsAuto::predicted_seconds},
+    {"overhead_seconds", &MetricsAuto::overhead_seconds},
+    {"uncompressed_seconds", &MetricsAuto::uncompressed_seconds},
+    {"compressed_seconds", &MetricsAuto::compressed_seconds},
+    {"measured_seconds", &MetricsAuto::measured_seconds},
+    {"compute_seconds", &MetricsAuto::compute_seconds},
+    {"allreduce_alpha", &MetricsAuto::allreduce_alpha},
+    {"allreduce_bandwidth", &MetricsAuto::allreduce_bandwidth},
+    {"allgather_alpha", &MetricsAuto::allgather_alpha},
+    {"allgather_bandwidth", &MetricsAuto::allgather_bandwidth},
+    {"budget", &MetricsAuto::budget},
+    {"error", &MetricsAuto::error},
+};
+constexpr const char* kAutoReasonMeaning = "0: pays; 1: budget; 2: regime; 3: does not pay; 4: vector";
+constexpr int kAutoReasonCodes = 5;
+
+void write_auto(H5File& f, const std::vector<MetricsEpoch>& epochs, size_t count) {
+    const Dims column{epochs.size()};
+    std::vector<std::uint8_t> pays, measured;
+    std::vector<std::int8_t> reason;
+    for (const auto& e : epochs) {
+        pays.push_back(e.automatic.pays);
+        measured.push_back(e.automatic.measured);
+        reason.insert(reason.end(), e.automatic.reason.begin(), e.automatic.reason.end());
+    }
+    f.write("/auto/pays", pays, column);
+    f.write("/auto/measured", measured, column);
+    for (const auto& c : kAutoColumns) {
+        std::vector<double> values;
+        for (const auto& e : epochs) values.push_back(e.automatic.*(c.field));
+        f.write(std::string("/auto/") + c.name, values, column);
+    }
+    f.write("/auto/reason", reason, Dims{epochs.size(), count});
+    f.write_attr("/auto/reason", "meaning", std::string(kAutoReasonMeaning));
+}
+
+void read_auto(const H5File& f, std::vector<MetricsEpoch>& epochs, size_t count) {
+    const Dims column{epochs.size()};
+    auto pays = read_shaped<std::uint8_t>(f, "/auto/pays", column, "one per epoch");
+    auto measured = read_shaped<std::uint8_t>(f, "/auto/measured", column, "one per epoch");
+    auto reason = read_shaped<std::int8_t>(f, "/auto/reason", Dims{epochs.size(), count}, "epochs x parameters");
+    for (size_t e = 0; e < epochs.size(); ++e) {
+        if (pays[e] > 1 || measured[e] > 1) f.fail("/auto/pays and /auto/measured hold 0 or 1");
+        epochs[e].has_auto = true;
+        epochs[e].automatic.pays = pays[e];
+        epochs[e].automatic.measured = measured[e];
+        epochs[e].automatic.reason.assign(reason.begin() + static_cast<std::ptrdiff_t>(e * count),
+                                          reason.begin() + static_cast<std::ptrdiff_t>((e + 1) * count));
+    }
+    for (auto r : reason)
+        if (r < 0 || r >= kAutoReasonCodes)
+            f.fail("/auto/reason is " + std::to_string(r) + "; valid codes are 0.." + std::to_string(kAutoReasonCodes - 1));
+    for (const auto& c : kAutoColumns) {
+        auto values = read_shaped<double>(f, std::string("/auto/") + c.name, column, "one per epoch");
+        for (size_t e = 0; e < epochs.size(); ++e) {
+            if (values[e] < 0 && c.field != &MetricsAuto::overhead_seconds)
+                f.fail(std::string("/auto/") + c.name + " is negative at epoch " + std::to_string(e));
+            epochs[e].automatic.*(c.field) = values[e];
+        }
+    }
+}
+
 MetricsGravac read_gravac(const H5File& f, size_t epochs) {
     MetricsGravac g;
     g.enabled = true;
@@ -207,6 +276,8 @@ void write_metrics(const std::string& path, const Metrics& m) {
             row.rank_communication_seconds.size() != static_cast<size_t>(m.run.world_size))
             throw Error(path + ": internal error: epoch " + std::to_string(e) + " does not have one communication time "
                         "per rank");
+        if (m.has_auto() && (!row.has_auto || row.automatic.reason.size() != count))
+            throw Error(path + ": internal error: epoch " + std::to_string(e) + " has no automatic plan per parameter");
         if (row.level.size() != count || (decisions && (row.norm.size() != count || row.critical.size() != count ||
                                                         row.ratio.size() != count || row.reason.size() != count)))
             throw Error(path + ": internal error: epoch " + std::to_string(e) + " does not have one entry per parameter");
@@ -254,6 +325,7 @@ void write_metrics(const std::string& path, const Metrics& m) {
         f.write_attr("/epochs/reason", "meaning", std::string(kReasonMeaning));
     }
     if (m.gravac.enabled) write_gravac(f, m.gravac, epochs);
+    if (m.has_auto()) write_auto(f, m.epochs, count);
     f.close();
     atomic.commit();
 }
@@ -331,6 +403,7 @@ Metrics read_metrics(const std::string& path) {
         spread(m.epochs, &MetricsEpoch::reason, reason, count);
     }
     if (f.exists("/gravac")) m.gravac = read_gravac(f, epochs);  // format 1.1, --gravac runs
+    if (f.exists("/auto")) read_auto(f, m.epochs, count);      // format 1.3, --auto runs
     return m;
 }
 

@@ -15,8 +15,9 @@ namespace acc::io {
 
 inline constexpr const char* kMetricsFormat = "accordion.metrics";
 inline constexpr int kMetricsMajor = 1;
-/// 1.1 adds /gravac (train-dist --gravac), 1.2 /epochs/rank_communication_seconds; older files still read
-inline constexpr int kMetricsMinor = 2;
+/// 1.1 adds /gravac (train-dist --gravac), 1.2 /epochs/rank_communication_seconds, 1.3 /auto
+/// (train-dist --auto); older files still read
+inline constexpr int kMetricsMinor = 3;
 
 /// How the run was set up (root attributes).
 struct MetricsRun {
@@ -34,6 +35,25 @@ struct MetricsRun {
     std::string low, high;
     std::string backend;          ///< "gloo" or "nccl"
     std::string device;           ///< "cpu" or "cuda"
+};
+
+/// One epoch of train-dist --auto (/auto); docs/auto.md defines each quantity.
+struct MetricsAuto {
+    static constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+    std::uint8_t pays = 0;      ///< a compressed plan was in force (else every parameter went uncompressed)
+    std::uint8_t measured = 0;  ///< the link, compute and codecs were measured before the epoch
+    double measure_seconds = 0;  ///< rank 0's seconds spent measuring before the epoch
+    double predicted_seconds = kNone;     ///< predicted seconds per step of the levels in force, overhead included
+    double overhead_seconds = kNone;      ///< per step, what the model left out in the epoch before (measured - modelled)
+    double uncompressed_seconds = kNone;  ///< predicted seconds per step, every parameter uncompressed
+    double compressed_seconds = kNone;    ///< the fastest compressed plan's (infinity: none within the budget)
+    double measured_seconds = kNone;      ///< rank 0's seconds per step: the epoch's seconds / steps
+    double compute_seconds = kNone;       ///< forward and backward seconds per step the model used
+    double allreduce_alpha = kNone, allreduce_bandwidth = kNone;  ///< the link: seconds per ring step, bytes/s
+    double allgather_alpha = kNone, allgather_bandwidth = kNone;
+    double budget = kNone;  ///< Accordion's levels' summed error (NaN: no profile yet)
+    double error = kNone;   ///< the levels in force: their summed error
+    std::vector<std::int8_t> reason;  ///< per parameter: plan::AutoReason
 };
 
 /// One row of /epochs.
@@ -67,6 +87,9 @@ struct MetricsEpoch {
     std::vector<std::uint8_t> critical;
     std::vector<double> ratio;
     std::vector<std::int8_t> reason;
+    // train-dist --auto (has_auto false otherwise).
+    bool has_auto = false;
+    MetricsAuto automatic;
 };
 
 /// GraVAC's settings and record (/gravac); absent (enabled = false) in other modes.
@@ -89,6 +112,7 @@ struct Metrics {
     std::vector<std::string> levels;  ///< every level the run may use; "none" first
     std::vector<MetricsEpoch> epochs;
     bool has_decisions() const { return !epochs.empty() && !epochs.front().critical.empty(); }
+    bool has_auto() const { return !epochs.empty() && epochs.front().has_auto; }
 };
 
 /// Writes the whole file under a temporary name and renames it into place.

@@ -86,6 +86,8 @@ void check_inputs(const AutoInputs& in) {
         throw Error("automatic plan: the compute time is negative or not finite");
     if (!std::isfinite(in.margin) || in.margin < 0 || in.margin >= 1)
         throw UsageError("--auto-margin: must be in [0, 1)");
+    if (!std::isfinite(in.uncompressed_overhead) || !std::isfinite(in.compressed_overhead))
+        throw Error("automatic plan: an overhead is not finite");
 }
 
 }  // namespace
@@ -269,7 +271,9 @@ AutoPlan plan_auto(const AutoInputs& in) {
                                                 : AutoReason::budget;
         }
     }
-    out.compressed_seconds = best_seconds;
+    out.uncompressed_seconds += in.uncompressed_overhead;
+    out.compressed_seconds = best_seconds + in.compressed_overhead;
+    best_seconds = out.compressed_seconds;
     out.pays = std::isfinite(best_seconds) && best_seconds < (1 - in.margin) * out.uncompressed_seconds;
     if (out.pays) {
         out.level = best;

@@ -57,6 +57,11 @@ inline constexpr double kDefaultAutoMargin = 0.05;
 /// Default relative difference of measured and predicted step time above which the link
 /// and the codecs are measured again (--auto-drift).
 inline constexpr double kDefaultAutoDrift = 0.25;
+/// The most of a run's training time that measuring again may take: a drift is
+/// measured again only while the measurements after the first (which precedes any
+/// training), the next included (as long as the last one), stay within this share of
+/// the seconds trained so far.
+inline constexpr double kMeasureShare = 0.03;
 
 struct AutoInputs {
     std::vector<io::Parameter> parameters;   ///< the model's, in model order
@@ -73,6 +78,12 @@ struct AutoInputs {
     std::vector<std::vector<double>> codec_seconds;
     double margin = kDefaultAutoMargin;
     std::int64_t bins = regime::kDefaultErrorBins;
+    /// Seconds per step the model leaves out (measured minus modelled in an earlier epoch
+    /// of the run: the optimizer, data, waiting for a slower rank, codecs slower than
+    /// timed alone), for uncompressed steps and for compressed ones. Added to the step
+    /// times the guard compares and reports; the choice among compressed plans keeps.
+    double uncompressed_overhead = 0;
+    double compressed_overhead = 0;
 };
 
 struct AutoPlan {
@@ -82,6 +93,7 @@ struct AutoPlan {
     double seconds = 0;               ///< predicted step time of the levels in force
     double uncompressed_seconds = 0;  ///< predicted step time with every parameter at none (DDP's schedule)
     double compressed_seconds = 0;    ///< the fastest compressed plan within the budget (infinity: none exists)
+    // All three include the overheads of AutoInputs; the model's own times are these less them.
     double budget = 0;                ///< summed error of Accordion's levels (0 without a profile)
     double error = 0;                 ///< summed error of the levels in force
 };
@@ -97,7 +109,7 @@ double step_seconds(const AutoInputs& inputs, const std::vector<std::int32_t>& l
 /// once per set of channels in use, whose latencies do not add up per parameter),
 /// kept only where it beats Accordion's levels. Without: Accordion's levels. Then the
 /// guard: unless that plan's time is below (1 - margin) x the uncompressed time, every
-/// parameter goes uncompressed. Throws acc::Error for inputs of the wrong lengths,
+/// parameter goes uncompressed; both times include their overhead. Throws acc::Error for inputs of the wrong lengths,
 /// UsageError for a candidate without an error model or low/high not among them.
 AutoPlan plan_auto(const AutoInputs& inputs);
 

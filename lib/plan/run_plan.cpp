@@ -82,6 +82,13 @@ RunPlan RunPlan::accordion(const std::vector<Parameter>& parameters, const Accor
     return plan;
 }
 
+RunPlan RunPlan::automatic(const std::vector<Parameter>& parameters, const AccordionSettings& settings,
+                           const std::vector<compress::Spec>& candidates, std::vector<double> lr, std::int64_t epochs) {
+    RunPlan plan = accordion(parameters, settings, std::move(lr), epochs);
+    for (const compress::Spec& spec : candidates) regime::level_index(plan.levels_, spec);
+    return plan;
+}
+
 std::int64_t RunPlan::recorded_epochs() const {
     return is_matrix_.empty() ? 0 : static_cast<std::int64_t>(norms_.size() / is_matrix_.size());
 }

@@ -67,6 +67,11 @@ public:
     /// settings out of range (regime::validate's words).
     static RunPlan accordion(const std::vector<Parameter>& parameters, const AccordionSettings& settings,
                              std::vector<double> lr = {}, std::int64_t epochs = kOpenEnded);
+    /// Accordion online deciding the regimes of train-dist --auto, which sets the levels
+    /// itself: levels() lists none, low, high and then `candidates` (each once).
+    static RunPlan automatic(const std::vector<Parameter>& parameters, const AccordionSettings& settings,
+                             const std::vector<compress::Spec>& candidates, std::vector<double> lr,
+                             std::int64_t epochs);
 
     Source source() const { return source_; }
     std::int64_t epochs() const { return epochs_; }

@@ -12,12 +12,16 @@ ComputeInput default_compute_input(const std::string& model) { return model_info
 ComputeTimes time_compute(const ComputeTimingConfig& c, const std::function<void()>& before_step) {
     if (c.batch_size < 1) throw UsageError("--batch-size: must be at least 1");
     if (c.warmup < 0 || c.steps < 1) throw UsageError("compute timing: needs at least one timed step");
-    const ComputeInput in = default_compute_input(c.model);
+    ComputeInput in = default_compute_input(c.model);
     const bool text = model_info(c.model).text;
+    if (!text && c.classes > 0) {
+        in.shape = c.input_shape;
+        in.classes = c.classes;
+    }
     const torch::Device device =
         c.device == Device::cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(c.device_index)) : torch::kCPU;
     seed_generators(c.seed, device);
-    auto model = make_model(c.model, DataShape{text ? std::vector<std::int64_t>{} : in.shape, in.classes}, {});
+    auto model = make_model(c.model, DataShape{text ? std::vector<std::int64_t>{} : in.shape, in.classes}, c.model_options);
     model->to(device);
     model->train();
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "base/device.hpp"
+#include "train/config.hpp"
 #include "train/model_table.hpp"
 
 #include <cstdint>
@@ -25,6 +26,11 @@ struct ComputeTimingConfig {
     Device device = Device::cpu;
     int device_index = 0;           ///< the GPU, with Device::cuda
     std::uint64_t seed = 42;        ///< initial weights and random data
+    ModelOptions model_options;     ///< the model's sizes (--hidden-size, ...); default: the model's own
+    /// An image model's input per sample ({channels, height, width}) and classes, as the
+    /// run's dataset has them; classes 0: default_compute_input()'s.
+    std::vector<std::int64_t> input_shape;
+    std::int64_t classes = 0;
 };
 
 /// Seconds per timed step.

@@ -164,7 +164,8 @@ forbid_reach "LibTorch's headers reach it; docs/architecture.md lists it without
 
 # A compressor is named in its own file: outside lib/compress/compressors/, the C++
 # code writes no compressor's name as a string (a level such as "topk" or
-# "powersgd:2"), but for Accordion's default levels in lib/compress/spec.hpp. ("none"
+# "powersgd:2"), but for Accordion's default levels and train-dist --auto's default
+# candidates in lib/compress/spec.hpp. ("none"
 # is left out: it also names other settings' absence; the level is
 # compress::no_compression().)
 mapfile -t compressor_names < <(sed -nE 's/^[[:space:]]*c\.name = "([a-z0-9]+)";.*/\1/p' lib/compress/compressors/*.cpp |
@@ -174,7 +175,8 @@ name_pattern="\"($(IFS='|'; echo "${compressor_names[*]}"))(:[A-Za-z0-9.]*)?\""
 named=$(find lib tools python/csrc -type f \( -name '*.cpp' -o -name '*.hpp' -o -name '*.h' \) -not -path 'lib/compress/compressors/*' -print0 |
     xargs -0 grep -nE "$name_pattern" | sed -E 's#//.*##' | grep -E "$name_pattern" || true)
 expected=$(printf '%s\n' 'lib/compress/spec.hpp:inline const Spec kDefaultLow{"powersgd", 2};' \
-    'lib/compress/spec.hpp:inline const Spec kDefaultHigh{"powersgd", 1};')
+    'lib/compress/spec.hpp:inline const Spec kDefaultHigh{"powersgd", 1};' \
+    'lib/compress/spec.hpp:inline const std::vector<Spec> kDefaultAutoLevels{{"powersgd", 1}, {"powersgd", 2}, {"powersgd", 4}, {"topk", 0.01}};')
 [ "$(sed -E 's/^([^:]+):[0-9]+:/\1:/' <<<"$named")" = "$expected" ] ||
     fail "compressor names written outside lib/compress/compressors (only Accordion's defaults may be): $named"
 

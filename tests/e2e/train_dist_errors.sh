@@ -10,7 +10,7 @@ expect_exit 2 "^train-dist: error: --compress: 'powersgd:0': RANK must be a whol
     train-dist "${small[@]}" --epochs 1 --compress powersgd:0
 expect_exit 2 "^train-dist: error: --compress excludes --schedule" -- \
     train-dist "${small[@]}" --epochs 1 --compress topk:0.1 --schedule s.h5
-expect_exit 2 "^train-dist: error: --low requires --accordion" -- train-dist "${small[@]}" --epochs 1 --low topk:0.1
+expect_exit 2 "^train-dist: error: --low: needs --accordion or --auto" -- train-dist "${small[@]}" --epochs 1 --low topk:0.1
 expect_exit 2 "^train-dist: error: --high: 'fastsgd' is not a compressor" -- \
     train-dist "${small[@]}" --epochs 1 --accordion --high fastsgd
 expect_exit 2 "^train-dist: error: --eta: must be a number in \(0, 1e\+06\], not '0'" -- \

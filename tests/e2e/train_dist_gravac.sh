@@ -60,7 +60,7 @@ same_gravac_decisions r.log 1
 $ACC_PYTHON - g.h5 <<'PY' || fail "GraVAC metrics"
 import sys, math, h5py, numpy as np
 with h5py.File(sys.argv[1], "r") as f:
-    assert f.attrs["format_version"] in (b"1.2", "1.2"), f.attrs["format_version"]
+    assert f.attrs["format_version"] in (b"1.3", "1.3"), f.attrs["format_version"]
     assert f.attrs["mode"] in (b"gravac", "gravac"), f.attrs["mode"]
     g = f["gravac"]
     assert g.attrs["family"] in (b"topk", "topk") and g.attrs["theta_min"] == 4 and g.attrs["window"] == 10

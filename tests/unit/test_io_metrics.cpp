@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 using namespace acc::io;
 using acc::test::error_of;
@@ -210,4 +211,55 @@ TEST(Metrics, RanksCommunicationSeconds) {
     EXPECT_TRUE(std::isnan(back.epochs[0].rank_communication_seconds[0]));
     EXPECT_TRUE(std::isnan(back.epochs[1].rank_communication_seconds[1]));
     EXPECT_EQ(back.epochs[2].rank_communication_seconds, (std::vector<double>{0.3, 0.1}));
+}
+
+// Format 1.3: train-dist --auto's plan per epoch reads back; bad codes are refused.
+TEST(Metrics, AutomaticModesPlan) {
+    TempDir dir;
+    const std::string path = dir.file("auto.h5");
+    Metrics m = sample(true);
+    m.run.mode = "auto";
+    for (size_t e = 0; e < m.epochs.size(); ++e) {
+        MetricsAuto& a = m.epochs[e].automatic;
+        m.epochs[e].has_auto = true;
+        a.pays = e == 1 ? 0 : 1;
+        a.measured = e == 0 ? 1 : 0;
+        a.measure_seconds = e == 0 ? 0.25 : 0;
+        a.predicted_seconds = 0.01 * static_cast<double>(e + 1);
+        a.overhead_seconds = -0.002;
+        a.uncompressed_seconds = 0.05;
+        a.compressed_seconds = e == 1 ? std::numeric_limits<double>::infinity() : 0.02;
+        a.measured_seconds = 0.011;
+        a.compute_seconds = 0.004;
+        a.allreduce_alpha = 1e-5;
+        a.allreduce_bandwidth = 2.5e6;
+        a.allgather_alpha = 2e-5;
+        a.allgather_bandwidth = 2e6;
+        a.budget = 3;
+        a.error = 2.5;
+        a.reason = {static_cast<std::int8_t>(e == 1 ? 3 : 1), 4};
+    }
+    write_metrics(path, m);
+    const Metrics back = read_metrics(path);
+    EXPECT_EQ(back.header.minor, 3);
+    ASSERT_TRUE(back.has_auto());
+    for (size_t e = 0; e < m.epochs.size(); ++e) {
+        const MetricsAuto &a = m.epochs[e].automatic, &b = back.epochs[e].automatic;
+        EXPECT_EQ(b.pays, a.pays);
+        EXPECT_EQ(b.measured, a.measured);
+        EXPECT_EQ(b.predicted_seconds, a.predicted_seconds);
+        EXPECT_EQ(b.overhead_seconds, a.overhead_seconds);
+        EXPECT_EQ(b.compressed_seconds, a.compressed_seconds);
+        EXPECT_EQ(b.allgather_bandwidth, a.allgather_bandwidth);
+        EXPECT_EQ(b.reason, a.reason);
+    }
+    {
+        H5File f = H5File::open(path, true);
+        H5Ldelete(f.id(), "/auto/reason", H5P_DEFAULT);
+        f.write("/auto/reason", std::vector<std::int8_t>{1, 4, 3, 4, 7, 4}, {3, 2});
+        f.close();
+    }
+    EXPECT_EQ(error_of([&] { read_metrics(path); }), path + ": /auto/reason is 7; valid codes are 0..4");
+    m.epochs[2].automatic.reason.pop_back();
+    EXPECT_CONTAINS(error_of([&] { write_metrics(path, m); }), "has no automatic plan per parameter");
 }

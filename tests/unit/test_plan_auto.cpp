@@ -195,6 +195,29 @@ TEST(AutoPlan, OnASlowLinkTheCheapestLevelWithinTheBudgetIsChosen) {
     EXPECT_DOUBLE_EQ(first.seconds, step_seconds(in, first.level));
 }
 
+TEST(AutoPlan, WhatTheModelLeftOutOfCompressedStepsTurnsTheGuard) {
+    std::mt19937 rng(3);
+    AutoInputs in = inputs_for(rng, 1e5, 1e-5);
+    const AutoPlan modelled = plan_auto(in);
+    ASSERT_TRUE(modelled.pays);
+    // Compressed steps measured slower than modelled by more than the gain: uncompressed.
+    AutoInputs measured = in;
+    measured.uncompressed_overhead = 0.001;
+    measured.compressed_overhead = modelled.uncompressed_seconds - modelled.compressed_seconds + 0.001;
+    const AutoPlan plan = plan_auto(measured);
+    EXPECT_FALSE(plan.pays);
+    EXPECT_EQ(plan.level, std::vector<std::int32_t>(4, 0));
+    EXPECT_DOUBLE_EQ(plan.uncompressed_seconds, modelled.uncompressed_seconds + 0.001);
+    EXPECT_DOUBLE_EQ(plan.compressed_seconds, modelled.uncompressed_seconds + 0.001);
+    EXPECT_DOUBLE_EQ(plan.seconds, plan.uncompressed_seconds);
+    // The same overhead on both: the plan and its margin over uncompressed hold.
+    measured.compressed_overhead = measured.uncompressed_overhead = 0.0001;
+    const AutoPlan both = plan_auto(measured);
+    EXPECT_TRUE(both.pays);
+    EXPECT_EQ(both.level, modelled.level);
+    EXPECT_DOUBLE_EQ(both.seconds, modelled.seconds + 0.0001);
+}
+
 TEST(AutoPlan, ABindingBudgetIsNamed) {
     std::mt19937 rng(5);
     AutoInputs in = inputs_for(rng, 1e5, 1e-5);

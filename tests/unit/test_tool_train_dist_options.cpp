@@ -36,13 +36,43 @@ app::TrainDistConfig parse(std::vector<std::string> args) {
 TEST(TrainDistOptions, ModesExcludeEachOtherAndAccordionOptionsNeedAccordion) {
     EXPECT_THROW(parse({"--compress", "topk:0.1", "--accordion"}), CLI::ParseError);
     EXPECT_THROW(parse({"--compress", "topk:0.1", "--schedule", "s.h5"}), CLI::ParseError);
-    EXPECT_THROW(parse({"--low", "topk:0.1"}), CLI::ParseError);
+    // --low, --high, --eta and --interval need --accordion or --auto.
+    app::TrainDistConfig alone = parse({"--interval", "2", "--low", "topk:0.1"});
+    EXPECT_CONTAINS(usage_error_of([&] { app::validate(alone); }), ": needs --accordion or --auto");
     app::TrainDistConfig accordion = parse({"--accordion", "--low", "topk:0.1", "--interval", "3"});
     EXPECT_EQ(accordion.mode(), app::Mode::accordion);
     EXPECT_EQ(accordion.accordion_config.interval, 3);
     EXPECT_FALSE(accordion.batch_size_given);
     EXPECT_TRUE(parse({"--batch-size", "64"}).batch_size_given);
     EXPECT_EQ(parse({}).mode(), app::Mode::fixed);
+
+    // --auto: a mode of its own, with Accordion's settings for its budget.
+    EXPECT_THROW(parse({"--auto", "--compress", "topk:0.1"}), CLI::ParseError);
+    EXPECT_THROW(parse({"--auto", "--schedule", "s.h5"}), CLI::ParseError);
+    EXPECT_THROW(parse({"--auto", "--accordion"}), CLI::ParseError);
+    EXPECT_THROW(parse({"--auto", "--gravac", "topk"}), CLI::ParseError);
+    app::TrainDistConfig automatic = parse({"--auto", "--low", "powersgd:4", "--levels", "powersgd:1, topk:0.01"});
+    EXPECT_EQ(automatic.mode(), app::Mode::automatic);
+    app::validate(automatic);
+    ASSERT_EQ(automatic.auto_config.levels.size(), 2u);
+    EXPECT_EQ(automatic.auto_config.levels[1], compress::parse_spec("topk:0.01"));
+    for (const auto& [levels, words] : std::vector<std::pair<std::string, std::string>>{
+             {"", "--levels: no candidate levels"},
+             {"powersgd:1,,topk:0.01", "--levels: an empty level in 'powersgd:1,,topk:0.01'"},
+             {"fp16", "--levels: fp16 cannot be planned"},
+             {"topk:0.05", "--levels: topk:0.05 cannot be planned"},
+             {"powersgd:1,warpsgd", "--levels: 'warpsgd'"}}) {
+        try {
+            parse({"--auto", "--levels", levels});
+            ADD_FAILURE() << "--levels '" << levels << "' was accepted";
+        } catch (const std::exception& e) {
+            EXPECT_CONTAINS(std::string(e.what()), words);
+        }
+    }
+    app::TrainDistConfig unplannable = parse({"--auto", "--high", "qsgd:4"});
+    EXPECT_CONTAINS(usage_error_of([&] { app::validate(unplannable); }), "--high: qsgd:4 cannot be planned");
+    app::TrainDistConfig margin = parse({"--auto", "--auto-margin", "1"});
+    EXPECT_CONTAINS(usage_error_of([&] { app::validate(margin); }), "--auto-margin: must be in [0, 1)");
 
     // Levels are parsed where they are read, naming the option.
     try {

@@ -19,6 +19,7 @@
 #include "regime/plan.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
+#include "train/profile.hpp"
 #include "train/trainer.hpp"
 
 #include <nlohmann/json.hpp>
@@ -77,15 +78,8 @@ void add_snapshot(io::GradsWriter& writer, const GradientRecorder& recorder) {
 void add_profile(io::GradsWriter& writer, const GradientRecorder& recorder,
                  const std::vector<io::Parameter>& parameters) {
     for (size_t p = 0; p < recorder.sums().size(); ++p) {
-        torch::Tensor sum = recorder.sums()[p].detach().to(torch::kCPU, torch::kFloat32).contiguous();
-        std::vector<double> tail = regime::topk_tail_fractions(sum.data_ptr<float>(), sum.numel());
-        std::vector<double> spectrum;
-        if (parameters[p].is_matrix()) {
-            const compress::MatrixView view = compress::matrix_view(parameters[p].shape);
-            torch::Tensor s = torch::linalg_svdvals(sum.to(torch::kFloat64).reshape({view.rows, view.cols})).contiguous();
-            spectrum.assign(s.data_ptr<double>(), s.data_ptr<double>() + s.numel());
-        }
-        writer.add_profile(p, std::move(spectrum), std::move(tail));
+        plan::LayerProfile profile = train::layer_profile(recorder.sums()[p], parameters[p]);
+        writer.add_profile(p, std::move(profile.spectrum), std::move(profile.tail));
     }
 }
 

@@ -5,6 +5,7 @@
 #include "comm/rendezvous.hpp"
 #include "compress/spec.hpp"
 #include "io/header.hpp"
+#include "plan/auto_plan.hpp"
 #include "plan/run_plan.hpp"
 #include "regime/detect.hpp"
 #include "regime/gravac.hpp"
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace acc::app {
 
@@ -22,6 +24,15 @@ enum class Mode {
     schedule,   ///< --schedule FILE: a regime-detect schedule (compression or batch mode)
     accordion,  ///< --accordion: Accordion's rule run online on rank 0's gradients
     gravac,     ///< --gravac FAMILY: GraVAC's compression factor, chosen every step (exchange/gravac.hpp)
+    automatic,  ///< --auto: per parameter the level of least predicted step time within Accordion's budget
+};
+
+/// --levels, --auto-margin and --auto-drift: the automatic mode's settings (docs/auto.md).
+struct AutoConfig {
+    /// Candidate levels besides none, --low and --high (which are always candidates).
+    std::vector<compress::Spec> levels = compress::kDefaultAutoLevels;
+    double margin = plan::kDefaultAutoMargin;  ///< a plan must be predicted this share faster than uncompressed
+    double drift = plan::kDefaultAutoDrift;    ///< measure again when a step's time differs this much from its prediction
 };
 
 /// --low, --high, --eta and --interval: the run plan's settings for Accordion online.
@@ -35,6 +46,9 @@ struct TrainDistConfig {
     bool schedule_extend_last = false;  ///< --schedule-extend last: a short schedule repeats its last epoch
     bool accordion = false;           ///< --accordion
     AccordionConfig accordion_config;
+    std::string accordion_option;     ///< the first of --low, --high, --eta, --interval given (they need --accordion or --auto)
+    bool automatic = false;           ///< --auto
+    AutoConfig auto_config;
     std::optional<regime::GravacFamily> gravac;  ///< --gravac FAMILY; unset: not GraVAC
     /// --gravac-* (--gravac-policy and --gravac-throughput included); smoothing 0: the paper's min(1, N / 100)
     regime::GravacSettings gravac_settings;
@@ -52,6 +66,7 @@ struct TrainDistConfig {
 
     Mode mode() const {
         return gravac      ? Mode::gravac
+               : automatic     ? Mode::automatic
                : accordion     ? Mode::accordion
                : !schedule.empty() ? Mode::schedule
                                    : Mode::fixed;

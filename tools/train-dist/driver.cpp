@@ -2,6 +2,7 @@
 
 #include "app/build_info.hpp"
 #include "app/data_parallel.hpp"
+#include "train-dist/auto_mode.hpp"
 #include "train-dist/gravac.hpp"
 #include "train-dist/options.hpp"
 #include "base/error.hpp"
@@ -50,6 +51,7 @@ std::string mode_name(Mode mode) {
     case Mode::schedule: return "schedule";
     case Mode::accordion: return "accordion";
     case Mode::gravac: return "gravac";
+    case Mode::automatic: return "auto";
     }
     return "?";
 }
@@ -93,9 +95,12 @@ plan::RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedu
             plan::check_schedule(s, c.schedule, parameters, epochs, c.schedule_extend_last, world, c.batch_size_given);
         return plan::RunPlan::from_schedule(s, levels, parameters, epochs);
     }
-    case Mode::accordion: {
+    case Mode::accordion:
+    case Mode::automatic: {
         std::vector<double> lr;
         for (std::int64_t e = 0; e < epochs; ++e) lr.push_back(c.train.schedule.at(e));
+        if (c.mode() == Mode::automatic)
+            return plan::RunPlan::automatic(parameters, c.accordion_config, c.auto_config.levels, lr, epochs);
         return plan::RunPlan::accordion(parameters, c.accordion_config, lr, epochs);
     }
     }
@@ -118,7 +123,7 @@ io::Metrics metrics_header(const TrainDistConfig& c, const plan::RunPlan& plan, 
         r.schedule = c.schedule;
         r.schedule_mode = io::schedule_mode_name(plan.batch_mode() ? io::ScheduleMode::batch : io::ScheduleMode::compression);
     }
-    if (c.mode() == Mode::accordion) {
+    if (c.mode() == Mode::accordion || c.mode() == Mode::automatic) {
         r.eta = c.accordion_config.eta;
         r.interval = c.accordion_config.interval;
         r.low = c.accordion_config.low.text();
@@ -235,6 +240,7 @@ private:
     exchange::SyncRecord record_;              // what it decided by itself in the epoch (GraVAC)
     std::optional<io::MetricsWriter> metrics_;           // rank 0
     std::unique_ptr<train::GradientRecorder> recorder_;  // rank 0, online Accordion
+    std::unique_ptr<AutoMode> auto_;                     // --auto
     std::int64_t bytes_total_ = 0;
 };
 
@@ -351,6 +357,9 @@ void DistRank::make_exchange(const Start& start) {
                                     table_.specs(start.level));
     if (c_.resume) sync_->load_state(start.exchange_state);
     trainer_->set_exchange(sync_.get());
+    if (c_.automatic)
+        auto_ = std::make_unique<AutoMode>(c_, trainer_->parameters(), table_.levels, setup.compression,
+                                           data_->info().shape.input, data_->info().shape.classes);
 }
 
 int DistRank::run() {
@@ -371,8 +380,10 @@ DataParallelRank::EpochPlan DistRank::begin_epoch(std::int64_t epoch) {
     EpochOrders& o = orders_;
     o = EpochOrders();
     std::vector<double> message;
+    if (auto_) auto_->before_epoch(session_, epoch);
     if (plan_) {
         o.decided = plan_->levels_of(epoch);
+        if (auto_) o.decided.level = auto_->plan(o.decided.critical).level;
         const std::int64_t batch = plan_->batch_mode() ? plan_->global_batch(epoch) / session_.world() : t_.batch_size;
         message = {t_.schedule.at(epoch) * plan_->lr_scale(epoch), static_cast<double>(batch)};
     }
@@ -439,6 +450,11 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
         m.ratio = o.decided.ratio;
         m.reason = o.decided.reason;
     }
+    if (auto_) {
+        auto_->after_epoch(*recorder_, m.seconds, m.compute_seconds, m.steps);
+        m.has_auto = true;
+        m.automatic = auto_->metrics();
+    }
     train::TensorMap extra;
     for (size_t r = 0; r < states.size(); ++r)
         for (auto& [name, tensor] : states[r]) extra["ranks/" + std::to_string(r) + "/" + name] = tensor;
@@ -459,7 +475,8 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
     spdlog::info("{}{}", epoch_line(all, false),
                  epoch_tail(m, c_.gravac ? std::string("gravac ") + regime::gravac_family_name(*c_.gravac) + ": " +
                                                gravac_summary(record_.steps)
-                                       : plan::levels_summary(table_.levels, o.level)));
+                                       : plan::levels_summary(table_.levels, o.level) +
+                                             (auto_ ? "; auto " + auto_->summary() : std::string())));
     history_.push_back(epoch_json(all, m, table_.levels));
 }
 

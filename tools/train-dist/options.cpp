@@ -5,7 +5,9 @@
 #include "base/choice.hpp"
 #include "base/error.hpp"
 #include "base/paths.hpp"
+#include "base/text.hpp"
 #include "app/rank_options.hpp"
+#include "app/regime_plan.hpp"
 #include "app/training_options.hpp"
 #include "cli/tool.hpp"
 #include "compress/spec.hpp"
@@ -80,34 +82,72 @@ std::pair<CLI::Option*, CLI::Option*> add_level_options(CLI::App& app, TrainDist
                                       "matrices)")
                        ->type_name("FAMILY")
                        ->group(group);
-    compress->excludes(schedule)->excludes(accordion)->excludes(gravac);
-    schedule->excludes(accordion)->excludes(gravac);
-    accordion->excludes(gravac);
+    auto* automatic = app.add_flag("--auto", c.automatic,
+                                   "Choose each parameter's level by predicted step time: measure the link, the "
+                                   "compute and the codecs in the run, plan within the error budget of Accordion's "
+                                   "--low and --high, and send uncompressed where no plan is predicted faster "
+                                   "(docs/auto.md)")
+                          ->group(group);
+    compress->excludes(schedule)->excludes(accordion)->excludes(gravac)->excludes(automatic);
+    schedule->excludes(accordion)->excludes(gravac)->excludes(automatic);
+    accordion->excludes(gravac)->excludes(automatic);
+    gravac->excludes(automatic);
     return {accordion, gravac};
 }
 
-void add_accordion_options(CLI::App& app, TrainDistConfig& c, CLI::Option* accordion) {
-    const std::string accordion_group = "Accordion (with --accordion)";
+void add_auto_options(CLI::App& app, TrainDistConfig& c) {
+    const std::string group = "Automatic (with --auto)";
+    std::vector<std::string> defaults;
+    for (const auto& level : c.auto_config.levels) defaults.push_back(level.text());
+    app.add_option_function<std::string>(
+           "--levels",
+           [&c](const std::string& text) { c.auto_config.levels = parse_plan_candidates(text, "--levels"); },
+           "Candidate levels besides none, --low and --high, comma-separated: powersgd:RANK or topk:F with F on "
+           "the profile's grid")
+        ->type_name("LIST")
+        ->default_str(join(defaults, ","))
+        ->group(group);
+    app.add_option("--auto-margin", c.auto_config.margin,
+                   "A compressed plan must be predicted at least this share faster than uncompressed, in [0, 1)")
+        ->check(cli::number(0, 1, false))
+        ->group(group);
+    app.add_option("--auto-drift", c.auto_config.drift,
+                   "Measure again when an epoch's step time differs from its prediction by more than this share")
+        ->check(cli::number(0, 1e6, true))
+        ->group(group);
+}
+
+void add_accordion_options(CLI::App& app, TrainDistConfig& c) {
+    const std::string accordion_group = "Accordion (with --accordion or --auto)";
+    // They need --accordion or --auto, which validate() checks: CLI11 has no "either".
+    auto given = [&c](const char* name) {
+        return [&c, name](const std::string&) {
+            if (c.accordion_option.empty()) c.accordion_option = name;
+        };
+    };
     add_spec_option(app, "--low", "Level of critical regimes (little compression)",
-                    [&c](compress::Spec s) { c.accordion_config.low = std::move(s); })
+                    [&c](compress::Spec s) {
+                        c.accordion_config.low = std::move(s);
+                        if (c.accordion_option.empty()) c.accordion_option = "--low";
+                    })
         ->default_str(c.accordion_config.low.text())
-        ->needs(accordion)
         ->group(accordion_group);
     add_spec_option(app, "--high", "Level elsewhere (more compression)",
-                    [&c](compress::Spec s) { c.accordion_config.high = std::move(s); })
+                    [&c](compress::Spec s) {
+                        c.accordion_config.high = std::move(s);
+                        if (c.accordion_option.empty()) c.accordion_option = "--high";
+                    })
         ->default_str(c.accordion_config.high.text())
-        ->needs(accordion)
         ->group(accordion_group);
     app.add_option("--eta", c.accordion_config.eta,
                    "A relative change of the gradient norm of at least eta marks a critical regime")
         ->check(cli::number(0, regime::kMaxEta, true))
-        ->needs(accordion)
+        ->each(given("--eta"))
         ->group(accordion_group);
     app.add_option("--interval", c.accordion_config.interval, "Epochs between decisions")
         ->check(cli::whole_number(1, regime::kMaxInterval))
-        ->needs(accordion)
+        ->each(given("--interval"))
         ->group(accordion_group);
-
 }
 
 void add_gravac_options(CLI::App& app, TrainDistConfig& c, CLI::Option* gravac) {
@@ -237,12 +277,17 @@ Settings train_dist_settings(const TrainDistConfig& c, bool batch_mode) {
     s.add("--gravac", c.gravac ? regime::gravac_family_name(*c.gravac) : "(not given)", true, true);
     if (c.gravac) add_gravac_settings(s, c);
     // Accordion's rule decides the levels: a resume must keep it, and the ranks must agree even unused.
-    s.add("--eta", fmt::format("{}", c.accordion_config.eta), true, c.accordion);
-    s.add("--interval", std::to_string(c.accordion_config.interval), true, c.accordion);
+    s.add("--eta", fmt::format("{}", c.accordion_config.eta), true, c.accordion || c.automatic);
+    s.add("--interval", std::to_string(c.accordion_config.interval), true, c.accordion || c.automatic);
+    if (c.automatic) {
+        s.add("--auto-margin", setting_number(c.auto_config.margin), true, false);
+        s.add("--auto-drift", setting_number(c.auto_config.drift), true, false);
+    }
     // What a resume compares through the levels instead ("levels [...]", the driver's row).
     s.add("--compress", c.compress ? c.compress->text() : "", true, false);
     s.add("--schedule", c.schedule, true, false);
     s.add("--accordion", setting_flag(c.accordion), true, false);
+    s.add("--auto", setting_flag(c.automatic), true, false);
     s.add("--low", c.accordion_config.low.text(), true, false);
     s.add("--high", c.accordion_config.high.text(), true, false);
     // Ranks exchange their buckets and files together; a resume may change how.
@@ -260,12 +305,22 @@ void validate(const TrainDistConfig& c) {
     train::validate(t);
     const int modes = (c.compress ? 1 : 0) + (!c.schedule.empty() ? 1 : 0) + (c.accordion ? 1 : 0) +
                       (c.gravac ? 1 : 0);
-    if (modes > 1) throw UsageError("--compress, --schedule, --accordion and --gravac: choose one");
+    if (modes + (c.automatic ? 1 : 0) > 1)
+        throw UsageError("--compress, --schedule, --accordion, --gravac and --auto: choose one");
+    if (!c.accordion_option.empty() && !c.accordion && !c.automatic)
+        throw UsageError(c.accordion_option + ": needs --accordion or --auto");
     if (c.gravac) regime::validate(gravac_settings(c, 1));
     if (c.schedule_extend_last && c.schedule.empty()) throw UsageError("--schedule-extend: needs --schedule");
-    if (c.accordion) {
+    if (c.accordion || c.automatic) {
         const AccordionConfig& a = c.accordion_config;
         regime::validate(regime::Options{a.eta, a.interval});
+    }
+    if (c.automatic) {
+        check_plannable("--low", c.accordion_config.low);
+        check_plannable("--high", c.accordion_config.high);
+        if (!(c.auto_config.margin >= 0 && c.auto_config.margin < 1)) throw UsageError("--auto-margin: must be in [0, 1)");
+        if (!(c.auto_config.drift > 0) || !std::isfinite(c.auto_config.drift))
+            throw UsageError("--auto-drift: must be a number > 0");
     }
     comm::run_backend(c.backend, c.train.device);
     if (!(c.bucket_mb > 0) || !std::isfinite(c.bucket_mb)) throw UsageError("--bucket-mb: must be a number > 0");
@@ -291,7 +346,9 @@ void add_train_dist_options(CLI::App& app, TrainDistConfig& c) {
     batch->description("Samples per step and rank (text: parallel streams per rank); a batch schedule sets it");
     batch->each([&c](const std::string&) { c.batch_size_given = true; });
     const auto [accordion, gravac] = add_level_options(app, c);
-    add_accordion_options(app, c, accordion);
+    (void)accordion;
+    add_accordion_options(app, c);
+    add_auto_options(app, c);
     add_gravac_options(app, c, gravac);
     add_network_options(app, c);
     add_output_options(app, c);

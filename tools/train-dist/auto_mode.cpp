@@ -1,0 +1,271 @@
+#include "train-dist/auto_mode.hpp"
+
+#include "base/clock.hpp"
+#include "base/error.hpp"
+#include "base/text.hpp"
+#include "comm/collectives.hpp"
+#include "comm/loopback.hpp"
+#include "perf/fit.hpp"
+#include "perf/stats.hpp"
+#include "train/compute_time.hpp"
+#include "train/profile.hpp"
+
+#include <spdlog/fmt/fmt.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+namespace acc::app {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Sizes of the link's measurement, floats per rank: from 4 KiB up by 4x until a call
+// takes kLongCall (a slow link: 256 KiB at 20 Mbit/s) or 1 MiB is reached (a fast one);
+// the largest kFitSizes are fitted.
+constexpr std::int64_t kFirstFloats = 1024, kLastFloats = 262144;
+constexpr double kLongCall = 0.04;
+constexpr size_t kFitSizes = 3;
+// Timed calls per size: as many as fit in kLinkSeconds, from kMinRepeats to kMaxRepeats.
+constexpr int kMinRepeats = 2, kMaxRepeats = 5;
+constexpr double kLinkSeconds = 0.05;
+
+// Waits for a collective's result on a GPU, so that the clock sees its end.
+void wait_for(const at::Tensor& t) {
+    if (t.is_cuda()) (void)t.narrow(0, 0, 1).to(torch::kCPU);
+}
+
+std::string ms(double seconds) { return fmt::format("{:.3g} ms", seconds * 1e3); }
+
+}  // namespace
+
+AutoMode::AutoMode(const TrainDistConfig& c, std::vector<io::Parameter> parameters,
+                   std::vector<compress::Spec> candidates, exchange::ExchangeOptions codec_options,
+                   std::vector<std::int64_t> input_shape, std::int64_t classes)
+    : c_(c), parameters_(std::move(parameters)), candidates_(std::move(candidates)),
+      codec_options_(std::move(codec_options)), input_shape_(std::move(input_shape)), classes_(classes) {
+    inputs_.parameters = parameters_;
+    inputs_.candidates = candidates_;
+    inputs_.low = c.accordion_config.low;
+    inputs_.high = c.accordion_config.high;
+    inputs_.margin = c.auto_config.margin;
+    inputs_.compute.bucket_bytes = c.bucket_mb * 1024 * 1024;
+    inputs_.compute.first_bucket_bytes = c.first_bucket_mb * 1024 * 1024;
+}
+
+void AutoMode::before_epoch(RankSession& session, std::int64_t epoch) {
+    double due = 0;
+    if (session.leader()) {
+        const bool drifted = plan::prediction_drifted(predicted_, measured_step_, c_.auto_config.drift);
+        const bool affordable = measure_total_ + last_measure_ <= plan::kMeasureShare * trained_seconds_;
+        due = !have_compute_ || (drifted && affordable) ? 1 : 0;
+        if (have_compute_ && drifted)
+            spdlog::info("auto: epoch {} took {} per step against {} predicted: {}", epoch - 1, ms(measured_step_),
+                         ms(predicted_),
+                         affordable ? "measuring again"
+                                    : fmt::format("measuring again would take more than {:g} % of the run",
+                                                  100 * plan::kMeasureShare));
+    }
+    measured_ = session.broadcast(std::vector<double>{due}, 1).at(0) != 0;
+    measure_seconds_ = 0;
+    if (!measured_) return;
+    const auto start = Clock::now();
+    measure_link(session);
+    if (session.leader()) time_codecs();
+    // What measuring again costs: the link and the codecs (the compute is measured once,
+    // then taken from the epochs themselves).
+    const double again = since(start);
+    spdlog::debug("auto: link and codecs measured in {:.3f} s", again);
+    if (!have_compute_) measure_compute(session);
+    measure_seconds_ = since(start);
+    if (have_measured_) measure_total_ += measure_seconds_;  // the first is before any training
+    have_measured_ = true;
+    last_measure_ = again;
+    if (session.leader()) {
+        const plan::Link& l = inputs_.link;
+        spdlog::info("auto: measured in {:.2f} s: allreduce {} per ring step, {}B/s; allgather {}, {}B/s; compute {} "
+                     "per step",
+                     measure_seconds_, ms(l.allreduce.alpha), si_count(l.allreduce.bandwidth), ms(l.allgather.alpha),
+                     si_count(l.allgather.bandwidth), ms(inputs_.compute.seconds));
+    }
+}
+
+void AutoMode::measure_link(RankSession& session) {
+    const int world = session.world();
+    inputs_.link.world = world;
+    if (world < 2) {  // nothing crosses a link
+        inputs_.link.allreduce = inputs_.link.allgather = perf::Network(0, 1);
+        return;
+    }
+    comm::Collectives& comm = *session.comm();
+    const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(session.device());
+    // The slowest rank's value: a collective ends for everyone when the last rank is done.
+    auto slowest = [&](double value) {
+        at::Tensor t = torch::tensor(std::vector<double>{value}, torch::kFloat64);
+        session.host()->allreduce(t, comm::ReduceOp::max);
+        return t[0].item<double>();
+    };
+    for (const bool gather : {false, true}) {
+        std::vector<double> bytes, seconds;
+        for (std::int64_t floats = kFirstFloats;; floats *= 4) {
+            at::Tensor t = torch::ones({floats}, options);
+            auto once = [&] {
+                const auto start = Clock::now();
+                if (gather) {
+                    const auto parts = comm.allgather(t);
+                    wait_for(parts.back());
+                } else {
+                    comm.allreduce(t);
+                    wait_for(t);
+                }
+                return since(start);
+            };
+            // The first call warms the path and says how many more fit; every rank
+            // takes the slowest rank's count, so that all issue the same calls.
+            const double first = slowest(once());
+            const int repeats = static_cast<int>(
+                std::clamp(kLinkSeconds / std::max(first, 1e-9), double{kMinRepeats}, double{kMaxRepeats}));
+            std::vector<double> times;
+            for (int rep = 0; rep < repeats; ++rep) times.push_back(once());
+            // The size nccl-tests gives a collective: allgather's counts every rank's part.
+            bytes.push_back(4.0 * static_cast<double>(floats) * (gather ? world : 1));
+            seconds.push_back(slowest(perf::summarize(times).median));
+            if (bytes.size() >= 2 && (seconds.back() >= kLongCall || floats >= kLastFloats)) break;
+        }
+        // The largest sizes alone: a link that lets a burst through (a token bucket)
+        // sends the small ones faster than it sustains; the burst's bytes go free in
+        // every call and drop out of the slope between two sizes past it.
+        const size_t from = bytes.size() > kFitSizes ? bytes.size() - kFitSizes : 0;
+        const perf::AlphaBetaFit fit =
+            perf::fit_alpha_beta(std::vector<double>(bytes.begin() + static_cast<std::ptrdiff_t>(from), bytes.end()),
+                                 std::vector<double>(seconds.begin() + static_cast<std::ptrdiff_t>(from), seconds.end()));
+        const perf::Collective kind = gather ? perf::Collective::allgather : perf::Collective::allreduce;
+        (gather ? inputs_.link.allgather : inputs_.link.allreduce) =
+            perf::network_from_fit(kind, world, std::max(0.0, fit.alpha), fit.bandwidth);
+    }
+}
+
+void AutoMode::measure_compute(RankSession& session) {
+    train::ComputeTimingConfig config;
+    config.model = c_.train.model;
+    config.batch_size = c_.train.batch_size;
+    config.warmup = 1;
+    config.steps = 3;
+    config.device = c_.train.device;
+    config.device_index = session.device().is_cuda() ? session.device().index() : 0;
+    config.seed = c_.train.seed;
+    config.model_options = c_.train.model_options;
+    config.input_shape = input_shape_;
+    config.classes = classes_;
+    comm::Collectives* host = session.host();
+    const train::ComputeTimes times = train::time_compute(config, [host] { host->barrier(); });
+    const double forward = perf::summarize(times.forward).median, backward = perf::summarize(times.backward).median;
+    at::Tensor slowest = torch::tensor(std::vector<double>{forward, backward}, torch::kFloat64);
+    host->allreduce(slowest, comm::ReduceOp::max);
+    const double f = slowest[0].item<double>(), b = slowest[1].item<double>();
+    inputs_.compute.seconds = f + b;
+    if (f + b > 0) inputs_.compute.backward_share = b / (f + b);
+    have_compute_ = true;
+}
+
+// Every candidate on every matrix of the model's shapes, on one process standing in for
+// the world (comm::LoopbackCollectives): encode and decode per step, the fastest of two,
+// shared among the matrices in proportion to their sizes.
+void AutoMode::time_codecs() {
+    const size_t P = parameters_.size(), C = candidates_.size();
+    inputs_.codec_seconds.assign(C, std::vector<double>(P, 0));
+    std::int64_t matrix_values = 0;
+    for (const auto& p : parameters_)
+        if (p.is_matrix()) matrix_values += p.numel();
+    if (matrix_values == 0) return;
+    comm::LoopbackCollectives loop(std::max(1, inputs_.link.world));
+    torch::manual_seed(c_.train.seed);
+    std::vector<at::Tensor> gradients;
+    for (const auto& p : parameters_) gradients.push_back(torch::randn(p.shape, torch::kFloat32));
+    for (size_t c = 0; c < C; ++c) {
+        if (candidates_[c] == compress::no_compression()) continue;
+        std::vector<compress::Spec> levels;
+        for (const auto& p : parameters_) levels.push_back(p.is_matrix() ? candidates_[c] : compress::no_compression());
+        exchange::GradientExchange x(parameters_, levels, loop, codec_options_);
+        double fastest = std::numeric_limits<double>::infinity();
+        for (int rep = 0; rep < 3; ++rep) {
+            std::vector<at::Tensor> work;
+            for (const auto& g : gradients) work.push_back(g.clone());
+            x.step(work);
+            if (rep > 0) fastest = std::min(fastest, x.last_step().encode_seconds + x.last_step().decode_seconds);
+        }
+        for (size_t p = 0; p < P; ++p)
+            if (parameters_[p].is_matrix())
+                inputs_.codec_seconds[c][p] =
+                    fastest * static_cast<double>(parameters_[p].numel()) / static_cast<double>(matrix_values);
+    }
+}
+
+const plan::AutoPlan& AutoMode::plan(const std::vector<std::uint8_t>& critical) {
+    inputs_.critical = critical;
+    if (inputs_.critical.size() != parameters_.size()) inputs_.critical.assign(parameters_.size(), 1);
+    inputs_.uncompressed_overhead = overhead_[0];
+    // Until a compressed epoch has run, its overhead is taken to be the uncompressed one.
+    inputs_.compressed_overhead = overhead_known_[1] ? overhead_[1] : overhead_[0];
+    plan_ = plan::plan_auto(inputs_);
+    planned_compute_ = inputs_.compute.seconds;
+    overhead_used_ = plan_.pays ? inputs_.compressed_overhead : inputs_.uncompressed_overhead;
+    predicted_ = plan_.seconds;
+    return plan_;
+}
+
+void AutoMode::after_epoch(const train::GradientRecorder& recorder, double seconds, double compute_seconds,
+                           std::int64_t steps) {
+    inputs_.profile.clear();
+    for (size_t p = 0; p < parameters_.size(); ++p)
+        inputs_.profile.push_back(train::layer_profile(recorder.sums().at(p), parameters_[p]));
+    trained_seconds_ += seconds;
+    if (steps > 0) {
+        measured_step_ = seconds / static_cast<double>(steps);
+        // Never so negative that a prediction falls below half the model's own time.
+        const double modelled = plan_.seconds - overhead_used_;
+        overhead_[plan_.pays ? 1 : 0] = std::max(measured_step_ - modelled, -0.5 * modelled);
+        overhead_known_[plan_.pays ? 1 : 0] = true;
+        // The next epoch's compute: this one's, in the run itself.
+        if (std::isfinite(compute_seconds) && compute_seconds > 0)
+            inputs_.compute.seconds = compute_seconds / static_cast<double>(steps);
+    }
+}
+
+io::MetricsAuto AutoMode::metrics() const {
+    io::MetricsAuto m;
+    m.pays = plan_.pays ? 1 : 0;
+    m.measured = measured_ ? 1 : 0;
+    m.measure_seconds = measure_seconds_;
+    m.predicted_seconds = predicted_;
+    m.overhead_seconds = overhead_used_;
+    m.uncompressed_seconds = plan_.uncompressed_seconds;
+    m.compressed_seconds = plan_.compressed_seconds;
+    m.measured_seconds = measured_step_;
+    m.compute_seconds = planned_compute_;
+    m.allreduce_alpha = inputs_.link.allreduce.alpha;
+    m.allreduce_bandwidth = inputs_.link.allreduce.bandwidth;
+    m.allgather_alpha = inputs_.link.allgather.alpha;
+    m.allgather_bandwidth = inputs_.link.allgather.bandwidth;
+    m.budget = plan_.budget;
+    m.error = plan_.error;
+    for (auto r : plan_.reason) m.reason.push_back(static_cast<std::int8_t>(r));
+    return m;
+}
+
+std::string AutoMode::summary() const {
+    const std::string compressed =
+        std::isfinite(plan_.compressed_seconds) ? ms(plan_.compressed_seconds) : std::string("no plan");
+    if (plan_.pays)
+        return fmt::format("pays: modelled {} per step vs {} uncompressed", ms(plan_.seconds),
+                           ms(plan_.uncompressed_seconds));
+    return fmt::format("does not pay: modelled {} vs {} uncompressed per step; sent uncompressed", compressed,
+                       ms(plan_.uncompressed_seconds));
+}
+
+}  // namespace acc::app
