@@ -31,6 +31,9 @@ where NAME says what it is made from; the tables are:
                                   scripts/bench-comm-profile-compute.sh reports them
     ci LOG                        the parts' times and the tests' counts of both builds in
                                   docs/benchmarks/ci/LOG, a log of .ci/run (scripts/test.sh's lines)
+    auto-predictions              train-dist --auto's predicted against measured step time per link
+                                  and model, and the measuring's share of the time, from
+                                  docs/results/auto-predictions.csv (scripts/experiments/auto_predictions.py)
     quickstart                    README.md's table of the quickstart, made by compare_runs.py from
                                   the kept run's metrics files in docs/results/quickstart/ (as
                                   examples/pipeline.sh makes it), which must equal the run's own
@@ -517,6 +520,18 @@ class CiLog:
         return "\n".join(out) + "\n"
 
 
+class AutoPredictions:
+    """train-dist --auto's predicted against measured step times (docs/results/auto-predictions.csv,
+    scripts/experiments/auto_predictions.py)."""
+
+    def __init__(self, data):
+        self.report = load_report("auto_predictions")
+        self.path = os.path.join(data, "auto-predictions.csv")
+
+    def table(self):
+        return self.report.table(self.report.read_csv(self.path))
+
+
 class Quickstart:
     """A kept run of examples/pipeline.sh (docs/results/quickstart/): its table made again by
     scripts/compare_runs.py from its metrics files, labelled as the run's table.txt labels them."""
@@ -560,6 +575,7 @@ class Studies:
             studies = {"time-to-accuracy": TimeToAccuracy, "accordion": Accordion, "gravac": Gravac,
                        "model-check": ModelCheck, "planner": Planner}
             studies["quickstart"] = Quickstart
+            studies["auto-predictions"] = AutoPredictions
             benchmarks = {"compute-per-step": ComputePerStep, "ci": CiLog}
             self.loaded[kind] = (studies[kind](self.data) if kind in studies else
                                  benchmarks[kind](self.benchmarks))
@@ -590,9 +606,12 @@ def recompute(name, studies, doc):
         return studies.get("ci").table(words[1])
     if words == ["quickstart"]:
         return studies.get("quickstart").table()
+    if words == ["auto-predictions"]:
+        return studies.get("auto-predictions").table()
     fail(f"{doc}: a table named '{name}', which this script does not make "
          "(accordion STUDY, accordion seeds, ci LOG, compute-per-step, gravac VARIANT..., model-check [RUN], "
-         "model-check-fits RUN, model-check-medians [RUN], planner MODEL, quickstart, time-to-accuracy LINK MODEL)")
+         "model-check-fits RUN, model-check-medians [RUN], planner MODEL, quickstart, time-to-accuracy LINK MODEL, "
+         "auto-predictions)")
 
 
 def tables_of(doc, studies):

@@ -271,8 +271,10 @@ AutoPlan plan_auto(const AutoInputs& in) {
                                                 : AutoReason::budget;
         }
     }
-    out.uncompressed_seconds += in.uncompressed_overhead;
-    out.compressed_seconds = best_seconds + in.compressed_overhead;
+    // An overhead measured on another plan (or link) never takes a prediction below half the model's own.
+    auto with_overhead = [](double modelled, double overhead) { return modelled + std::max(overhead, -0.5 * modelled); };
+    out.uncompressed_seconds = with_overhead(out.uncompressed_seconds, in.uncompressed_overhead);
+    out.compressed_seconds = with_overhead(best_seconds, in.compressed_overhead);
     best_seconds = out.compressed_seconds;
     out.pays = std::isfinite(best_seconds) && best_seconds < (1 - in.margin) * out.uncompressed_seconds;
     if (out.pays) {

@@ -81,7 +81,8 @@ struct AutoInputs {
     /// Seconds per step the model leaves out (measured minus modelled in an earlier epoch
     /// of the run: the optimizer, data, waiting for a slower rank, codecs slower than
     /// timed alone), for uncompressed steps and for compressed ones. Added to the step
-    /// times the guard compares and reports; the choice among compressed plans keeps.
+    /// times the guard compares and reports, down to no less than half the model's own
+    /// time; the choice among compressed plans keeps.
     double uncompressed_overhead = 0;
     double compressed_overhead = 0;
 };

@@ -12,6 +12,8 @@
 #   accordion-powersgd             Accordion online, rank 2 critical, rank 1 elsewhere
 #   gravac-FAMILY-POLICY           GraVAC (topk, dgc, powersgd; exp, geo) at epsilon 0.7,
 #                                  its window 50 steps, not tied to an epoch's end
+#   auto                           train-dist --auto within Accordion's rank 2 / rank 1 budget
+#                                  (candidates none, PowerSGD ranks 1, 2, 4, Top-k 0.01)
 # Every run's metrics file goes to OUT/<link>/<model>/<variant>/seed<S>.h5 (finished
 # runs are kept, so the script resumes); the tables to OUT/time-to-accuracy.md, the
 # runs they use, epoch by epoch, to OUT/runs.csv. TTA_RUNS: such CSV files (e.g.
@@ -23,7 +25,8 @@
 #   scripts/experiments/time-to-accuracy.sh [OUT] [SEEDS] [MODELS] [LINKS] [VARIANTS]
 #       defaults: build/time-to-accuracy "1 2 3" "mlp cnn" "100mbit 20mbit" (every variant)
 # A link is a rate as tc writes it, with +DELAY to hold every packet that long each
-# way (20mbit+5ms; needs tc's netem in the kernel).
+# way (20mbit+5ms; needs tc's netem in the kernel), or loopback: both ranks on this
+# machine's loopback (train-dist --nproc 2), where compute, not the link, bounds a step.
 # TTA_EXTRA_<model>: more training options for that model, e.g. TTA_EXTRA_cnn="--train-samples 12000".
 set -euo pipefail
 # One function, read whole before it runs: an edit during a study does not reach it.
@@ -45,6 +48,7 @@ main() {
         [powersgd-r1]="--compress powersgd:1"
         [accordion-topk]="--accordion --eta 0.5 --interval 2 --low topk:0.1 --high topk:0.01"
         [accordion-powersgd]="--accordion --eta 0.5 --interval 2 --low powersgd:2 --high powersgd:1"
+        [auto]="--auto --eta 0.5 --interval 2 --low powersgd:2 --high powersgd:1"
     )
     declare -A policy=([exp]=exponential [geo]=geometric)
     for family in topk dgc powersgd; do
@@ -53,7 +57,7 @@ main() {
         done
     done
     all="dense topk10x topk100x powersgd-r2 powersgd-r1 accordion-topk accordion-powersgd
-         gravac-topk-exp gravac-topk-geo gravac-dgc-exp gravac-dgc-geo gravac-powersgd-exp gravac-powersgd-geo"
+         gravac-topk-exp gravac-topk-geo gravac-dgc-exp gravac-dgc-geo gravac-powersgd-exp gravac-powersgd-geo auto"
     variants=${5:-$all}
     for v in $variants; do
         [ -n "${args[$v]+x}" ] || { echo "time-to-accuracy.sh: error: no variant '$v' (one of: $all)" >&2; exit 2; }
@@ -61,7 +65,11 @@ main() {
     for link in $links; do
         delay=
         [[ $link == *+* ]] && delay=${link#*+}
-        shaped_link_up "${link%%+*}" 100ms $delay || { echo "time-to-accuracy.sh: error: no shaped link: $SHAPED_WHY" >&2; exit 1; }
+        # loopback: both ranks on this machine's loopback, as train-dist --nproc 2 runs them.
+        if [ "$link" != loopback ]; then
+            shaped_link_up "${link%%+*}" 100ms $delay ||
+                { echo "time-to-accuracy.sh: error: no shaped link: $SHAPED_WHY" >&2; exit 1; }
+        fi
         for model in $models; do
             extra_name=TTA_EXTRA_$model
             # shellcheck disable=SC2206
@@ -77,7 +85,9 @@ main() {
                     echo "$link $model $v seed $seed ..." >&2
                     mkdir -p "$dir"
                     # shellcheck disable=SC2086
-                    SHAPED_RANK1_LOG=$dir/seed$seed.rank1.log shaped_ranks "$bin/train-dist" "${common[@]}" --seed "$seed" \
+                    ranks=(shaped_ranks "$bin/train-dist")
+                    [ "$link" != loopback ] || ranks=("$bin/train-dist" --nproc 2)
+                    SHAPED_RANK1_LOG=$dir/seed$seed.rank1.log "${ranks[@]}" "${common[@]}" --seed "$seed" \
                         ${args[$v]} --metrics "$file" --checkpoint-dir "$dir/ckpt" --force 2>"$dir/seed$seed.log" || {
                         echo "time-to-accuracy.sh: error: $link $model $v seed $seed failed, see $dir/seed$seed.log:" >&2
                         tail -3 "$dir/seed$seed.log" >&2
@@ -86,7 +96,7 @@ main() {
                 done
             done
         done
-        shaped_link_down
+        [ "$link" = loopback ] || shaped_link_down
     done
     saved=()
     for f in ${TTA_RUNS:-}; do

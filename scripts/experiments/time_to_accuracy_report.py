@@ -107,7 +107,7 @@ LABELS = {
     "accordion-powersgd": "Accordion, PowerSGD rank 2 / 1", "gravac-topk-exp": "GraVAC Top-k, exponential",
     "gravac-topk-geo": "GraVAC Top-k, geometric", "gravac-dgc-exp": "GraVAC DGC, exponential",
     "gravac-dgc-geo": "GraVAC DGC, geometric", "gravac-powersgd-exp": "GraVAC PowerSGD, exponential",
-    "gravac-powersgd-geo": "GraVAC PowerSGD, geometric",
+    "gravac-powersgd-geo": "GraVAC PowerSGD, geometric", "auto": "automatic (--auto), PowerSGD 2 / 1 budget",
 }
 
 

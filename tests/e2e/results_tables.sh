@@ -10,7 +10,7 @@ grep -qE "^results-tables.py: ([0-9]+) of \1 tables match their data$" "$WORK/ou
 # The study's own report (scripts/experiments/time-to-accuracy.sh) makes the same
 # tables from the same runs and writes the runs back unchanged.
 variants="dense topk10x topk100x powersgd-r2 powersgd-r1 accordion-topk accordion-powersgd gravac-topk-exp
-          gravac-topk-geo gravac-dgc-exp gravac-dgc-geo gravac-powersgd-exp gravac-powersgd-geo"
+          gravac-topk-geo gravac-dgc-exp gravac-dgc-geo gravac-powersgd-exp gravac-powersgd-geo auto"
 $ACC_PYTHON "$ACC_SOURCE/scripts/experiments/time_to_accuracy_report.py" --out "$WORK/none" --seeds "1 2 3" \
     --models "mlp cnn" --links "20mbit 100mbit" --variants "$(echo $variants)" \
     --runs "$ACC_SOURCE/docs/results/time-to-accuracy-runs.csv" --save-runs "$WORK/runs.csv" >"$WORK/report.md" \

@@ -216,6 +216,12 @@ TEST(AutoPlan, WhatTheModelLeftOutOfCompressedStepsTurnsTheGuard) {
     EXPECT_TRUE(both.pays);
     EXPECT_EQ(both.level, modelled.level);
     EXPECT_DOUBLE_EQ(both.seconds, modelled.seconds + 0.0001);
+    // An overhead larger than the model's time (measured on another plan) halves it at most.
+    measured.compressed_overhead = measured.uncompressed_overhead = -10;
+    const AutoPlan negative = plan_auto(measured);
+    EXPECT_DOUBLE_EQ(negative.uncompressed_seconds, modelled.uncompressed_seconds / 2);
+    EXPECT_DOUBLE_EQ(negative.compressed_seconds, modelled.compressed_seconds / 2);
+    EXPECT_GT(negative.seconds, 0);
 }
 
 TEST(AutoPlan, ABindingBudgetIsNamed) {
