@@ -10,7 +10,9 @@ here Gloo on the CPU. Without --compress, --schedule or --accordion it trains wi
 FSDP's own hybrid sharding (fully_shard over the 2-D mesh), for comparison.
 --schedule SCHED.h5 replays a compression schedule from regime-detect (e.g. made
 from train_mlp.py's grads.h5: the same parameters); --accordion decides the levels
-online. Every rank uses one thread.
+online. --record GRADS.h5 records rank 0's local gradients for regime-detect
+(accordion.GradientRecorder, in any of these modes); record-and-detect-fsdp.sh
+runs record -> regime-detect -> replay with it. Every rank uses one thread.
 """
 
 import argparse
@@ -36,6 +38,8 @@ def main():
     parser.add_argument("--accordion", action="store_true",
                         help="decide the levels online (powersgd:2 critical, powersgd:1 elsewhere, a decision "
                              "every 2 epochs)")
+    parser.add_argument("--record", metavar="GRADS.h5",
+                        help="record rank 0's local gradients, summed per epoch, for regime-detect")
     parser.add_argument("--replicas", type=int, default=2, help="replicas; each shards over world / replicas ranks")
     parser.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
                         help="the dtype FSDP reduces gradients in (MixedPrecisionPolicy's reduce_dtype)")
@@ -70,6 +74,11 @@ def main():
         # accordion: each module's gradient shard averaged across the replicas, compressed
         state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule,  # accordion
                                         accordion=args.accordion, interval=2)
+    recorder = None
+    if args.record:
+        # accordion: rank 0's raw local gradients, read at each FSDP module's reduce-scatter input
+        recorder = accordion.GradientRecorder(model, args.record, model_name="mlp", dataset="fashion-mnist",  # accordion
+                                              batch_size=args.batch_size, seed=args.seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     for epoch in range(args.epochs):
@@ -82,20 +91,28 @@ def main():
         # Each rank takes every world-th sample of the epoch's shuffle.
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(args.seed + epoch))
         mine = order[rank::world]
-        started, losses = time.perf_counter(), []
+        started, losses, correct = time.perf_counter(), [], 0
         for first in range(0, len(mine) - args.batch_size + 1, args.batch_size):
             index = mine[first:first + args.batch_size]
-            loss = F.cross_entropy(model(train_x[index]), train_y[index])
+            out = model(train_x[index])
+            loss = F.cross_entropy(out, train_y[index])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             losses.append(loss.item())
+            correct += (out.argmax(1) == train_y[index]).sum().item()
         seconds = time.perf_counter() - started
         test_loss, test_accuracy = evaluate(model, test_x, test_y)  # every rank: FSDP gathers the parameters
+        if recorder is not None:
+            seen = len(losses) * args.batch_size
+            recorder.end_epoch(lr=lr, loss=sum(losses) / len(losses), accuracy=correct / seen,  # accordion
+                               test_loss=test_loss, test_accuracy=test_accuracy, samples=seen, seconds=seconds)
         if rank == 0:
             sent = f", sent {state.floats_sent - sent_before:.4g} floats" if state is not None else ""
             print(f"epoch {epoch}: loss {sum(losses) / len(losses):.4f}, test accuracy {100 * test_accuracy:.2f}%, "
                   f"lr {lr:g}{sent}, {seconds:.1f} s", flush=True)
+    if recorder is not None:
+        recorder.finish()  # accordion: the file is complete
 
 
 if __name__ == "__main__":

@@ -90,8 +90,7 @@ class FsdpCompressionState(CompressionState):
             module.set_all_reduce_hook(lambda output, index=index: self._exchange_shard(index, output))
             if self._sums is not None and self.shard_world_size > 1:
                 # Rank 0's raw local gradients are the reduce-scatter's input.
-                module.set_custom_reduce_scatter(_Recording(group._reduce_scatter_comm,
-                                                            lambda flat, index=index: self._record(index, flat)))
+                _listen(module, group, lambda flat, index=index: self._record(index, flat))
 
     # Online, global rank 0 (the first shard of the first replica) records, as
     # train-dist's rank 0, and every rank of the world takes its decision.
@@ -103,20 +102,10 @@ class FsdpCompressionState(CompressionState):
 
     def _record(self, index, flat):
         """Adds the raw local gradients in `flat`, module `index`'s reduce-scatter
-        input (each parameter's rows padded and cut into the shards' chunks, one chunk
-        after the other), to the epoch's sums."""
-        module = self._modules[index]
-        if flat.numel() != self.shard_world_size * module.numel:
-            return  # a parameter without gradient: the exchange refuses the step
-        chunks = flat.view(self.shard_world_size, -1)
-        names, gradients, offset = [], [], 0
-        for name, padded, _, shape in module.parts:
-            rows, cols = shape[0], math.prod(shape[1:])
-            whole = chunks[:, offset:offset + padded].reshape(-1, cols)[:rows]
-            names.append(name)
-            gradients.append(whole.reshape(shape))
-            offset += padded
-        _library.call(self._sums.add, names, gradients)
+        input, to the epoch's sums."""
+        whole = _whole_gradients(self._modules[index], flat, self.shard_world_size)
+        if whole is not None:  # None: a parameter without gradient; the exchange refuses the step
+            _library.call(self._sums.add, *whole)
 
     # FSDP calls each module's hook once per step and tells no step's end: a step ends
     # when a module comes round again, or at set_epoch().
@@ -185,42 +174,94 @@ class FsdpCompressionState(CompressionState):
         super().load_state_dict(state_dict)
 
 
-class _Recording:
-    """FSDP's reduce-scatter (`comm`, the module's own) that first hands its input,
-    this rank's raw local gradients, to `record`."""
+class _LocalGradients:
+    """FSDP's reduce-scatter of one parameter group (`comm`, the module's own) that
+    first hands its input, this rank's raw local gradients, to each of `listeners`
+    (compress_fsdp's online Accordion and GradientRecorder share it)."""
 
-    def __init__(self, comm, record):
-        self.comm, self.record = comm, record
+    def __init__(self, comm):
+        self.comm, self.listeners = comm, []
 
     def allocate(self, size, *, dtype, device):
         return self.comm.allocate(size, dtype=dtype, device=device)
 
     def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
-        self.record(input_tensor)
+        for listen in self.listeners:
+            listen(input_tensor)
         return self.comm(output_tensor=output_tensor, input_tensor=input_tensor, group=group, op=op,
                          async_op=async_op)
+
+
+def _listen(module, group, listen):
+    """Has `listen(flat)` called with FSDP module `module`'s reduce-scatter input (its
+    parameter group `group`) before each reduce-scatter."""
+    comm = group._reduce_scatter_comm
+    if not isinstance(comm, _LocalGradients):
+        comm = _LocalGradients(comm)
+        module.set_custom_reduce_scatter(comm)
+    comm.listeners.append(listen)
+
+
+def _whole_gradients(module, flat, shards):
+    """([name], [gradient]) of the raw local gradients in `flat`, the reduce-scatter
+    input of `module` (a _Module) over `shards` ranks: each parameter's rows padded
+    and cut into the shards' chunks, one chunk after the other, joined back into the
+    whole parameter's gradient (padding cut off; views of `flat`). None where `flat`
+    is not that size: a parameter got no gradient, and FSDP left it out."""
+    if flat.numel() != shards * module.numel:
+        return None
+    chunks = flat.view(shards, -1)
+    names, gradients, offset = [], [], 0
+    for name, padded, _, shape in module.parts:
+        rows, cols = shape[0], math.prod(shape[1:])
+        names.append(name)
+        gradients.append(chunks[:, offset:offset + padded].reshape(-1, cols)[:rows].reshape(shape))
+        offset += padded
+    return names, gradients
 
 
 def _label(name):
     return f"module '{name}'" if name else "the root module"
 
 
-def _fsdp_modules(model):
-    """[(name, FSDP module, its parameter group)] of the modules fully_shard gave
-    parameters, and their shard group; UsageError for what compress_fsdp cannot take."""
+def _has_fsdp2():
     try:
-        from torch.distributed.fsdp import FSDPModule
+        from torch.distributed.fsdp import FSDPModule  # noqa: F401
     except Exception:  # 1.13 has none; under Python 3.11 its fsdp package does not even import
-        raise UsageError(f"compress_fsdp: needs PyTorch 2.x with FSDP2 (torch.distributed.fsdp.fully_shard); "
-                         f"this is torch {torch.__version__}") from None
-    from torch.distributed.fsdp import FullyShardedDataParallel
+        return False
+    return True
+
+
+def _is_fsdp(model):
+    """Whether `model` holds a module sharded by FSDP, fully_shard's (FSDP2) or
+    FullyShardedDataParallel (FSDP1)."""
+    if not _has_fsdp2() or not isinstance(model, torch.nn.Module):
+        return False
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    return any(isinstance(m, (FSDPModule, FullyShardedDataParallel)) for m in model.modules())
+
+
+def _fsdp_modules(model, what="compress_fsdp"):
+    """[(name, FSDP module, its parameter group)] of the modules fully_shard gave
+    parameters, and their shard group; UsageError for what `what` (compress_fsdp,
+    which exchanges the shards, or GradientRecorder, which reads the reduce-scatter's
+    input) cannot take."""
+    exchange = what == "compress_fsdp"
+    if not _has_fsdp2():
+        raise UsageError(f"{what}: needs PyTorch 2.x with FSDP2 (torch.distributed.fsdp.fully_shard); "
+                         f"this is torch {torch.__version__}")
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"model: must be a torch.nn.Module sharded with fully_shard, not {type(model).__name__}")
     for name, module in model.named_modules():
         if isinstance(module, FullyShardedDataParallel):
-            raise UsageError(f"model: {_label(name)} is FullyShardedDataParallel (FSDP1); compress_fsdp "
-                             "exchanges the shards in FSDP2's per-module all-reduce hook: shard it with "
-                             "fully_shard(module, mesh=mesh['shard']) instead")
+            if exchange:
+                raise UsageError(f"model: {_label(name)} is FullyShardedDataParallel (FSDP1); compress_fsdp "
+                                 "exchanges the shards in FSDP2's per-module all-reduce hook: shard it with "
+                                 "fully_shard(module, mesh=mesh['shard']) instead")
+            raise UsageError(f"model: {_label(name)} is FullyShardedDataParallel (FSDP1); GradientRecorder reads "
+                             "the local gradients at the input of FSDP2's per-module reduce-scatter: shard it with "
+                             "fully_shard(module) instead")
     modules, shard_ranks = [], None
     for name, module in model.named_modules():
         if not isinstance(module, FSDPModule):
@@ -229,29 +270,35 @@ def _fsdp_modules(model):
         if group is None:
             continue
         info = group.mesh_info
-        if hasattr(info, "replicate_process_group") or not hasattr(info, "shard_process_group"):
+        if exchange and (hasattr(info, "replicate_process_group") or not hasattr(info, "shard_process_group")):
             raise UsageError(f"model: {_label(name)} is sharded over a 2-D mesh, FSDP's own hybrid sharding, which "
                              "already all-reduces the shards across the replicas; shard it over the shard dimension "
                              f"alone for compress_fsdp to exchange them ({_EXAMPLE})")
-        if group._all_reduce_hook is not None:
+        if not hasattr(info, "shard_process_group"):
+            raise UsageError(f"model: {_label(name)} is replicated, not sharded, so no reduce-scatter hands over "
+                             f"its local gradients; shard it with fully_shard(module, mesh=...) for {what}")
+        if exchange and group._all_reduce_hook is not None:
             raise UsageError(f"model: {_label(name)} already has an all-reduce hook (set_all_reduce_hook); FSDP "
                              "runs one per module, and compress_fsdp's is the replica exchange")
         for p in group.fsdp_params:
-            if p.offload_to_cpu:
+            if exchange and p.offload_to_cpu:
                 raise UsageError(f"model: {_label(name)} offloads its parameters to the CPU (CPUOffloadPolicy), "
                                  "which compress_fsdp does not support yet; shard it without offload_policy")
             if p.fsdp_placement.dim != 0:
                 raise UsageError(f"model: {_label(name)} shards its parameter '{p._module_info.param_name}' on "
-                                 f"dimension {p.fsdp_placement.dim} (shard_placement_fn); compress_fsdp takes "
+                                 f"dimension {p.fsdp_placement.dim} (shard_placement_fn); {what} takes "
                                  "shards of rows, fully_shard's default dimension 0")
         ranks = dist.get_process_group_ranks(info.shard_process_group)
         if shard_ranks is not None and ranks != shard_ranks:
             raise UsageError(f"model: {_label(name)} is sharded over ranks {ranks}, other modules over "
-                             f"{shard_ranks}; compress_fsdp needs one shard mesh for the whole model")
+                             f"{shard_ranks}; {what} needs one shard mesh for the whole model")
         shard_ranks = ranks
         modules.append((name, module, group))
+    if not modules and not exchange:
+        raise UsageError(f"model: GradientRecorder reads the local gradients at FSDP2's reduce-scatter; no module of "
+                         f"this {type(model).__name__} has parameters sharded by fully_shard")
     if not modules:
-        raise UsageError(f"model: compress_fsdp exchanges the gradient shards of FSDP2's fully_shard; give it the "
+        raise UsageError(f"model: {what} exchanges the gradient shards of FSDP2's fully_shard; give it the "
                          f"model after fully_shard(module, mesh=mesh['shard']), not a {type(model).__name__} "
                          "without sharded parameters")
     return modules, modules[0][2].mesh_info.shard_process_group

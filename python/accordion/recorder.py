@@ -1,7 +1,8 @@
-"""The gradient recorder: what grad-dump records, from your own DDP training.
+"""The gradient recorder: what grad-dump records, from your own DDP or FSDP2 training.
 
-Inside DistributedDataParallel's communication hook, before the gradients are
-averaged, one rank adds its local gradient to a per-parameter sum; at the end of
+Inside DistributedDataParallel's communication hook (or at the input of FSDP2's
+reduce-scatter), before the gradients are averaged, one rank adds its local
+gradient to a per-parameter sum; at the end of
 each epoch the L2 norm of each sum goes to a gradient-statistics file
 (accordion.grads, docs/formats.md) that regime-detect reads, one crash-safe
 append per epoch.
@@ -56,6 +57,12 @@ class GradientRecorder:
     gradients as DDP does without a hook. Parameters are named as the wrapped
     module's named_parameters() names them (those that take a gradient).
 
+    Or `model` is sharded with FSDP2's fully_shard (over all ranks, or within each
+    replica as compress_fsdp takes it): the recorder then reads each FSDP module's
+    reduce-scatter input, the rank's raw local gradients, joins each parameter's
+    chunks back into its whole gradient, and leaves the exchange to FSDP (no `hook`);
+    `record_rank` is then a rank of the world, every rank of which makes it.
+
     Every rank makes the recorder and calls end_epoch() and finish() together:
     rank `record_rank` of the model's process group records and writes, and
     tells the others whether that worked, so that a failure stops every rank
@@ -70,34 +77,55 @@ class GradientRecorder:
 
     def __init__(self, model, path, *, hook=None, hook_state=None, start_epoch=0, record_rank=0,
                  model_name=None, dataset="", batch_size=0, seed=0, force=False):
-        if not _is_ddp(model):
-            raise UsageError("model: GradientRecorder records inside DistributedDataParallel's communication hook; "
-                             f"give it the model wrapped in torch.nn.parallel.DistributedDataParallel, not a "
-                             f"{type(model).__name__} (one process works too)")
+        from .fsdp import _is_fsdp
+        fsdp = _is_fsdp(model)
+        if not _is_ddp(model) and not fsdp:
+            raise UsageError("model: GradientRecorder records inside DistributedDataParallel's communication hook "
+                             "or at FSDP2's reduce-scatter; give it the model wrapped in "
+                             "torch.nn.parallel.DistributedDataParallel (one process works too) or sharded with "
+                             f"fully_shard, not a {type(model).__name__}")
         if not isinstance(start_epoch, int) or start_epoch < 0:
             raise UsageError(f"start_epoch: must be a whole number >= 0, not {start_epoch!r}")
         self.path = os.fspath(path)
-        self._group = model.process_group
+        if fsdp:
+            for option, value in (("hook", hook), ("hook_state", hook_state)):
+                if value is not None:
+                    raise UsageError(f"{option}: DDP's communication hook, which FSDP2 has none of; under fully_shard "
+                                     "the recorder reads the reduce-scatter's input and leaves the exchange to FSDP "
+                                     "(or compress_fsdp, made beside it): leave hook and hook_state out")
+            from .fsdp import _fsdp_modules
+            modules, shard_group = _fsdp_modules(model, "GradientRecorder")
+            self._group = None  # every rank of the world trains the model and hears the recorder
+            module = model
+        else:
+            self._group = model.process_group
+            module = model.module
         world = dist.get_world_size(self._group)
         if not isinstance(record_rank, int) or not 0 <= record_rank < world:
-            raise UsageError(f"record_rank: must be a rank of the model's process group, 0 to {world - 1}, "
-                             f"not {record_rank!r}")
+            whose = "the world (every rank trains the sharded model)" if fsdp else "the model's process group"
+            raise UsageError(f"record_rank: must be a rank of {whose}, 0 to {world - 1}, not {record_rank!r}")
         self._source = _global_rank(self._group, record_rank)
         self._recording = dist.get_rank(self._group) == record_rank
-        module = model.module
         named = [(name, p) for name, p in module.named_parameters() if p.requires_grad]
         if not named:
             raise UsageError("model: has no parameter that takes a gradient; there is nothing to record")
         #: The recorded parameters' names, in the model's order (the file's order).
         self.names = [name for name, _ in named]
+        # Under fully_shard, a parameter is a DTensor whose shape is the whole parameter's.
         self._shapes = [tuple(p.shape) for _, p in named]
-        # Buckets hold the parameters themselves; DDP regroups them after the first
-        # step, so every lookup goes by the tensor, never by position.
-        self._name_of = {self._key(p): name for name, p in named}
-        if hook is None:
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-            hook, hook_state = default_hooks.allreduce_hook, (hook_state if hook_state is not None else self._group)
-        self._hook, self._hook_state = hook, hook_state
+        if fsdp:
+            self._layouts = self._fsdp_layouts(modules, shard_group, named)
+            if model_name is None:
+                from torch.distributed.fsdp import FSDPModule  # fully_shard made the class FSDP<the model's class>
+                model_name = next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule)).__name__
+        else:
+            # Buckets hold the parameters themselves; DDP regroups them after the first step,
+            # so every lookup goes by the tensor, never by position.
+            self._name_of = {self._key(p): name for name, p in named}
+            if hook is None:
+                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+                hook, hook_state = default_hooks.allreduce_hook, (hook_state if hook_state is not None else self._group)
+            self._hook, self._hook_state = hook, hook_state
         self.epoch = start_epoch
         self._steps = 0
         self._finished = False
@@ -116,16 +144,56 @@ class GradientRecorder:
                 int(seed), start_epoch if start_epoch > 0 else -1, bool(force))
 
         self._together(open_file)
-        try:
-            model.register_comm_hook(self._hook_state, self._record)
-        except RuntimeError as e:
-            if self._file is not None:
-                self._file.close()
-            if "once" not in str(e):
-                raise
-            raise UsageError("model: already has a communication hook, and DDP takes one; give yours to the recorder "
-                             "instead: GradientRecorder(model, path, hook=your_hook, hook_state=its_state)") from None
+        if fsdp:
+            from .fsdp import _listen
+            for index, (_, fsdp_module, group) in enumerate(modules):
+                _listen(fsdp_module, group, lambda flat, index=index: self._record_shards(index, flat))
+        else:
+            try:
+                model.register_comm_hook(self._hook_state, self._record)
+            except RuntimeError as e:
+                if self._file is not None:
+                    self._file.close()
+                if "once" not in str(e):
+                    raise
+                raise UsageError("model: already has a communication hook, and DDP takes one; give yours to the "
+                                 "recorder instead: GradientRecorder(model, path, hook=your_hook, "
+                                 "hook_state=its_state)") from None
         self._started = time.perf_counter()
+
+    @staticmethod
+    def _fsdp_layouts(modules, shard_group, named):
+        """Each FSDP module's layout (fsdp._Module); UsageError where the recorder
+        would miss a parameter's gradient."""
+        from .fsdp import _layouts
+        layouts, managed = _layouts(modules, named)
+        for name, _ in named:
+            if name not in managed:
+                raise UsageError(f"model: parameter '{name}' is not sharded by fully_shard (no FSDP module manages "
+                                 "it), so no reduce-scatter hands the recorder its gradient; apply fully_shard to "
+                                 "the model's root module too")
+        shards = dist.get_world_size(shard_group)
+        if shards == 1:
+            raise UsageError("model: sharded over one rank (its shard group), where FSDP has no reduce-scatter whose "
+                             "input the recorder reads; shard it over two or more ranks, or record under "
+                             "DistributedDataParallel")
+        return [(layout, shards) for layout in layouts]
+
+    def _record_shards(self, index, flat):
+        """FSDP module `index`'s reduce-scatter input, `flat`: its parameters' raw local
+        gradients, added to the sums on the recording rank. Every rank checks it, so
+        that a failure stops them all alike."""
+        from .fsdp import _whole_gradients
+        layout, shards = self._layouts[index]
+        whole = _whole_gradients(layout, flat, shards)
+        if whole is None:
+            raise UsageError(f"model: {layout.label} reduce-scattered {flat.numel()} gradient values, not the "
+                             f"{shards * layout.numel} of its parameters: a parameter got no gradient this step; "
+                             "GradientRecorder needs one for every trainable parameter of a module in every step")
+        if self._sums is not None:
+            _library.call(self._sums.add, *whole)
+        if index == 0:  # every module is reduced once per (synchronised) step
+            self._steps += 1
 
     @staticmethod
     def _key(tensor):

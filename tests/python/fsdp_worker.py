@@ -13,6 +13,11 @@ Scenarios:
              (FSDP's own hybrid sharding) without either; prints the full
              parameters, the losses, and each epoch's floats sent, levels and
              steps counted
+             (--record FILE also records rank 0's local gradients with
+             accordion.GradientRecorder, which every mode takes, and rank 0
+             computes them again on a copy of the model, as online; --plain
+             shards over all 4 ranks, fully_shard over a 1-D mesh, without
+             replicas)
              (--save-after E saves each rank's shards and exchange state to
              state.rankR.pt after epoch E; --start S loads them first)
   every      each compressor on float32 and bf16 shards, 3 steps
@@ -153,7 +158,9 @@ def train(args, rank):
     if args.reduce_dtype:
         from torch.distributed.fsdp import MixedPrecisionPolicy
         options["mp_policy"] = MixedPrecisionPolicy(reduce_dtype=getattr(torch, args.reduce_dtype))
-    if args.compress is None and args.schedule is None and args.reference_powersgd is None and not args.accordion:
+    if args.plain:
+        shard(model, None, **options)  # fully_shard's default mesh: every rank, one replica
+    elif args.compress is None and args.schedule is None and args.reference_powersgd is None and not args.accordion:
         shard(model, mesh, **options)  # FSDP's own hybrid sharding
     else:
         shard(model, mesh["shard"], **options)
@@ -172,6 +179,8 @@ def train(args, rank):
                     rows, padded = shard_rows(p.shape[0], SHARDS, index)
                     parts.append((f"{prefix}.{name}", rows, padded, p[0].numel()))
                 layer.set_all_reduce_hook(reference.hook(parts))
+    recorder = accordion.GradientRecorder(model, args.record, dataset="synthetic", batch_size=8, seed=7) \
+        if args.record else None
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     if args.start > 0:  # this rank's shards and exchange state, as saved after epoch start - 1
         saved = torch.load(f"state.rank{rank}.pt")
@@ -182,7 +191,7 @@ def train(args, rank):
     losses, epochs, reference_norms = [], [], []
     copy = Net()  # online: rank 0's local gradients computed again, without FSDP
     for epoch in range(args.start, args.epochs):
-        lr = learning_rate(epoch) if args.accordion else 0.1
+        lr = learning_rate(epoch) if args.accordion or args.record else 0.1
         for group in optimizer.param_groups:
             group["lr"] = lr
         before = 0.0
@@ -195,7 +204,7 @@ def train(args, rank):
             # --accumulate N: N micro-batches per step, all but the last without gradient sync.
             for micro in range(args.accumulate):
                 x, y = batch(rank, (epoch * args.steps + step) * args.accumulate + micro)
-                if args.accordion:
+                if args.accordion or args.record:
                     full = {name: p.full_tensor() for name, p in model.named_parameters()}  # every rank
                     if rank == 0:
                         copy.load_state_dict(full)
@@ -208,6 +217,8 @@ def train(args, rank):
             optimizer.step()
             losses.append(loss.item())
         reference_norms.append([float(t.norm()) for t in sums.values()])
+        if recorder is not None:
+            recorder.end_epoch(lr=lr)
         if state is not None:
             epochs.append({"epoch": epoch, "floats": state.floats_sent - before, "levels": state.levels,
                            "steps": state.steps, "critical": state.critical})
@@ -219,8 +230,12 @@ def train(args, rank):
               "shards": {name: list(p.to_local().shape) for name, p in model.named_parameters()}}
     if state is not None:
         result.update(floats=state.floats_sent, steps=state.steps, saved=sorted(state.state_dict()["state"]))
+    if args.accordion or args.record:
+        result.update(reference_norms=reference_norms)
     if args.accordion:
-        result.update(reference_norms=reference_norms, online_norms=state.state_dict()["accordion"]["norms"])
+        result.update(online_norms=state.state_dict()["accordion"]["norms"])
+    if recorder is not None:
+        recorder.finish()
     print(json.dumps(result))
 
 
@@ -324,6 +339,34 @@ def refusals(args, rank):
         accordion.compress_fsdp(model, mesh["replicate"], "none")
         model(batch(rank, 0)[0]).sum().backward()
     attempt("a parameter without gradient", unused_parameter)
+
+    # GradientRecorder under FSDP: each refused before the file is made, but the last.
+    def record(model, path="refused.h5", **options):
+        accordion.GradientRecorder(model, path, **options)
+    attempt("recorder: FSDP1", lambda: record(
+        FullyShardedDataParallel(Net(), process_group=mesh["shard"].get_group(), device_id=torch.device("cpu"))))
+    attempt("recorder: no fully_shard", lambda: record(Net()))
+
+    def recorder_unsharded():
+        model = Net()
+        for layer in (model.fc1, model.fc2):
+            fully_shard(layer, mesh=mesh["shard"])
+        record(model)
+    attempt("recorder: a parameter outside fully_shard", recorder_unsharded)
+    attempt("recorder: a DDP hook", lambda: record(shard(Net(), mesh["shard"]), hook=lambda state, bucket: None))
+    attempt("recorder: rows sharded on dimension 1", lambda: record(
+        shard(Net(), mesh["shard"], shard_placement_fn=lambda p: Shard(1) if p.ndim == 2 and p.shape[1] % SHARDS == 0 else None)))
+    from torch.distributed.device_mesh import init_device_mesh
+    single = init_device_mesh("cpu", (REPLICAS * SHARDS, 1), mesh_dim_names=("replicate", "shard"))
+    attempt("recorder: one rank per shard", lambda: record(shard(Net(), single["shard"])))
+    attempt("recorder: a record_rank outside the world", lambda: record(shard(Net(), mesh["shard"]), record_rank=4))
+
+    def recorder_unused_parameter():
+        model = Spare()
+        fully_shard(model, mesh=mesh["shard"])
+        record(model, "spare.h5")
+        model(batch(rank, 0)[0]).sum().backward()
+    attempt("recorder: a parameter without gradient", recorder_unused_parameter)
     if rank == 0:
         print(json.dumps(messages))
 
@@ -340,6 +383,8 @@ def main():
     parser.add_argument("--accordion", action="store_true",
                         help="online Accordion (low powersgd:4, high powersgd:1, interval 2; lr 0.1, 0.01 from epoch 4)")
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--record", help="record with GradientRecorder into this file (lr 0.1, 0.01 from epoch 4)")
+    parser.add_argument("--plain", action="store_true", help="fully_shard over all ranks (a 1-D mesh), no replicas")
     parser.add_argument("--save-after", type=int, help="save shards and exchange state after this epoch")
     parser.add_argument("--start", type=int, default=0, help="start at this epoch from the saved state")
     parser.add_argument("--reduce-dtype", choices=["bfloat16", "float16"], help="MixedPrecisionPolicy's reduce_dtype")

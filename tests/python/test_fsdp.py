@@ -42,7 +42,7 @@ def run(tmp_path, *arguments):
     """Every rank's JSON of `fsdp_worker.py train ARGUMENTS`; runs without files are
     deterministic, and made once for every test that asks for them."""
     key = tuple(str(a) for a in arguments)
-    if key not in _runs or {"--schedule", "--save-after", "--start"} & set(key):
+    if key not in _runs or {"--schedule", "--save-after", "--start", "--record"} & set(key):
         ranks = run_ranks(["train", "--steps", STEPS, *arguments], cwd=tmp_path, world=4, worker=WORKER)
         assert ranks.codes == [0] * 4, ranks.describe()
         _runs[key] = [json.loads(ranks.stdout(r)) for r in range(4)]
@@ -181,6 +181,66 @@ def write_grads(path):
         f["epochs/steps"] = np.full(6, 10, dtype=np.int64)
 
 
+def read_norms(path):
+    """The recorded names, shapes and norms, read with h5py (code the toolkit did not write)."""
+    with h5py.File(path, "r") as f:
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["parameters/name"][:]]
+        shapes = [tuple(int(d) for d in row[:n]) for row, n in zip(f["parameters/shape"][:], f["parameters/ndim"][:])]
+        return names, shapes, f["epochs/norm"][:], int(f.attrs["complete"]), int(f.attrs["world_size"])
+
+
+@needs_fsdp2
+@pytest.mark.parametrize("mode", [["--compress", "powersgd:2"], [], ["--plain"]],
+                         ids=["compress_fsdp", "fsdp-hybrid-sharding", "fully_shard-over-all-ranks"])
+def test_the_recorder_sums_rank_0s_local_gradients(tmp_path, mode):
+    # The recorder reads rank 0's reduce-scatter input, each parameter's chunks joined
+    # back: under compress_fsdp (which shares the reduce-scatter's wrapper), under FSDP's
+    # own hybrid sharding over the 2-D mesh and sharded over all 4 ranks. The worker
+    # computes rank 0's local gradients again on a plain copy of the model; float32
+    # sums against float64 ones, as test_recorder.py allows (2e-6 relative).
+    result = run(tmp_path, *mode, "--record", "grads.h5", "--epochs", "3", "--steps", "3")
+    names, shapes, norms, complete, world = read_norms(tmp_path / "grads.h5")
+    assert dict(zip(names, shapes)) == SHAPES and names == list(SHAPES)  # the whole parameters, the model's order
+    assert (complete, world, norms.shape) == (1, 4, (3, len(SHAPES)))
+    np.testing.assert_allclose(norms, result[0]["reference_norms"], rtol=2e-6)
+    # The package's reader (regime-detect's) takes the file and names the model's parameters.
+    assert accordion.detect(tmp_path / "grads.h5", interval=1).parameters == list(SHAPES.items())
+
+
+@needs_fsdp2
+def test_online_accordion_and_the_recorder_share_rank_0s_gradients(tmp_path, programs):
+    # Both read the same wrapped reduce-scatter: the recorder's file of the run gives,
+    # through regime-detect, the levels online Accordion chose epoch by epoch.
+    result = run(tmp_path, "--accordion", "--record", "grads.h5", "--epochs", "6", "--steps", "3")
+    names, _, norms, _, _ = read_norms(tmp_path / "grads.h5")
+    np.testing.assert_allclose(norms[:5], result[0]["online_norms"], rtol=1e-6)
+    np.testing.assert_allclose(norms, result[0]["reference_norms"], rtol=2e-6)
+    regime_detect(programs, "grads.h5", "--interval", "2", "--low", "powersgd:4", "--high", "powersgd:1",
+                  "-o", "sched.h5", cwd=tmp_path)
+    schedule = accordion.load_schedule(tmp_path / "sched.h5")
+    for rank, out in enumerate(result):
+        for epoch in out["epochs"]:
+            assert epoch["levels"] == schedule.levels(epoch["epoch"]), (rank, epoch)
+
+
+@needs_fsdp2
+def test_a_schedule_detected_from_an_fsdp_recording_is_replayed(tmp_path, programs):
+    # record (FSDP's own hybrid sharding) -> regime-detect -> compress_fsdp(schedule=...)
+    run(tmp_path, "--record", "grads.h5", "--epochs", "6", "--steps", "3")
+    regime_detect(programs, "grads.h5", "--interval", "2", "--low", "powersgd:4", "--high", "powersgd:1",
+                  "-o", "sched.h5", cwd=tmp_path)
+    schedule = accordion.load_schedule(tmp_path / "sched.h5")
+    result = run(tmp_path, "--schedule", "sched.h5", "--epochs", "6", "--steps", "3")
+    seen = set()
+    for rank, out in enumerate(result):
+        for epoch in out["epochs"]:
+            levels = schedule.levels(epoch["epoch"])
+            seen.update(levels.values())
+            assert epoch["levels"] == levels, (rank, epoch)
+            assert epoch["floats"] == 3 * wire_floats(levels, rank % 2), (rank, epoch)
+    assert {"powersgd:4", "powersgd:1"} <= seen, "the schedule must change levels for this test to mean anything"
+
+
 @needs_fsdp2
 def test_a_schedule_is_replayed_by_parameter_name(tmp_path, programs):
     write_grads(tmp_path / "grads.h5")
@@ -302,6 +362,36 @@ def test_what_compress_fsdp_refuses(tmp_path):
     for case, message in expected.items():
         assert messages.pop(case) == PREFIX + message, case
     assert messages.pop("a bad spec").startswith(PREFIX + "compress: 'zip:3' is not a compressor spec; one of none")
+    recorder = {
+        "FSDP1": "model: the root module is FullyShardedDataParallel (FSDP1); GradientRecorder reads the local "
+                 "gradients at the input of FSDP2's per-module reduce-scatter: shard it with fully_shard(module) "
+                 "instead",
+        "no fully_shard": "model: GradientRecorder records inside DistributedDataParallel's communication hook or at "
+                          "FSDP2's reduce-scatter; give it the model wrapped in "
+                          "torch.nn.parallel.DistributedDataParallel (one process works too) or sharded with "
+                          "fully_shard, not a Net",
+        "a parameter outside fully_shard": "model: parameter 'fc3.weight' is not sharded by fully_shard (no FSDP "
+                                           "module manages it), so no reduce-scatter hands the recorder its "
+                                           "gradient; apply fully_shard to the model's root module too",
+        "a DDP hook": "hook: DDP's communication hook, which FSDP2 has none of; under fully_shard the recorder reads "
+                      "the reduce-scatter's input and leaves the exchange to FSDP (or compress_fsdp, made beside "
+                      "it): leave hook and hook_state out",
+        "rows sharded on dimension 1": "model: module 'fc1' shards its parameter 'weight' on dimension 1 "
+                                       "(shard_placement_fn); GradientRecorder takes shards of rows, fully_shard's "
+                                       "default dimension 0",
+        "one rank per shard": "model: sharded over one rank (its shard group), where FSDP has no reduce-scatter "
+                              "whose input the recorder reads; shard it over two or more ranks, or record under "
+                              "DistributedDataParallel",
+        "a record_rank outside the world": "record_rank: must be a rank of the world (every rank trains the sharded "
+                                           "model), 0 to 3, not 4",
+        # Refused in the step, on every rank, at the reduce-scatter's input (2 shards
+        # of 28 values each, fc's 4 x 12 and 4, spare's 3 padded to 2 + 2 rows).
+        "a parameter without gradient": "model: the root module reduce-scattered 52 gradient values, not the 56 of "
+                                        "its parameters: a parameter got no gradient this step; GradientRecorder "
+                                        "needs one for every trainable parameter of a module in every step",
+    }
+    for case, message in recorder.items():
+        assert messages.pop(f"recorder: {case}") == PREFIX + message, case
     assert not messages, f"cases without an expected message: {sorted(messages)}"
 
 
