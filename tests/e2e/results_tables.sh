@@ -12,12 +12,12 @@ grep -qE "^results-tables.py: ([0-9]+) of \1 tables match their data$" "$WORK/ou
 variants="dense topk10x topk100x powersgd-r2 powersgd-r1 accordion-topk accordion-powersgd gravac-topk-exp
           gravac-topk-geo gravac-dgc-exp gravac-dgc-geo gravac-powersgd-exp gravac-powersgd-geo auto"
 $ACC_PYTHON "$ACC_SOURCE/scripts/experiments/time_to_accuracy_report.py" --out "$WORK/none" --seeds "1 2 3" \
-    --models "mlp cnn" --links "20mbit 100mbit" --variants "$(echo $variants)" \
+    --models "mlp cnn" --links "20mbit 100mbit loopback" --variants "$(echo $variants)" \
     --runs "$ACC_SOURCE/docs/results/time-to-accuracy-runs.csv" --save-runs "$WORK/runs.csv" >"$WORK/report.md" \
     2>"$WORK/err" || fail "time_to_accuracy_report.py: $(cat "$WORK/err")"
 cmp -s "$WORK/runs.csv" "$ACC_SOURCE/docs/results/time-to-accuracy-runs.csv" ||
     fail "time_to_accuracy_report.py --save-runs changed the runs it read"
-for study in "20mbit mlp" "100mbit cnn"; do
+for study in "20mbit mlp" "100mbit cnn" "loopback mlp"; do
     # results-tables.py marks stale rows; the report does not.
     awk -v begin="<!-- table: time-to-accuracy $study -->" '$0 == begin { inside = 1; next }
         /^<!-- end of table -->$/ { inside = 0 } inside { sub(/ \(stale: before [0-9a-f]+\) \|/, " |"); print }' \
