@@ -429,3 +429,28 @@ def test_the_example_trains_as_native_hybrid_sharding(tmp_path):
     # The final test accuracies (500 images): both learn, within 5 points (seen: 74.4% and 76.0%).
     final = [float(lines[-1].split("test accuracy ")[1].split("%")[0]) for lines in (ours, native)]
     assert min(final) > 65 and abs(final[0] - final[1]) < 5, (ours, native)
+
+
+PIPELINE = os.path.join(TREE, "examples", "pytorch", "record-and-detect-fsdp.sh")
+
+
+@needs_fsdp2
+@pytest.mark.skipif(not os.path.isdir("/usr/share/datasets/fashion-mnist"),
+                    reason="the example reads Debian's dataset-fashion-mnist")
+def test_the_example_records_detects_and_replays(tmp_path, programs):
+    # record-and-detect-fsdp.sh, shortened to 4 epochs of 8 steps: the recording
+    # names the unsharded MLP's parameters, and the replay follows the schedule.
+    env = dict(os.environ, PYTHON=sys.executable, EPOCHS="4", SAMPLES="2048", ACC_PORT=str(free_port()),
+               OMP_NUM_THREADS="1", ACC_BUILD_DIR=os.path.relpath(os.path.dirname(programs), TREE))
+    done = subprocess.run(["bash", PIPELINE, str(tmp_path)], env=env, capture_output=True, text=True,
+                          timeout=3 * RUN_SECONDS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    mlp = {"fc1.weight": (256, 784), "fc1.bias": (256,), "fc2.weight": (256, 256), "fc2.bias": (256,),
+           "fc3.weight": (10, 256), "fc3.bias": (10,)}
+    for recording in ("grads.h5", "compressed.h5"):
+        names, shapes, norms, complete, world = read_norms(tmp_path / recording)
+        assert names == list(mlp) and dict(zip(names, shapes)) == mlp, recording
+        assert (complete, world, norms.shape) == (1, 4, (4, 6)) and np.all(norms > 0), recording
+    schedule = accordion.load_schedule(tmp_path / "sched.h5")
+    replay = [line for line in done.stdout.splitlines() if line.startswith("epoch ") and ", sent " in line]
+    assert len(replay) == 4 and schedule.epochs == 4, done.stdout
