@@ -51,9 +51,10 @@ class _Module:
     parameter's rows on this rank (dim 0, as fully_shard shards), padded to the shard
     size of rank 0 of the shard group."""
 
-    def __init__(self, label, parts):
+    def __init__(self, label, parts, dtypes):
         self.label = label
         self.parts = parts  # (name, padded numel, shape of this rank's rows, the parameter's shape)
+        self.dtypes = dtypes  # {name: the parameter's dtype}
         self.numel = sum(padded for _, padded, _, _ in parts)
 
 
@@ -206,8 +207,9 @@ def _whole_gradients(module, flat, shards):
     """([name], [gradient]) of the raw local gradients in `flat`, the reduce-scatter
     input of `module` (a _Module) over `shards` ranks: each parameter's rows padded
     and cut into the shards' chunks, one chunk after the other, joined back into the
-    whole parameter's gradient (padding cut off; views of `flat`). None where `flat`
-    is not that size: a parameter got no gradient, and FSDP left it out."""
+    whole parameter's gradient (padding cut off), in the parameter's dtype: a 16-bit
+    reduce_dtype's gradients are summed as grad-dump sums, in the parameter's. None
+    where `flat` is not that size: a parameter got no gradient, and FSDP left it out."""
     if flat.numel() != shards * module.numel:
         return None
     chunks = flat.view(shards, -1)
@@ -215,7 +217,8 @@ def _whole_gradients(module, flat, shards):
     for name, padded, _, shape in module.parts:
         rows, cols = shape[0], math.prod(shape[1:])
         names.append(name)
-        gradients.append(chunks[:, offset:offset + padded].reshape(-1, cols)[:rows].reshape(shape))
+        whole = chunks[:, offset:offset + padded].reshape(-1, cols)[:rows].reshape(shape)
+        gradients.append(whole.to(module.dtypes[name]))
         offset += padded
     return names, gradients
 
@@ -309,7 +312,7 @@ def _layouts(modules, named):
     name_of = {id(p): name for name, p in named}
     layouts, managed = [], set()
     for module_name, _, group in modules:
-        parts = []
+        parts, dtypes = [], {}
         for p in group.fsdp_params:
             name = name_of.get(id(p.sharded_param))
             if name is None:  # frozen: FSDP reduces no gradient of it
@@ -317,7 +320,8 @@ def _layouts(modules, named):
             managed.add(name)
             parts.append((name, math.prod(p.padded_sharded_param_size), tuple(p.sharded_size),
                           tuple(p.sharded_param.shape)))
-        layouts.append(_Module(_label(module_name), parts))
+            dtypes[name] = p.sharded_param.dtype
+        layouts.append(_Module(_label(module_name), parts, dtypes))
     return layouts, managed
 
 
