@@ -22,4 +22,35 @@ perf::Network profiled_network(const std::string& path, const io::CommProfile& p
     return net;
 }
 
+void check_profiled_ranks(const std::string& path, const io::CommProfile& profile) {
+    if (profile.world_size < 2)
+        throw FileError(path, "was measured on " + std::to_string(profile.world_size) +
+                                  " rank, which says nothing about the network; profile at least 2 ranks");
+}
+
+perf::Compute profiled_compute(const io::ComputeProfile& profile, perf::Compute compute) {
+    compute.seconds = profile.forward_seconds + profile.backward_seconds;
+    compute.backward_share = profile.backward_seconds / compute.seconds;
+    return compute;
+}
+
+ProfiledNetworks read_profiled_networks(const std::string& path, CommModel model) {
+    const io::CommProfile profile = io::read_comm_profile(path);
+    const io::CollectiveProfile* allreduce = profile.find("allreduce");
+    if (!allreduce)
+        throw FileError(path, "has no allreduce profile; run comm-profile with --collectives allreduce,allgather");
+    check_profiled_ranks(path, profile);
+    ProfiledNetworks out;
+    out.backend = profile.backend;
+    out.world = static_cast<int>(profile.world_size);
+    out.allreduce = profiled_network(path, profile, *allreduce, perf::Collective::allreduce, model);
+    out.allgather = out.allreduce;
+    if (const io::CollectiveProfile* allgather = profile.find("allgather")) {
+        out.allgather = profiled_network(path, profile, *allgather, perf::Collective::allgather, model);
+        out.has_allgather = true;
+    }
+    out.compute = profile.compute;
+    return out;
+}
+
 }  // namespace acc::app

@@ -135,9 +135,7 @@ bool uses_tails(const Spec& spec) { return spec.info().residual_model == compres
 
 ExchangeModel read_network(const std::string& path, const io::GradStats& grads, const std::set<Channel>& channels) {
     const io::CommProfile profile = io::read_comm_profile(path);
-    if (profile.world_size < 2)
-        throw FileError(path, "was measured on " + std::to_string(profile.world_size) +
-                                  " rank, which says nothing about the network; profile at least 2 ranks");
+    check_profiled_ranks(path, profile);
     if (profile.world_size != grads.run.world_size)
         throw FileError(path, "was measured on " + std::to_string(profile.world_size) + " ranks, but the gradients were "
                               "recorded on " + std::to_string(grads.run.world_size) +

@@ -2,6 +2,7 @@
 #include "compress-bench/what_if.hpp"
 
 #include "app/build_info.hpp"
+#include "app/comm_network.hpp"
 #include "app/training_options.hpp"
 
 #include "base/clock.hpp"
@@ -35,6 +36,7 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <utility>
 
 namespace acc::app {
 
@@ -328,25 +330,17 @@ private:
                             (c_.alpha_given ? "" : " (defaults: pass --comm, or --alpha and --bandwidth)");
             return;
         }
-        io::CommProfile profile = io::read_comm_profile(c_.comm);
-        profiled_compute_ = profile.compute;
-        const io::CollectiveProfile* allreduce = profile.find("allreduce");
-        if (!allreduce)
-            throw FileError(c_.comm, "has no allreduce profile; run comm-profile with --collectives allreduce,allgather");
-        if (profile.world_size < 2)
-            throw FileError(c_.comm, "was measured on " + std::to_string(profile.world_size) +
-                                         " rank, which says nothing about the network; profile at least 2 ranks");
-        const int n = static_cast<int>(profile.world_size);
-        net_ = profiled_network(c_.comm, profile, *allreduce, perf::Collective::allreduce, c_.comm_model);
-        gather_net_ = net_;
+        ProfiledNetworks profiled = read_profiled_networks(c_.comm, c_.comm_model);
+        profiled_compute_ = std::move(profiled.compute);
+        const int n = profiled.world;
+        net_ = profiled.allreduce;
+        gather_net_ = profiled.allgather;
         std::string gathered = "allgather as allreduce";
-        if (const io::CollectiveProfile* allgather = profile.find("allgather")) {
-            gather_net_ = profiled_network(c_.comm, profile, *allgather, perf::Collective::allgather, c_.comm_model);
+        if (profiled.has_allgather)
             gathered = "allgather: " + bytes_text(gather_net_.bandwidth) + "/s, alpha " +
                        short_number(gather_net_.alpha * 1e6) + " us per step";
-        }
         network_source_ = "comm";
-        network_line_ = "  network from " + c_.comm + " (" + profile.backend + ", " + std::to_string(n) +
+        network_line_ = "  network from " + c_.comm + " (" + profiled.backend + ", " + std::to_string(n) +
                         " ranks): allreduce: " + bytes_text(net_.bandwidth) + "/s, alpha " +
                         short_number(net_.alpha * 1e6) + " us per step; " + gathered;
         if (c_.comm_model == CommModel::measured)
@@ -363,8 +357,7 @@ private:
                         (c_.compute_ms > 0 ? "" : " (pass --compute-ms, or --comm with a profile taken with --model)");
         if (c_.compute_ms_given || !profiled_compute_) return;
         const io::ComputeProfile& p = *profiled_compute_;
-        compute_.seconds = p.forward_seconds + p.backward_seconds;
-        compute_.backward_share = p.backward_seconds / compute_.seconds;
+        compute_ = profiled_compute(p, compute_);
         compute_line_ = "  compute " + short_number(compute_.seconds * 1e3) + " ms per iteration (forward " +
                         short_number(p.forward_seconds * 1e3) + " ms, backward " +
                         short_number(p.backward_seconds * 1e3) + " ms) of " + p.model + ", batch " +

@@ -20,6 +20,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <utility>
 
 namespace acc::app {
 
@@ -188,18 +189,10 @@ private:
         link_.allreduce = link_.allgather = perf::Network{c_.alpha, c_.bandwidth};
         network_source_ = c_.alpha_given ? "flags" : "default";
         if (c_.comm.empty()) return;
-        io::CommProfile profile = io::read_comm_profile(c_.comm);
-        profiled_compute_ = profile.compute;
-        const io::CollectiveProfile* allreduce = profile.find("allreduce");
-        if (!allreduce)
-            throw FileError(c_.comm, "has no allreduce profile; run comm-profile with --collectives allreduce,allgather");
-        if (profile.world_size < 2)
-            throw FileError(c_.comm, "was measured on " + std::to_string(profile.world_size) +
-                                         " rank, which says nothing about the network; profile at least 2 ranks");
-        link_.allreduce = profiled_network(c_.comm, profile, *allreduce, perf::Collective::allreduce, CommModel::fit);
-        link_.allgather = link_.allreduce;
-        if (const io::CollectiveProfile* allgather = profile.find("allgather"))
-            link_.allgather = profiled_network(c_.comm, profile, *allgather, perf::Collective::allgather, CommModel::fit);
+        ProfiledNetworks profiled = read_profiled_networks(c_.comm, CommModel::fit);
+        profiled_compute_ = std::move(profiled.compute);
+        link_.allreduce = profiled.allreduce;
+        link_.allgather = profiled.allgather;
         if (!std::isfinite(link_.allreduce.bandwidth) || !std::isfinite(link_.allgather.bandwidth))
             throw FileError(c_.comm, "has a fit whose bandwidth is infinite (the time did not grow with the size); "
                                      "profile larger sizes, or give --alpha and --links");
@@ -209,9 +202,7 @@ private:
     // The compute of a step: a --comm profile's (--model), else none; --compute-ms overrides it.
     void compute_from_profile() {
         if (!profiled_compute_) return;
-        const io::ComputeProfile& p = *profiled_compute_;
-        compute_.seconds = p.forward_seconds + p.backward_seconds;
-        compute_.backward_share = p.backward_seconds / compute_.seconds;
+        compute_ = profiled_compute(*profiled_compute_, compute_);
         compute_source_ = "comm";
     }
 
