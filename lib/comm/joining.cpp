@@ -135,7 +135,7 @@ void connect_agent_store(ProcessGroupCollectives::Impl& impl, milliseconds timeo
                     seconds_text(rv.timeout) + hint);
     try {
         auto tcp = c10::make_intrusive<c10d::TCPStore>(
-            rv.master_addr, compat::store_options(static_cast<std::uint16_t>(rv.master_port), false, timeout));
+            rv.master_addr, compat::store_options(static_cast<std::uint16_t>(rv.master_port), timeout));
         impl.tcp_store = tcp.get();
         impl.base_store = tcp;
     } catch (const std::exception& e) {

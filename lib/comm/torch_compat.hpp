@@ -48,12 +48,14 @@ using BackendBase = c10d::ProcessGroup;
 
 /// Options of a TCPStore client (torchrun's agent store), set field by field:
 /// 2.x added useLibUV (default true from 2.4, and builds without libuv then throw).
-/// numWorkers (c10::optional in 1.13, std::optional in 2.x) stays unset:
-/// lib/comm counts arrivals itself to name the missing ranks.
-inline c10d::TCPStoreOptions store_options(std::uint16_t port, bool is_server, std::chrono::milliseconds timeout) {
+/// Never a server: torchrun's agent hosts that store, and a run without torchrun
+/// has rank 0 serve its own (run_store.hpp), not a TCPStore. numWorkers
+/// (c10::optional in 1.13, std::optional in 2.x) stays unset: lib/comm counts
+/// arrivals itself to name the missing ranks.
+inline c10d::TCPStoreOptions store_options(std::uint16_t port, std::chrono::milliseconds timeout) {
     c10d::TCPStoreOptions options;
     options.port = port;
-    options.isServer = is_server;
+    options.isServer = false;
     options.waitWorkers = false;
     options.timeout = timeout;
 #if ACC_TORCH_AT_LEAST(2, 1)
