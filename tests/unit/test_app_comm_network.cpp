@@ -5,6 +5,7 @@
 #include "base/error.hpp"
 #include "io/comm_profile.hpp"
 
+#include "comm_profile_sample.hpp"
 #include "test_support.hpp"
 
 #include <gtest/gtest.h>
@@ -14,30 +15,6 @@ using acc::test::TempDir;
 
 namespace {
 
-io::CollectiveProfile collective(const std::string& name, double alpha, double bandwidth) {
-    io::CollectiveProfile c;
-    c.name = name;
-    c.op = name == "allreduce" ? "sum" : "none";
-    c.bus_factor = 1.5;
-    c.size = {1024, 4096, 16384};
-    c.count = {256, 1024, 4096};
-    c.time_min = {9e-6, 10e-6, 14e-6};
-    c.time_median = {10e-6, 12e-6, 20e-6};
-    c.time_max = {11e-6, 15e-6, 30e-6};
-    c.time_mean = {10.5e-6, 12.5e-6, 22e-6};
-    for (size_t i = 0; i < c.size.size(); ++i) {
-        c.algbw.push_back(static_cast<double>(c.size[i]) / c.time_median[i]);
-        c.busbw.push_back(c.algbw.back() * c.bus_factor);
-    }
-    c.wrong = {0, 0, 0};
-    c.alpha = alpha;
-    c.bandwidth = bandwidth;
-    c.bus_bandwidth = bandwidth * c.bus_factor;
-    c.r2 = 0.99;
-    c.fit_points = 3;
-    return c;
-}
-
 io::CommProfile profile(std::int64_t world) {
     io::CommProfile p;
     p.header.provenance = {"comm-profile 0.1.0", "comm-profile -o comm.h5"};
@@ -45,8 +22,8 @@ io::CommProfile profile(std::int64_t world) {
     p.backend = "gloo";
     p.iterations = 20;
     p.hosts.assign(static_cast<size_t>(world), "a");
-    p.collectives.push_back(collective("allreduce", 8e-6, 1.25e9));
-    p.collectives.push_back(collective("allgather", 6e-6, 2.5e9));
+    p.collectives.push_back(test::sample_collective("allreduce", 8e-6, 1.25e9));
+    p.collectives.push_back(test::sample_collective("allgather", 6e-6, 2.5e9));
     return p;
 }
 
