@@ -34,6 +34,9 @@ where NAME says what it is made from; the tables are:
     auto-predictions              train-dist --auto's predicted against measured step time per link
                                   and model, and the measuring's share of the time, from
                                   docs/results/auto-predictions.csv (scripts/experiments/auto_predictions.py)
+    fsdp LINK                     FSDP2's hybrid sharding with the toolkit's replica exchange against
+                                  FSDP's own on that link (100mbit, loopback), from
+                                  docs/results/fsdp-runs.csv (scripts/experiments/fsdp.sh)
     quickstart                    README.md's table of the quickstart, made by compare_runs.py from
                                   the kept run's metrics files in docs/results/quickstart/ (as
                                   examples/pipeline.sh makes it), which must equal the run's own
@@ -532,6 +535,17 @@ class AutoPredictions:
         return self.report.table(self.report.read_csv(self.path))
 
 
+class Fsdp:
+    """The FSDP2 study's runs (docs/results/fsdp-runs.csv, scripts/experiments/fsdp.sh)."""
+
+    def __init__(self, data):
+        self.report = load_report("fsdp_report")
+        self.runs = self.report.read_runs(os.path.join(data, "fsdp-runs.csv"))
+
+    def table(self, link):
+        return self.report.table(self.runs, link)
+
+
 class Quickstart:
     """A kept run of examples/pipeline.sh (docs/results/quickstart/): its table made again by
     scripts/compare_runs.py from its metrics files, labelled as the run's table.txt labels them."""
@@ -576,6 +590,7 @@ class Studies:
                        "model-check": ModelCheck, "planner": Planner}
             studies["quickstart"] = Quickstart
             studies["auto-predictions"] = AutoPredictions
+            studies["fsdp"] = Fsdp
             benchmarks = {"compute-per-step": ComputePerStep, "ci": CiLog}
             self.loaded[kind] = (studies[kind](self.data) if kind in studies else
                                  benchmarks[kind](self.benchmarks))
@@ -608,10 +623,12 @@ def recompute(name, studies, doc):
         return studies.get("quickstart").table()
     if words == ["auto-predictions"]:
         return studies.get("auto-predictions").table()
+    if len(words) == 2 and words[0] == "fsdp":
+        return studies.get("fsdp").table(words[1])
     fail(f"{doc}: a table named '{name}', which this script does not make "
          "(accordion STUDY, accordion seeds, ci LOG, compute-per-step, gravac VARIANT..., model-check [RUN], "
          "model-check-fits RUN, model-check-medians [RUN], planner MODEL, quickstart, time-to-accuracy LINK MODEL, "
-         "auto-predictions)")
+         "auto-predictions, fsdp LINK)")
 
 
 def tables_of(doc, studies):

@@ -10,25 +10,49 @@ here Gloo on the CPU. Without --compress, --schedule or --accordion it trains wi
 FSDP's own hybrid sharding (fully_shard over the 2-D mesh), for comparison.
 --schedule SCHED.h5 replays a compression schedule from regime-detect (e.g. made
 from train_mlp.py's grads.h5: the same parameters); --accordion decides the levels
-online. --record GRADS.h5 records rank 0's local gradients for regime-detect
+online. --model cnn trains the toolkit's `cnn` (train-dist --model cnn) instead of
+the MLP; --csv FILE appends a row per epoch (rank 0: accuracy, time, the median
+step's seconds, floats sent). --record GRADS.h5 records rank 0's local gradients for regime-detect
 (accordion.GradientRecorder, in any of these modes); record-and-detect-fsdp.sh
 runs record -> regime-detect -> replay with it. Every rank uses one thread.
 """
 
 import argparse
+import csv
 import gc
 import os
+import statistics
 import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 import accordion  # accordion
 from train_mlp import MLP, evaluate, learning_rate, load
+
+
+class CNN(nn.Module):
+    """The toolkit's `cnn`: two 3x3 convolutions, a 2x2 max-pool and two linear layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3)
+        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.fc1 = nn.Linear(64 * 12 * 12, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x.view(-1, 1, 28, 28)))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2).flatten(1)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+CSV_COLUMNS = ["epoch", "loss", "test_accuracy", "seconds", "steps", "step_seconds", "floats_sent"]
 
 
 def main():
@@ -40,6 +64,9 @@ def main():
                              "every 2 epochs)")
     parser.add_argument("--record", metavar="GRADS.h5",
                         help="record rank 0's local gradients, summed per epoch, for regime-detect")
+    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
+                        help="train_mlp.py's MLP or the toolkit's cnn (default mlp)")
+    parser.add_argument("--csv", metavar="FILE", help="append a row per epoch to FILE (rank 0; header if new)")
     parser.add_argument("--replicas", type=int, default=2, help="replicas; each shards over world / replicas ranks")
     parser.add_argument("--reduce-dtype", choices=["float32", "bfloat16"], default="float32",
                         help="the dtype FSDP reduces gradients in (MixedPrecisionPolicy's reduce_dtype)")
@@ -61,12 +88,12 @@ def main():
     torch.manual_seed(args.seed)
     train_x, train_y = load("train", args.train_samples)
     test_x, test_y = load("test", args.test_samples)
-    model = MLP()
+    model = MLP() if args.model == "mlp" else CNN()
     policy = MixedPrecisionPolicy(reduce_dtype=getattr(torch, args.reduce_dtype))
     compressed = args.compress or args.schedule or args.accordion
     # Sharded within a replica; without compression FSDP also all-reduces across the replicas.
     shard_mesh = mesh["shard"] if compressed else mesh
-    for layer in (model.fc1, model.fc2, model.fc3):
+    for layer in [child for child in model.children() if any(True for _ in child.parameters())]:
         fully_shard(layer, mesh=shard_mesh, mp_policy=policy)
     fully_shard(model, mesh=shard_mesh, mp_policy=policy)
     state = None
@@ -91,8 +118,9 @@ def main():
         # Each rank takes every world-th sample of the epoch's shuffle.
         order = torch.randperm(len(train_x), generator=torch.Generator().manual_seed(args.seed + epoch))
         mine = order[rank::world]
-        started, losses, correct = time.perf_counter(), [], 0
+        started, losses, correct, steps = time.perf_counter(), [], 0, []
         for first in range(0, len(mine) - args.batch_size + 1, args.batch_size):
+            step_started = time.perf_counter()
             index = mine[first:first + args.batch_size]
             out = model(train_x[index])
             loss = F.cross_entropy(out, train_y[index])
@@ -101,6 +129,7 @@ def main():
             optimizer.step()
             losses.append(loss.item())
             correct += (out.argmax(1) == train_y[index]).sum().item()
+            steps.append(time.perf_counter() - step_started)
         seconds = time.perf_counter() - started
         test_loss, test_accuracy = evaluate(model, test_x, test_y)  # every rank: FSDP gathers the parameters
         if recorder is not None:
@@ -111,8 +140,21 @@ def main():
             sent = f", sent {state.floats_sent - sent_before:.4g} floats" if state is not None else ""
             print(f"epoch {epoch}: loss {sum(losses) / len(losses):.4f}, test accuracy {100 * test_accuracy:.2f}%, "
                   f"lr {lr:g}{sent}, {seconds:.1f} s", flush=True)
+            if args.csv:
+                write_row(args.csv, [epoch, sum(losses) / len(losses), test_accuracy, seconds, len(steps),
+                                     statistics.median(steps),
+                                     state.floats_sent - sent_before if state is not None else ""])
     if recorder is not None:
         recorder.finish()  # accordion: the file is complete
+
+
+def write_row(path, row):
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", newline="") as f:
+        writer = csv.writer(f)
+        if new:
+            writer.writerow(CSV_COLUMNS)
+        writer.writerow([repr(v) if isinstance(v, float) else v for v in row])
 
 
 if __name__ == "__main__":
