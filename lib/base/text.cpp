@@ -93,4 +93,14 @@ std::string printf_text(const char* format, double value) {
 
 std::string percent_text(double fraction) { return printf_text("%.1f%%", 100.0 * fraction); }
 
+std::string bytes_text(double bytes) {
+    const char* unit[] = {"B", "kB", "MB", "GB", "TB"};
+    int i = 0;
+    while (bytes >= 1000 && i < 4) {
+        bytes /= 1000;
+        ++i;
+    }
+    return printf_text(i == 0 ? "%.0f" : "%.3g", bytes) + " " + unit[i];
+}
+
 }  // namespace acc

@@ -31,4 +31,8 @@ std::string printf_text(const char* format, double value);
 /// "12.5%": a fraction as a percentage with one decimal.
 std::string percent_text(double fraction);
 
+/// "12.3 MB", "512 B": bytes in decimal units (B, kB, MB, GB, TB) with three significant
+/// digits, whole bytes below 1 kB.
+std::string bytes_text(double bytes);
+
 }  // namespace acc

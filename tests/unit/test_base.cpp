@@ -39,6 +39,15 @@ TEST(Text, SplitKeepsEmptyFieldsAndJoinReverses) {
     EXPECT_EQ(short_number(1e-5), "1e-05");
 }
 
+TEST(Text, BytesInDecimalUnits) {
+    EXPECT_EQ(bytes_text(0), "0 B");
+    EXPECT_EQ(bytes_text(999), "999 B");
+    EXPECT_EQ(bytes_text(1000), "1 kB");
+    EXPECT_EQ(bytes_text(25.0 * 1024 * 1024), "26.2 MB");
+    EXPECT_EQ(bytes_text(1.25e9), "1.25 GB");
+    EXPECT_EQ(bytes_text(3e15), "3e+03 TB");
+}
+
 // Paths compare by the file they name, not by their spelling.
 #include "base/error.hpp"
 #include "base/paths.hpp"

@@ -79,18 +79,6 @@ struct TableLayout {
     }
 };
 
-std::string bytes_text(double bytes) {
-    const char* unit[] = {"B", "kB", "MB", "GB", "TB"};
-    int i = 0;
-    while (bytes >= 1000 && i < 4) {
-        bytes /= 1000;
-        ++i;
-    }
-    char buffer[32];
-    std::snprintf(buffer, sizeof buffer, i == 0 ? "%.0f %s" : "%.3g %s", bytes, unit[i]);
-    return buffer;
-}
-
 double finite_or_nan(double v) { return std::isfinite(v) ? v : std::numeric_limits<double>::quiet_NaN(); }
 
 // Single-threaded memcpy bandwidth (bytes copied per second), the yardstick for encode throughput.

@@ -134,16 +134,6 @@ std::string gbit_text(double bytes_per_second) {
     return short_number(g, g >= 100 ? 4 : 3);
 }
 
-std::string bytes_text(double bytes) {
-    const char* unit[] = {"B", "kB", "MB", "GB", "TB"};
-    int i = 0;
-    while (bytes >= 1000 && i < 4) {
-        bytes /= 1000;
-        ++i;
-    }
-    return printf_text(i == 0 ? "%.0f" : "%.3g", bytes) + " " + unit[i];
-}
-
 std::string seconds_text(double seconds) { return short_number(seconds * 1e3, 4) + " ms"; }
 
 class WhatIf {
