@@ -291,6 +291,11 @@ AutoPlan plan_auto(const AutoInputs& in) {
     return out;
 }
 
+double measured_overhead(const AutoInputs& inputs, const std::vector<std::int32_t>& level, double measured_seconds) {
+    const double modelled = step_seconds(inputs, level);
+    return std::max(measured_seconds - modelled, -0.5 * modelled);
+}
+
 bool prediction_drifted(double predicted_seconds, double measured_seconds, double drift) {
     if (!std::isfinite(predicted_seconds) || !std::isfinite(measured_seconds) || predicted_seconds <= 0) return true;
     return std::abs(measured_seconds - predicted_seconds) > drift * predicted_seconds;

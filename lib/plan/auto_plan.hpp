@@ -114,6 +114,12 @@ double step_seconds(const AutoInputs& inputs, const std::vector<std::int32_t>& l
 /// UsageError for a candidate without an error model or low/high not among them.
 AutoPlan plan_auto(const AutoInputs& inputs);
 
+/// Seconds per step the model left out of an epoch that ran `level` and took
+/// `measured_seconds` per step: the measured time less step_seconds(inputs, level),
+/// `inputs` holding what the epoch itself measured (its compute time), so that the
+/// next prediction tracks the measured step and only the model's difference between
+/// two plans moves it; never below -0.5 x the model's time (AutoInputs' overheads).
+double measured_overhead(const AutoInputs& inputs, const std::vector<std::int32_t>& level, double measured_seconds);
 /// Whether a measured step time differs from the predicted one by more than `drift`
 /// of the prediction: |measured - predicted| > drift x predicted.
 bool prediction_drifted(double predicted_seconds, double measured_seconds, double drift);

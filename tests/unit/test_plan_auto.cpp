@@ -224,6 +224,28 @@ TEST(AutoPlan, WhatTheModelLeftOutOfCompressedStepsTurnsTheGuard) {
     EXPECT_GT(negative.seconds, 0);
 }
 
+TEST(AutoPlan, TheOverheadIsMeasuredAgainstTheEpochsOwnCompute) {
+    std::mt19937 rng(3);
+    AutoInputs in = inputs_for(rng, 1e5, 1e-5);
+    const AutoPlan plan = plan_auto(in);
+    ASSERT_TRUE(plan.pays);
+    // The epoch computed 3 ms a step instead of 2 and took 1 ms a step more than the model with it.
+    AutoInputs ran = in;
+    ran.compute.seconds = 0.003;
+    const double measured = step_seconds(ran, plan.level) + 0.001;
+    EXPECT_DOUBLE_EQ(measured_overhead(ran, plan.level, measured), 0.001);
+    // The next epoch, at the same compute and plan, is predicted at the measured time.
+    ran.compressed_overhead = measured_overhead(ran, plan.level, measured);
+    const AutoPlan next = plan_auto(ran);
+    EXPECT_EQ(next.level, plan.level);
+    EXPECT_NEAR(next.seconds, measured, 1e-12);
+    // Uncompressed epochs are priced as DDP's overlapped schedule.
+    const std::vector<std::int32_t> none(4, 0);
+    EXPECT_DOUBLE_EQ(measured_overhead(ran, none, step_seconds(ran, none) - 0.0005), -0.0005);
+    // Never below half the model's time.
+    EXPECT_DOUBLE_EQ(measured_overhead(ran, none, 0), -0.5 * step_seconds(ran, none));
+}
+
 TEST(AutoPlan, ABindingBudgetIsNamed) {
     std::mt19937 rng(5);
     AutoInputs in = inputs_for(rng, 1e5, 1e-5);

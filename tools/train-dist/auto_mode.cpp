@@ -227,13 +227,13 @@ void AutoMode::after_epoch(const train::GradientRecorder& recorder, double secon
     trained_seconds_ += seconds;
     if (steps > 0) {
         measured_step_ = seconds / static_cast<double>(steps);
-        // Never so negative that a prediction falls below half the model's own time.
-        const double modelled = plan_.seconds - overhead_used_;
-        overhead_[plan_.pays ? 1 : 0] = std::max(measured_step_ - modelled, -0.5 * modelled);
-        overhead_known_[plan_.pays ? 1 : 0] = true;
-        // The next epoch's compute: this one's, in the run itself.
+        // This epoch's compute, in the run itself: the next plan's, and the one its
+        // overhead is measured against (against the compute the plan assumed, a
+        // change of compute between epochs would count twice in the next prediction).
         if (std::isfinite(compute_seconds) && compute_seconds > 0)
             inputs_.compute.seconds = compute_seconds / static_cast<double>(steps);
+        overhead_[plan_.pays ? 1 : 0] = plan::measured_overhead(inputs_, plan_.level, measured_step_);
+        overhead_known_[plan_.pays ? 1 : 0] = true;
     }
 }
 
