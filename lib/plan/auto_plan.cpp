@@ -296,6 +296,12 @@ double measured_overhead(const AutoInputs& inputs, const std::vector<std::int32_
     return std::max(measured_seconds - modelled, -0.5 * modelled);
 }
 
+bool link_sizes_enough(const std::vector<double>& seconds, bool at_largest) {
+    const size_t n = seconds.size();
+    if (n < 2) return false;
+    return at_largest || (seconds[n - 1] >= kLongLinkCall && seconds[n - 2] >= kLongLinkCall / 4);
+}
+
 bool prediction_drifted(double predicted_seconds, double measured_seconds, double drift) {
     if (!std::isfinite(predicted_seconds) || !std::isfinite(measured_seconds) || predicted_seconds <= 0) return true;
     return std::abs(measured_seconds - predicted_seconds) > drift * predicted_seconds;

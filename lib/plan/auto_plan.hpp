@@ -120,6 +120,15 @@ AutoPlan plan_auto(const AutoInputs& inputs);
 /// next prediction tracks the measured step and only the model's difference between
 /// two plans moves it; never below -0.5 x the model's time (AutoInputs' overheads).
 double measured_overhead(const AutoInputs& inputs, const std::vector<std::int32_t>& level, double measured_seconds);
+/// Seconds a call of the link's measurement must take before its sizes stop growing
+/// (a slow link: 256 KiB at 20 Mbit/s).
+inline constexpr double kLongLinkCall = 0.04;
+/// Whether the link's measurement, whose sizes grow 4x from one to the next and whose
+/// median call took `seconds` at each so far, has enough: the largest size reached
+/// (`at_largest`), or a call of kLongLinkCall after one of a quarter of that, so that the
+/// time grew with the size through two sizes and one stalled call (a busy machine) does
+/// not end it among sizes a token bucket's burst lets through free.
+bool link_sizes_enough(const std::vector<double>& seconds, bool at_largest);
 /// Whether a measured step time differs from the predicted one by more than `drift`
 /// of the prediction: |measured - predicted| > drift x predicted.
 bool prediction_drifted(double predicted_seconds, double measured_seconds, double drift);

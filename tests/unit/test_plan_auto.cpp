@@ -246,6 +246,20 @@ TEST(AutoPlan, TheOverheadIsMeasuredAgainstTheEpochsOwnCompute) {
     EXPECT_DOUBLE_EQ(measured_overhead(ran, none, 0), -0.5 * step_seconds(ran, none));
 }
 
+TEST(AutoPlan, TheLinkIsMeasuredUntilTheTimeGrowsThroughTwoSizes) {
+    // 20 Mbit/s behind a 32 KB burst: 4, 16 KiB free, 64 KiB 14 ms, 256 KiB 95 ms.
+    EXPECT_FALSE(link_sizes_enough({0.001}, false));
+    EXPECT_FALSE(link_sizes_enough({0.001, 0.001, 0.014}, false));
+    EXPECT_TRUE(link_sizes_enough({0.001, 0.001, 0.014, 0.095}, false));
+    // A call stalled at 16 KiB by a busy machine does not end it there.
+    EXPECT_FALSE(link_sizes_enough({0.001, 0.045}, false));
+    EXPECT_FALSE(link_sizes_enough({0.001, 0.045, 0.009}, false));
+    EXPECT_TRUE(link_sizes_enough({0.001, 0.045, 0.014, 0.095}, false));
+    // A fast link: the largest size ends it; one size is never enough.
+    EXPECT_TRUE(link_sizes_enough({1e-5, 2e-5}, true));
+    EXPECT_FALSE(link_sizes_enough({0.5}, true));
+}
+
 TEST(AutoPlan, ABindingBudgetIsNamed) {
     std::mt19937 rng(5);
     AutoInputs in = inputs_for(rng, 1e5, 1e-5);

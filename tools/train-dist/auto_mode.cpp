@@ -25,11 +25,10 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Sizes of the link's measurement, floats per rank: from 4 KiB up by 4x until a call
-// takes kLongCall (a slow link: 256 KiB at 20 Mbit/s) or 1 MiB is reached (a fast one);
+// Sizes of the link's measurement, floats per rank: from 4 KiB up by 4x until
+// plan::link_sizes_enough (a slow link: 256 KiB at 20 Mbit/s) or 1 MiB (a fast one);
 // the largest kFitSizes are fitted.
 constexpr std::int64_t kFirstFloats = 1024, kLastFloats = 262144;
-constexpr double kLongCall = 0.04;
 constexpr size_t kFitSizes = 3;
 // Timed calls per size: as many as fit in kLinkSeconds, from kMinRepeats to kMaxRepeats.
 constexpr int kMinRepeats = 2, kMaxRepeats = 5;
@@ -135,7 +134,7 @@ void AutoMode::measure_link(RankSession& session) {
             // The size nccl-tests gives a collective: allgather's counts every rank's part.
             bytes.push_back(4.0 * static_cast<double>(floats) * (gather ? world : 1));
             seconds.push_back(slowest(perf::summarize(times).median));
-            if (bytes.size() >= 2 && (seconds.back() >= kLongCall || floats >= kLastFloats)) break;
+            if (plan::link_sizes_enough(seconds, floats >= kLastFloats)) break;
         }
         // The largest sizes alone: a link that lets a burst through (a token bucket)
         // sends the small ones faster than it sustains; the burst's bytes go free in
