@@ -23,7 +23,10 @@ GravacExchange::GravacExchange(std::vector<compress::TensorInfo> tensors, comm::
     : tensors_(std::move(tensors)),
       staged_(device.is_cpu() ? nullptr : staged_collectives(comm, device)),
       comm_(staged_ ? *staged_ : comm),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      staged_decisions_(options_.decisions && !device.is_cpu() ? staged_collectives(*options_.decisions, device)
+                                                                : nullptr),
+      decide_(staged_decisions_ ? *staged_decisions_ : options_.decisions ? *options_.decisions : comm_) {
     const auto& families = regime::gravac_family_names();
     const auto index = static_cast<size_t>(options_.family);
     if (index >= families.size())
@@ -84,13 +87,13 @@ SteadyClock::time_point GravacExchange::clock_now() const {
 }
 
 // One allreduce sums `norms` (this rank's three squared norms) and `samples` over
-// the ranks: every rank decides from the same sums.
+// the deciding ranks: every rank decides from the same sums.
 regime::GravacNorms GravacExchange::decide_from(std::vector<double> norms, double& samples,
                                                 regime::GravacDecision& decision) {
     norms.push_back(samples);
     torch::Tensor sums = torch::tensor(norms, torch::kFloat64);
     const double t0 = now_seconds();
-    comm_.allreduce(sums, comm::ReduceOp::sum);
+    decide_.allreduce(sums, comm::ReduceOp::sum);
     totals_.communication_seconds += now_seconds() - t0;
     totals_.bytes += static_cast<std::int64_t>(sums.nbytes());
     const regime::GravacNorms all{sums[0].item<double>(), sums[1].item<double>(), sums[2].item<double>()};
@@ -114,7 +117,7 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const Grava
     // The samples the step processed, a short last batch's included; a caller that
     // does not say counts its share of N b.
     double samples = info.samples > 0 ? static_cast<double>(info.samples)
-                                      : static_cast<double>(options_.samples_per_step) / comm_.world_size();
+                                      : static_cast<double>(options_.samples_per_step) / decide_.world_size();
     const regime::GravacNorms all = decide_from(norms, samples, decision);
     exchange_->set_levels(levels_at(decision.choice == regime::GravacChoice::dense ? 1.0 : decision.factor));
     exchange_->step(gradients);
@@ -129,7 +132,7 @@ void GravacExchange::exchange(std::vector<torch::Tensor>& gradients, const Grava
     double seconds = std::chrono::duration<double>(clock_now() - step_started).count();
     torch::Tensor slowest = torch::tensor(std::vector<double>{seconds}, torch::kFloat64);
     const double t0 = now_seconds();
-    comm_.allreduce(slowest, comm::ReduceOp::max);
+    decide_.allreduce(slowest, comm::ReduceOp::max);
     totals_.communication_seconds += now_seconds() - t0;
     totals_.bytes += static_cast<std::int64_t>(slowest.nbytes());
     seconds = std::max(slowest.item<double>(), 1e-9);

@@ -74,6 +74,12 @@ struct GravacExchangeOptions {
     /// The clock that ends a step's time (and starts it where GravacStepInfo::started is
     /// not set); empty: the steady clock. Tests fix it.
     std::function<SteadyClock::time_point()> clock;
+    /// The ranks that decide together (steps 2 and 4: the sums of the norms and samples,
+    /// the slowest step's time), a group that contains the exchange's; nullptr: the
+    /// exchange's own. The Python package's FSDP2 exchange averages each shard over its
+    /// replicas while the whole world, every shard of the model, decides. The samples
+    /// per step are then the deciding ranks'.
+    comm::Collectives* decisions = nullptr;
 };
 
 /// What the exchange needs to know of a step.
@@ -145,6 +151,8 @@ private:
     std::unique_ptr<comm::Collectives> staged_;
     comm::Collectives& comm_;
     GravacExchangeOptions options_;
+    std::unique_ptr<comm::Collectives> staged_decisions_;
+    comm::Collectives& decide_;  // options_.decisions, or comm_
     const compress::CompressorInfo* family_ = nullptr;  // the registry's entry of options_.family
     std::unique_ptr<regime::GravacController> controller_;
     std::vector<size_t> matrices_;       // tensors GraVAC compresses

@@ -20,7 +20,7 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, extend_last=False, accordion=False,
-                  low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
+                  gravac=None, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
                   interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0):
     """Makes FSDP2's hybrid sharding exchange each gradient shard across the replicas
     through the toolkit's compressors; call it once, on every rank, after fully_shard:
@@ -38,12 +38,14 @@ def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, exten
     regime-detect, by parameter name; call set_epoch(epoch) each epoch) or
     `accordion=True` (decided online from rank 0's raw local gradients, seen at
     its reduce-scatter's input, as CompressionState decides; call set_epoch(epoch,
-    lr) each epoch). `low`, `high`, `eta`, `interval`, `seed`, `error_feedback` and
-    `start_step` are CompressionState's. Returns the FsdpCompressionState
-    (floats_sent, levels, set_epoch, state_dict)."""
+    lr) each epoch) or `gravac` (a family such as 'topk' or an accordion.Gravac:
+    GraVAC's factor chosen every step for the whole model, every rank of the world
+    deciding together; take_gravac_steps() says which). `low`, `high`, `eta`,
+    `interval`, `seed`, `error_feedback` and `start_step` are CompressionState's.
+    Returns the FsdpCompressionState (floats_sent, levels, set_epoch, state_dict)."""
     return FsdpCompressionState(model, replicate_group, compress, schedule=schedule, extend_last=extend_last,
-                                accordion=accordion, low=low, high=high, eta=eta, interval=interval, seed=seed,
-                                error_feedback=error_feedback, start_step=start_step)
+                                accordion=accordion, gravac=gravac, low=low, high=high, eta=eta, interval=interval,
+                                seed=seed, error_feedback=error_feedback, start_step=start_step)
 
 
 class _Module:
@@ -51,11 +53,13 @@ class _Module:
     parameter's rows on this rank (dim 0, as fully_shard shards), padded to the shard
     size of rank 0 of the shard group."""
 
-    def __init__(self, label, parts, dtypes):
+    def __init__(self, label, parts, dtypes, group, params):
         self.label = label
         self.parts = parts  # (name, padded numel, shape of this rank's rows, the parameter's shape)
         self.dtypes = dtypes  # {name: the parameter's dtype}
         self.numel = sum(padded for _, padded, _, _ in parts)
+        self.group = group  # FSDP's parameter group
+        self.params = params  # {name: its FSDPParam}
 
 
 class FsdpCompressionState(CompressionState):
@@ -64,15 +68,17 @@ class FsdpCompressionState(CompressionState):
     parameter's memories are those of this rank's shard)."""
 
     def __init__(self, model, replicate_group, compress=None, *, schedule=None, extend_last=False, accordion=False,
-                 low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
+                 gravac=None, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
                  interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0):
         modules, shard_group = _fsdp_modules(model)
-        given = [key for key, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion))
+        given = [key for key, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion),
+                                        ("gravac", gravac))
                  if value is not None and value is not False]
         if len(given) != 1:
             raise UsageError("compress_fsdp: give one of compress (a compressor spec such as 'powersgd:2'), "
-                             "schedule (a compression schedule from regime-detect) or accordion=True (decided "
-                             f"online), not {' and '.join(given) if given else 'none of them'}")
+                             "schedule (a compression schedule from regime-detect), accordion=True (decided "
+                             "online) or gravac (a compressor family such as 'topk', decided every step), not "
+                             f"{' and '.join(given) if given else 'none of them'}")
         group = _replica_group(replicate_group, shard_group)
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         layouts, managed = _layouts(modules, named)
@@ -82,10 +88,27 @@ class FsdpCompressionState(CompressionState):
                                  "it), so no replica exchange would reach it; apply fully_shard to the model's root "
                                  "module too")
         self.shard_rank, self.shard_world_size = dist.get_rank(shard_group), dist.get_world_size(shard_group)
+        if gravac is not None:
+            # A rank without rows would exchange nothing and take no part in the world's
+            # decisions; every rank learns of such a shard, and refuses alike.
+            holds = [None] * dist.get_world_size()
+            dist.all_gather_object(holds, (self.shard_rank, any(math.prod(shape) for m in layouts
+                                                                for _, _, shape, _ in m.parts)))
+            empty = sorted({shard for shard, rows in holds if not rows})
+            if empty:
+                raise UsageError(f"model: shard {empty[0]} of {self.shard_world_size} holds no rows of any trainable "
+                                 "parameter; GraVAC decides every step from every rank's shards, so "
+                                 "compress_fsdp(gravac=...) needs each shard to hold some (shard the model over "
+                                 "fewer ranks)")
+        # GraVAC: every rank of the world, each shard of the model, decides together;
+        # each shard is still averaged over its replicas only.
         self._configure("compress_fsdp", group, named, compress, schedule=schedule, extend_last=extend_last,
-                        accordion=accordion, gravac=None, low=low, high=high, eta=eta, interval=interval, seed=seed,
-                        error_feedback=error_feedback, start_step=start_step)
+                        accordion=accordion, gravac=gravac, low=low, high=high, eta=eta, interval=interval,
+                        seed=seed, error_feedback=error_feedback, start_step=start_step,
+                        decisions=dist.group.WORLD if gravac is not None else None)
         self._modules = layouts
+        self._deferred = []  # GraVAC: (module index, [(name, copy of its shard)]) until the step ends
+        self._step_end_queued = False
         self._sums = self._online.sums if self._online is not None else None  # rank 0 online only
         for index, (_, module, group) in enumerate(modules):
             module.set_all_reduce_hook(lambda output, index=index: self._exchange_shard(index, output))
@@ -153,26 +176,90 @@ class FsdpCompressionState(CompressionState):
                 shards.append(output[offset:offset + numel].view(shape))
                 levels.append(_library.NO_COMPRESSION if dense else self._levels[name])
             offset += padded
-        if names:
+        if _library.call(self._sync.whole_step, dense):
+            # GraVAC decides once per step from every module's shards, while FSDP needs
+            # this module's back when the hook returns: copies go to the exchange, the
+            # shard leaves the hook as zeros, and the average is added to the gradients
+            # FSDP made of it once every module has come (_end_step).
+            copies = [shard.clone() for shard in shards]
+            output.zero_()
+            self._deferred.append((index, list(zip(names, copies))))
+            if names:
+                _library.call(self._sync.add_bucket, names, copies, levels, dense)
+            if not self._step_end_queued:
+                # After FSDP's own end of the backward pass (queued at its start), which
+                # reduces the modules left and hands every gradient over.
+                self._step_end_queued = True
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_step)
+        elif names:
             _library.call(self._sync.add_bucket, names, shards, levels, dense)
             _library.call(self._sync.finish_step, self.epoch)
 
-    def state_dict(self):
-        out = super().state_dict()
-        out.update(shard_rank=self.shard_rank, shard_world_size=self.shard_world_size)
-        return out
+    def _end_step(self):
+        """GraVAC's step, at the end of the backward pass: the step's shards averaged at
+        the factor it chooses, and each added to the gradient FSDP made of the zeros its
+        hook handed back, as FSDP would have made it of the average."""
+        self._step_end_queued = False
+        deferred, self._deferred = self._deferred, []
+        expected = [i for i, module in enumerate(self._modules) if module.parts]
+        missing = [self._modules[i].label for i in expected if i not in self._seen]
+        if missing:
+            raise UsageError(f"model: {missing[0]} reduced no gradients in this step; GraVAC decides once per step "
+                             "from every module's shards, so compress_fsdp(gravac=...) needs every FSDP module with "
+                             "trainable parameters to reduce its gradients in every step")
+        _library.call(self._sync.finish_step, self.epoch)
+        with torch.no_grad():
+            for index, copies in deferred:
+                module = self._modules[index]
+                after = _after_hook(module.group, copies[0][1].dtype) if copies else None
+                for name, average in copies:
+                    grad = module.params[name].sharded_param.grad
+                    grad._local_tensor.add_(after(average))
+        self.steps = self.steps  # the step has ended
 
-    def load_state_dict(self, state_dict):
-        saved = (state_dict.get("shard_rank"), state_dict.get("shard_world_size")) \
-            if isinstance(state_dict, dict) else (None, None)
-        if None in saved:
-            raise UsageError("state_dict: names no shard (shard_rank, shard_world_size); it is not a "
-                             "compress_fsdp state's state_dict()")
+    # A state's owner and layout (CompressionState.state_dict()) name the shard too.
+    def _owner(self):
+        return {**super()._owner(), "shard_rank": self.shard_rank, "shard_world_size": self.shard_world_size}
+
+    def _layout(self):
+        return {**super()._layout(), "shard_world_size": self.shard_world_size}
+
+    def _describe(self, layout):
+        replicas, shards = layout["world_size"], layout.get("shard_world_size")
+        return f"{replicas} replica{'s' if replicas != 1 else ''} x {shards} shard{'s' if shards != 1 else ''}"
+
+    def _check_owner(self, owner):
+        saved = (owner.get("shard_rank"), owner.get("shard_world_size"))
         if saved != (self.shard_rank, self.shard_world_size):
             raise UsageError(f"state_dict: saved by shard {saved[0]} of {saved[1]}, loaded on shard "
                              f"{self.shard_rank} of {self.shard_world_size}; each shard's error memories are its "
                              "own, so a state loads only on the shard and replica that saved it")
+        super()._check_owner(owner)
+
+    def load_state_dict(self, state_dict):
+        """As CompressionState's; a change of layout (replicas x shards) drops each
+        rank's memories with a warning and goes on with the rest."""
+        if not isinstance(state_dict, dict) or state_dict.get("shard_world_size") is None:
+            raise UsageError("state_dict: names no shard (shard_rank, shard_world_size); it is not a "
+                             "compress_fsdp state's state_dict()")
         super().load_state_dict(state_dict)
+
+
+def _after_hook(group, dtype):
+    """What FSDP does to a shard in `dtype` (its reduce_dtype) between the all-reduce
+    hook and the gradient (foreach_reduce, torch 2.11): divides by the rest of the
+    average's divisor where it divides in two parts (an fp16 reduce_dtype), and casts
+    to the parameters' dtype."""
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import _get_gradient_divide_factors
+    _, post, _, _ = _get_gradient_divide_factors(group._reduce_scatter_process_group, None, dtype, group.device.type,
+                                                  group.gradient_divide_factor, group.force_sum_reduction_for_comms)
+    orig = group._orig_dtype
+
+    def after(shard):
+        if post is not None and post != 1:
+            shard = shard / post
+        return shard.to(orig) if orig is not None and shard.dtype != orig else shard
+    return after
 
 
 class _LocalGradients:
@@ -312,7 +399,7 @@ def _layouts(modules, named):
     name_of = {id(p): name for name, p in named}
     layouts, managed = [], set()
     for module_name, _, group in modules:
-        parts, dtypes = [], {}
+        parts, dtypes, params = [], {}, {}
         for p in group.fsdp_params:
             name = name_of.get(id(p.sharded_param))
             if name is None:  # frozen: FSDP reduces no gradient of it
@@ -321,7 +408,8 @@ def _layouts(modules, named):
             parts.append((name, math.prod(p.padded_sharded_param_size), tuple(p.sharded_size),
                           tuple(p.sharded_param.shape)))
             dtypes[name] = p.sharded_param.dtype
-        layouts.append(_Module(_label(module_name), parts, dtypes))
+            params[name] = p
+        layouts.append(_Module(_label(module_name), parts, dtypes, group, params))
     return layouts, managed
 
 

@@ -67,10 +67,11 @@ class CompressionState:
                         interval=interval, seed=seed, error_feedback=error_feedback, start_step=start_step)
 
     def _configure(self, what, group, named, compress, *, schedule, extend_last, accordion, gravac, low, high, eta,
-                   interval, seed, error_feedback, start_step):
+                   interval, seed, error_feedback, start_step, decisions=None):
         """What every state shares: the levels' source, the library's sync over `group`
         and the parameters `named` ([(name, parameter)], in the model's order); `what`
-        names the call in messages."""
+        names the call in messages. `decisions`: the group whose ranks take GraVAC's
+        decisions together (default `group`)."""
         given = [key for key, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion),
                                         ("gravac", gravac))
                  if value is not None and value is not False]
@@ -101,7 +102,8 @@ class CompressionState:
         self._online = None
         self._gravac = gravac_settings(gravac) if gravac is not None else None
         # The state's one gradient sync, whichever way it combines gradients.
-        self._sync = _make_sync(group, self.names, seed, error_feedback, self._gravac)
+        self._sync = _make_sync(group, self.names, seed, error_feedback, self._gravac,
+                                decisions if decisions is not None else group)
         note = _library.missing_kernels_note({p.device for _, p in named})
         if note:
             warnings.warn(note, stacklevel=3)  # the line that made the state
@@ -257,73 +259,161 @@ class CompressionState:
         self.steps += 1
 
     def state_dict(self):
-        """Error memories and compressor state per parameter ("<name>/error",
-        "<name>/powersgd_q", "<name>/dgc_momentum"), the epoch and steps, and
-        online, Accordion's norms and learning rates so far (and on rank 0 the
-        epoch's gradient sums): save it with the model's checkpoint, on every rank
-        (each rank's memories are its own)."""
+        """The state to checkpoint, on every rank, with torch.save or as a Stateful of
+        torch.distributed.checkpoint (DCP):
+
+        - "ranks": {"<global rank>": (owner, entries, sums)}, this rank's own: who saved
+          it ({"rank", "world_size"} in the exchange's group; under compress_fsdp also
+          "shard_rank", "shard_world_size"), each parameter's error memory and
+          compressor state ("<name>/error", "<name>/powersgd_q", "<name>/dgc_momentum",
+          and the exchange's "exchange/..."), and online, on rank 0, the epoch's gradient
+          sums (else None). A tuple, which DCP writes whole under this rank's key: its
+          copy is never taken for another rank's, and a fresh state loads it.
+        - what every rank holds alike: "epoch", "steps", the layout ("world_size";
+          under compress_fsdp also "shard_world_size"), online Accordion's norms and
+          learning rates ("accordion"), and GraVAC's "gravac": True and its controller's
+          inputs ("shared": ({"gravac/inputs": ...},))."""
         names = _library.call(self._sync.state_names)
         tensors = _library.call(self._sync.state_tensors)
-        rank, world = _library.call(self._sync.owner)
-        out = {"state": dict(zip(names, tensors)), "epoch": self.epoch, "steps": self.steps, "rank": rank,
-               "world_size": world}
+        own, shared = {}, {}
+        for name, tensor in zip(names, tensors):
+            (shared if name.split("/", 1)[0] in _SHARED else own)[name] = tensor
+        sums = self._online.sums_state(self.names) if self._online is not None else None
+        out = {"epoch": self.epoch, "steps": self.steps, **self._layout(),
+               "ranks": {str(dist.get_rank()): (self._owner(), own, sums)}, "shared": (shared,)}
         if self._online is not None:
             out["accordion"] = self._online.state_dict(self.names)
         if self._gravac is not None:
             out["gravac"] = True
         return out
 
+    def _owner(self):
+        """Whose state this rank's entries are: its rank and world size in the exchange's group."""
+        rank, world = _library.call(self._sync.owner)
+        return {"rank": int(rank), "world_size": int(world)}
+
+    def _layout(self):
+        """The layout of the ranks, the same on each: the exchange group's size."""
+        return {"world_size": self._owner()["world_size"]}
+
+    def _describe(self, layout):
+        return f"{layout['world_size']} rank{'s' if layout['world_size'] != 1 else ''}"
+
+    def _check_owner(self, owner):
+        """UsageError unless `owner` (a state's, saved in this layout) is this rank."""
+        _library.call(self._sync.check_owner, int(owner.get("rank", -1)), int(owner.get("world_size", -1)))
+
     def load_state_dict(self, state_dict):
-        """Restores state_dict() on the rank that saved it, in a world of the same
-        size; another rank or world size is refused (each rank's memories are its own)."""
-        try:
-            entries, epoch, steps = state_dict["state"], state_dict["epoch"], state_dict["steps"]
-        except (KeyError, TypeError):
-            raise UsageError("state_dict: not a CompressionState.state_dict() (needs 'state', 'epoch' and "
-                             "'steps')") from None
-        if "world_size" in state_dict:  # saved before the owner was recorded: taken as this rank's
-            _library.call(self._sync.check_owner, int(state_dict.get("rank", -1)), int(state_dict["world_size"]))
-        if isinstance(state_dict.get("gravac"), dict):
-            entries = {**entries, **state_dict["gravac"]}  # as saved before GraVAC's entries joined "state"
-        names = list(entries)
+        """Restores state_dict() (or a DCP checkpoint's) on the rank that saved it;
+        another rank of the same layout is refused. A state saved by another number of
+        ranks (or under compress_fsdp another layout of replicas and shards) goes on
+        with what every rank held alike (the epoch, the steps, online Accordion's norms
+        and learning rates and rank 0's sums of the epoch, GraVAC's controller) and
+        drops, with a warning, what was each rank's own (error memories, PowerSGD's Q,
+        DGC's momentum): no rule splits or merges them without changing the training."""
+        saved = _saved_state(state_dict)
+        names = list(saved.own) + list(saved.shared)
         # GraVAC's exchange keeps entries of its own beside the parameters' ("gravac/inputs", "exchange/...").
         own = {"gravac", "exchange"} if self._gravac is not None else set()
         unknown = sorted({n.rsplit("/", 1)[0] for n in names} - set(self.names) - own)
         if unknown:
             raise UsageError(f"state_dict: holds state of parameters this model does not have: "
                              f"{', '.join(unknown[:3])}{', ...' if len(unknown) > 3 else ''}")
-        if self._online is not None:
-            if "accordion" not in state_dict:
-                raise UsageError("state_dict: holds no online Accordion state (it was saved by a CompressionState "
-                                 "without accordion=True)")
-            self._online.load_state_dict(state_dict["accordion"], len(self.names))
-        if (self._gravac is not None) != ("gravac" in state_dict):
+        if self._online is not None and saved.accordion is None:
+            raise UsageError("state_dict: holds no online Accordion state (it was saved by a CompressionState "
+                             "without accordion=True)")
+        if (self._gravac is not None) != saved.gravac:
             raise UsageError("state_dict: saved with GraVAC, which this state does not run" if self._gravac is None
                              else "state_dict: holds no GraVAC state (it was saved by a CompressionState without "
                                   "gravac=)")
-        _library.call(self._sync.load_state, names, [entries[n] for n in names])
-        self.steps = int(steps)
+        layout = self._layout()
+        entries = dict(saved.own)
+        if saved.layout is not None and saved.layout != layout:
+            warnings.warn(f"state_dict: saved by {self._describe(saved.layout)}, loaded by "
+                          f"{self._describe(layout)}; each rank's error memories, PowerSGD's Q and DGC's momentum "
+                          "are dropped (they belong to the ranks that saved them), while the epoch, the steps, "
+                          "online Accordion's norms and GraVAC's gains go on", UserWarning, stacklevel=2)
+            entries = {}
+        elif saved.owner is not None:  # None: saved before the owner was recorded, taken as this rank's
+            self._check_owner(saved.owner)
+        if self._online is not None:
+            self._online.load_state_dict(saved.accordion, len(self.names), saved.sums)
+        entries.update(saved.shared)
+        _library.call(self._sync.load_state, list(entries), list(entries.values()))
+        self.steps = int(saved.steps)
         if self._online is not None:
             # The saved epoch had ended: the next set_epoch() decides the one after it.
-            self.epoch = int(epoch)
+            self.epoch = int(saved.epoch)
         else:
-            self.set_epoch(int(epoch))
+            self.set_epoch(int(saved.epoch))
 
 
+# Sync entries every rank holds alike (GraVAC's controller inputs, from sums over every
+# rank): kept across a change of layout. The others are each rank's own.
+_SHARED = ("gravac",)
 
-def _make_sync(group, names, seed, error_feedback, gravac):
+
+class _Saved:
+    """A state_dict() as load_state_dict() reads it, whichever version wrote it."""
+
+    def __init__(self, *, epoch, steps, layout, owner, own, shared, sums, accordion, gravac):
+        self.epoch, self.steps, self.layout, self.owner = epoch, steps, layout, owner
+        self.own, self.shared, self.sums, self.accordion, self.gravac = own, shared, sums, accordion, gravac
+
+
+_LAYOUT_KEYS = ("world_size", "shard_world_size")
+
+
+def _saved_state(state_dict):
+    """`state_dict` (this version's, or an earlier one's: entries under "state", the
+    owner beside them) as a _Saved; UsageError for anything else."""
+    try:
+        epoch, steps = state_dict["epoch"], state_dict["steps"]
+    except (KeyError, TypeError):
+        raise UsageError("state_dict: not a CompressionState.state_dict() (needs 'ranks' or 'state', 'epoch' and "
+                         "'steps')") from None
+    accordion = state_dict.get("accordion")
+    if "ranks" in state_dict:
+        ranks = state_dict["ranks"]
+        if not isinstance(ranks, dict) or len(ranks) != 1:
+            raise UsageError("state_dict: its 'ranks' must hold the state of the one rank that saved it")
+        owner, own, sums = next(iter(ranks.values()))
+        shared = state_dict.get("shared", ({},))[0]
+        layout = {key: int(state_dict[key]) for key in _LAYOUT_KEYS if key in state_dict}
+        return _Saved(epoch=epoch, steps=steps, layout=layout, owner=dict(owner), own=dict(own),
+                      shared=dict(shared), sums=sums, accordion=accordion, gravac="gravac" in state_dict)
+    if "state" not in state_dict:
+        raise UsageError("state_dict: not a CompressionState.state_dict() (needs 'ranks' or 'state', 'epoch' and "
+                         "'steps')")
+    entries = dict(state_dict["state"])
+    if isinstance(state_dict.get("gravac"), dict):
+        entries.update(state_dict["gravac"])  # as saved before GraVAC's entries joined "state"
+    own = {n: t for n, t in entries.items() if n.split("/", 1)[0] not in _SHARED}
+    shared = {n: t for n, t in entries.items() if n.split("/", 1)[0] in _SHARED}
+    owner, layout = None, None
+    if "world_size" in state_dict:  # without: saved before the owner was recorded, taken as this rank's
+        owner = {key: int(state_dict[key]) for key in ("rank", "world_size", "shard_rank", "shard_world_size")
+                 if key in state_dict and state_dict[key] is not None}
+        layout = {key: owner[key] for key in _LAYOUT_KEYS if key in owner}
+    sums = accordion.get("sums") if isinstance(accordion, dict) else None
+    return _Saved(epoch=epoch, steps=steps, layout=layout, owner=owner, own=own, shared=shared, sums=sums,
+                  accordion=accordion, gravac="gravac" in state_dict)
+
+
+def _make_sync(group, names, seed, error_feedback, gravac, decisions):
     """The state's one gradient sync (the library's, python/csrc/hook_sync.hpp): each
-    bucket at its levels, or GraVAC's factor every step when `gravac` (a Gravac) is given."""
+    bucket at its levels, or GraVAC's factor every step when `gravac` (a Gravac) is given,
+    decided together by the ranks of `decisions` (a group holding `group`'s ranks)."""
     family, numbers, texts, reset_gains, batch_size = "", [], [], False, 1
     if gravac is not None:
         family, numbers, texts, reset_gains, batch_size = library_settings(gravac)
     try:
-        sync = _library.call(_library.classes.HookSync, group.boxed(), list(names), seed, bool(error_feedback),
-                             family, numbers, texts, reset_gains, batch_size)
+        sync = _library.call(_library.classes.HookSync, group.boxed(), decisions.boxed(), list(names), seed,
+                             bool(error_feedback), family, numbers, texts, reset_gains, batch_size)
     except UsageError as e:
         raise UsageError(keyword_names(str(e))) from None
     if gravac is not None:
-        check_same_settings(gravac, group)
+        check_same_settings(gravac, decisions)
     return sync
 
 
@@ -376,21 +466,26 @@ class _Online:
         dist.broadcast_object_list(shared, src=_global_rank(group, 0), group=group)
         _library.call(self.plan.record_norms, epoch, [float(n) for n in shared[0]])
 
+    def sums_state(self, names):
+        """Rank 0: the epoch's sums so far, by name; None on the other ranks."""
+        if self.sums is None:
+            return None
+        sums = {}
+        for name in names:
+            try:
+                sums[name] = _library.call(self.sums.sum, name).clone()
+            except UsageError:  # no gradient of it yet
+                pass
+        return sums
+
     def state_dict(self, names):
-        sums = None
-        if self.sums is not None:  # rank 0: the epoch's sums so far go with it
-            sums = {}
-            for name in names:
-                try:
-                    sums[name] = _library.call(self.sums.sum, name).clone()
-                except UsageError:  # no gradient of it yet
-                    pass
+        """What every rank holds alike (rank 0's sums go with its own entries)."""
         flat, count = _library.call(self.plan.norms), len(names)
         norms = [list(flat[at:at + count]) for at in range(0, len(flat), count)]
         return {"norms": norms, "lr": list(_library.call(self.plan.learning_rates)), "low": self.low,
-                "high": self.high, "eta": self.eta, "interval": self.interval, "sums": sums}
+                "high": self.high, "eta": self.eta, "interval": self.interval}
 
-    def load_state_dict(self, saved, parameters):
+    def load_state_dict(self, saved, parameters, saved_sums):
         try:
             norms, lr = [list(map(float, row)) for row in saved["norms"]], list(map(float, saved["lr"]))
             settings = (saved["low"], saved["high"], float(saved["eta"]), int(saved["interval"]))
@@ -411,7 +506,7 @@ class _Online:
             _library.call(self.plan.set_learning_rate, epoch, rate)
         if self.sums is not None:
             self.sums.reset()
-            saved_sums = saved.get("sums") or {}
+            saved_sums = saved_sums or {}
             if saved_sums:
                 names = list(saved_sums)
                 _library.call(self.sums.add, names, [saved_sums[n] for n in names])

@@ -41,20 +41,25 @@ namespace {
 
 class GravacSync final : public Sync {
 public:
-    GravacSync(c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<std::string> model,
-               const GravacHookSettings& given, std::uint32_t seed, std::unique_ptr<Sync> dense)
-        : comm_(std::make_unique<comm::GroupCollectives>(std::move(group))), model_(std::move(model)),
+    GravacSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::intrusive_ptr<c10d::ProcessGroup> decisions,
+               std::vector<std::string> model, const GravacHookSettings& given, std::uint32_t seed,
+               std::unique_ptr<Sync> dense)
+        : decisions_(decisions.get() == group.get() ? nullptr
+                                                    : std::make_unique<comm::GroupCollectives>(std::move(decisions))),
+          comm_(std::make_unique<comm::GroupCollectives>(std::move(group))), model_(std::move(model)),
           dense_(std::move(dense)) {
         options_.family = regime::parse_gravac_family(given.family);
         regime::GravacSettings& s = options_.settings;
         s = given.settings;
-        // smoothing 0: the paper's rule for the group's size.
-        if (s.smoothing == 0) s.smoothing = regime::gravac_defaults(comm_->world_size()).smoothing;
+        options_.decisions = decisions_.get();
+        const std::int64_t deciding = decisions_ ? decisions_->world_size() : comm_->world_size();
+        // smoothing 0: the paper's rule for the number of ranks that decide.
+        if (s.smoothing == 0) s.smoothing = regime::gravac_defaults(deciding).smoothing;
         regime::validate(s);
         if (given.batch_size < 1)
             throw UsageError("--gravac-batch-size: must be at least 1 sample, not " + std::to_string(given.batch_size));
         options_.seed = seed;
-        options_.samples_per_step = given.batch_size * comm_->world_size();
+        options_.samples_per_step = given.batch_size * deciding;
         begin_epoch();
     }
 
@@ -147,6 +152,8 @@ public:
         }
     }
 
+    bool whole_step(bool dense_step) const override { return !dense_step; }
+
     std::vector<double> take_steps() override {
         std::vector<double> out;
         if (!exchange_) return out;
@@ -158,6 +165,7 @@ public:
     }
 
 private:
+    std::unique_ptr<comm::GroupCollectives> decisions_;  // null: comm_ decides too
     std::unique_ptr<comm::GroupCollectives> comm_;
     std::vector<std::string> model_;
     std::unique_ptr<Sync> dense_;  // the steps before start_step, at level none
@@ -172,10 +180,12 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Sync> make_gravac_sync(c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<std::string> model,
+std::unique_ptr<Sync> make_gravac_sync(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                       c10::intrusive_ptr<c10d::ProcessGroup> decisions, std::vector<std::string> model,
                                        const GravacHookSettings& settings, std::uint32_t seed,
                                        std::unique_ptr<Sync> dense) {
-    return std::make_unique<GravacSync>(std::move(group), std::move(model), settings, seed, std::move(dense));
+    return std::make_unique<GravacSync>(std::move(group), std::move(decisions), std::move(model), settings, seed,
+                                        std::move(dense));
 }
 
 }  // namespace acc::python

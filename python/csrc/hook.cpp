@@ -121,6 +121,8 @@ public:
 
     std::vector<double> take_steps() override { return {}; }
 
+    bool whole_step(bool) const override { return false; }
+
 private:
     compress::Spec spec_of(const std::string& text) {
         auto it = specs_.find(text);
@@ -179,8 +181,10 @@ class HookSync : public torch::CustomClassHolder {
 public:
     // gravac_numbers: theta_min, theta_max, epsilon, window, omega, theta_s, smoothing
     // (0: the paper's rule); gravac_texts: policy, throughput statistic, gain. `model`:
-    // the parameters' names in the model's order.
-    HookSync(c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<std::string> model, std::int64_t seed,
+    // the parameters' names in the model's order. `decisions`: GraVAC's deciding ranks
+    // (make_gravac_sync), `group` itself under DDP.
+    HookSync(c10::intrusive_ptr<c10d::ProcessGroup> group, c10::intrusive_ptr<c10d::ProcessGroup> decisions,
+             std::vector<std::string> model, std::int64_t seed,
              bool error_feedback, std::string gravac, std::vector<double> gravac_numbers,
              std::vector<std::string> gravac_texts, bool reset_gains, std::int64_t batch_size) {
         guarded([&] {
@@ -205,7 +209,8 @@ public:
             g.settings.gain = regime::parse_gravac_gain(gravac_texts[2]);
             g.settings.reset_gains = reset_gains;
             g.batch_size = batch_size;
-            sync_ = make_gravac_sync(std::move(group), std::move(model), g, seed32, std::move(sync_));
+            sync_ = make_gravac_sync(std::move(group), std::move(decisions), std::move(model), g, seed32,
+                                     std::move(sync_));
             gravac_ = true;
             return 0;
         });
@@ -230,6 +235,7 @@ public:
         return guarded([&] { return sync_->momentum_in_gradient(); });
     }
     bool gravac() const { return gravac_; }
+    bool whole_step(bool dense_step) const { return sync_->whole_step(dense_step); }
     std::vector<double> take_steps() {
         return guarded([&] { return sync_->take_steps(); });
     }
@@ -260,18 +266,17 @@ public:
 
     // The rank and world size that state() belongs to: [rank, world size].
     std::vector<std::int64_t> owner() const { return {rank_, world_}; }
-    // A state moves only to the same rank of a world of the same size: error
-    // memories and PowerSGD's Q are each rank's own, and no rule merges or splits
-    // them without changing the training (elastic restarts start afresh).
+    // Within a world of the size that saved it, a state moves only to the rank that
+    // saved it: error memories and PowerSGD's Q are each rank's own. (After a change
+    // of world size the package drops them, with a warning, and loads the rest.)
     void check_owner(std::int64_t saved_rank, std::int64_t saved_world) const {
         guarded([&] {
             if (saved_rank == rank_ && saved_world == world_) return 0;
             throw UsageError("state_dict: saved by rank " + std::to_string(saved_rank) + " of " +
                              std::to_string(saved_world) + ", loaded on rank " + std::to_string(rank_) + " of " +
                              std::to_string(world_) +
-                             "; each rank's error memories are its own, so a state loads only on the rank and world "
-                             "size that saved it (after a change of world size, start without load_state_dict(), "
-                             "which drops the memories)");
+                             "; each rank's error memories are its own, so a state loads only on the rank that "
+                             "saved it (give each rank its own state_dict)");
         });
     }
 
@@ -294,7 +299,8 @@ std::unique_ptr<Sync> make_bucket_sync(c10::intrusive_ptr<c10d::ProcessGroup> gr
 TORCH_LIBRARY_FRAGMENT(accordion, m) {
     using acc::python::HookSync;
     m.class_<HookSync>("HookSync")
-        .def(torch::init<c10::intrusive_ptr<c10d::ProcessGroup>, std::vector<std::string>, std::int64_t, bool,
+        .def(torch::init<c10::intrusive_ptr<c10d::ProcessGroup>, c10::intrusive_ptr<c10d::ProcessGroup>,
+                         std::vector<std::string>, std::int64_t, bool,
                          std::string, std::vector<double>, std::vector<std::string>, bool, std::int64_t>())
         .def("add_bucket", &HookSync::add_bucket)
         .def("finish_step", &HookSync::finish_step)
@@ -302,6 +308,7 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
         .def("floats_sent", &HookSync::floats_sent)
         .def("momentum_in_gradient", &HookSync::momentum_in_gradient)
         .def("gravac", &HookSync::gravac)
+        .def("whole_step", &HookSync::whole_step)
         .def("take_steps", &HookSync::take_steps)
         .def("state_names", &HookSync::state_names)
         .def("state_tensors", &HookSync::state_tensors)

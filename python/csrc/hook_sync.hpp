@@ -51,6 +51,13 @@ public:
     /// GraVAC's step records since the last call, each regime::GravacStep's values in
     /// the order of its fields, one step after the other; empty for the buckets' sync.
     virtual std::vector<double> take_steps() = 0;
+    /// Whether a step's gradients are averaged only at finish_step() after its last
+    /// bucket, all together (GraVAC's compressed steps: one decision from every
+    /// bucket's gains), rather than bucket by bucket, each finished as soon as
+    /// finish_step() follows it. A caller that must hand each bucket back at once
+    /// (FSDP2's all-reduce hook, one per module) then hands over copies and applies
+    /// their averages when the step ends. `dense_step`: a step before start_step.
+    virtual bool whole_step(bool dense_step) const = 0;
 };
 
 /// Each bucket's parameters at their levels: `seed` seeds PowerSGD's Q and every other
@@ -66,9 +73,13 @@ struct GravacHookSettings {
 };
 
 /// GraVAC over the whole model, the parameters `model` (names, in the model's order:
-/// every step's gradients go to the exchange in it); steps before start_step go
-/// through `dense` at level none. Throws acc::UsageError for settings out of range.
-std::unique_ptr<Sync> make_gravac_sync(c10::intrusive_ptr<c10d::ProcessGroup> group, std::vector<std::string> model,
+/// every step's gradients go to the exchange in it), averaged over `group`, while the
+/// ranks of `decisions` (a group containing `group`'s: the same group under DDP, the
+/// world under FSDP2, whose replica groups each average one shard) decide together;
+/// steps before start_step go through `dense` at level none. Throws acc::UsageError
+/// for settings out of range.
+std::unique_ptr<Sync> make_gravac_sync(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                       c10::intrusive_ptr<c10d::ProcessGroup> decisions, std::vector<std::string> model,
                                        const GravacHookSettings& settings, std::uint32_t seed,
                                        std::unique_ptr<Sync> dense);
 

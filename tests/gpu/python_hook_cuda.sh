@@ -3,7 +3,8 @@
 # of ACC_PYTHON, offline), its compressing DDP hook trains on CUDA tensors over Gloo
 # (two ranks), NCCL (one rank) and a Gloo group without a CPU backend (two ranks) as
 # on the CPU, for every compressor family
-# (python_hook_cuda.py says how it compares). The package comes from this build's own
+# (python_hook_cuda.py says how it compares), and compress_fsdp over NCCL against
+# compress_fsdp on the CPU (tests/python/fsdp_cuda.py). The package comes from this build's own
 # folder (ACCORDION_BUILD_DIR: the same CMake run, nothing compiled again), so it has
 # the CUDA kernels this build has: the hook then runs them.
 source "$(dirname "$0")/common.sh"
@@ -44,4 +45,10 @@ got=0
 PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$ACC_PYTHON" "$ACC_SOURCE/tests/gpu/python_hook_cuda.py" || got=$?
 [ "$got" = 77 ] && exit 77
 [ "$got" = 0 ] || fail "the hook on the GPU differs from the hook on the CPU, or failed (exit $got; above)"
+# compress_fsdp (FSDP2) on the GPUs over NCCL, one rank per GPU (tests/python/fsdp_cuda.py
+# says which layout and what it compares; tests/python/test_fsdp.py runs it under pytest).
+got=0
+PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" "$ACC_PYTHON" "$ACC_SOURCE/tests/python/fsdp_cuda.py" || got=$?
+[ "$got" = 0 ] || [ "$got" = 77 ] ||
+    fail "compress_fsdp on the GPU differs from compress_fsdp on the CPU, or failed (exit $got; above)"
 finish

@@ -10,7 +10,6 @@ import faulthandler
 import math
 import os
 import subprocess
-import sys
 
 import h5py
 import numpy as np
@@ -20,7 +19,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ddp_worker import Net, let_gloo_finish
-from ports import free_port
+from ports import free_port, start_ranks
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TREE = os.path.dirname(os.path.dirname(HERE))
@@ -79,19 +78,8 @@ class Ranks:
 
 def run_ranks(arguments, cwd, world=2, worker=WORKER):
     """Runs `worker` (ddp_worker.py) with `arguments` on `world` ranks and waits for all of them."""
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
-               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    processes = [subprocess.Popen([sys.executable, worker] + [str(a) for a in arguments], cwd=cwd,
-                                  env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for rank in range(world)]
-    results = []
-    try:
-        for p in processes:
-            out, err = p.communicate(timeout=RUN_SECONDS)
-            results.append((p.returncode, out, err))
-    except subprocess.TimeoutExpired:
-        for p in processes:
-            p.kill()
+    results = start_ranks(worker, arguments, cwd, world, RUN_SECONDS)
+    if results is None:
         pytest.fail(f"{os.path.basename(worker)} {' '.join(map(str, arguments))}: still running after {RUN_SECONDS} s (a hang)")
     return Ranks(results)
 

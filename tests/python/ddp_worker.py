@@ -15,6 +15,7 @@ Scenarios:
              each epoch's floats sent and levels and the final parameters.
              --save-after E saves model, optimizer and hook state per rank to
              --state (.rankR.pt) after epoch E; --start S loads them first
+             (--dcp: through torch.distributed.checkpoint, into --state.dcp/)
 """
 
 import argparse
@@ -125,6 +126,35 @@ def train(args, rank, world):
     recorder.finish()
 
 
+def epoch_record(state, epoch, before, gravac):
+    """What the package's `state` did in `epoch`: floats sent (since `before`), levels,
+    steps and regimes, and with GraVAC its steps."""
+    record = {"epoch": epoch, "floats": state.floats_sent - before, "levels": None if gravac else state.levels,
+              "steps": state.steps, "critical": state.critical}
+    if gravac:
+        record["gravac"] = [step._asdict() for step in state.take_gravac_steps()]
+    return record
+
+
+def dcp_save(path, model, optimizer, key, state):
+    """The model, the optimizer and `state` (the package's, a Stateful, under `key`)
+    through torch.distributed.checkpoint, as its documentation saves them."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state, key: state}, checkpoint_id=path)
+
+
+def dcp_load(path, model, optimizer, key, state):
+    """What dcp_save() saved, into the fresh model, optimizer and state."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    checkpoint = {"model": model_state, "optimizer": optimizer_state, key: state}
+    dcp.load(checkpoint, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=checkpoint["model"], optim_state_dict=checkpoint["optimizer"])
+
+
 def compress(args, rank, world):
     torch.manual_seed(7)
     model = Net()
@@ -151,7 +181,9 @@ def compress(args, rank, world):
                                        start_powerSGD_iter=args.start_step, random_seed=3)
         ddp.register_comm_hook(reference, psgd.powerSGD_hook)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=learning_rate(args.start), momentum=0.9)
-    if args.start > 0:
+    if args.start > 0 and args.dcp:
+        dcp_load(f"{args.state}.dcp", ddp, optimizer, "hook", state)
+    elif args.start > 0:
         saved = torch.load(f"{args.state}.rank{rank}.pt")
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
@@ -178,12 +210,10 @@ def compress(args, rank, world):
         if recorder is not None:
             recorder.end_epoch(lr=learning_rate(epoch))
         if state is not None:
-            epochs.append({"epoch": epoch, "floats": state.floats_sent - before,
-                           "levels": None if args.gravac else state.levels, "steps": state.steps,
-                           "critical": state.critical})
-            if args.gravac:
-                epochs[-1]["gravac"] = [step._asdict() for step in state.take_gravac_steps()]
-        if args.save_after == epoch:
+            epochs.append(epoch_record(state, epoch, before, args.gravac))
+        if args.save_after == epoch and args.dcp:
+            dcp_save(f"{args.state}.dcp", ddp, optimizer, "hook", state)
+        elif args.save_after == epoch:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "hook": state.state_dict()}, f"{args.state}.rank{rank}.pt")
     if recorder is not None:
@@ -229,6 +259,7 @@ def main():
     parser.add_argument("--bucket-mb", type=float, default=1e-4)
     parser.add_argument("--save-after", type=int)
     parser.add_argument("--state", default="state")
+    parser.add_argument("--dcp", action="store_true", help="--save-after and --start through torch.distributed.checkpoint")
     parser.add_argument("--schedule")
     parser.add_argument("--renamed", action="store_true")
     args = parser.parse_args()

@@ -19,7 +19,11 @@ Scenarios:
              shards over all 4 ranks, fully_shard over a 1-D mesh, without
              replicas)
              (--save-after E saves each rank's shards and exchange state to
-             state.rankR.pt after epoch E; --start S loads them first)
+             state.rankR.pt after epoch E; --start S loads them first; with
+             --dcp both go through torch.distributed.checkpoint, state.dcp/)
+             (--gravac FAMILY: compress_fsdp(gravac=...) instead, each epoch's
+             GraVAC steps printed; --layout RxS: R replicas x S shards, 2x2 by
+             default; --device cuda --backend nccl: on the GPUs, one a rank)
   every      each compressor on float32 and bf16 shards, 3 steps
   refusals   tries what compress_fsdp refuses; prints {case: message}
 """
@@ -38,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import accordion
-from ddp_worker import let_gloo_finish
+from ddp_worker import dcp_load, dcp_save, epoch_record, let_gloo_finish
 
 REPLICAS, SHARDS = 2, 2
 
@@ -54,6 +58,18 @@ class Net(nn.Module):
 
     def forward(self, x):
         return self.fc3(torch.tanh(self.fc2(torch.tanh(self.fc1(x)))))
+
+
+class Unused(nn.Module):
+    """A module (an FSDP module of its own) its forward leaves out."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 4)
+        self.unused = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x)
 
 
 class Spare(nn.Module):
@@ -85,9 +101,9 @@ def shard_rows(rows, shards, index):
     return max(0, min(per, rows - index * per)), per
 
 
-def mesh_of():
+def mesh_of(device="cpu"):
     from torch.distributed.device_mesh import init_device_mesh
-    return init_device_mesh("cpu", (REPLICAS, SHARDS), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(device, (REPLICAS, SHARDS), mesh_dim_names=("replicate", "shard"))
 
 
 def shard(model, mesh, **options):
@@ -150,9 +166,11 @@ class PaperPowerSgd:
 
 
 def train(args, rank):
-    mesh = mesh_of()
+    device = torch.device(args.device, rank % torch.cuda.device_count()) if args.device == "cuda" else \
+        torch.device("cpu")
+    mesh = mesh_of(device.type)
     torch.manual_seed(7)
-    model = Net()
+    model = Net().to(device)
     state = None
     options = {}
     if args.reduce_dtype:
@@ -160,13 +178,19 @@ def train(args, rank):
         options["mp_policy"] = MixedPrecisionPolicy(reduce_dtype=getattr(torch, args.reduce_dtype))
     if args.plain:
         shard(model, None, **options)  # fully_shard's default mesh: every rank, one replica
-    elif args.compress is None and args.schedule is None and args.reference_powersgd is None and not args.accordion:
+    elif args.compress is None and args.schedule is None and args.reference_powersgd is None and not args.accordion \
+            and not args.gravac:
         shard(model, mesh, **options)  # FSDP's own hybrid sharding
     else:
         shard(model, mesh["shard"], **options)
         if args.accordion:
             state = accordion.compress_fsdp(model, mesh["replicate"], accordion=True, low="powersgd:4",
                                             high="powersgd:1", interval=2, seed=3)
+        elif args.gravac:
+            state = accordion.compress_fsdp(model, mesh["replicate"], seed=3, start_step=args.start_step,
+                                            gravac=accordion.Gravac(args.gravac, epsilon=args.gravac_epsilon,
+                                                                    window=args.gravac_window,
+                                                                    theta_min=args.gravac_theta_min))
         elif args.reference_powersgd is None:
             state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule, seed=3,
                                             start_step=args.start_step)
@@ -182,7 +206,9 @@ def train(args, rank):
     recorder = accordion.GradientRecorder(model, args.record, dataset="synthetic", batch_size=8, seed=7) \
         if args.record else None
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    if args.start > 0:  # this rank's shards and exchange state, as saved after epoch start - 1
+    if args.start > 0 and args.dcp:  # the model, optimizer and exchange state, as saved after epoch start - 1
+        dcp_load("state.dcp", model, optimizer, "accordion", state)
+    elif args.start > 0:  # this rank's shards and exchange state, as saved after epoch start - 1
         saved = torch.load(f"state.rank{rank}.pt")
         with torch.no_grad():
             for name, p in model.named_parameters():
@@ -203,7 +229,7 @@ def train(args, rank):
             optimizer.zero_grad()
             # --accumulate N: N micro-batches per step, all but the last without gradient sync.
             for micro in range(args.accumulate):
-                x, y = batch(rank, (epoch * args.steps + step) * args.accumulate + micro)
+                x, y = (t.to(device) for t in batch(rank, (epoch * args.steps + step) * args.accumulate + micro))
                 if args.accordion or args.record:
                     full = {name: p.full_tensor() for name, p in model.named_parameters()}  # every rank
                     if rank == 0:
@@ -220,16 +246,20 @@ def train(args, rank):
         if recorder is not None:
             recorder.end_epoch(lr=lr)
         if state is not None:
-            epochs.append({"epoch": epoch, "floats": state.floats_sent - before, "levels": state.levels,
-                           "steps": state.steps, "critical": state.critical})
-        if args.save_after == epoch:
+            epochs.append(epoch_record(state, epoch, before, args.gravac))
+        if args.save_after == epoch and args.dcp:
+            dcp_save("state.dcp", model, optimizer, "accordion", state)
+        elif args.save_after == epoch:
             torch.save({"model": {name: p.to_local().clone() for name, p in model.named_parameters()},
                         "exchange": state.state_dict()}, f"state.rank{rank}.pt")
     result = {"rank": rank, "losses": losses, "epochs": epochs,
               "parameters": {name: p.full_tensor().flatten().tolist() for name, p in model.named_parameters()},
-              "shards": {name: list(p.to_local().shape) for name, p in model.named_parameters()}}
+              "shards": {name: list(p.to_local().shape) for name, p in model.named_parameters()},
+              "finite": all(bool(torch.isfinite(p.to_local()).all()) for p in model.parameters())}
     if state is not None:
-        result.update(floats=state.floats_sent, steps=state.steps, saved=sorted(state.state_dict()["state"]))
+        saved = state.state_dict()
+        result.update(floats=state.floats_sent, steps=state.steps, saved=sorted(saved["ranks"][str(dist.get_rank())][1]),
+                      shared=sorted(saved["shared"][0]))
     if args.accordion or args.record:
         result.update(reference_norms=reference_norms)
     if args.accordion:
@@ -325,8 +355,35 @@ def refusals(args, rank):
 
     def another_shard():
         state = accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"], "none")
-        state.load_state_dict({**state.state_dict(), "shard_rank": 1 - state.shard_rank})
+        saved = state.state_dict()
+        (key, (owner, own, sums)), = saved["ranks"].items()
+        state.load_state_dict({**saved, "ranks": {key: ({**owner, "shard_rank": 1 - state.shard_rank}, own, sums)}})
     attempt("a state of another shard", another_shard)
+
+    def another_replica():
+        state = accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"], "none")
+        saved = state.state_dict()
+        (key, (owner, own, sums)), = saved["ranks"].items()
+        state.load_state_dict({**saved, "ranks": {key: ({**owner, "rank": 1 - owner["rank"]}, own, sums)}})
+    attempt("a state of another replica", another_replica)
+    attempt("gravac and compress", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
+                                                                   "none", gravac="topk"))
+
+    def no_rows():
+        # Linear(2, 1)'s one row lies on shard 0: shard 1 holds nothing to decide from.
+        model = nn.Linear(2, 1)
+        fully_shard(model, mesh=mesh["shard"])
+        accordion.compress_fsdp(model, mesh["replicate"], gravac="topk")
+    attempt("gravac: a shard without rows", no_rows)
+
+    def unused_module():
+        model = Unused()
+        fully_shard(model.fc, mesh=mesh["shard"])
+        fully_shard(model.unused, mesh=mesh["shard"])
+        fully_shard(model, mesh=mesh["shard"])
+        accordion.compress_fsdp(model, mesh["replicate"], gravac="topk")
+        model(batch(rank, 0)[0]).sum().backward()
+    attempt("gravac: a module without gradients", unused_module)
 
     def a_ddp_state():
         state = accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"], "none")
@@ -388,9 +445,21 @@ def main():
     parser.add_argument("--save-after", type=int, help="save shards and exchange state after this epoch")
     parser.add_argument("--start", type=int, default=0, help="start at this epoch from the saved state")
     parser.add_argument("--reduce-dtype", choices=["bfloat16", "float16"], help="MixedPrecisionPolicy's reduce_dtype")
+    parser.add_argument("--dcp", action="store_true", help="--save-after and --start through torch.distributed.checkpoint")
+    parser.add_argument("--gravac", help="compress_fsdp(gravac=...) over this family (--gravac-epsilon, --gravac-window)")
+    parser.add_argument("--gravac-epsilon", type=float, default=0.7)
+    parser.add_argument("--gravac-window", type=int, default=500)
+    parser.add_argument("--gravac-theta-min", type=float, default=10)
+    parser.add_argument("--layout", default="2x2", help="replicas x shards, e.g. 1x2 (the world must be their product)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="cuda: rank r on GPU r mod the GPUs")
+    parser.add_argument("--backend", default="gloo")
     args = parser.parse_args()
+    global REPLICAS, SHARDS
+    REPLICAS, SHARDS = (int(n) for n in args.layout.split("x"))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ["RANK"]) % torch.cuda.device_count())
+    dist.init_process_group(args.backend)
     rank = dist.get_rank()
     status = 0
     try:

@@ -310,9 +310,93 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
     for rank in range(4):
         assert resumed[rank]["parameters"] == straight[rank]["parameters"], rank
         assert resumed[rank]["epochs"] == straight[rank]["epochs"][2:], rank
-        assert (saved[rank]["shard_rank"], saved[rank]["shard_world_size"]) == (rank % 2, 2)
-        assert (saved[rank]["rank"], saved[rank]["world_size"], saved[rank]["steps"]) == (rank // 2, 2, 6)
-        assert float(saved[rank]["state"]["fc1.weight/error"].abs().max()) > 0
+        owner, entries, _ = saved[rank]["ranks"][str(rank)]
+        assert owner == {"rank": rank // 2, "world_size": 2, "shard_rank": rank % 2, "shard_world_size": 2}
+        assert (saved[rank]["world_size"], saved[rank]["shard_world_size"], saved[rank]["steps"]) == (2, 2, 6)
+        assert float(entries["fc1.weight/error"].abs().max()) > 0
+
+
+NEVER = "100000"  # a GraVAC window no run reaches: no decision depends on the clock
+
+
+@needs_fsdp2
+@pytest.mark.parametrize("case", ["powersgd", "gravac"])
+def test_a_run_resumed_through_torch_distributed_checkpoint_equals_an_uninterrupted_one(tmp_path, case):
+    # dcp.save / dcp.load with the state as a Stateful beside the model and optimizer
+    # (get_state_dict): each rank's memories under its own key, since DCP keeps one
+    # copy of a key several ranks save. GraVAC's gains and factors come back too.
+    mode = ("--compress", "powersgd:1") if case == "powersgd" else \
+        ("--gravac", "dgc", "--gravac-epsilon", "0.5", "--gravac-window", NEVER, "--gravac-theta-min", "2")
+    common = (*mode, "--epochs", "4", "--steps", "3", "--dcp")
+    straight = run(tmp_path, *common, "--save-after", "1")
+    resumed = run(tmp_path, *common, "--start", "2")
+    for rank in range(4):
+        assert resumed[rank]["parameters"] == straight[rank]["parameters"], rank
+        assert resumed[rank]["epochs"] == straight[rank]["epochs"][2:], rank
+    from torch.distributed.checkpoint import FileSystemReader
+    keys = set(FileSystemReader(str(tmp_path / "state.dcp")).read_metadata().state_dict_metadata)
+    assert {f"accordion.ranks.{rank}" for rank in range(4)} <= keys
+
+
+@needs_fsdp2
+@pytest.mark.parametrize("through", [(), ("--dcp",)], ids=["torch.save", "dcp"])
+def test_a_state_of_another_layout_goes_on_without_the_memories(tmp_path, through):
+    # Elastic: saved by 2 replicas x 2 shards, loaded by 1 replica x 2 shards (2 ranks).
+    # Each rank's memories are dropped with a warning; the steps go on.
+    common = ("--compress", "powersgd:1", "--epochs", "4", "--steps", "3", *through)
+    run(tmp_path, *common, "--save-after", "1")
+    ranks = run_ranks(["train", *common, "--start", "2", "--layout", "1x2"], cwd=tmp_path, world=2, worker=WORKER)
+    assert ranks.codes == [0, 0], ranks.describe()
+    for rank in range(2):
+        assert ("UserWarning: state_dict: saved by 2 replicas x 2 shards, loaded by 1 replica x 2 shards; each "
+                "rank's error memories, PowerSGD's Q and DGC's momentum are dropped") in ranks.stderr(rank), \
+            ranks.describe()
+        out = json.loads(ranks.stdout(rank))
+        assert out["steps"] == 12 and out["finite"], out
+
+
+@needs_fsdp2
+@pytest.mark.parametrize("reduce_dtype", [(), ("--reduce-dtype", "bfloat16")], ids=["float32", "bf16"])
+def test_gravac_at_epsilon_one_sends_every_step_dense_as_level_none(tmp_path, reduce_dtype):
+    # No compressed level keeps a gradient's whole energy: every step is dense. The
+    # shards, handed back to FSDP as zeros and their average added once every module
+    # has come, give what level none gives in the hook itself, bit for bit.
+    result = run(tmp_path, "--gravac", "topk", "--gravac-epsilon", "1", "--gravac-window", NEVER, *reduce_dtype)
+    none = run(tmp_path, "--compress", "none", *reduce_dtype)
+    for rank in range(4):
+        assert [(s["choice"], s["factor"]) for s in result[rank]["epochs"][0]["gravac"]] == [("dense", 1.0)] * STEPS
+        assert result[rank]["parameters"] == none[rank]["parameters"], rank
+
+
+@needs_fsdp2
+def test_gravac_chooses_one_factor_for_every_shard(tmp_path):
+    # At a tiny epsilon every step sends the first candidate, theta_s x theta_min = 20x:
+    # topk keeping 1/20 of each shard's entries. Every rank of the world decides from
+    # the same sums, so all 4 record the same steps; the replicas of each shard end alike.
+    result = run(tmp_path, "--gravac", "topk", "--gravac-epsilon", "1e-9", "--gravac-window", NEVER, "--epochs", "2",
+                 "--steps", "3")
+    steps = [[step for epoch in out["epochs"] for step in epoch["gravac"]] for out in result]
+    assert [(s["choice"], s["factor"]) for s in steps[0]] == [("candidate", 20.0)] * 6
+    assert steps[1] == steps[2] == steps[3] == steps[0]
+    assert result[0]["parameters"] == result[2]["parameters"] and result[1]["parameters"] == result[3]["parameters"]
+    assert result[0]["parameters"] != run(tmp_path, "--compress", "none")[0]["parameters"]
+    fixed = run(tmp_path, "--compress", "topk:0.05", "--epochs", "2", "--steps", "3")
+    for rank, out in enumerate(result):
+        # Each step: the shards as topk:0.05 sends them, the vectors whole, and GraVAC's
+        # own sums (4 doubles) and step time (1 double) over the world.
+        assert [e["floats"] for e in out["epochs"]] == [e["floats"] + 3 * 10 for e in fixed[rank]["epochs"]], rank
+        assert out["shared"] == ["gravac/inputs"] and "fc1.weight/error" in out["saved"]
+
+
+@needs_fsdp2
+def test_compress_fsdp_on_cuda_over_nccl(tmp_path):
+    # One rank per GPU (fsdp_cuda.py: the layout and the checks); where torch sees no GPU
+    # it skips here, and scripts/gpu/run-all.sh runs it on a GPU machine.
+    import fsdp_cuda
+    reason = fsdp_cuda.unavailable()
+    if reason:
+        pytest.skip(reason)
+    assert fsdp_cuda.failures(tmp_path) == []
 
 
 PREFIX = "UsageError: "
@@ -345,8 +429,24 @@ def test_what_compress_fsdp_refuses(tmp_path):
         "no fully_shard": "model: compress_fsdp exchanges the gradient shards of FSDP2's fully_shard; give it the "
                           "model after fully_shard(module, mesh=mesh['shard']), not a Net without sharded parameters",
         "neither compress nor schedule": "compress_fsdp: give one of compress (a compressor spec such as "
-                                         "'powersgd:2'), schedule (a compression schedule from regime-detect) or "
-                                         "accordion=True (decided online), not none of them",
+                                         "'powersgd:2'), schedule (a compression schedule from regime-detect), "
+                                         "accordion=True (decided online) or gravac (a compressor family such as "
+                                         "'topk', decided every step), not none of them",
+        "gravac and compress": "compress_fsdp: give one of compress (a compressor spec such as 'powersgd:2'), "
+                               "schedule (a compression schedule from regime-detect), accordion=True (decided "
+                               "online) or gravac (a compressor family such as 'topk', decided every step), not "
+                               "compress and gravac",
+        "gravac: a shard without rows": "model: shard 1 of 2 holds no rows of any trainable parameter; GraVAC "
+                                        "decides every step from every rank's shards, so compress_fsdp(gravac=...) "
+                                        "needs each shard to hold some (shard the model over fewer ranks)",
+        # Refused at the end of the step's backward pass.
+        "gravac: a module without gradients": "model: module 'unused' reduced no gradients in this step; GraVAC "
+                                              "decides once per step from every module's shards, so "
+                                              "compress_fsdp(gravac=...) needs every FSDP module with trainable "
+                                              "parameters to reduce its gradients in every step",
+        "a state of another replica": "state_dict: saved by rank 1 of 2, loaded on rank 0 of 2; each rank's error "
+                                      "memories are its own, so a state loads only on the rank that saved it (give "
+                                      "each rank its own state_dict)",
         "rows sharded on dimension 1": "model: module 'fc1' shards its parameter 'weight' on dimension 1 "
                                        "(shard_placement_fn); compress_fsdp takes shards of rows, fully_shard's "
                                        "default dimension 0",

@@ -176,9 +176,44 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, buckets):
     assert resumed["parameters"] == straight["parameters"]
     assert [e["floats"] for e in resumed["epochs"]] == [e["floats"] for e in straight["epochs"][2:]]
     saved = torch.load(tmp_path / "state.rank0.pt")["hook"]
-    assert sorted(saved["state"]) == ["fc1.weight/error", "fc1.weight/powersgd_q", "fc2.weight/error",
-                                      "fc2.weight/powersgd_q"]
-    assert saved["epoch"] == 1 and saved["steps"] == 2 * STEPS
+    owner, entries, sums = saved["ranks"]["0"]
+    assert sorted(name for name in entries if not name.startswith("exchange/")) == [
+        "fc1.weight/error", "fc1.weight/powersgd_q", "fc2.weight/error", "fc2.weight/powersgd_q"]
+    assert owner == {"rank": 0, "world_size": 2} and sums is None
+    assert saved["epoch"] == 1 and saved["steps"] == 2 * STEPS and saved["world_size"] == 2
+
+
+@needs_hook
+def test_a_run_resumed_through_torch_distributed_checkpoint_equals_an_uninterrupted_one(tmp_path):
+    # dcp.save and dcp.load with the state as a Stateful beside the model and optimizer:
+    # each rank's memories under its own key (DCP keeps one copy of a key that several
+    # ranks save), so every rank gets its own back.
+    common = ("--epochs", "4", "--compress", "powersgd:1", "--dcp")
+    straight = run(tmp_path, *common, "--save-after", "1")
+    resumed = run(tmp_path, *common, "--start", "2")
+    assert resumed["parameters"] == straight["parameters"]
+    assert resumed["epochs"] == straight["epochs"][2:]
+    from torch.distributed.checkpoint import FileSystemReader
+    keys = FileSystemReader(str(tmp_path / "state.dcp")).read_metadata().state_dict_metadata
+    assert {"hook.ranks.0", "hook.ranks.1", "hook.steps", "hook.epoch", "hook.world_size"} <= set(keys)
+
+
+@needs_hook
+@pytest.mark.parametrize("through", ["torch.save", "dcp"])
+def test_a_state_of_two_ranks_goes_on_in_one_without_the_memories(tmp_path, one_rank, through):
+    # Elastic: the steps and epoch go on, each rank's memories are dropped, with a warning.
+    dcp = ("--dcp",) if through == "dcp" else ()
+    run(tmp_path, "--epochs", "2", "--compress", "powersgd:1", "--save-after", "1", *dcp)
+    state = accordion.CompressionState(one_rank, "powersgd:1")
+    with pytest.warns(UserWarning, match=r"^state_dict: saved by 2 ranks, loaded by 1 rank; each rank's error "
+                                         r"memories, PowerSGD's Q and DGC's momentum are dropped"):
+        if dcp:
+            from torch.distributed import checkpoint
+            checkpoint.load({"hook": state}, checkpoint_id=str(tmp_path / "state.dcp"))
+        else:
+            state.load_state_dict(torch.load(tmp_path / "state.rank0.pt")["hook"])
+    assert (state.epoch, state.steps) == (1, 2 * STEPS)
+    assert state.state_dict()["ranks"]["0"][1] == {}
 
 
 @needs_hook
@@ -322,14 +357,19 @@ def test_what_is_refused_before_any_step(one_rank, schedules):
         state.load_state_dict({"state": {"head.weight/error": torch.zeros(64)}, "epoch": 0, "steps": 0})
     with pytest.raises(accordion.UsageError, match="^state_dict: not a CompressionState.state_dict()"):
         state.load_state_dict({"epoch": 0})
-    # Error memories are each rank's own: a state saved by 2 ranks does not load into 1 (it did, silently).
+    # Error memories are each rank's own: another rank's state of this world is refused
+    # (as are those of earlier versions, which kept the owner beside the entries).
     saved = state.state_dict()
-    assert (saved["rank"], saved["world_size"]) == (0, 1)
+    assert saved["ranks"]["0"][0] == {"rank": 0, "world_size": 1} and saved["world_size"] == 1
     state.load_state_dict(saved)
-    for rank, world in ((1, 2), (0, 2)):
-        with pytest.raises(accordion.UsageError, match=rf"^state_dict: saved by rank {rank} of {world}, loaded on "
-                                                       r"rank 0 of 1; each rank's error memories are its own"):
-            state.load_state_dict({**saved, "rank": rank, "world_size": world})
+    with pytest.raises(accordion.UsageError, match=r"^state_dict: saved by rank 1 of 1, loaded on rank 0 of 1; each "
+                                                   r"rank's error memories are its own, so a state loads only on the "
+                                                   r"rank that saved it \(give each rank its own state_dict\)$"):
+        state.load_state_dict({**saved, "ranks": {"1": ({"rank": 1, "world_size": 1}, {}, None)}})
+    with pytest.raises(accordion.UsageError, match=r"^state_dict: saved by rank 1 of 1, loaded on rank 0 of 1"):
+        state.load_state_dict({"state": {}, "epoch": 0, "steps": 0, "rank": 1, "world_size": 1})
+    with pytest.raises(accordion.UsageError, match=r"^state_dict: its 'ranks' must hold the state of the one rank"):
+        state.load_state_dict({**saved, "ranks": {}})
     with pytest.raises(accordion.UsageError, match=r"^seed: must be a whole number in \[0, 2\^32\)"):
         accordion.CompressionState(one_rank, "none", seed=-1)
 
