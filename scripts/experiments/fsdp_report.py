@@ -10,8 +10,9 @@ A run's step is the median over its epochs after the first of each epoch's media
 step (rank 0's time from the batch's forward pass to the optimizer's step, the
 exchange included); the first epoch is left out because it includes the warm-up.
 Each variant is paired with native-fp32's run of the same seed: its speedup is
-native's step over its own, its accuracy difference the two final test
-accuracies' (points), each summarised over the seeds."""
+native's step over its own (the median over the seeds, and their range), its
+accuracy difference the two final test accuracies' (points; the mean, and the
+range)."""
 import argparse
 import csv
 import glob
@@ -90,8 +91,14 @@ def spread(values, digits):
     return f"{mean:.{digits}f} ({min(values):.{digits}f} to {max(values):.{digits}f})"
 
 
+def speedup_text(speedups):
+    if len(speedups) < 2 or max(speedups) == min(speedups):
+        return f"{statistics.median(speedups):.2f}x"
+    return f"{statistics.median(speedups):.2f}x ({min(speedups):.2f} to {max(speedups):.2f})"
+
+
 def table(runs, only=None):
-    out = ["| link | model | variant | seeds | step (s) | speedup over native fp32 | final test accuracy (%) "
+    out = ["| link | model | variant | seeds | step (s) | speedup over native fp32 (median, range) | final test accuracy (%) "
            "| against native fp32 (points) | floats sent per epoch (rank 0) | commit |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for link, models in runs.items():
@@ -109,7 +116,7 @@ def table(runs, only=None):
                 out.append(
                     f"| {link} | {model} | {variant} | {', '.join(seeds)} "
                     f"| {statistics.median(step(rows) for rows in seeds.values()):.4f} "
-                    f"| {f'{statistics.median(speedups):.2f}x' if speedups else '-'} "
+                    f"| {speedup_text(speedups) if speedups else '-'} "
                     f"| {spread([final_accuracy(rows) for rows in seeds.values()], 2)} "
                     f"| {spread(gaps, 2) if variant != BASELINE and gaps else '-'} "
                     f"| {f'{statistics.median(sent):.4g}' if sent else '-'} | {commits} |")
