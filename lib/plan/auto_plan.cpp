@@ -107,8 +107,14 @@ double residual_norm(const Spec& spec, const std::vector<std::int64_t>& shape, c
 }
 
 const std::vector<std::string>& auto_reason_names() {
-    static const std::vector<std::string> names = {"pays", "budget", "regime", "does not pay", "vector"};
+    static const std::vector<std::string> names = {"pays", "budget", "regime", "does not pay", "vector", "measuring"};
     return names;
+}
+
+void check_auto_options(double margin, double drift, const std::string& margin_option,
+                        const std::string& drift_option) {
+    if (!(margin >= 0 && margin < 1)) throw UsageError(margin_option + ": must be in [0, 1)");
+    if (!(drift > 0) || !std::isfinite(drift)) throw UsageError(drift_option + ": must be a number > 0");
 }
 
 const char* auto_reason_name(AutoReason reason) {

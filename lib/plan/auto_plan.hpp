@@ -46,6 +46,7 @@ enum class AutoReason : std::int8_t {
     regime = 2,        ///< Accordion's level for the parameter's regime (no profile yet, or no cheaper plan)
     does_not_pay = 3,  ///< no compressed plan is predicted faster than uncompressed: sent uncompressed
     vector = 4,        ///< not a matrix: always sent uncompressed
+    measuring = 5,     ///< the step's compute is not known yet: its steps are timed uncompressed (the package's first epoch)
 };
 const char* auto_reason_name(AutoReason reason);
 /// auto_reason_name of every reason, in the enum's order (the metrics file's names).
@@ -129,6 +130,10 @@ inline constexpr double kLongLinkCall = 0.04;
 /// time grew with the size through two sizes and one stalled call (a busy machine) does
 /// not end it among sizes a token bucket's burst lets through free.
 bool link_sizes_enough(const std::vector<double>& seconds, bool at_largest);
+/// UsageError naming `margin_option` or `drift_option` unless the guard's margin is in
+/// [0, 1) and the drift a finite number > 0.
+void check_auto_options(double margin, double drift, const std::string& margin_option,
+                        const std::string& drift_option);
 /// Whether a measured step time differs from the predicted one by more than `drift`
 /// of the prediction: |measured - predicted| > drift x predicted.
 bool prediction_drifted(double predicted_seconds, double measured_seconds, double drift);

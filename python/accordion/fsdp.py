@@ -21,7 +21,7 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, extend_last=False, accordion=False,
                   gravac=None, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
-                  interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0):
+                  interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0, auto=False):
     """Makes FSDP2's hybrid sharding exchange each gradient shard across the replicas
     through the toolkit's compressors; call it once, on every rank, after fully_shard:
 
@@ -42,7 +42,12 @@ def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, exten
     GraVAC's factor chosen every step for the whole model, every rank of the world
     deciding together; take_gravac_steps() says which). `low`, `high`, `eta`,
     `interval`, `seed`, `error_feedback` and `start_step` are CompressionState's.
+    `auto=True` (CompressionState's automatic mode) is refused: its model prices DDP's
+    bucketed exchange, not FSDP's per-module replica exchange.
     Returns the FsdpCompressionState (floats_sent, levels, set_epoch, state_dict)."""
+    if auto:
+        raise UsageError("auto: the automatic mode prices DDP's bucketed exchange (CompressionState(auto=True)); "
+                         "under compress_fsdp give compress, schedule, accordion=True or gravac")
     return FsdpCompressionState(model, replicate_group, compress, schedule=schedule, extend_last=extend_last,
                                 accordion=accordion, gravac=gravac, low=low, high=high, eta=eta, interval=interval,
                                 seed=seed, error_feedback=error_feedback, start_step=start_step)

@@ -10,7 +10,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
-from . import _library
+from . import _auto, _library
 from ._errors import UsageError
 from .gravac import check_same_settings, gravac_settings, gravac_steps, keyword_names, library_settings
 from .recorder import _global_rank
@@ -39,8 +39,18 @@ class CompressionState:
     - `gravac`, a compressor family ('topk', 'dgc', 'randomk', 'powersgd') or an
       accordion.Gravac with its settings: GraVAC, as train-dist --gravac, chooses
       every step the compression factor for all the model's matrices together
-      (vectors are sent uncompressed); take_gravac_steps() says what it chose.
-    Call set_epoch(epoch) at the start of every epoch (online, with its learning rate).
+      (vectors are sent uncompressed); take_gravac_steps() says what it chose;
+    - `auto=True`: the automatic mode, as train-dist --auto: Accordion's regimes
+      decided online as with accordion=True, and each epoch every parameter's level
+      among none, `low`, `high` and `levels` (default powersgd:1, powersgd:2,
+      powersgd:4, topk:0.01) chosen by the step time predicted on the link measured
+      on this group, within Accordion's error budget, or none for every parameter
+      where no compressed plan is predicted faster than uncompressed by `margin`; the
+      link and the codecs are measured again when a step's time drifts from its
+      prediction by more than `drift`. The first epoch's steps go uncompressed: they
+      time the step's compute. auto_records says, on rank 0, what was planned and why.
+    Call set_epoch(epoch) at the start of every epoch (online and auto, with its
+    learning rate, on every rank together).
 
     `seed` seeds PowerSGD's first Q and the other random streams (the same on every
     rank); `error_feedback` keeps, per parameter, what compression left out and adds
@@ -54,8 +64,8 @@ class CompressionState:
     """
 
     def __init__(self, model, compress=None, *, schedule=None, extend_last=False, accordion=False, gravac=None,
-                 low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
-                 interval=_library.DEFAULT_INTERVAL, seed=0,
+                 auto=False, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
+                 interval=_library.DEFAULT_INTERVAL, levels=None, margin=None, drift=None, seed=0,
                  error_feedback=True, start_step=0):
         if not _is_ddp(model):
             raise UsageError("model: CompressionState compresses DistributedDataParallel's buckets; give it the "
@@ -64,22 +74,31 @@ class CompressionState:
         named = [(name, p) for name, p in model.module.named_parameters() if p.requires_grad]
         self._configure("CompressionState", model.process_group, named, compress, schedule=schedule,
                         extend_last=extend_last, accordion=accordion, gravac=gravac, low=low, high=high, eta=eta,
-                        interval=interval, seed=seed, error_feedback=error_feedback, start_step=start_step)
+                        interval=interval, seed=seed, error_feedback=error_feedback, start_step=start_step,
+                        auto=auto, levels=levels, margin=margin, drift=drift)
 
     def _configure(self, what, group, named, compress, *, schedule, extend_last, accordion, gravac, low, high, eta,
-                   interval, seed, error_feedback, start_step, decisions=None):
+                   interval, seed, error_feedback, start_step, decisions=None, auto=None, levels=None, margin=None,
+                   drift=None):
         """What every state shares: the levels' source, the library's sync over `group`
         and the parameters `named` ([(name, parameter)], in the model's order); `what`
         names the call in messages. `decisions`: the group whose ranks take GraVAC's
-        decisions together (default `group`)."""
+        decisions together (default `group`). `auto`: None where the caller has no
+        automatic mode."""
         given = [key for key, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion),
-                                        ("gravac", gravac))
+                                        ("gravac", gravac), ("auto", auto))
                  if value is not None and value is not False]
         if len(given) != 1:
-            raise UsageError(f"{what}: give one of compress (a compressor spec such as 'powersgd:2'), "
-                             "schedule (a compression schedule from regime-detect), accordion=True (decided "
-                             "online) or gravac (a compressor family such as 'topk', decided every step), not "
+            sources = ["compress (a compressor spec such as 'powersgd:2')",
+                       "schedule (a compression schedule from regime-detect)", "accordion=True (decided online)",
+                       "gravac (a compressor family such as 'topk', decided every step)"]
+            if auto is not None:
+                sources.append("auto=True (levels chosen by predicted step time)")
+            raise UsageError(f"{what}: give one of {', '.join(sources[:-1])} or {sources[-1]}, not "
                              f"{' and '.join(given) if given else 'none of them'}")
+        for key, value in (("levels", levels), ("margin", margin), ("drift", drift)):
+            if value is not None and not auto:
+                raise UsageError(f"{key}: belongs to the automatic mode; give it with auto=True")
         if gravac is not None and not error_feedback:
             raise UsageError("error_feedback: GraVAC always keeps what compression left out (its error feedback "
                              "is part of the algorithm); leave error_feedback on")
@@ -100,6 +119,7 @@ class CompressionState:
         self._level_names = None
         self._schedule = None
         self._online = None
+        self._auto = None
         self._gravac = gravac_settings(gravac) if gravac is not None else None
         # The state's one gradient sync, whichever way it combines gradients.
         self._sync = _make_sync(group, self.names, seed, error_feedback, self._gravac,
@@ -135,8 +155,12 @@ class CompressionState:
                 raise UsageError(f"interval: must be a whole number, not {interval!r}")
             if isinstance(eta, bool) or not isinstance(eta, (int, float)):
                 raise UsageError(f"eta: must be a number, not {eta!r}")
+            candidates = _auto.candidate_levels(levels) if auto else None
             self._online = _Online(self._plan, _spec_text("low", low), _spec_text("high", high), float(eta),
-                                   interval, self._recording_rank_sums())
+                                   interval, self._recording_rank_sums(), candidates)
+            if auto:
+                self._auto = _auto.Auto(group, named, _library.call(self._plan.level_names), self._online.low,
+                                        self._online.high, margin, drift, seed, error_feedback)
 
     def _levels_of(self, epoch):
         # A bad spec or schedule was refused when the plan was made, on every rank, before any step.
@@ -152,6 +176,18 @@ class CompressionState:
     def _deciding_group(self):
         # Online, the recording rank shares its norms with every rank of this group.
         return self._group
+
+    @property
+    def auto_records(self):
+        """auto=True, on rank 0: one dict per epoch planned so far: "epoch"; "summary"
+        (why it is compressed or not, in train-dist's words); "pays", "measured",
+        "predicted_seconds", "measured_seconds" (per step), the link's fit and the other
+        fields of the metrics file's /auto (docs/metrics.md); "reasons" ({name: why its
+        level}: pays, budget, regime, does not pay, vector, measuring); its "steps"
+        and "seconds" (so far, for the epoch in progress). Empty on the other ranks."""
+        if self._auto is None:
+            raise UsageError("auto_records: this state was not made with auto=True")
+        return self._auto.records_now(self._sync)
 
     @property
     def levels(self):
@@ -175,10 +211,16 @@ class CompressionState:
             if lr is None or isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr < 0:
                 raise UsageError(f"lr: online Accordion needs each epoch's learning rate, a finite number >= 0, "
                                  f"not {lr!r}")
+            if self._auto is not None:
+                self._auto.end_epoch(self._sync, self._online.sums)  # before its sums are reset
             self._online.enter(epoch, float(lr), self.names, self._deciding_group())
             self._levels = self._levels_of(epoch)
-            self.critical = {name: bool(c) for name, c in zip(self.names, _library.call(self._plan.critical))}
+            critical = _library.call(self._plan.critical)
+            self.critical = {name: bool(c) for name, c in zip(self.names, critical)}
             self.reasons = dict(zip(self.names, _library.call(self._plan.reasons)))
+            if self._auto is not None:
+                chosen = self._auto.begin_epoch(epoch, critical)
+                self._levels = {name: self._level_names[i] for name, i in zip(self.names, chosen)}
         elif self._schedule is not None:
             self._levels = self._levels_of(epoch)
         _library.call(self._sync.begin_epoch)  # what ran between the epochs is no step's time
@@ -285,6 +327,8 @@ class CompressionState:
             out["accordion"] = self._online.state_dict(self.names)
         if self._gravac is not None:
             out["gravac"] = True
+        if self._auto is not None:
+            out["auto"] = True
         return out
 
     def _owner(self):
@@ -322,6 +366,10 @@ class CompressionState:
         if self._online is not None and saved.accordion is None:
             raise UsageError("state_dict: holds no online Accordion state (it was saved by a CompressionState "
                              "without accordion=True)")
+        if (self._auto is not None) != saved.auto:
+            raise UsageError("state_dict: saved with auto=True, which this state does not run" if self._auto is None
+                             else "state_dict: holds no automatic mode's state (it was saved by a CompressionState "
+                                  "without auto=True)")
         if (self._gravac is not None) != saved.gravac:
             raise UsageError("state_dict: saved with GraVAC, which this state does not run" if self._gravac is None
                              else "state_dict: holds no GraVAC state (it was saved by a CompressionState without "
@@ -341,6 +389,8 @@ class CompressionState:
         entries.update(saved.shared)
         _library.call(self._sync.load_state, list(entries), list(entries.values()))
         self.steps = int(saved.steps)
+        if self._auto is not None:
+            self._auto.running = None  # its next epoch measures again, its steps uncompressed
         if self._online is not None:
             # The saved epoch had ended: the next set_epoch() decides the one after it.
             self.epoch = int(saved.epoch)
@@ -356,9 +406,10 @@ _SHARED = ("gravac",)
 class _Saved:
     """A state_dict() as load_state_dict() reads it, whichever version wrote it."""
 
-    def __init__(self, *, epoch, steps, layout, owner, own, shared, sums, accordion, gravac):
+    def __init__(self, *, epoch, steps, layout, owner, own, shared, sums, accordion, gravac, auto):
         self.epoch, self.steps, self.layout, self.owner = epoch, steps, layout, owner
         self.own, self.shared, self.sums, self.accordion, self.gravac = own, shared, sums, accordion, gravac
+        self.auto = auto
 
 
 _LAYOUT_KEYS = ("world_size", "shard_world_size")
@@ -381,7 +432,8 @@ def _saved_state(state_dict):
         shared = state_dict.get("shared", ({},))[0]
         layout = {key: int(state_dict[key]) for key in _LAYOUT_KEYS if key in state_dict}
         return _Saved(epoch=epoch, steps=steps, layout=layout, owner=dict(owner), own=dict(own),
-                      shared=dict(shared), sums=sums, accordion=accordion, gravac="gravac" in state_dict)
+                      shared=dict(shared), sums=sums, accordion=accordion, gravac="gravac" in state_dict,
+                      auto="auto" in state_dict)
     if "state" not in state_dict:
         raise UsageError("state_dict: not a CompressionState.state_dict() (needs 'ranks' or 'state', 'epoch' and "
                          "'steps')")
@@ -397,7 +449,7 @@ def _saved_state(state_dict):
         layout = {key: owner[key] for key in _LAYOUT_KEYS if key in owner}
     sums = accordion.get("sums") if isinstance(accordion, dict) else None
     return _Saved(epoch=epoch, steps=steps, layout=layout, owner=owner, own=own, shared=shared, sums=sums,
-                  accordion=accordion, gravac="gravac" in state_dict)
+                  accordion=accordion, gravac="gravac" in state_dict, auto="auto" in state_dict)
 
 
 def _make_sync(group, names, seed, error_feedback, gravac, decisions):
@@ -435,15 +487,18 @@ class _Online:
     """Accordion decided online: rank 0's per-epoch norms, shared with every rank,
     and the learning rates so far, kept in the run plan, whose rule decides each epoch."""
 
-    def __init__(self, plan, low, high, eta, interval, sums):
-        self.plan, self.eta, self.interval = plan, eta, interval
+    def __init__(self, plan, low, high, eta, interval, sums, automatic=None):
+        self.plan, self.eta, self.interval, self.automatic = plan, eta, interval, automatic
         self._start(low, high)
         self.low, self.high = _library.call(plan.accordion_levels)  # canonical specs
         self.sums = sums  # rank 0 only
 
     def _start(self, low, high):
         try:
-            _library.call(self.plan.accordion, low, high, self.eta, self.interval)
+            if self.automatic is None:
+                _library.call(self.plan.accordion, low, high, self.eta, self.interval)
+            else:  # the automatic mode's candidates join the plan's levels
+                _library.call(self.plan.automatic, low, high, self.eta, self.interval, self.automatic)
         except UsageError as e:  # named as the programs' options; here they are arguments
             raise UsageError(str(e).lstrip("-")) from None
 

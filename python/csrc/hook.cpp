@@ -30,6 +30,7 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -90,10 +91,23 @@ public:
         for (auto& p : pending) {
             p.exchange->finish();
             for (size_t i = 0; i < p.narrow.size(); ++i) p.narrow[i].copy_(p.wide[i]);
+            const exchange::StepStats& s = p.exchange->last_step();
+            exchange_seconds_ += s.encode_seconds + s.decode_seconds + s.communication_seconds;
         }
+        ++steps_;
+        last_end_ = Clock::now();
     }
 
-    void begin_epoch() override {}
+    void begin_epoch() override {
+        epoch_start_ = last_end_ = Clock::now();
+        steps_ = 0;
+        exchange_seconds_ = 0;
+    }
+
+    std::vector<double> epoch_times() const override {
+        return {std::chrono::duration<double>(last_end_ - epoch_start_).count(), static_cast<double>(steps_),
+                exchange_seconds_};
+    }
 
     // docs/metrics.md, "Data sent".
     double floats_sent() const override { return static_cast<double>(buckets_.bytes_sent()) / 4.0; }
@@ -155,6 +169,11 @@ private:
         if (!pending_.empty())
             throw UsageError(std::string(what) + ": during a step (buckets are in flight); call it between steps");
     }
+
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point epoch_start_ = Clock::now(), last_end_ = epoch_start_;
+    std::int64_t steps_ = 0;
+    double exchange_seconds_ = 0;
 
     std::unique_ptr<comm::GroupCollectives> comm_;
     // comm_ for each device's tensors; declared before buckets_, whose exchanges use them.
@@ -239,6 +258,7 @@ public:
     std::vector<double> take_steps() {
         return guarded([&] { return sync_->take_steps(); });
     }
+    std::vector<double> epoch_times() const { return sync_->epoch_times(); }
 
     std::vector<std::string> state_names() const {
         return guarded([&] {
@@ -310,6 +330,7 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
         .def("gravac", &HookSync::gravac)
         .def("whole_step", &HookSync::whole_step)
         .def("take_steps", &HookSync::take_steps)
+        .def("epoch_times", &HookSync::epoch_times)
         .def("state_names", &HookSync::state_names)
         .def("state_tensors", &HookSync::state_tensors)
         .def("load_state", &HookSync::load_state)

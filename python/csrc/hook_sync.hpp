@@ -58,6 +58,11 @@ public:
     /// (FSDP2's all-reduce hook, one per module) then hands over copies and applies
     /// their averages when the step ends. `dense_step`: a step before start_step.
     virtual bool whole_step(bool dense_step) const = 0;
+    /// The steps since begin_epoch() (or since the sync was made), for the automatic
+    /// mode: [seconds from then to the last step's end, steps, seconds of them inside
+    /// the exchange (encoding, decoding, issuing and waiting for collectives)]. Only
+    /// the buckets' sync times them; GraVAC's returns {}.
+    virtual std::vector<double> epoch_times() const { return {}; }
 };
 
 /// Each bucket's parameters at their levels: `seed` seeds PowerSGD's Q and every other

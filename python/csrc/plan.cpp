@@ -156,6 +156,18 @@ public:
         });
     }
 
+    // Accordion online for the automatic mode, whose candidate `levels` join none, low and high.
+    void automatic(std::string low, std::string high, double eta, std::int64_t interval,
+                   std::vector<std::string> levels) {
+        guarded([&] {
+            plan::AccordionSettings settings{spec_named("low", low), spec_named("high", high), eta, interval};
+            std::vector<compress::Spec> candidates;
+            for (const auto& text : levels) candidates.push_back(spec_named("levels", text));
+            plan_ = plan::RunPlan::automatic(parameters_, settings, candidates, {}, plan::kOpenEnded);
+            return 0;
+        });
+    }
+
     std::vector<std::string> level_names() {
         return guarded([&] { return get().level_names(); });
     }
@@ -340,6 +352,7 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
         .def("fixed", &Plan::fixed)
         .def("schedule", &Plan::schedule)
         .def("accordion", &Plan::accordion)
+        .def("automatic", &Plan::automatic)
         .def("level_names", &Plan::level_names)
         .def("levels", &Plan::levels)
         .def("critical", &Plan::critical)

@@ -7,13 +7,16 @@
 # epoch 6, momentum 0.9, weight decay 1e-4, one thread per rank) with:
 #   dense                          no compression
 #   topk10x, topk100x              Top-k 0.1 and 0.01
-#   powersgd-r2, powersgd-r1       PowerSGD rank 2 and 1
+#   powersgd-r4, powersgd-r2, powersgd-r1
+#                                  PowerSGD rank 4, 2 and 1
 #   accordion-topk                 Accordion online, Top-k 0.1 critical, 0.01 elsewhere
 #   accordion-powersgd             Accordion online, rank 2 critical, rank 1 elsewhere
+#   accordion-powersgd-r4          Accordion online, rank 4 critical, rank 2 elsewhere
 #   gravac-FAMILY-POLICY           GraVAC (topk, dgc, powersgd; exp, geo) at epsilon 0.7,
 #                                  its window 50 steps, not tied to an epoch's end
 #   auto                           train-dist --auto within Accordion's rank 2 / rank 1 budget
 #                                  (candidates none, PowerSGD ranks 1, 2, 4, Top-k 0.01)
+#   auto-r4                        the same within Accordion's rank 4 / rank 2 budget
 # Every run's metrics file goes to OUT/<link>/<model>/<variant>/seed<S>.h5 (finished
 # runs are kept, so the script resumes); the tables to OUT/time-to-accuracy.md, the
 # runs they use, epoch by epoch, to OUT/runs.csv. TTA_RUNS: such CSV files (e.g.
@@ -44,11 +47,14 @@ main() {
         [dense]="--compress none"
         [topk10x]="--compress topk:0.1"
         [topk100x]="--compress topk:0.01"
+        [powersgd-r4]="--compress powersgd:4"
         [powersgd-r2]="--compress powersgd:2"
         [powersgd-r1]="--compress powersgd:1"
         [accordion-topk]="--accordion --eta 0.5 --interval 2 --low topk:0.1 --high topk:0.01"
         [accordion-powersgd]="--accordion --eta 0.5 --interval 2 --low powersgd:2 --high powersgd:1"
+        [accordion-powersgd-r4]="--accordion --eta 0.5 --interval 2 --low powersgd:4 --high powersgd:2"
         [auto]="--auto --eta 0.5 --interval 2 --low powersgd:2 --high powersgd:1"
+        [auto-r4]="--auto --eta 0.5 --interval 2 --low powersgd:4 --high powersgd:2"
     )
     declare -A policy=([exp]=exponential [geo]=geometric)
     for family in topk dgc powersgd; do
@@ -56,8 +62,9 @@ main() {
             args[gravac-$family-$p]="--gravac $family --gravac-policy ${policy[$p]} --gravac-epsilon 0.7 --gravac-window 50"
         done
     done
-    all="dense topk10x topk100x powersgd-r2 powersgd-r1 accordion-topk accordion-powersgd
-         gravac-topk-exp gravac-topk-geo gravac-dgc-exp gravac-dgc-geo gravac-powersgd-exp gravac-powersgd-geo auto"
+    all="dense topk10x topk100x powersgd-r4 powersgd-r2 powersgd-r1 accordion-topk accordion-powersgd
+         accordion-powersgd-r4 gravac-topk-exp gravac-topk-geo gravac-dgc-exp gravac-dgc-geo gravac-powersgd-exp
+         gravac-powersgd-geo auto auto-r4"
     variants=${5:-$all}
     for v in $variants; do
         [ -n "${args[$v]+x}" ] || { echo "time-to-accuracy.sh: error: no variant '$v' (one of: $all)" >&2; exit 2; }

@@ -102,12 +102,14 @@ def time_to(r, target):
 
 # The variants in time-to-accuracy.sh's order, with their names in the tables.
 LABELS = {
-    "dense": "dense", "topk10x": "Top-k 10x", "topk100x": "Top-k 100x", "powersgd-r2": "PowerSGD rank 2",
-    "powersgd-r1": "PowerSGD rank 1", "accordion-topk": "Accordion, Top-k 10x / 100x",
-    "accordion-powersgd": "Accordion, PowerSGD rank 2 / 1", "gravac-topk-exp": "GraVAC Top-k, exponential",
+    "dense": "dense", "topk10x": "Top-k 10x", "topk100x": "Top-k 100x", "powersgd-r4": "PowerSGD rank 4",
+    "powersgd-r2": "PowerSGD rank 2", "powersgd-r1": "PowerSGD rank 1", "accordion-topk": "Accordion, Top-k 10x / 100x",
+    "accordion-powersgd": "Accordion, PowerSGD rank 2 / 1",
+    "accordion-powersgd-r4": "Accordion, PowerSGD rank 4 / 2", "gravac-topk-exp": "GraVAC Top-k, exponential",
     "gravac-topk-geo": "GraVAC Top-k, geometric", "gravac-dgc-exp": "GraVAC DGC, exponential",
     "gravac-dgc-geo": "GraVAC DGC, geometric", "gravac-powersgd-exp": "GraVAC PowerSGD, exponential",
     "gravac-powersgd-geo": "GraVAC PowerSGD, geometric", "auto": "automatic (--auto), PowerSGD 2 / 1 budget",
+    "auto-r4": "automatic (--auto), PowerSGD 4 / 2 budget",
 }
 
 

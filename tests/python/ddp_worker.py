@@ -9,7 +9,7 @@ Scenarios:
              writes their per-epoch sums' norms to --reference (JSON)
   schedule   read --schedule for the model (every rank) and print its epoch 0
   compress   train under DDP with accordion.compression_hook (--compress SPEC or
-             --schedule PATH or --accordion; --record FILE also records under
+             --schedule PATH or --accordion or --auto; --record FILE also records under
              GradientRecorder), PyTorch's powerSGD_hook (--torch-powersgd RANK) or
              DDP's own allreduce (none of them); rank 0 prints, as JSON,
              each epoch's floats sent and levels and the final parameters.
@@ -161,10 +161,13 @@ def compress(args, rank, world):
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb,
                                   **{option: True for option in args.ddp_option})
     state, recorder = None, None
-    if args.compress is not None or args.schedule is not None or args.accordion or args.gravac:
+    if args.compress is not None or args.schedule is not None or args.accordion or args.gravac or args.auto:
         spec = args.compress_rank1 if rank == 1 and args.compress_rank1 else args.compress
         online = dict(accordion=True, low=args.low, high=args.high, eta=args.eta, interval=args.interval) \
             if args.accordion else {}
+        if args.auto:
+            online = dict(auto=True, low=args.low, high=args.high, eta=args.eta, interval=args.interval,
+                          margin=args.margin)
         if args.gravac:
             epsilon = args.gravac_epsilon_rank1 if rank == 1 and args.gravac_epsilon_rank1 else args.gravac_epsilon
             online = dict(gravac=accordion.Gravac(args.gravac, epsilon=epsilon, window=args.gravac_window,
@@ -194,7 +197,7 @@ def compress(args, rank, world):
             group["lr"] = learning_rate(epoch)
         before = 0.0
         if state is not None:
-            state.set_epoch(epoch, lr=learning_rate(epoch) if args.accordion else None)
+            state.set_epoch(epoch, lr=learning_rate(epoch) if args.accordion or args.auto else None)
             before = state.floats_sent
         for step in range(args.steps):
             optimizer.zero_grad()
@@ -211,6 +214,8 @@ def compress(args, rank, world):
             recorder.end_epoch(lr=learning_rate(epoch))
         if state is not None:
             epochs.append(epoch_record(state, epoch, before, args.gravac))
+            if args.auto and rank == 0:
+                epochs[-1]["auto"] = state.auto_records[-1]
         if args.save_after == epoch and args.dcp:
             dcp_save(f"{args.state}.dcp", ddp, optimizer, "hook", state)
         elif args.save_after == epoch:
@@ -246,6 +251,9 @@ def main():
     parser.add_argument("--ddp-option", action="append", default=[], choices=["gradient_as_bucket_view", "static_graph"])
     parser.add_argument("--accumulate", type=int, default=1)
     parser.add_argument("--accordion", action="store_true", help="online Accordion (--low, --high, --eta, --interval)")
+    parser.add_argument("--auto", action="store_true", help="the automatic mode (--low, --high, --eta, --interval, "
+                        "--margin)")
+    parser.add_argument("--margin", type=float)
     parser.add_argument("--low", default="powersgd:4")
     parser.add_argument("--high", default="powersgd:1")
     parser.add_argument("--eta", type=float, default=0.5)

@@ -368,6 +368,8 @@ def refusals(args, rank):
     attempt("a state of another replica", another_replica)
     attempt("gravac and compress", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
                                                                    "none", gravac="topk"))
+    attempt("the automatic mode", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
+                                                                  auto=True))
 
     def no_rows():
         # Linear(2, 1)'s one row lies on shard 0: shard 1 holds nothing to decide from.

@@ -436,6 +436,9 @@ def test_what_compress_fsdp_refuses(tmp_path):
                                "schedule (a compression schedule from regime-detect), accordion=True (decided "
                                "online) or gravac (a compressor family such as 'topk', decided every step), not "
                                "compress and gravac",
+        "the automatic mode": "auto: the automatic mode prices DDP's bucketed exchange "
+                              "(CompressionState(auto=True)); under compress_fsdp give compress, schedule, "
+                              "accordion=True or gravac",
         "gravac: a shard without rows": "model: shard 1 of 2 holds no rows of any trainable parameter; GraVAC "
                                         "decides every step from every rank's shards, so compress_fsdp(gravac=...) "
                                         "needs each shard to hold some (shard the model over fewer ranks)",

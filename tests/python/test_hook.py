@@ -332,8 +332,8 @@ def test_an_old_torch_is_told_what_the_hook_needs(one_rank):
 def test_what_is_refused_before_any_step(one_rank, schedules):
     with pytest.raises(accordion.UsageError, match="^model: CompressionState compresses DistributedDataParallel"):
         accordion.CompressionState(Net(), "powersgd:2")
-    with pytest.raises(accordion.UsageError, match=r"give one of compress .* accordion=True \(decided online\) "
-                                                   r"or gravac \(.*\), not none of them$"):
+    with pytest.raises(accordion.UsageError, match=r"give one of compress .* accordion=True \(decided online\), "
+                                                   r"gravac \(.*\) or auto=True \(.*\), not none of them$"):
         accordion.CompressionState(one_rank)
     with pytest.raises(accordion.UsageError, match="not compress and schedule$"):
         accordion.CompressionState(one_rank, "topk:0.1", schedule=schedules / "levels.h5")
@@ -401,6 +401,80 @@ def test_what_online_accordion_refuses(one_rank):
         other.load_state_dict(saved)
     with pytest.raises(accordion.UsageError, match=r"^state_dict: holds no online Accordion state"):
         state.load_state_dict(accordion.CompressionState(one_rank, "none").state_dict())
+
+
+@needs_hook
+def test_the_automatic_mode_times_its_first_epoch_then_plans_within_its_guard(tmp_path):
+    # Two ranks on loopback: the first epoch goes uncompressed and times the step; from
+    # the second, rank 0 plans on the link measured on the group and every rank sends
+    # its levels (the exchange refuses ranks whose levels differ). Whether compression
+    # pays here depends on the machine, so each epoch's levels are checked against the
+    # guard's rule on the record's own predictions.
+    margin = 0.05
+    result = run(tmp_path, "--epochs", "4", "--auto", "--margin", margin)
+    first, *rest = result["epochs"]
+    assert set(first["levels"].values()) == {"none"}
+    assert first["floats"] == STEPS * sum(floats_per_step("none", s) for s in SHAPES.values())
+    assert set(first["auto"]["reasons"].values()) == {"measuring"}
+    assert first["auto"]["summary"].startswith("measuring: ")
+    assert first["auto"]["measured"] is True and first["auto"]["allreduce_bandwidth"] > 0
+    assert first["auto"]["steps"] == STEPS and first["auto"]["measured_seconds"] > 0
+    for epoch in rest:
+        record = epoch["auto"]
+        assert record["measured"] is False  # measuring again would take more than 3 % of these short epochs
+        levels, reasons = epoch["levels"], record["reasons"]
+        assert reasons["fc1.bias"] == reasons["fc2.bias"] == "vector"
+        assert levels["fc1.bias"] == levels["fc2.bias"] == "none"
+        assert record["predicted_seconds"] > 0 and record["uncompressed_seconds"] > 0
+        if record["pays"]:
+            assert record["compressed_seconds"] < (1 - margin) * record["uncompressed_seconds"], record
+            assert record["summary"].startswith("pays: ")
+            assert {reasons["fc1.weight"], reasons["fc2.weight"]} <= {"pays", "budget", "regime"}
+        else:
+            assert not record["compressed_seconds"] < (1 - margin) * record["uncompressed_seconds"], record
+            assert record["summary"].startswith("does not pay: ")
+            assert levels["fc1.weight"] == levels["fc2.weight"] == "none"
+            assert reasons["fc1.weight"] == reasons["fc2.weight"] == "does not pay"
+        assert epoch["floats"] == STEPS * sum(floats_per_step(levels[n], s) for n, s in SHAPES.items()), epoch
+
+
+@needs_hook
+def test_what_the_automatic_mode_refuses(one_rank):
+    with pytest.raises(accordion.UsageError, match="not compress and auto$"):
+        accordion.CompressionState(one_rank, "topk:0.1", auto=True)
+    with pytest.raises(accordion.UsageError, match="not accordion and auto$"):
+        accordion.CompressionState(one_rank, accordion=True, auto=True)
+    with pytest.raises(accordion.UsageError, match=r"^levels: belongs to the automatic mode; give it with auto=True$"):
+        accordion.CompressionState(one_rank, accordion=True, levels=["powersgd:1"])
+    with pytest.raises(accordion.UsageError, match=r"^levels: no candidate levels"):
+        accordion.CompressionState(one_rank, auto=True, levels="")
+    with pytest.raises(accordion.UsageError, match=r"^levels: an empty level in 'powersgd:1,'"):
+        accordion.CompressionState(one_rank, auto=True, levels="powersgd:1,")
+    with pytest.raises(accordion.UsageError, match=r"^levels: 'zip:3' is not a compressor spec"):
+        accordion.CompressionState(one_rank, auto=True, levels=["powersgd:1", "zip:3"])
+    with pytest.raises(accordion.UsageError, match=r"^levels: fp16 cannot be planned: no error model for it"):
+        accordion.CompressionState(one_rank, auto=True, levels=["fp16"])
+    with pytest.raises(accordion.UsageError, match=r"^low: qsgd:8 cannot be planned"):
+        accordion.CompressionState(one_rank, auto=True, low="qsgd:8")
+    with pytest.raises(accordion.UsageError, match=r"^margin: must be in \[0, 1\)$"):
+        accordion.CompressionState(one_rank, auto=True, margin=1)
+    with pytest.raises(accordion.UsageError, match=r"^drift: must be a number > 0$"):
+        accordion.CompressionState(one_rank, auto=True, drift=0)
+    with pytest.raises(accordion.UsageError, match=r"^drift: must be a number, not 'x'$"):
+        accordion.CompressionState(one_rank, auto=True, drift="x")
+    state = accordion.CompressionState(one_rank, auto=True)
+    with pytest.raises(accordion.UsageError, match=r"^lr: online Accordion needs each epoch's learning rate"):
+        state.set_epoch(0)
+    state.set_epoch(0, lr=0.1)
+    assert set(state.levels.values()) == {"none"}
+    assert [r["epoch"] for r in state.auto_records] == [0]
+    saved = state.state_dict()
+    with pytest.raises(accordion.UsageError, match=r"^state_dict: saved with auto=True, which this state does not run"):
+        accordion.CompressionState(one_rank, accordion=True).load_state_dict(saved)
+    with pytest.raises(accordion.UsageError, match=r"^state_dict: holds no automatic mode's state"):
+        state.load_state_dict(accordion.CompressionState(one_rank, accordion=True).state_dict())
+    with pytest.raises(accordion.UsageError, match=r"^auto_records: this state was not made with auto=True"):
+        accordion.CompressionState(one_rank, "none").auto_records
 
 
 @needs_hook

@@ -1,8 +1,8 @@
 #include "train-dist/driver.hpp"
 
+#include "app/auto_mode.hpp"
 #include "app/build_info.hpp"
 #include "app/data_parallel.hpp"
-#include "train-dist/auto_mode.hpp"
 #include "train-dist/gravac.hpp"
 #include "train-dist/options.hpp"
 #include "base/error.hpp"
@@ -17,7 +17,9 @@
 #include "io/metrics.hpp"
 #include "io/output.hpp"
 #include "io/schedule.hpp"
+#include "perf/stats.hpp"
 #include "plan/run_plan.hpp"
+#include "train/compute_time.hpp"
 #include "train/datasets.hpp"
 #include "train/models.hpp"
 #include "train/trainer.hpp"
@@ -105,6 +107,18 @@ plan::RunPlan make_plan(const TrainDistConfig& c, const std::optional<io::Schedu
     }
     }
     throw Error("internal error: unknown mode");
+}
+
+AutoSettings auto_settings(const TrainDistConfig& c) {
+    AutoSettings s;
+    s.low = c.accordion_config.low;
+    s.high = c.accordion_config.high;
+    s.margin = c.auto_config.margin;
+    s.drift = c.auto_config.drift;
+    s.bucket_bytes = c.bucket_mb * 1024 * 1024;
+    s.first_bucket_bytes = c.first_bucket_mb * 1024 * 1024;
+    s.seed = static_cast<std::uint32_t>(c.train.seed);
+    return s;
 }
 
 io::Metrics metrics_header(const TrainDistConfig& c, const plan::RunPlan& plan, const std::vector<io::Parameter>& parameters,
@@ -228,6 +242,8 @@ private:
     io::MetricsEpoch epoch_metrics(const EpochSummary& all, const ExchangeTotals& sent);
     void write_epoch(const EpochSummary& all, io::MetricsEpoch& m);
     void report(std::int64_t start);
+    void measure_auto(std::int64_t epoch);
+    ComputeSeconds time_compute();
 
     const TrainDistConfig& c_;
     comm::Backend backend_;
@@ -358,8 +374,8 @@ void DistRank::make_exchange(const Start& start) {
     if (c_.resume) sync_->load_state(start.exchange_state);
     trainer_->set_exchange(sync_.get());
     if (c_.automatic)
-        auto_ = std::make_unique<AutoMode>(c_, trainer_->parameters(), table_.levels, setup.compression,
-                                           data_->info().shape.input, data_->info().shape.classes);
+        auto_ = std::make_unique<AutoMode>(auto_settings(c_), trainer_->parameters(), table_.levels,
+                                           setup.compression);
 }
 
 int DistRank::run() {
@@ -375,12 +391,43 @@ int DistRank::run() {
     return cli::kExitOk;
 }
 
+// --auto, before each epoch: rank 0 says whether to measure, and every rank measures together.
+void DistRank::measure_auto(std::int64_t epoch) {
+    const double due = session_.leader() && auto_->due(epoch) ? 1 : 0;
+    if (session_.broadcast(std::vector<double>{due}, 1).at(0) == 0) return auto_->skip_measure();
+    auto_->measure(*session_.comm(), session_.device(), *session_.host(), session_.leader(),
+                   [this] { return time_compute(); });
+}
+
+// The model's forward and backward pass on a batch of the run's shape, timed on every
+// rank before the first epoch; the slowest rank's.
+ComputeSeconds DistRank::time_compute() {
+    train::ComputeTimingConfig config;
+    config.model = t_.model;
+    config.batch_size = t_.batch_size;
+    config.warmup = 1;
+    config.steps = 3;
+    config.device = t_.device;
+    config.device_index = session_.device().is_cuda() ? session_.device().index() : 0;
+    config.seed = t_.seed;
+    config.model_options = t_.model_options;
+    config.input_shape = data_->info().shape.input;
+    config.classes = data_->info().shape.classes;
+    comm::Collectives* host = session_.host();
+    const train::ComputeTimes times = train::time_compute(config, [host] { host->barrier(); });
+    at::Tensor slowest = torch::tensor(
+        std::vector<double>{perf::summarize(times.forward).median, perf::summarize(times.backward).median},
+        torch::kFloat64);
+    host->allreduce(slowest, comm::ReduceOp::max);
+    return {slowest[0].item<double>(), slowest[1].item<double>()};
+}
+
 // What rank 0 decided for the epoch, on every rank.
 DataParallelRank::EpochPlan DistRank::begin_epoch(std::int64_t epoch) {
     EpochOrders& o = orders_;
     o = EpochOrders();
     std::vector<double> message;
-    if (auto_) auto_->before_epoch(session_, epoch);
+    if (auto_) measure_auto(epoch);
     if (plan_) {
         o.decided = plan_->levels_of(epoch);
         if (auto_) o.decided.level = auto_->plan(o.decided.critical).level;
@@ -451,7 +498,7 @@ void DistRank::write_epoch(const EpochSummary& all, io::MetricsEpoch& m) {
         m.reason = o.decided.reason;
     }
     if (auto_) {
-        auto_->after_epoch(*recorder_, m.seconds, m.compute_seconds, m.steps);
+        auto_->after_epoch(recorder_->sums(), m.seconds, m.compute_seconds, m.steps);
         m.has_auto = true;
         m.automatic = auto_->metrics();
     }

@@ -318,9 +318,7 @@ void validate(const TrainDistConfig& c) {
     if (c.automatic) {
         check_plannable("--low", c.accordion_config.low);
         check_plannable("--high", c.accordion_config.high);
-        if (!(c.auto_config.margin >= 0 && c.auto_config.margin < 1)) throw UsageError("--auto-margin: must be in [0, 1)");
-        if (!(c.auto_config.drift > 0) || !std::isfinite(c.auto_config.drift))
-            throw UsageError("--auto-drift: must be a number > 0");
+        plan::check_auto_options(c.auto_config.margin, c.auto_config.drift, "--auto-margin", "--auto-drift");
     }
     comm::run_backend(c.backend, c.train.device);
     if (!(c.bucket_mb > 0) || !std::isfinite(c.bucket_mb)) throw UsageError("--bucket-mb: must be a number > 0");

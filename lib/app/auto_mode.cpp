@@ -1,13 +1,10 @@
-#include "train-dist/auto_mode.hpp"
+#include "app/auto_mode.hpp"
 
-#include "base/clock.hpp"
 #include "base/error.hpp"
 #include "base/text.hpp"
-#include "comm/collectives.hpp"
 #include "comm/loopback.hpp"
 #include "perf/fit.hpp"
 #include "perf/stats.hpp"
-#include "train/compute_time.hpp"
 #include "train/profile.hpp"
 
 #include <spdlog/fmt/fmt.h>
@@ -36,83 +33,87 @@ constexpr double kLinkSeconds = 0.05;
 
 // Waits for a collective's result on a GPU, so that the clock sees its end.
 void wait_for(const at::Tensor& t) {
-    if (t.is_cuda()) (void)t.narrow(0, 0, 1).to(torch::kCPU);
+    if (t.is_cuda()) (void)t.narrow(0, 0, 1).to(at::kCPU);
 }
 
 std::string ms(double seconds) { return fmt::format("{:.3g} ms", seconds * 1e3); }
 
 }  // namespace
 
-AutoMode::AutoMode(const TrainDistConfig& c, std::vector<io::Parameter> parameters,
-                   std::vector<compress::Spec> candidates, exchange::ExchangeOptions codec_options,
-                   std::vector<std::int64_t> input_shape, std::int64_t classes)
-    : c_(c), parameters_(std::move(parameters)), candidates_(std::move(candidates)),
-      codec_options_(std::move(codec_options)), input_shape_(std::move(input_shape)), classes_(classes) {
+AutoMode::AutoMode(AutoSettings settings, std::vector<io::Parameter> parameters,
+                   std::vector<compress::Spec> candidates, exchange::ExchangeOptions codec_options)
+    : settings_(std::move(settings)), parameters_(std::move(parameters)), candidates_(std::move(candidates)),
+      codec_options_(std::move(codec_options)) {
     inputs_.parameters = parameters_;
     inputs_.candidates = candidates_;
-    inputs_.low = c.accordion_config.low;
-    inputs_.high = c.accordion_config.high;
-    inputs_.margin = c.auto_config.margin;
-    inputs_.compute.bucket_bytes = c.bucket_mb * 1024 * 1024;
-    inputs_.compute.first_bucket_bytes = c.first_bucket_mb * 1024 * 1024;
+    inputs_.low = settings_.low;
+    inputs_.high = settings_.high;
+    inputs_.margin = settings_.margin;
+    inputs_.compute.bucket_bytes = settings_.bucket_bytes;
+    inputs_.compute.first_bucket_bytes = settings_.first_bucket_bytes;
 }
 
-void AutoMode::before_epoch(RankSession& session, std::int64_t epoch) {
-    double due = 0;
-    if (session.leader()) {
-        const bool drifted = plan::prediction_drifted(predicted_, measured_step_, c_.auto_config.drift);
-        const bool affordable = measure_total_ + last_measure_ <= plan::kMeasureShare * trained_seconds_;
-        due = !have_compute_ || (drifted && affordable) ? 1 : 0;
-        if (have_compute_ && drifted)
-            spdlog::info("auto: epoch {} took {} per step against {} predicted: {}", epoch - 1, ms(measured_step_),
-                         ms(predicted_),
-                         affordable ? "measuring again"
-                                    : fmt::format("measuring again would take more than {:g} % of the run",
-                                                  100 * plan::kMeasureShare));
-    }
-    measured_ = session.broadcast(std::vector<double>{due}, 1).at(0) != 0;
-    measure_seconds_ = 0;
-    if (!measured_) return;
+bool AutoMode::due(std::int64_t epoch) const {
+    if (!have_measured_) return true;
+    if (!std::isfinite(predicted_)) return false;  // the epoch measured the compute: nothing was predicted
+    if (!plan::prediction_drifted(predicted_, measured_step_, settings_.drift)) return false;
+    const bool affordable = measure_total_ + last_measure_ <= plan::kMeasureShare * trained_seconds_;
+    spdlog::info("auto: epoch {} took {} per step against {} predicted: {}", epoch - 1, ms(measured_step_),
+                 ms(predicted_),
+                 affordable ? "measuring again"
+                            : fmt::format("measuring again would take more than {:g} % of the run",
+                                          100 * plan::kMeasureShare));
+    return affordable;
+}
+
+void AutoMode::measure(comm::Collectives& comm, at::Device device, comm::Collectives& host, bool leader,
+                       const std::function<ComputeSeconds()>& compute) {
     const auto start = Clock::now();
-    measure_link(session);
-    if (session.leader()) time_codecs();
+    measure_link(comm, device, host);
+    if (leader) time_codecs();
     // What measuring again costs: the link and the codecs (the compute is measured once,
     // then taken from the epochs themselves).
     const double again = since(start);
     spdlog::debug("auto: link and codecs measured in {:.3f} s", again);
-    if (!have_compute_) measure_compute(session);
+    if (!have_compute_ && compute) {
+        const ComputeSeconds c = compute();
+        inputs_.compute.seconds = c.forward + c.backward;
+        if (c.forward + c.backward > 0) inputs_.compute.backward_share = c.backward / (c.forward + c.backward);
+        have_compute_ = true;
+    }
+    measured_ = true;
     measure_seconds_ = since(start);
     if (have_measured_) measure_total_ += measure_seconds_;  // the first is before any training
     have_measured_ = true;
     last_measure_ = again;
-    if (session.leader()) {
+    if (leader) {
         const plan::Link& l = inputs_.link;
-        spdlog::info("auto: measured in {:.2f} s: allreduce {} per ring step, {}B/s; allgather {}, {}B/s; compute {} "
-                     "per step",
+        spdlog::info("auto: measured in {:.2f} s: allreduce {} per ring step, {}B/s; allgather {}, {}B/s; compute {}",
                      measure_seconds_, ms(l.allreduce.alpha), si_count(l.allreduce.bandwidth), ms(l.allgather.alpha),
-                     si_count(l.allgather.bandwidth), ms(inputs_.compute.seconds));
+                     si_count(l.allgather.bandwidth),
+                     have_compute_ ? ms(inputs_.compute.seconds) + " per step"
+                                   : std::string("from the first epoch's uncompressed steps"));
     }
 }
 
-void AutoMode::measure_link(RankSession& session) {
-    const int world = session.world();
+void AutoMode::measure_link(comm::Collectives& comm, at::Device device, comm::Collectives& host) {
+    const int world = comm.world_size();
     inputs_.link.world = world;
     if (world < 2) {  // nothing crosses a link
         inputs_.link.allreduce = inputs_.link.allgather = perf::Network(0, 1);
         return;
     }
-    comm::Collectives& comm = *session.comm();
-    const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(session.device());
+    const auto options = at::TensorOptions().dtype(at::kFloat).device(device);
     // The slowest rank's value: a collective ends for everyone when the last rank is done.
     auto slowest = [&](double value) {
-        at::Tensor t = torch::tensor(std::vector<double>{value}, torch::kFloat64);
-        session.host()->allreduce(t, comm::ReduceOp::max);
+        at::Tensor t = at::full({1}, value, at::TensorOptions().dtype(at::kDouble));
+        host.allreduce(t, comm::ReduceOp::max);
         return t[0].item<double>();
     };
     for (const bool gather : {false, true}) {
         std::vector<double> bytes, seconds;
         for (std::int64_t floats = kFirstFloats;; floats *= 4) {
-            at::Tensor t = torch::ones({floats}, options);
+            at::Tensor t = at::ones({floats}, options);
             auto once = [&] {
                 const auto start = Clock::now();
                 if (gather) {
@@ -149,29 +150,6 @@ void AutoMode::measure_link(RankSession& session) {
     }
 }
 
-void AutoMode::measure_compute(RankSession& session) {
-    train::ComputeTimingConfig config;
-    config.model = c_.train.model;
-    config.batch_size = c_.train.batch_size;
-    config.warmup = 1;
-    config.steps = 3;
-    config.device = c_.train.device;
-    config.device_index = session.device().is_cuda() ? session.device().index() : 0;
-    config.seed = c_.train.seed;
-    config.model_options = c_.train.model_options;
-    config.input_shape = input_shape_;
-    config.classes = classes_;
-    comm::Collectives* host = session.host();
-    const train::ComputeTimes times = train::time_compute(config, [host] { host->barrier(); });
-    const double forward = perf::summarize(times.forward).median, backward = perf::summarize(times.backward).median;
-    at::Tensor slowest = torch::tensor(std::vector<double>{forward, backward}, torch::kFloat64);
-    host->allreduce(slowest, comm::ReduceOp::max);
-    const double f = slowest[0].item<double>(), b = slowest[1].item<double>();
-    inputs_.compute.seconds = f + b;
-    if (f + b > 0) inputs_.compute.backward_share = b / (f + b);
-    have_compute_ = true;
-}
-
 // Every candidate on every matrix of the model's shapes, on one process standing in for
 // the world (comm::LoopbackCollectives): encode and decode per step, the fastest of two,
 // shared among the matrices in proportion to their sizes.
@@ -183,9 +161,9 @@ void AutoMode::time_codecs() {
         if (p.is_matrix()) matrix_values += p.numel();
     if (matrix_values == 0) return;
     comm::LoopbackCollectives loop(std::max(1, inputs_.link.world));
-    torch::manual_seed(c_.train.seed);
+    at::manual_seed(settings_.seed);
     std::vector<at::Tensor> gradients;
-    for (const auto& p : parameters_) gradients.push_back(torch::randn(p.shape, torch::kFloat32));
+    for (const auto& p : parameters_) gradients.push_back(at::randn(p.shape, at::TensorOptions().dtype(at::kFloat)));
     for (size_t c = 0; c < C; ++c) {
         if (candidates_[c] == compress::no_compression()) continue;
         std::vector<compress::Spec> levels;
@@ -208,6 +186,17 @@ void AutoMode::time_codecs() {
 const plan::AutoPlan& AutoMode::plan(const std::vector<std::uint8_t>& critical) {
     inputs_.critical = critical;
     if (inputs_.critical.size() != parameters_.size()) inputs_.critical.assign(parameters_.size(), 1);
+    if (!have_compute_) {
+        const size_t none = static_cast<size_t>(
+            std::find(candidates_.begin(), candidates_.end(), compress::no_compression()) - candidates_.begin());
+        plan_ = plan::AutoPlan();
+        plan_.level.assign(parameters_.size(), static_cast<std::int32_t>(none));
+        plan_.reason.assign(parameters_.size(), plan::AutoReason::measuring);
+        plan_.seconds = plan_.uncompressed_seconds = plan_.compressed_seconds = io::MetricsAuto::kNone;
+        plan_.budget = plan_.error = io::MetricsAuto::kNone;
+        predicted_ = io::MetricsAuto::kNone;
+        return plan_;
+    }
     inputs_.uncompressed_overhead = overhead_[0];
     // Until a compressed epoch has run, its overhead is taken to be the uncompressed one.
     inputs_.compressed_overhead = overhead_known_[1] ? overhead_[1] : overhead_[0];
@@ -218,21 +207,27 @@ const plan::AutoPlan& AutoMode::plan(const std::vector<std::uint8_t>& critical) 
     return plan_;
 }
 
-void AutoMode::after_epoch(const train::GradientRecorder& recorder, double seconds, double compute_seconds,
+void AutoMode::after_epoch(const std::vector<at::Tensor>& sums, double seconds, double compute_seconds,
                            std::int64_t steps) {
+    if (sums.size() != parameters_.size())
+        throw Error("internal error: " + std::to_string(sums.size()) + " gradient sums for " +
+                    std::to_string(parameters_.size()) + " parameters");
     inputs_.profile.clear();
-    for (size_t p = 0; p < parameters_.size(); ++p)
-        inputs_.profile.push_back(train::layer_profile(recorder.sums().at(p), parameters_[p]));
+    for (size_t p = 0; p < parameters_.size(); ++p) inputs_.profile.push_back(train::layer_profile(sums[p], parameters_[p]));
     trained_seconds_ += seconds;
     if (steps > 0) {
         measured_step_ = seconds / static_cast<double>(steps);
         // This epoch's compute, in the run itself: the next plan's, and the one its
         // overhead is measured against (against the compute the plan assumed, a
         // change of compute between epochs would count twice in the next prediction).
-        if (std::isfinite(compute_seconds) && compute_seconds > 0)
+        if (std::isfinite(compute_seconds) && compute_seconds > 0) {
             inputs_.compute.seconds = compute_seconds / static_cast<double>(steps);
-        overhead_[plan_.pays ? 1 : 0] = plan::measured_overhead(inputs_, plan_.level, measured_step_);
-        overhead_known_[plan_.pays ? 1 : 0] = true;
+            have_compute_ = true;
+        }
+        if (have_compute_) {
+            overhead_[plan_.pays ? 1 : 0] = plan::measured_overhead(inputs_, plan_.level, measured_step_);
+            overhead_known_[plan_.pays ? 1 : 0] = true;
+        }
     }
 }
 
@@ -258,6 +253,8 @@ io::MetricsAuto AutoMode::metrics() const {
 }
 
 std::string AutoMode::summary() const {
+    if (!plan_.reason.empty() && plan_.reason.front() == plan::AutoReason::measuring)
+        return "measuring: the epoch's steps go uncompressed and time the step's compute";
     const std::string compressed =
         std::isfinite(plan_.compressed_seconds) ? ms(plan_.compressed_seconds) : std::string("no plan");
     if (plan_.pays)
