@@ -265,6 +265,19 @@ AutoPlan plan_auto(const AutoInputs& in) {
                     chosen[matrices[i]] = static_cast<std::int32_t>(c);
                     consider(chosen);
                 }
+        // The budget is spent away from Accordion's levels only where that buys time: a
+        // plan other than theirs must be predicted at least the margin faster than theirs
+        // (on a link where any compressed plan is bound by compute, a cheaper plan saves
+        // nothing measurable and costs accuracy).
+        const bool uniform_compresses =
+            std::any_of(matrices.begin(), matrices.end(), [&](size_t p) { return uniform[p] != none; });
+        const double uniform_seconds = seconds_of(in, wires, uniform);
+        if (!kept_uniform && best != uniform && uniform_compresses &&
+            !(best_seconds < (1 - in.margin) * uniform_seconds)) {
+            best = uniform;
+            best_seconds = uniform_seconds;
+            kept_uniform = true;
+        }
         out.error = 0;
         for (size_t i = 0; i < matrices.size(); ++i) {
             const size_t p = matrices[i];

@@ -109,7 +109,7 @@ double step_seconds(const AutoInputs& inputs, const std::vector<std::int32_t>& l
 /// Plans one epoch. With a profile: the exact minimum of step_seconds over the plans
 /// whose summed error is within the budget (the dynamic program of regime::plan_levels
 /// once per set of channels in use, whose latencies do not add up per parameter),
-/// kept only where it beats Accordion's levels. Without: Accordion's levels. Then the
+/// kept only where it is at least the margin faster than Accordion's levels. Without: Accordion's levels. Then the
 /// guard: unless that plan's time is below (1 - margin) x the uncompressed time, every
 /// parameter goes uncompressed; both times include their overhead. Throws acc::Error for inputs of the wrong lengths,
 /// UsageError for a candidate without an error model or low/high not among them.

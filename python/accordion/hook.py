@@ -45,7 +45,8 @@ class CompressionState:
       among none, `low`, `high` and `levels` (default powersgd:1, powersgd:2,
       powersgd:4, topk:0.01) chosen by the step time predicted on the link measured
       on this group, within Accordion's error budget, or none for every parameter
-      where no compressed plan is predicted faster than uncompressed by `margin`; the
+      where no compressed plan is predicted faster than uncompressed by `margin`
+      (and Accordion's own levels unless a plan is `margin` faster than them); the
       link and the codecs are measured again when a step's time drifts from its
       prediction by more than `drift`. The first epoch's steps go uncompressed: they
       time the step's compute. auto_records says, on rank 0, what was planned and why.

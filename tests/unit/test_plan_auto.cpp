@@ -1,5 +1,6 @@
 // The automatic mode's planner (lib/plan/auto_plan): its choice against a brute
-// force over every level of every parameter under a prescribed link and compute
+// force over every level of every parameter (kept at Accordion's levels unless the
+// margin faster than them) under a prescribed link and compute
 // time, the guard on a fast and a slow link, the drift test that triggers a new
 // measurement, and its refusals.
 #include "plan/auto_plan.hpp"
@@ -91,6 +92,13 @@ AutoInputs inputs_for(std::mt19937& rng, double bandwidth, double alpha) {
     return in;
 }
 
+std::int32_t level_index(const AutoInputs& in, const Spec& spec) {
+    for (size_t c = 0; c < in.candidates.size(); ++c)
+        if (in.candidates[c] == spec) return static_cast<std::int32_t>(c);
+    ADD_FAILURE() << spec.text() << " is no candidate";
+    return 0;
+}
+
 struct Best {
     double seconds = std::numeric_limits<double>::infinity();
     std::vector<std::int32_t> level;
@@ -123,6 +131,12 @@ Best brute_force(const AutoInputs& in) {
         const double seconds = step_seconds(in, level);
         if (seconds < best.seconds) best = {seconds, level};
     }
+    // Accordion's levels, unless a plan is at least the margin faster than them.
+    std::vector<std::int32_t> accordion(in.parameters.size(), 0);
+    for (size_t p : matrices) accordion[p] = level_index(in, in.critical[p] ? in.low : in.high);
+    const double accordion_seconds = step_seconds(in, accordion);
+    if (best.level != accordion && !(best.seconds < (1 - in.margin) * accordion_seconds))
+        best = {accordion_seconds, accordion};
     return best;
 }
 
@@ -279,6 +293,38 @@ TEST(AutoPlan, ABindingBudgetIsNamed) {
         }
     }
     EXPECT_GT(budget, 0);
+}
+
+TEST(AutoPlan, LeavesAccordionsLevelsOnlyForAPlanAtLeastTheMarginFaster) {
+    // The first of these random models whose fastest plan within the budget leaves
+    // Accordion's levels (rank 4 on every matrix) for cheaper ones on some.
+    const std::vector<std::int32_t> accordion = {3, 0, 3, 3};
+    AutoInputs in;
+    AutoPlan free;
+    for (unsigned seed = 1; seed <= 100; ++seed) {
+        std::mt19937 rng(seed);
+        in = inputs_for(rng, 1e5, 1e-5);
+        in.codec_seconds.clear();
+        in.critical.assign(4, 1);
+        in.margin = 0;
+        free = plan_auto(in);
+        if (free.pays && free.level != accordion) break;
+    }
+    ASSERT_TRUE(free.pays);
+    ASSERT_NE(free.level, accordion);
+    const double accordion_seconds = step_seconds(in, accordion);
+    const double gain = 1 - free.seconds / accordion_seconds;
+    ASSERT_GT(gain, 0.01);
+    in.margin = gain * 0.99;  // the cheaper plan is the margin faster: taken
+    EXPECT_EQ(plan_auto(in).level, free.level);
+    in.margin = gain * 1.01;  // not quite: Accordion's levels stay, for their smaller error
+    const AutoPlan kept = plan_auto(in);
+    ASSERT_TRUE(kept.pays);
+    EXPECT_EQ(kept.level, accordion);
+    EXPECT_DOUBLE_EQ(kept.seconds, accordion_seconds);
+    EXPECT_EQ(kept.reason, (std::vector<AutoReason>{AutoReason::regime, AutoReason::vector, AutoReason::regime,
+                                                    AutoReason::regime}));
+    EXPECT_NEAR(kept.error, kept.budget, 1e-12 * kept.budget);
 }
 
 TEST(AutoPlan, ARunIsMeasuredAgainOnlyWhenItsStepTimeDrifts) {
