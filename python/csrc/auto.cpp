@@ -9,21 +9,22 @@
 // ProcessGroup.boxed(), which 1.13 lacks.
 #include "guarded.hpp"
 
+#include "app/regime_plan.hpp"
+#include "compress/spec.hpp"
+#include "plan/auto_plan.hpp"
+
+#include <torch/library.h>
 #include <torch/version.h>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include "parameters.hpp"
 
 #include "app/auto_mode.hpp"
-#include "app/regime_plan.hpp"
 #include "comm/group.hpp"
-#include "compress/spec.hpp"
 #include "exchange/staging.hpp"
-#include "plan/auto_plan.hpp"
 
 #include <ATen/ATen.h>
 #include <torch/custom_class.h>
-#include <torch/library.h>
 
 #include <cmath>
 #include <cstdint>
@@ -34,15 +35,6 @@
 
 namespace acc::python {
 namespace {
-
-// The numbers of auto_record(), in its order (io::MetricsAuto's, as docs/metrics.md names them).
-const std::vector<std::string>& record_fields() {
-    static const std::vector<std::string> fields = {
-        "pays",          "measured",         "measure_seconds",  "predicted_seconds", "overhead_seconds",
-        "uncompressed_seconds", "compressed_seconds", "measured_seconds", "compute_seconds", "allreduce_alpha",
-        "allreduce_bandwidth", "allgather_alpha", "allgather_bandwidth", "budget", "error"};
-    return fields;
-}
 
 class AutoTuner : public torch::CustomClassHolder {
 public:
@@ -149,8 +141,28 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
         .def("after_epoch", &AutoTuner::after_epoch)
         .def("record", &AutoTuner::record)
         .def("summary", &AutoTuner::summary);
+}
+#endif
+
+namespace acc::python {
+namespace {
+
+// The numbers of AutoTuner.record(), in its order (io::MetricsAuto's, as docs/metrics.md names them).
+const std::vector<std::string>& auto_record_fields() {
+    static const std::vector<std::string> fields = {
+        "pays",          "measured",         "measure_seconds",  "predicted_seconds", "overhead_seconds",
+        "uncompressed_seconds", "compressed_seconds", "measured_seconds", "compute_seconds", "allreduce_alpha",
+        "allreduce_bandwidth", "allgather_alpha", "allgather_bandwidth", "budget", "error"};
+    return fields;
+}
+
+}  // namespace
+}  // namespace acc::python
+
+// What the package reads even where its hook cannot run (LibTorch 1.13): names and defaults.
+TORCH_LIBRARY_FRAGMENT(accordion, m) {
     // The automatic mode's record (auto_record's numbers) and why each parameter has its level, by code.
-    m.def("auto_record_fields() -> str[]", [] { return acc::python::record_fields(); });
+    m.def("auto_record_fields() -> str[]", [] { return acc::python::auto_record_fields(); });
     m.def("auto_reason_names() -> str[]", [] { return acc::plan::auto_reason_names(); });
     // Its defaults: the margin and the drift (train-dist's --auto-margin, --auto-drift), and
     // the candidate levels besides none, low and high (--levels).
@@ -170,4 +182,3 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
         });
     });
 }
-#endif
