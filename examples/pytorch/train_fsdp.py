@@ -6,11 +6,12 @@ The lines marked `# accordion` are all it takes.
     python3 -m torch.distributed.run --nproc_per_node 4 examples/pytorch/train_fsdp.py --compress powersgd:4
 
 4 ranks are 2 replicas (--replicas) of 2 shards each, as 2 nodes of 2 GPUs would be;
-here Gloo on the CPU. Without --compress, --schedule or --accordion it trains with
+here Gloo on the CPU. Without --compress, --schedule, --accordion or --auto it trains with
 FSDP's own hybrid sharding (fully_shard over the 2-D mesh), for comparison.
 --schedule SCHED.h5 replays a compression schedule from regime-detect (e.g. made
 from train_mlp.py's grads.h5: the same parameters); --accordion decides the levels
-online. --model cnn trains the toolkit's `cnn` (train-dist --model cnn) instead of
+online; --auto chooses them each epoch by the step time predicted on the link it
+measures, uncompressed where compression does not pay. --model cnn trains the toolkit's `cnn` (train-dist --model cnn) instead of
 the MLP; --csv FILE appends a row per epoch (rank 0: accuracy, time, the median
 step's seconds, floats sent). --record GRADS.h5 records rank 0's local gradients for regime-detect
 (accordion.GradientRecorder, in any of these modes); record-and-detect-fsdp.sh
@@ -62,6 +63,9 @@ def main():
     parser.add_argument("--accordion", action="store_true",
                         help="decide the levels online (powersgd:2 critical, powersgd:1 elsewhere, a decision "
                              "every 2 epochs)")
+    parser.add_argument("--auto", action="store_true",
+                        help="the automatic mode: each epoch's levels by predicted step time, within Accordion's "
+                             "error budget (its regimes as --accordion decides them)")
     parser.add_argument("--record", metavar="GRADS.h5",
                         help="record rank 0's local gradients, summed per epoch, for regime-detect")
     parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
@@ -90,7 +94,7 @@ def main():
     test_x, test_y = load("test", args.test_samples)
     model = MLP() if args.model == "mlp" else CNN()
     policy = MixedPrecisionPolicy(reduce_dtype=getattr(torch, args.reduce_dtype))
-    compressed = args.compress or args.schedule or args.accordion
+    compressed = args.compress or args.schedule or args.accordion or args.auto
     # Sharded within a replica; without compression FSDP also all-reduces across the replicas.
     shard_mesh = mesh["shard"] if compressed else mesh
     for layer in [child for child in model.children() if any(True for _ in child.parameters())]:
@@ -100,7 +104,7 @@ def main():
     if compressed:
         # accordion: each module's gradient shard averaged across the replicas, compressed
         state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule,  # accordion
-                                        accordion=args.accordion, interval=2)
+                                        accordion=args.accordion, auto=args.auto, interval=2)
     recorder = None
     if args.record:
         # accordion: rank 0's raw local gradients, read at each FSDP module's reduce-scatter input
@@ -140,6 +144,8 @@ def main():
             sent = f", sent {state.floats_sent - sent_before:.4g} floats" if state is not None else ""
             print(f"epoch {epoch}: loss {sum(losses) / len(losses):.4f}, test accuracy {100 * test_accuracy:.2f}%, "
                   f"lr {lr:g}{sent}, {seconds:.1f} s", flush=True)
+            if args.auto:
+                print(f"  auto: {state.auto_records[-1]['summary']}", flush=True)
             if args.csv:
                 write_row(args.csv, [epoch, sum(losses) / len(losses), test_accuracy, seconds, len(steps),
                                      statistics.median(steps),

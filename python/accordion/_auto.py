@@ -41,49 +41,64 @@ def _number(name, value):
 
 
 class Auto:
-    """The automatic mode of one CompressionState. `named`: [(name, parameter)] in the
-    model's order; `level_names`: the run plan's levels, which plans index."""
+    """The automatic mode of one CompressionState. `group`: the ranks that exchange
+    (whose link is measured); `decisions`: the ranks that take rank 0's levels (its
+    rank 0 plans: the one that sums the gradients), `group` or a group holding it, as
+    compress_fsdp's world holds each replica group. `planned`: [(name, shape)] of what
+    the exchange sends, in the model's order (a parameter's, or its first shard's);
+    `device`: the model's; `level_names`: the run plan's levels, which plans index.
+    `overlapped`: uncompressed steps overlap their exchange with the backward pass
+    (DDP's buckets), else the exchange follows it."""
 
-    def __init__(self, group, named, level_names, low, high, margin, drift, seed, error_feedback):
+    def __init__(self, group, planned, device, level_names, low, high, margin, drift, seed, error_feedback, *,
+                 decisions=None, overlapped=True):
         margin = MARGIN if margin is None else _number("margin", margin)
         drift = DRIFT if drift is None else _number("drift", drift)
         self._group = group
-        self._names = [name for name, _ in named]
-        self._shapes = {name: tuple(p.shape) for name, p in named}
-        self._device = str(named[0][1].device) if named else "cpu"
-        self.leader = dist.get_rank(group) == 0
-        self.tuner = _library.call(_library.classes.AutoTuner,
-                                   *_library.parameter_lists([(name, p.shape) for name, p in named]),
-                                   list(level_names), low, high, margin, drift, seed, bool(error_feedback))
+        self._decisions = group if decisions is None else decisions
+        self._names = [name for name, _ in planned]
+        self._shapes = {name: tuple(shape) for name, shape in planned}
+        self._device = str(device)
+        self.leader = dist.get_rank(self._decisions) == 0
+        self.tuner = _library.call(_library.classes.AutoTuner, *_library.parameter_lists(planned),
+                                   list(level_names), low, high, margin, drift, seed, bool(error_feedback),
+                                   bool(overlapped))
         self.running = None  # the epoch in progress (set_epoch called, not ended)
+        self._first_step = 0  # the state's steps when it began
         #: Rank 0: one dict per epoch planned (auto_records).
         self.records = []
 
-    def end_epoch(self, sync, sums):
-        """Rank 0, when the epoch in progress ends: its steps' times from `sync` (the
-        hook's) and `sums` (the online rank sums, before they are reset) for the profile."""
+    def end_epoch(self, sync, sums, steps):
+        """Rank 0, when the epoch in progress ends: its time from `sync` (the hook's),
+        its steps from `steps` (the state's count so far) and `sums` (the online rank
+        sums, before they are reset) for the profile."""
         epoch, self.running = self.running, None
         if epoch is None or not self.leader:
             return
-        seconds, steps, exchange = _library.call(sync.epoch_times)
+        seconds, _, exchange = _library.call(sync.epoch_times)
         gradients = []
         for name in self._names:
+            shape = self._shapes[name]
             try:
-                gradients.append(_library.call(sums.sum, name))
+                gradient = _library.call(sums.sum, name)
             except UsageError:  # no gradient of it this epoch
-                gradients.append(torch.zeros(self._shapes[name]))
-        steps = int(steps)
+                gradient = torch.zeros(shape)
+            if tuple(gradient.shape) != shape:
+                gradient = gradient[:shape[0]]  # the first shard's rows, which the plan prices
+            gradients.append(gradient)
+        steps = int(steps) - self._first_step
         _library.call(self.tuner.after_epoch, gradients, float(seconds), float(seconds - exchange), steps)
         record = self.records[-1] if self.records and self.records[-1]["epoch"] == epoch else None
         if record is not None:
             record.update(self._record(), steps=steps, seconds=float(seconds))
 
-    def begin_epoch(self, epoch, critical):
-        """Every rank, at set_epoch: measures when rank 0 says so, and returns the
-        epoch's level per parameter (indices into the plan's levels), rank 0's."""
-        source = _global_rank(self._group, 0)
+    def begin_epoch(self, epoch, critical, steps):
+        """Every rank, at set_epoch (`steps`: the state's count so far): measures when
+        rank 0 says so, every group of exchanging ranks on its own link at once, and
+        returns the epoch's level per parameter (indices into the plan's levels), rank 0's."""
+        source = _global_rank(self._decisions, 0)
         due = [bool(_library.call(self.tuner.due, epoch)) if self.leader else None]
-        dist.broadcast_object_list(due, src=source, group=self._group)
+        dist.broadcast_object_list(due, src=source, group=self._decisions)
         if due[0]:
             _library.call(self.tuner.measure, self._group.boxed(), self._device, self.leader)
         elif self.leader:
@@ -92,17 +107,18 @@ class Auto:
         if self.leader:
             levels[0] = list(_library.call(self.tuner.plan, [int(c) for c in critical]))
             self.records.append({"epoch": epoch, "summary": _library.call(self.tuner.summary), **self._record()})
-        dist.broadcast_object_list(levels, src=source, group=self._group)
-        self.running = epoch
+        dist.broadcast_object_list(levels, src=source, group=self._decisions)
+        self.running, self._first_step = epoch, int(steps)
         return levels[0]
 
-    def records_now(self, sync):
+    def records_now(self, sync, steps):
         """Rank 0's records, the epoch in progress with its steps so far: "steps",
         "seconds" and "measured_seconds" (the time per step, as its end will record it)."""
         out = [dict(r) for r in self.records]
         if out and self.running is not None and out[-1]["epoch"] == self.running:
-            seconds, steps, _ = _library.call(sync.epoch_times)
-            out[-1].update(steps=int(steps), seconds=float(seconds),
+            seconds, _, _ = _library.call(sync.epoch_times)
+            steps = int(steps) - self._first_step
+            out[-1].update(steps=steps, seconds=float(seconds),
                            measured_seconds=float(seconds) / steps if steps else None)
         return out
 

@@ -21,7 +21,8 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, extend_last=False, accordion=False,
                   gravac=None, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
-                  interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0, auto=False):
+                  interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0, auto=False,
+                  levels=None, margin=None, drift=None):
     """Makes FSDP2's hybrid sharding exchange each gradient shard across the replicas
     through the toolkit's compressors; call it once, on every rank, after fully_shard:
 
@@ -40,17 +41,17 @@ def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, exten
     its reduce-scatter's input, as CompressionState decides; call set_epoch(epoch,
     lr) each epoch) or `gravac` (a family such as 'topk' or an accordion.Gravac:
     GraVAC's factor chosen every step for the whole model, every rank of the world
-    deciding together; take_gravac_steps() says which). `low`, `high`, `eta`,
-    `interval`, `seed`, `error_feedback` and `start_step` are CompressionState's.
-    `auto=True` (CompressionState's automatic mode) is refused: its model prices DDP's
-    bucketed exchange, not FSDP's per-module replica exchange.
+    deciding together; take_gravac_steps() says which) or `auto=True`
+    (CompressionState's automatic mode, with its `levels`, `margin` and `drift`: each
+    replica group measures its own link at once, global rank 0 plans on the first
+    shard's rows, priced as exchanged after the backward pass, and every rank takes its
+    levels; call set_epoch(epoch, lr) each epoch). `low`, `high`, `eta`, `interval`,
+    `seed`, `error_feedback` and `start_step` are CompressionState's.
     Returns the FsdpCompressionState (floats_sent, levels, set_epoch, state_dict)."""
-    if auto:
-        raise UsageError("auto: the automatic mode prices DDP's bucketed exchange (CompressionState(auto=True)); "
-                         "under compress_fsdp give compress, schedule, accordion=True or gravac")
     return FsdpCompressionState(model, replicate_group, compress, schedule=schedule, extend_last=extend_last,
                                 accordion=accordion, gravac=gravac, low=low, high=high, eta=eta, interval=interval,
-                                seed=seed, error_feedback=error_feedback, start_step=start_step)
+                                seed=seed, error_feedback=error_feedback, start_step=start_step, auto=auto,
+                                levels=levels, margin=margin, drift=drift)
 
 
 class _Module:
@@ -74,15 +75,17 @@ class FsdpCompressionState(CompressionState):
 
     def __init__(self, model, replicate_group, compress=None, *, schedule=None, extend_last=False, accordion=False,
                  gravac=None, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
-                 interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0):
+                 interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0, auto=False,
+                 levels=None, margin=None, drift=None):
         modules, shard_group = _fsdp_modules(model)
         given = [key for key, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion),
-                                        ("gravac", gravac))
+                                        ("gravac", gravac), ("auto", auto))
                  if value is not None and value is not False]
-        if len(given) != 1:
+        if len(given) != 1:  # before any collective: the group's checks below take some
             raise UsageError("compress_fsdp: give one of compress (a compressor spec such as 'powersgd:2'), "
                              "schedule (a compression schedule from regime-detect), accordion=True (decided "
-                             "online) or gravac (a compressor family such as 'topk', decided every step), not "
+                             "online), gravac (a compressor family such as 'topk', decided every step) or "
+                             "auto=True (levels chosen by predicted step time), not "
                              f"{' and '.join(given) if given else 'none of them'}")
         group = _replica_group(replicate_group, shard_group)
         named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
@@ -110,7 +113,8 @@ class FsdpCompressionState(CompressionState):
         self._configure("compress_fsdp", group, named, compress, schedule=schedule, extend_last=extend_last,
                         accordion=accordion, gravac=gravac, low=low, high=high, eta=eta, interval=interval,
                         seed=seed, error_feedback=error_feedback, start_step=start_step,
-                        decisions=dist.group.WORLD if gravac is not None else None)
+                        decisions=dist.group.WORLD if gravac is not None else None, auto=auto, levels=levels,
+                        margin=margin, drift=drift)
         self._modules = layouts
         self._deferred = []  # GraVAC: (module index, [(name, copy of its shard)]) until the step ends
         self._step_end_queued = False
@@ -128,6 +132,15 @@ class FsdpCompressionState(CompressionState):
 
     def _deciding_group(self):
         return dist.group.WORLD
+
+    # The automatic mode prices the first shard's rows, the most any shard sends, each
+    # exchanged inside FSDP's all-reduce hook, which holds the backward pass until it
+    # returns: no exchange overlaps it.
+    _overlapped = False
+
+    def _planned_shapes(self, named):
+        return [(name, (-(-p.shape[0] // self.shard_world_size),) + tuple(p.shape[1:]) if p.dim() else ())
+                for name, p in named]
 
     def _record(self, index, flat):
         """Adds the raw local gradients in `flat`, module `index`'s reduce-scatter

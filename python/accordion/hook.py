@@ -160,8 +160,10 @@ class CompressionState:
             self._online = _Online(self._plan, _spec_text("low", low), _spec_text("high", high), float(eta),
                                    interval, self._recording_rank_sums(), candidates)
             if auto:
-                self._auto = _auto.Auto(group, named, _library.call(self._plan.level_names), self._online.low,
-                                        self._online.high, margin, drift, seed, error_feedback)
+                self._auto = _auto.Auto(group, self._planned_shapes(named), named[0][1].device if named else "cpu",
+                                        _library.call(self._plan.level_names), self._online.low, self._online.high,
+                                        margin, drift, seed, error_feedback, decisions=self._deciding_group(),
+                                        overlapped=self._overlapped)
 
     def _levels_of(self, epoch):
         # A bad spec or schedule was refused when the plan was made, on every rank, before any step.
@@ -178,6 +180,13 @@ class CompressionState:
         # Online, the recording rank shares its norms with every rank of this group.
         return self._group
 
+    # The automatic mode prices what the exchange sends: each parameter whole, in DDP's
+    # buckets, whose uncompressed exchange overlaps the backward pass.
+    _overlapped = True
+
+    def _planned_shapes(self, named):
+        return [(name, tuple(p.shape)) for name, p in named]
+
     @property
     def auto_records(self):
         """auto=True, on rank 0: one dict per epoch planned so far: "epoch"; "summary"
@@ -188,7 +197,7 @@ class CompressionState:
         and "seconds" (so far, for the epoch in progress). Empty on the other ranks."""
         if self._auto is None:
             raise UsageError("auto_records: this state was not made with auto=True")
-        return self._auto.records_now(self._sync)
+        return self._auto.records_now(self._sync, self.steps)
 
     @property
     def levels(self):
@@ -213,14 +222,14 @@ class CompressionState:
                 raise UsageError(f"lr: online Accordion needs each epoch's learning rate, a finite number >= 0, "
                                  f"not {lr!r}")
             if self._auto is not None:
-                self._auto.end_epoch(self._sync, self._online.sums)  # before its sums are reset
+                self._auto.end_epoch(self._sync, self._online.sums, self.steps)  # before its sums are reset
             self._online.enter(epoch, float(lr), self.names, self._deciding_group())
             self._levels = self._levels_of(epoch)
             critical = _library.call(self._plan.critical)
             self.critical = {name: bool(c) for name, c in zip(self.names, critical)}
             self.reasons = dict(zip(self.names, _library.call(self._plan.reasons)))
             if self._auto is not None:
-                chosen = self._auto.begin_epoch(epoch, critical)
+                chosen = self._auto.begin_epoch(epoch, critical, self.steps)
                 self._levels = {name: self._level_names[i] for name, i in zip(self.names, chosen)}
         elif self._schedule is not None:
             self._levels = self._levels_of(epoch)

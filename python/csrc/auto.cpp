@@ -28,6 +28,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,10 +40,13 @@ namespace {
 class AutoTuner : public torch::CustomClassHolder {
 public:
     // `candidates`: the run plan's level names (its level indices refer to them);
-    // margin and drift as train-dist's --auto-margin and --auto-drift.
+    // margin and drift as train-dist's --auto-margin and --auto-drift. `overlapped`:
+    // uncompressed steps overlap their exchange with the backward pass in DDP's
+    // buckets; without, every exchange follows the backward pass (compress_fsdp's,
+    // which runs inside FSDP's all-reduce hook, one module after the other).
     AutoTuner(std::vector<std::string> names, std::vector<std::int64_t> ndim, std::vector<std::int64_t> dims,
               std::vector<std::string> candidates, std::string low, std::string high, double margin, double drift,
-              std::int64_t seed, bool error_feedback) {
+              std::int64_t seed, bool error_feedback, bool overlapped) {
         guarded([&] {
             plan::check_auto_options(margin, drift, "margin", "drift");
             app::AutoSettings settings;
@@ -53,6 +57,8 @@ public:
             settings.margin = margin;
             settings.drift = drift;
             settings.seed = static_cast<std::uint32_t>(seed);
+            if (!overlapped)  // one bucket, ready when the backward pass ends
+                settings.bucket_bytes = settings.first_bucket_bytes = std::numeric_limits<double>::infinity();
             std::vector<compress::Spec> levels;
             for (const auto& text : candidates) levels.push_back(compress::parse_spec_line(text));
             exchange::ExchangeOptions options;
@@ -133,7 +139,8 @@ TORCH_LIBRARY_FRAGMENT(accordion, m) {
     using acc::python::AutoTuner;
     m.class_<AutoTuner>("AutoTuner")
         .def(torch::init<std::vector<std::string>, std::vector<std::int64_t>, std::vector<std::int64_t>,
-                         std::vector<std::string>, std::string, std::string, double, double, std::int64_t, bool>())
+                         std::vector<std::string>, std::string, std::string, double, double, std::int64_t, bool,
+                         bool>())
         .def("due", &AutoTuner::due)
         .def("measure", &AutoTuner::measure)
         .def("skip_measure", &AutoTuner::skip_measure)

@@ -12,6 +12,7 @@
 #   native-fp32     fully_shard over the 2-D mesh (FSDP's hybrid sharding)
 #   native-bf16     the same with MixedPrecisionPolicy(reduce_dtype=bfloat16)
 #   SPEC            fully_shard within a node, compress_fsdp(SPEC) across (e.g. powersgd:2, none)
+#   auto            the same with compress_fsdp(auto=True): each epoch's levels by predicted step time
 #
 #   scripts/experiments/fsdp.sh OUT "SEEDS" "MODELS" LINK [VARIANTS]
 #       LINK: a rate as tc writes it (100mbit) or loopback
@@ -72,6 +73,7 @@ main() {
                 case $variant in
                 native-fp32) ;;
                 native-bf16) options+=(--reduce-dtype bfloat16) ;;
+                auto) options+=(--auto) ;;
                 *) options+=(--compress "$variant") ;;
                 esac
                 echo "fsdp.sh: $link $model $variant seed $seed" >&2

@@ -5,9 +5,11 @@ Every rank prints one line of JSON. Needs PyTorch 2.x (fully_shard).
 Scenarios:
   train      train Net for --epochs of --steps steps, each rank on its own
              batches, sharded within its replica (fully_shard over mesh["shard"])
-             with --compress SPEC, --schedule PATH or --accordion (accordion.compress_fsdp
-             over mesh["replicate"]; online, rank 0 also computes its local gradients
-             again on a copy of the model and prints their per-epoch sums' norms) or
+             with --compress SPEC, --schedule PATH, --accordion or --auto
+             (accordion.compress_fsdp over mesh["replicate"]; --accordion: rank 0
+             also computes its local gradients again on a copy of the model and
+             prints their per-epoch sums' norms; --auto: rank 0 prints each
+             epoch's auto_records entry) or
              --reference-powersgd RANK (PowerSGD as its paper writes it, below,
              in each module's all-reduce hook), or sharded over the 2-D mesh
              (FSDP's own hybrid sharding) without either; prints the full
@@ -179,13 +181,16 @@ def train(args, rank):
     if args.plain:
         shard(model, None, **options)  # fully_shard's default mesh: every rank, one replica
     elif args.compress is None and args.schedule is None and args.reference_powersgd is None and not args.accordion \
-            and not args.gravac:
+            and not args.gravac and not args.auto:
         shard(model, mesh, **options)  # FSDP's own hybrid sharding
     else:
         shard(model, mesh["shard"], **options)
         if args.accordion:
             state = accordion.compress_fsdp(model, mesh["replicate"], accordion=True, low="powersgd:4",
                                             high="powersgd:1", interval=2, seed=3)
+        elif args.auto:
+            state = accordion.compress_fsdp(model, mesh["replicate"], auto=True, low="powersgd:4", high="powersgd:1",
+                                            interval=2, seed=3, margin=args.margin)
         elif args.gravac:
             state = accordion.compress_fsdp(model, mesh["replicate"], seed=3, start_step=args.start_step,
                                             gravac=accordion.Gravac(args.gravac, epsilon=args.gravac_epsilon,
@@ -217,12 +222,12 @@ def train(args, rank):
     losses, epochs, reference_norms = [], [], []
     copy = Net()  # online: rank 0's local gradients computed again, without FSDP
     for epoch in range(args.start, args.epochs):
-        lr = learning_rate(epoch) if args.accordion or args.record else 0.1
+        lr = learning_rate(epoch) if args.accordion or args.auto or args.record else 0.1
         for group in optimizer.param_groups:
             group["lr"] = lr
         before = 0.0
         if state is not None:
-            state.set_epoch(epoch, lr=lr if args.accordion else None)
+            state.set_epoch(epoch, lr=lr if args.accordion or args.auto else None)
             before = state.floats_sent
         sums = {name: torch.zeros(p.shape, dtype=torch.float64) for name, p in model.named_parameters()}
         for step in range(args.steps):
@@ -247,6 +252,8 @@ def train(args, rank):
             recorder.end_epoch(lr=lr)
         if state is not None:
             epochs.append(epoch_record(state, epoch, before, args.gravac))
+            if args.auto and rank == 0:
+                epochs[-1]["auto"] = state.auto_records[-1]
         if args.save_after == epoch and args.dcp:
             dcp_save("state.dcp", model, optimizer, "accordion", state)
         elif args.save_after == epoch:
@@ -368,8 +375,13 @@ def refusals(args, rank):
     attempt("a state of another replica", another_replica)
     attempt("gravac and compress", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
                                                                    "none", gravac="topk"))
-    attempt("the automatic mode", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
-                                                                  auto=True))
+    attempt("auto and accordion", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
+                                                                  accordion=True, auto=True))
+    attempt("levels without auto", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
+                                                                   accordion=True, levels=["topk:0.01"]))
+    attempt("auto: an unknown level", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]),
+                                                                      mesh["replicate"], auto=True,
+                                                                      levels=["powersgd:1", "zip:3"]))
 
     def no_rows():
         # Linear(2, 1)'s one row lies on shard 0: shard 1 holds nothing to decide from.
@@ -441,6 +453,9 @@ def main():
     parser.add_argument("--accumulate", type=int, default=1, help="micro-batches per step")
     parser.add_argument("--accordion", action="store_true",
                         help="online Accordion (low powersgd:4, high powersgd:1, interval 2; lr 0.1, 0.01 from epoch 4)")
+    parser.add_argument("--auto", action="store_true",
+                        help="compress_fsdp(auto=True) (low powersgd:4, high powersgd:1, interval 2)")
+    parser.add_argument("--margin", type=float, help="the automatic mode's margin")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--record", help="record with GradientRecorder into this file (lr 0.1, 0.01 from epoch 4)")
     parser.add_argument("--plain", action="store_true", help="fully_shard over all ranks (a 1-D mesh), no replicas")

@@ -164,6 +164,46 @@ def test_online_accordion_decides_from_rank_0s_local_gradients(tmp_path):
     assert {e["levels"]["fc1.weight"] for e in first["epochs"]} == {"powersgd:4", "powersgd:1"}
 
 
+@needs_fsdp2
+def test_the_automatic_mode_plans_on_rank_0_for_every_replica_group(tmp_path):
+    # compress_fsdp(auto=True), 2 replicas x 2 shards: the first epoch goes uncompressed
+    # and times the step (3 steps, each of which exchanges 3 modules); from the second,
+    # global rank 0 plans on the link its replica group measured (both groups measure at
+    # once) and every rank of the world exchanges its shard at rank 0's levels. Whether
+    # compression pays on this machine varies, so each epoch's levels are checked
+    # against the guard's rule on the record's own predictions, as for DDP.
+    margin = 0.05
+    result = run(tmp_path, "--auto", "--margin", margin, "--epochs", "4", "--steps", "3")
+    records = result[0]["epochs"]
+    first = records[0]
+    assert set(first["levels"].values()) == {"none"}
+    assert set(first["auto"]["reasons"].values()) == {"measuring"}
+    assert first["auto"]["summary"].startswith("measuring: ")
+    assert first["auto"]["measured"] is True and first["auto"]["allreduce_bandwidth"] > 0
+    for rank, out in enumerate(result):
+        assert [e["levels"] for e in out["epochs"]] == [e["levels"] for e in records], rank
+        for epoch in out["epochs"]:
+            assert epoch["floats"] == 3 * wire_floats(epoch["levels"], rank % 2), (rank, epoch)
+            assert "auto" not in epoch or rank == 0
+        assert out["finite"] and out["steps"] == 12
+    for epoch in records:
+        record = epoch["auto"]
+        assert record["steps"] == 3 and record["measured_seconds"] > 0, record  # steps, not module exchanges
+    for epoch in records[1:]:
+        record, levels = epoch["auto"], epoch["levels"]
+        assert record["measured"] is False  # measuring again would take more than 3 % of these short epochs
+        assert {record["reasons"][name] for name in SHAPES if len(SHAPES[name]) == 1} == {"vector"}
+        assert record["predicted_seconds"] > 0 and record["compute_seconds"] > 0
+        if record["pays"]:
+            assert record["compressed_seconds"] < (1 - margin) * record["uncompressed_seconds"], record
+            assert record["summary"].startswith("pays: ")
+        else:
+            assert not record["compressed_seconds"] < (1 - margin) * record["uncompressed_seconds"], record
+            assert record["summary"].startswith("does not pay: ")
+            assert set(levels.values()) == {"none"}
+            assert {record["reasons"][name] for name in SHAPES if len(SHAPES[name]) == 2} == {"does not pay"}
+
+
 def write_grads(path):
     """A gradient-statistics file of fsdp_worker.Net's parameters, written with h5py alone."""
     names, shapes = list(SHAPES), list(SHAPES.values())
@@ -400,6 +440,9 @@ def test_compress_fsdp_on_cuda_over_nccl(tmp_path):
 
 
 PREFIX = "UsageError: "
+SOURCES = ("compress_fsdp: give one of compress (a compressor spec such as 'powersgd:2'), schedule (a compression "
+           "schedule from regime-detect), accordion=True (decided online), gravac (a compressor family such as "
+           "'topk', decided every step) or auto=True (levels chosen by predicted step time), ")
 EXAMPLE = ("(e.g. mesh = init_device_mesh('cpu', (2, 2), mesh_dim_names=('replicate', 'shard')), "
            "fully_shard(module, mesh=mesh['shard']) and replicate_group=mesh['replicate'])")
 
@@ -428,17 +471,10 @@ def test_what_compress_fsdp_refuses(tmp_path):
                  "FSDP2's per-module all-reduce hook: shard it with fully_shard(module, mesh=mesh['shard']) instead",
         "no fully_shard": "model: compress_fsdp exchanges the gradient shards of FSDP2's fully_shard; give it the "
                           "model after fully_shard(module, mesh=mesh['shard']), not a Net without sharded parameters",
-        "neither compress nor schedule": "compress_fsdp: give one of compress (a compressor spec such as "
-                                         "'powersgd:2'), schedule (a compression schedule from regime-detect), "
-                                         "accordion=True (decided online) or gravac (a compressor family such as "
-                                         "'topk', decided every step), not none of them",
-        "gravac and compress": "compress_fsdp: give one of compress (a compressor spec such as 'powersgd:2'), "
-                               "schedule (a compression schedule from regime-detect), accordion=True (decided "
-                               "online) or gravac (a compressor family such as 'topk', decided every step), not "
-                               "compress and gravac",
-        "the automatic mode": "auto: the automatic mode prices DDP's bucketed exchange "
-                              "(CompressionState(auto=True)); under compress_fsdp give compress, schedule, "
-                              "accordion=True or gravac",
+        "neither compress nor schedule": SOURCES + "not none of them",
+        "gravac and compress": SOURCES + "not compress and gravac",
+        "auto and accordion": SOURCES + "not accordion and auto",
+        "levels without auto": "levels: belongs to the automatic mode; give it with auto=True",
         "gravac: a shard without rows": "model: shard 1 of 2 holds no rows of any trainable parameter; GraVAC "
                                         "decides every step from every rank's shards, so compress_fsdp(gravac=...) "
                                         "needs each shard to hold some (shard the model over fewer ranks)",
@@ -474,6 +510,7 @@ def test_what_compress_fsdp_refuses(tmp_path):
     for case, message in expected.items():
         assert messages.pop(case) == PREFIX + message, case
     assert messages.pop("a bad spec").startswith(PREFIX + "compress: 'zip:3' is not a compressor spec; one of none")
+    assert messages.pop("auto: an unknown level").startswith(PREFIX + "levels: 'zip:3' is not a compressor spec; ")
     recorder = {
         "FSDP1": "model: the root module is FullyShardedDataParallel (FSDP1); GradientRecorder reads the local "
                  "gradients at the input of FSDP2's per-module reduce-scatter: shard it with fully_shard(module) "

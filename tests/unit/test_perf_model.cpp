@@ -44,6 +44,21 @@ TEST(Ddp, BucketsOverlapTheBackwardPass) {
     EXPECT_EQ(predict_ddp(net, 1, {30 * MiB}, compute).iteration_seconds, 0);
 }
 
+TEST(Ddp, UnboundedBucketsExchangeAfterTheBackwardPass) {
+    // Buckets without a cap (the automatic mode's price of compress_fsdp's exchange, inside
+    // FSDP's all-reduce hook): everything is allreduced once, when the backward pass ends.
+    const double MiB = 1024.0 * 1024;
+    Network net{1e-3, 1000 * MiB};
+    Compute compute;
+    compute.seconds = 0.3;
+    compute.bucket_bytes = compute.first_bucket_bytes = INFINITY;
+    const Prediction p = predict_ddp(net, 2, {30 * MiB, 10 * MiB, 1000.0}, compute);
+    const double once = allreduce_seconds(net, 2, 40 * MiB + 1000.0);
+    EXPECT_NEAR(p.communication_seconds, once, 1e-12);
+    EXPECT_NEAR(p.iteration_seconds, 0.3 + once, 1e-12);
+    EXPECT_NEAR(p.exposed_seconds, once, 1e-12);
+}
+
 TEST(Compressed, EncodeCommunicationAndDecodeFollowTheBackwardPass) {
     const double MiB = 1024.0 * 1024;
     Network net{0, 1000 * MiB};
