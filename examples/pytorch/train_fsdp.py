@@ -66,6 +66,10 @@ def main():
     parser.add_argument("--auto", action="store_true",
                         help="the automatic mode: each epoch's levels by predicted step time, within Accordion's "
                              "error budget (its regimes as --accordion decides them)")
+    parser.add_argument("--one-exchange", action="store_true",
+                        help="exchange every module's shards together once per step, at the end of the backward "
+                             "pass (compress_fsdp's one_exchange): one latency per collective instead of one per "
+                             "module")
     parser.add_argument("--record", metavar="GRADS.h5",
                         help="record rank 0's local gradients, summed per epoch, for regime-detect")
     parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp",
@@ -104,7 +108,8 @@ def main():
     if compressed:
         # accordion: each module's gradient shard averaged across the replicas, compressed
         state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule,  # accordion
-                                        accordion=args.accordion, auto=args.auto, interval=2)
+                                        accordion=args.accordion, auto=args.auto, interval=2,
+                                        one_exchange=args.one_exchange)
     recorder = None
     if args.record:
         # accordion: rank 0's raw local gradients, read at each FSDP module's reduce-scatter input

@@ -22,7 +22,7 @@ _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, extend_last=False, accordion=False,
                   gravac=None, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
                   interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0, auto=False,
-                  levels=None, margin=None, drift=None):
+                  levels=None, margin=None, drift=None, one_exchange=False):
     """Makes FSDP2's hybrid sharding exchange each gradient shard across the replicas
     through the toolkit's compressors; call it once, on every rank, after fully_shard:
 
@@ -47,11 +47,16 @@ def compress_fsdp(model, replicate_group, compress=None, *, schedule=None, exten
     shard's rows, priced as exchanged after the backward pass, and every rank takes its
     levels; call set_epoch(epoch, lr) each epoch). `low`, `high`, `eta`, `interval`,
     `seed`, `error_feedback` and `start_step` are CompressionState's.
+    `one_exchange=True` exchanges every module's shards together, once per step at the
+    end of the backward pass (each module's hook hands FSDP zeros and the averages are
+    added to the gradients then), instead of one exchange per module inside its hook:
+    each collective's latency is paid once a step rather than once a module, at the
+    cost of a copy of the shards; the same averages either way.
     Returns the FsdpCompressionState (floats_sent, levels, set_epoch, state_dict)."""
     return FsdpCompressionState(model, replicate_group, compress, schedule=schedule, extend_last=extend_last,
                                 accordion=accordion, gravac=gravac, low=low, high=high, eta=eta, interval=interval,
                                 seed=seed, error_feedback=error_feedback, start_step=start_step, auto=auto,
-                                levels=levels, margin=margin, drift=drift)
+                                levels=levels, margin=margin, drift=drift, one_exchange=one_exchange)
 
 
 class _Module:
@@ -76,8 +81,10 @@ class FsdpCompressionState(CompressionState):
     def __init__(self, model, replicate_group, compress=None, *, schedule=None, extend_last=False, accordion=False,
                  gravac=None, low=_library.DEFAULT_LOW, high=_library.DEFAULT_HIGH, eta=_library.DEFAULT_ETA,
                  interval=_library.DEFAULT_INTERVAL, seed=0, error_feedback=True, start_step=0, auto=False,
-                 levels=None, margin=None, drift=None):
+                 levels=None, margin=None, drift=None, one_exchange=False):
         modules, shard_group = _fsdp_modules(model)
+        if not isinstance(one_exchange, bool):
+            raise UsageError(f"one_exchange: must be True or False, not {one_exchange!r}")
         given = [key for key, value in (("compress", compress), ("schedule", schedule), ("accordion", accordion),
                                         ("gravac", gravac), ("auto", auto))
                  if value is not None and value is not False]
@@ -116,8 +123,10 @@ class FsdpCompressionState(CompressionState):
                         decisions=dist.group.WORLD if gravac is not None else None, auto=auto, levels=levels,
                         margin=margin, drift=drift)
         self._modules = layouts
-        self._deferred = []  # GraVAC: (module index, [(name, copy of its shard)]) until the step ends
+        # GraVAC and one_exchange: (module index, [(name, copy of its shard, level)]) until the step ends.
+        self._deferred = []
         self._step_end_queued = False
+        self._one_exchange = one_exchange
         self._sums = self._online.sums if self._online is not None else None  # rank 0 online only
         for index, (_, module, group) in enumerate(modules):
             module.set_all_reduce_hook(lambda output, index=index: self._exchange_shard(index, output))
@@ -194,43 +203,52 @@ class FsdpCompressionState(CompressionState):
                 shards.append(output[offset:offset + numel].view(shape))
                 levels.append(_library.NO_COMPRESSION if dense else self._levels[name])
             offset += padded
-        if _library.call(self._sync.whole_step, dense):
-            # GraVAC decides once per step from every module's shards, while FSDP needs
-            # this module's back when the hook returns: copies go to the exchange, the
-            # shard leaves the hook as zeros, and the average is added to the gradients
-            # FSDP made of it once every module has come (_end_step).
+        gravac = _library.call(self._sync.whole_step, dense)
+        if gravac or self._one_exchange:
+            # GraVAC decides once per step from every module's shards, and one_exchange
+            # sends them together, while FSDP needs this module's back when the hook
+            # returns: copies go to the exchange, the shard leaves the hook as zeros, and
+            # the average is added to the gradients FSDP made of it once every module has
+            # come (_end_step).
             copies = [shard.clone() for shard in shards]
             output.zero_()
-            self._deferred.append((index, list(zip(names, copies))))
-            if names:
+            self._deferred.append((index, list(zip(names, copies, levels))))
+            if names and gravac:
                 _library.call(self._sync.add_bucket, names, copies, levels, dense)
             if not self._step_end_queued:
                 # After FSDP's own end of the backward pass (queued at its start), which
                 # reduces the modules left and hands every gradient over.
                 self._step_end_queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._end_step)
+                torch.autograd.Variable._execution_engine.queue_callback(lambda: self._end_step(dense, gravac))
         elif names:
             _library.call(self._sync.add_bucket, names, shards, levels, dense)
             _library.call(self._sync.finish_step, self.epoch)
 
-    def _end_step(self):
-        """GraVAC's step, at the end of the backward pass: the step's shards averaged at
-        the factor it chooses, and each added to the gradient FSDP made of the zeros its
-        hook handed back, as FSDP would have made it of the average."""
+    def _end_step(self, dense, gravac):
+        """At the end of the backward pass: the step's shards averaged (GraVAC's, at the
+        factor it chooses, or one_exchange's, all modules in one exchange), and each
+        added to the gradient FSDP made of the zeros its hook handed back, as FSDP
+        would have made it of the average."""
         self._step_end_queued = False
         deferred, self._deferred = self._deferred, []
-        expected = [i for i, module in enumerate(self._modules) if module.parts]
-        missing = [self._modules[i].label for i in expected if i not in self._seen]
-        if missing:
-            raise UsageError(f"model: {missing[0]} reduced no gradients in this step; GraVAC decides once per step "
-                             "from every module's shards, so compress_fsdp(gravac=...) needs every FSDP module with "
-                             "trainable parameters to reduce its gradients in every step")
+        if gravac:
+            expected = [i for i, module in enumerate(self._modules) if module.parts]
+            missing = [self._modules[i].label for i in expected if i not in self._seen]
+            if missing:
+                raise UsageError(f"model: {missing[0]} reduced no gradients in this step; GraVAC decides once per "
+                                 "step from every module's shards, so compress_fsdp(gravac=...) needs every FSDP "
+                                 "module with trainable parameters to reduce its gradients in every step")
+        else:
+            parts = [part for _, shards in deferred for part in shards]
+            if parts:
+                names, copies, levels = (list(column) for column in zip(*parts))
+                _library.call(self._sync.add_bucket, names, copies, levels, dense)
         _library.call(self._sync.finish_step, self.epoch)
         with torch.no_grad():
-            for index, copies in deferred:
+            for index, shards in deferred:
                 module = self._modules[index]
-                after = _after_hook(module.group, copies[0][1].dtype) if copies else None
-                for name, average in copies:
+                after = _after_hook(module.group, shards[0][1].dtype) if shards else None
+                for name, average, _ in shards:
                     grad = module.params[name].sharded_param.grad
                     grad._local_tensor.add_(after(average))
         self.steps = self.steps  # the step has ended

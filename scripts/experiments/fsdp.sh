@@ -12,7 +12,11 @@
 #   native-fp32     fully_shard over the 2-D mesh (FSDP's hybrid sharding)
 #   native-bf16     the same with MixedPrecisionPolicy(reduce_dtype=bfloat16)
 #   SPEC            fully_shard within a node, compress_fsdp(SPEC) across (e.g. powersgd:2, none)
+#   accordion       the same with compress_fsdp(accordion=True): Accordion's PowerSGD 2 / 1, decided online
 #   auto            the same with compress_fsdp(auto=True): each epoch's levels by predicted step time
+#                   within that budget
+#   V+one-exchange  variant V (SPEC, accordion or auto) with compress_fsdp(one_exchange=True): every
+#                   module's shards in one exchange a step
 #
 #   scripts/experiments/fsdp.sh OUT "SEEDS" "MODELS" LINK [VARIANTS]
 #       LINK: a rate as tc writes it (100mbit) or loopback
@@ -70,11 +74,14 @@ main() {
                 rm -f "$csv"
                 options=(--model "$model" --epochs "$epochs" --lr 0.05 --batch-size 64 --train-samples 12000
                          --seed "$seed" --csv "$csv" "${extra[@]+"${extra[@]}"}")
-                case $variant in
+                base=${variant%+one-exchange}
+                [ "$base" = "$variant" ] || options+=(--one-exchange)
+                case $base in
                 native-fp32) ;;
                 native-bf16) options+=(--reduce-dtype bfloat16) ;;
+                accordion) options+=(--accordion) ;;
                 auto) options+=(--auto) ;;
-                *) options+=(--compress "$variant") ;;
+                *) options+=(--compress "$base") ;;
                 esac
                 echo "fsdp.sh: $link $model $variant seed $seed" >&2
                 started=$(date +%s)

@@ -23,6 +23,8 @@ Scenarios:
              (--save-after E saves each rank's shards and exchange state to
              state.rankR.pt after epoch E; --start S loads them first; with
              --dcp both go through torch.distributed.checkpoint, state.dcp/)
+             (--one-exchange: compress_fsdp(one_exchange=True), every module's
+             shards exchanged together at the end of the backward pass)
              (--gravac FAMILY: compress_fsdp(gravac=...) instead, each epoch's
              GraVAC steps printed; --layout RxS: R replicas x S shards, 2x2 by
              default; --device cuda --backend nccl: on the GPUs, one a rank)
@@ -190,7 +192,7 @@ def train(args, rank):
                                             high="powersgd:1", interval=2, seed=3)
         elif args.auto:
             state = accordion.compress_fsdp(model, mesh["replicate"], auto=True, low="powersgd:4", high="powersgd:1",
-                                            interval=2, seed=3, margin=args.margin)
+                                            interval=2, seed=3, margin=args.margin, one_exchange=args.one_exchange)
         elif args.gravac:
             state = accordion.compress_fsdp(model, mesh["replicate"], seed=3, start_step=args.start_step,
                                             gravac=accordion.Gravac(args.gravac, epsilon=args.gravac_epsilon,
@@ -198,7 +200,7 @@ def train(args, rank):
                                                                     theta_min=args.gravac_theta_min))
         elif args.reference_powersgd is None:
             state = accordion.compress_fsdp(model, mesh["replicate"], args.compress, schedule=args.schedule, seed=3,
-                                            start_step=args.start_step)
+                                            start_step=args.start_step, one_exchange=args.one_exchange)
         else:
             reference = PaperPowerSgd(args.reference_powersgd, mesh["replicate"].get_group(), seed=3)
             index = dist.get_rank(mesh["shard"].get_group())
@@ -375,6 +377,8 @@ def refusals(args, rank):
     attempt("a state of another replica", another_replica)
     attempt("gravac and compress", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
                                                                    "none", gravac="topk"))
+    attempt("one_exchange not a bool", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]),
+                                                                       mesh["replicate"], "none", one_exchange="yes"))
     attempt("auto and accordion", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
                                                                   accordion=True, auto=True))
     attempt("levels without auto", lambda: accordion.compress_fsdp(shard(Net(), mesh["shard"]), mesh["replicate"],
@@ -456,6 +460,8 @@ def main():
     parser.add_argument("--auto", action="store_true",
                         help="compress_fsdp(auto=True) (low powersgd:4, high powersgd:1, interval 2)")
     parser.add_argument("--margin", type=float, help="the automatic mode's margin")
+    parser.add_argument("--one-exchange", action="store_true",
+                        help="compress_fsdp(one_exchange=True): every module's shards in one exchange a step")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--record", help="record with GradientRecorder into this file (lr 0.1, 0.01 from epoch 4)")
     parser.add_argument("--plain", action="store_true", help="fully_shard over all ranks (a 1-D mesh), no replicas")

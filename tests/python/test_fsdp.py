@@ -131,6 +131,33 @@ def test_steps_before_start_step_go_uncompressed(tmp_path):
 
 
 @needs_fsdp2
+@pytest.mark.parametrize("mode", [["--compress", "none"], ["--compress", "topk:0.1"], ["--compress", "powersgd:2"],
+                                  ["--compress", "topk:0.1", "--start-step", "4"],
+                                  ["--compress", "topk:0.1", "--reduce-dtype", "bfloat16"]],
+                         ids=["none", "topk", "powersgd", "start_step", "bf16"])
+def test_one_exchange_a_step_gives_the_averages_of_one_a_module(tmp_path, mode):
+    # one_exchange=True hands FSDP zeros from each module's hook and exchanges every
+    # module's shards together at the end of the backward pass, adding the averages to
+    # the gradients: the same floats sent, steps counted and state kept, and with
+    # compressors that draw nothing the same parameters after 10 steps to fp32
+    # rounding (1e-6; seen equal). PowerSGD draws its first Q once per exchange, as
+    # powerSGD_hook draws once per bucket, so one exchange a step starts from other Qs.
+    apart, together = run(tmp_path, *mode), run(tmp_path, *mode, "--one-exchange")
+    for rank in range(4):
+        assert together[rank]["floats"] == apart[rank]["floats"] and together[rank]["steps"] == STEPS, rank
+        assert together[rank]["saved"] == apart[rank]["saved"] and together[rank]["finite"], rank
+        difference = max_difference(together[rank]["parameters"], apart[rank]["parameters"])
+        if "powersgd:2" in mode:
+            assert difference > 1e-6, rank
+        else:
+            assert difference <= 1e-6, rank
+    if mode == ["--compress", "none"]:
+        native = run(tmp_path)
+        for rank in range(4):
+            assert max_difference(together[rank]["parameters"], native[rank]["parameters"]) <= 1e-6, rank
+
+
+@needs_fsdp2
 def test_accumulated_gradients_are_exchanged_at_the_synchronised_step(tmp_path):
     # 2 micro-batches per step, the first under set_requires_gradient_sync(False):
     # FSDP reduces once per step, and so does the exchange; level none still gives
@@ -475,6 +502,7 @@ def test_what_compress_fsdp_refuses(tmp_path):
         "gravac and compress": SOURCES + "not compress and gravac",
         "auto and accordion": SOURCES + "not accordion and auto",
         "levels without auto": "levels: belongs to the automatic mode; give it with auto=True",
+        "one_exchange not a bool": "one_exchange: must be True or False, not 'yes'",
         "gravac: a shard without rows": "model: shard 1 of 2 holds no rows of any trainable parameter; GraVAC "
                                         "decides every step from every rank's shards, so compress_fsdp(gravac=...) "
                                         "needs each shard to hold some (shard the model over fewer ranks)",
