@@ -86,6 +86,9 @@ def main():
     parser.add_argument("--test-samples", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
+    if args.one_exchange and not (args.compress or args.schedule or args.accordion or args.auto):
+        parser.error("--one-exchange: belongs to the compressed replica exchange; give it with --compress, "
+                     "--schedule, --accordion or --auto")
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")

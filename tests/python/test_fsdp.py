@@ -608,6 +608,17 @@ def test_the_example_trains_as_native_hybrid_sharding(tmp_path):
     assert min(final) > 65 and abs(final[0] - final[1]) < 5, (ours, native)
 
 
+@needs_fsdp2
+def test_the_example_refuses_one_exchange_without_compression(tmp_path):
+    # Without a compressed exchange the example trains FSDP's own hybrid sharding,
+    # which --one-exchange would not change: a usage error before any rank starts.
+    done = subprocess.run([sys.executable, EXAMPLE_SCRIPT, "--one-exchange"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=RUN_SECONDS)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == ("train_fsdp.py: error: --one-exchange: belongs to the compressed replica "
+                                            "exchange; give it with --compress, --schedule, --accordion or --auto")
+
+
 PIPELINE = os.path.join(TREE, "examples", "pytorch", "record-and-detect-fsdp.sh")
 
 
