@@ -10,6 +10,13 @@
 #include <cmath>
 
 namespace acc::io {
+
+const std::vector<std::string>& auto_reason_names() {
+    static const std::vector<std::string> names = {"pays",   "budget",    "regime",  "does not pay",
+                                                   "vector", "measuring", "accuracy"};
+    return names;
+}
+
 namespace {
 
 const char* kReasonMeaning =
@@ -173,8 +180,12 @@ constexpr AutoColumn kAutoColumns[] = {
     {"budget", &MetricsAuto::budget},
     {"error", &MetricsAuto::error},
 };
-constexpr const char* kAutoReasonMeaning = "0: pays; 1: budget; 2: regime; 3: does not pay; 4: vector";
-constexpr int kAutoReasonCodes = 5;
+std::string auto_reason_meaning() {
+    std::string out;
+    for (size_t i = 0; i < auto_reason_names().size(); ++i)
+        out += (i ? "; " : "") + std::to_string(i) + ": " + auto_reason_names()[i];
+    return out;
+}
 
 void write_auto(H5File& f, const std::vector<MetricsEpoch>& epochs, size_t count) {
     const Dims column{epochs.size()};
@@ -193,7 +204,7 @@ void write_auto(H5File& f, const std::vector<MetricsEpoch>& epochs, size_t count
         f.write(std::string("/auto/") + c.name, values, column);
     }
     f.write("/auto/reason", reason, Dims{epochs.size(), count});
-    f.write_attr("/auto/reason", "meaning", std::string(kAutoReasonMeaning));
+    f.write_attr("/auto/reason", "meaning", auto_reason_meaning());
 }
 
 void read_auto(const H5File& f, std::vector<MetricsEpoch>& epochs, size_t count) {
@@ -210,8 +221,9 @@ void read_auto(const H5File& f, std::vector<MetricsEpoch>& epochs, size_t count)
                                           reason.begin() + static_cast<std::ptrdiff_t>((e + 1) * count));
     }
     for (auto r : reason)
-        if (r < 0 || r >= kAutoReasonCodes)
-            f.fail("/auto/reason is " + std::to_string(r) + "; valid codes are 0.." + std::to_string(kAutoReasonCodes - 1));
+        if (r < 0 || static_cast<size_t>(r) >= auto_reason_names().size())
+            f.fail("/auto/reason is " + std::to_string(r) + "; valid codes are 0.." +
+                   std::to_string(auto_reason_names().size() - 1));
     for (const auto& c : kAutoColumns) {
         auto values = read_shaped<double>(f, std::string("/auto/") + c.name, column, "one per epoch");
         for (size_t e = 0; e < epochs.size(); ++e) {

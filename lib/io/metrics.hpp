@@ -13,6 +13,10 @@
 
 namespace acc::io {
 
+/// The names of /auto/reason's codes, code by code (plan::AutoReason's order); the
+/// file's attribute `meaning` lists them.
+const std::vector<std::string>& auto_reason_names();
+
 inline constexpr const char* kMetricsFormat = "accordion.metrics";
 inline constexpr int kMetricsMajor = 1;
 /// 1.1 adds /gravac (train-dist --gravac), 1.2 /epochs/rank_communication_seconds, 1.3 /auto
@@ -53,7 +57,7 @@ struct MetricsAuto {
     double allgather_alpha = kNone, allgather_bandwidth = kNone;
     double budget = kNone;  ///< Accordion's levels' summed error (NaN: no profile yet)
     double error = kNone;   ///< the levels in force: their summed error
-    std::vector<std::int8_t> reason;  ///< per parameter: plan::AutoReason
+    std::vector<std::int8_t> reason;  ///< per parameter: plan::AutoReason, an index into auto_reason_names()
 };
 
 /// One row of /epochs.

@@ -2,6 +2,7 @@
 
 #include "base/error.hpp"
 #include "compress/codecs.hpp"
+#include "io/metrics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -106,10 +107,7 @@ double residual_norm(const Spec& spec, const std::vector<std::int64_t>& shape, c
     throw UsageError(spec.text() + " cannot be planned: no error model for it");
 }
 
-const std::vector<std::string>& auto_reason_names() {
-    static const std::vector<std::string> names = {"pays", "budget", "regime", "does not pay", "vector", "measuring"};
-    return names;
-}
+const std::vector<std::string>& auto_reason_names() { return io::auto_reason_names(); }
 
 void check_auto_options(double margin, double drift, const std::string& margin_option,
                         const std::string& drift_option) {
@@ -160,6 +158,150 @@ double seconds_of(const AutoInputs& in, const std::vector<std::vector<Wire>>& wi
         .iteration_seconds;
 }
 
+
+// The latency part of sending through `channel` (PowerSGD's two rounds pay it twice).
+double latency_seconds(const Link& link, Channel channel) {
+    const perf::Collective kind = kind_of(channel);
+    return perf::collective_seconds(net_of(link, kind), kind, link.world, 0) * (channel == Channel::low_rank ? 2 : 1);
+}
+
+// Latencies are paid once per channel in use: the dynamic programs run once per set
+// of channels, each candidate allowed only where its channel is in the set. The set
+// a plan uses exactly prices it exactly; a larger set only overprices.
+struct ChannelSets {
+    std::vector<Channel> channels;  // every channel some candidate uses on some matrix
+    const std::vector<std::vector<Wire>>& wires;
+    const std::vector<size_t>& matrices;
+    size_t candidates;
+
+    ChannelSets(const AutoInputs& in, const std::vector<std::vector<Wire>>& w, const std::vector<size_t>& m)
+        : wires(w), matrices(m), candidates(in.candidates.size()) {
+        for (size_t c = 0; c < candidates; ++c)
+            for (size_t p : matrices)
+                if (std::find(channels.begin(), channels.end(), wires[c][p].channel) == channels.end())
+                    channels.push_back(wires[c][p].channel);
+    }
+    std::uint32_t end() const { return 1u << channels.size(); }
+    bool has(std::uint32_t mask, Channel channel) const {
+        const auto k = static_cast<size_t>(std::find(channels.begin(), channels.end(), channel) - channels.begin());
+        return k < channels.size() && (mask & (1u << k));
+    }
+    // Per matrix, the candidates (indices) whose channel is in the set; empty: none
+    // for some matrix.
+    std::vector<std::vector<std::int32_t>> candidates_in(std::uint32_t mask) const {
+        std::vector<std::vector<std::int32_t>> index(matrices.size());
+        for (size_t i = 0; i < matrices.size(); ++i) {
+            for (size_t c = 0; c < candidates; ++c)
+                if (has(mask, wires[c][matrices[i]].channel)) index[i].push_back(static_cast<std::int32_t>(c));
+            if (index[i].empty()) return {};
+        }
+        return index;
+    }
+};
+
+// The dynamic program of regime::plan_levels on the candidates of one set, each as
+// `as_candidate` gives it; empty where it finds no plan within `limit`.
+template <typename Transform>
+std::vector<std::int32_t> plan_in_set(const AutoInputs& in, const std::vector<size_t>& matrices,
+                                      const std::vector<std::vector<std::int32_t>>& index,
+                                      const std::vector<std::vector<regime::Candidate>>& all, double limit,
+                                      std::int32_t none, Transform as_candidate) {
+    std::vector<std::vector<regime::Candidate>> layers(matrices.size());
+    for (size_t i = 0; i < matrices.size(); ++i)
+        for (std::int32_t c : index[i]) layers[i].push_back(as_candidate(all[i][static_cast<size_t>(c)]));
+    const regime::LevelPlan lp = regime::plan_levels(layers, limit, in.bins);
+    if (!lp.feasible()) return {};
+    std::vector<std::int32_t> chosen(in.parameters.size(), none);
+    for (size_t i = 0; i < matrices.size(); ++i) chosen[matrices[i]] = index[i][static_cast<size_t>(lp.choice[i])];
+    return chosen;
+}
+
+// The fastest plan that compresses something and whose summed error is within
+// `budget`, starting from `start` (Accordion's levels, within it by construction).
+std::vector<std::int32_t> fastest_within_budget(const AutoInputs& in, const std::vector<std::vector<Wire>>& wires,
+                                                const std::vector<size_t>& matrices, const ChannelSets& sets,
+                                                const std::vector<std::vector<regime::Candidate>>& all,
+                                                double budget, std::int32_t none, std::vector<std::int32_t> start) {
+    auto compresses = [&](const std::vector<std::int32_t>& chosen) {
+        return std::any_of(matrices.begin(), matrices.end(), [&](size_t p) { return chosen[p] != none; });
+    };
+    std::vector<std::int32_t> best = start;
+    double best_seconds = compresses(start) ? seconds_of(in, wires, start) : kInfinity;
+    auto consider = [&](const std::vector<std::int32_t>& chosen) {
+        const double seconds = seconds_of(in, wires, chosen);
+        if (seconds > best_seconds) return;
+        best_seconds = seconds;
+        best = chosen;
+    };
+    bool cheapest_is_none = false;
+    for (std::uint32_t mask = 1; mask < sets.end(); ++mask) {
+        const auto index = sets.candidates_in(mask);
+        if (index.empty()) continue;
+        const auto chosen = plan_in_set(in, matrices, index, all, budget, none, [](const regime::Candidate& c) { return c; });
+        if (chosen.empty()) continue;
+        if (!compresses(chosen)) {
+            cheapest_is_none = true;
+            continue;
+        }
+        consider(chosen);
+    }
+    // Where sending everything whole is the cheapest plan, every level alone within
+    // the budget costs at least none on its parameter, so the fastest plan that
+    // compresses anything compresses one parameter: each is tried.
+    if (cheapest_is_none)
+        for (size_t i = 0; i < matrices.size(); ++i)
+            for (size_t c = 0; c < all[i].size(); ++c) {
+                if (static_cast<std::int32_t>(c) == none || all[i][c].error > budget) continue;
+                std::vector<std::int32_t> chosen(in.parameters.size(), none);
+                chosen[matrices[i]] = static_cast<std::int32_t>(c);
+                consider(chosen);
+            }
+    return best;
+}
+
+// The plan of least summed error that compresses something and is predicted to take
+// at most `bound` seconds a step; empty: none found. Per set of channels, the dynamic
+// program with time and error swapped: least error within the seconds the set leaves
+// once compute, its latencies and the vectors' bandwidth are paid.
+std::vector<std::int32_t> least_error_within(const AutoInputs& in, const std::vector<std::vector<Wire>>& wires,
+                                             const std::vector<size_t>& matrices, const ChannelSets& sets,
+                                             const std::vector<std::vector<regime::Candidate>>& all, double bound,
+                                             std::int32_t none) {
+    double vectors = in.compute.seconds;
+    bool vectors_sent = false;
+    for (size_t p = 0; p < in.parameters.size(); ++p)
+        if (!in.parameters[p].is_matrix()) {
+            vectors += bandwidth_seconds(in.link, Channel::fp32_sum, wires[static_cast<size_t>(none)][p].bytes);
+            vectors_sent = true;
+        }
+    std::vector<std::int32_t> best;
+    double best_error = kInfinity, best_seconds = kInfinity;
+    for (std::uint32_t mask = 1; mask < sets.end(); ++mask) {
+        const auto index = sets.candidates_in(mask);
+        if (index.empty()) continue;
+        double fixed = vectors;
+        for (Channel channel : sets.channels)
+            if (sets.has(mask, channel)) fixed += latency_seconds(in.link, channel);
+        if (vectors_sent && !sets.has(mask, Channel::fp32_sum)) fixed += latency_seconds(in.link, Channel::fp32_sum);
+        if (!(bound - fixed >= 0)) continue;
+        const auto chosen = plan_in_set(in, matrices, index, all, bound - fixed, none,
+                                        [](const regime::Candidate& c) { return regime::Candidate{c.error, c.cost}; });
+        if (chosen.empty()) continue;
+        if (std::all_of(matrices.begin(), matrices.end(), [&](size_t p) { return chosen[p] == none; }))
+            continue;  // uncompressed: the guard's to weigh
+        const double seconds = seconds_of(in, wires, chosen);
+        if (seconds > bound) continue;
+        double error = 0;
+        for (size_t i = 0; i < matrices.size(); ++i) error += all[i][static_cast<size_t>(chosen[matrices[i]])].error;
+        if (error < best_error || (error == best_error && seconds < best_seconds)) {
+            best = chosen;
+            best_error = error;
+            best_seconds = seconds;
+        }
+    }
+    return best;
+}
+
 }  // namespace
 
 double step_seconds(const AutoInputs& in, const std::vector<std::int32_t>& level) {
@@ -180,23 +322,26 @@ AutoPlan plan_auto(const AutoInputs& in) {
 
     AutoPlan out;
     std::vector<std::int32_t> uniform(P, none);
-    std::vector<AutoReason> reason(P, AutoReason::vector);
     std::vector<size_t> matrices;
     for (size_t p = 0; p < P; ++p)
         if (in.parameters[p].is_matrix()) {
             matrices.push_back(p);
             uniform[p] = in.critical[p] ? low : high;
-            reason[p] = AutoReason::regime;
         }
+    auto all_none = [&](const std::vector<std::int32_t>& chosen) {
+        return std::all_of(matrices.begin(), matrices.end(), [&](size_t p) { return chosen[p] == none; });
+    };
     out.uncompressed_seconds = seconds_of(in, wires, std::vector<std::int32_t>(P, none));
-    std::vector<std::int32_t> best = uniform;
-    double best_seconds = seconds_of(in, wires, uniform);
-    if (std::all_of(matrices.begin(), matrices.end(), [&](size_t p) { return uniform[p] == none; }))
-        best_seconds = kInfinity;
-
-    if (!in.profile.empty() && !matrices.empty()) {
-        // Per matrix and candidate: the error, and the cost that adds up (codec and bandwidth).
-        std::vector<std::vector<regime::Candidate>> all(matrices.size());
+    // Without a profile: Accordion's levels. With one: the fastest plan within the
+    // budget, and the plan of least error within the margin of it.
+    std::vector<std::int32_t> fastest = uniform;
+    double fastest_seconds = all_none(uniform) ? kInfinity : seconds_of(in, wires, uniform);
+    std::vector<std::int32_t> accurate = fastest;
+    double accurate_seconds = fastest_seconds;
+    const bool profiled = !in.profile.empty() && !matrices.empty();
+    // Per matrix and candidate: the error, and the cost that adds up (codec and bandwidth).
+    std::vector<std::vector<regime::Candidate>> all(matrices.size());
+    if (profiled) {
         std::vector<std::vector<regime::Candidate>> uniform_layers;
         for (size_t i = 0; i < matrices.size(); ++i) {
             const size_t p = matrices[i];
@@ -210,102 +355,59 @@ AutoPlan plan_auto(const AutoInputs& in) {
             uniform_layers.push_back({all[i][static_cast<size_t>(uniform[p])]});
         }
         out.budget = regime::uniform_budget(uniform_layers, std::vector<std::int64_t>(matrices.size(), 0), 1.0);
-        // Latencies are paid once per channel in use: one program per set of channels,
-        // each candidate allowed only where its channel is in the set. The set the best
-        // plan uses exactly prices it exactly; a larger set only overprices.
-        std::vector<Channel> channels;
-        for (size_t c = 0; c < C; ++c)
-            for (size_t p : matrices)
-                if (std::find(channels.begin(), channels.end(), wires[c][p].channel) == channels.end())
-                    channels.push_back(wires[c][p].channel);
-        bool cheapest_is_none = false;
-        bool kept_uniform = true;  // Accordion's levels, unless a plan at least as fast is found
-        auto consider = [&](const std::vector<std::int32_t>& chosen) {
-            const double seconds = seconds_of(in, wires, chosen);
-            if (seconds > best_seconds) return;
-            best_seconds = seconds;
-            best = chosen;
-            kept_uniform = false;
-        };
-        for (std::uint32_t mask = 1; mask < (1u << channels.size()); ++mask) {
-            std::vector<std::vector<regime::Candidate>> layers(matrices.size());
-            std::vector<std::vector<std::int32_t>> index(matrices.size());
-            bool possible = true;
-            for (size_t i = 0; i < matrices.size() && possible; ++i) {
-                for (size_t c = 0; c < C; ++c) {
-                    const auto k = static_cast<size_t>(
-                        std::find(channels.begin(), channels.end(), wires[c][matrices[i]].channel) - channels.begin());
-                    if (mask & (1u << k)) {
-                        layers[i].push_back(all[i][c]);
-                        index[i].push_back(static_cast<std::int32_t>(c));
-                    }
-                }
-                possible = !layers[i].empty();
+        const ChannelSets sets(in, wires, matrices);
+        fastest = fastest_within_budget(in, wires, matrices, sets, all, out.budget, none, uniform);
+        fastest_seconds = all_none(fastest) ? kInfinity : seconds_of(in, wires, fastest);
+        accurate = fastest;
+        accurate_seconds = fastest_seconds;
+        if (std::isfinite(fastest_seconds)) {
+            const auto least = least_error_within(in, wires, matrices, sets, all, fastest_seconds / (1 - in.margin),
+                                                  none);
+            double fastest_error = 0, least_error = 0;
+            for (size_t i = 0; i < matrices.size(); ++i) {
+                fastest_error += all[i][static_cast<size_t>(fastest[matrices[i]])].error;
+                if (!least.empty()) least_error += all[i][static_cast<size_t>(least[matrices[i]])].error;
             }
-            if (!possible) continue;
-            const regime::LevelPlan lp = regime::plan_levels(layers, out.budget, in.bins);
-            if (!lp.feasible()) continue;
-            std::vector<std::int32_t> chosen(P, none);
-            for (size_t i = 0; i < matrices.size(); ++i)
-                chosen[matrices[i]] = index[i][static_cast<size_t>(lp.choice[i])];
-            if (std::all_of(matrices.begin(), matrices.end(), [&](size_t p) { return chosen[p] == none; })) {
-                cheapest_is_none = true;
-                continue;
+            if (!least.empty() && least_error < fastest_error) {
+                accurate = least;
+                accurate_seconds = seconds_of(in, wires, least);
             }
-            consider(chosen);
-        }
-        // Where sending everything whole is the cheapest plan, every level alone within
-        // the budget costs at least none on its parameter, so the fastest plan that
-        // compresses anything compresses one parameter: each is tried.
-        if (cheapest_is_none)
-            for (size_t i = 0; i < matrices.size(); ++i)
-                for (size_t c = 0; c < C; ++c) {
-                    if (static_cast<std::int32_t>(c) == none || all[i][c].error > out.budget) continue;
-                    std::vector<std::int32_t> chosen(P, none);
-                    chosen[matrices[i]] = static_cast<std::int32_t>(c);
-                    consider(chosen);
-                }
-        // The budget is spent away from Accordion's levels only where that buys time: a
-        // plan other than theirs must be predicted at least the margin faster than theirs
-        // (on a link where any compressed plan is bound by compute, a cheaper plan saves
-        // nothing measurable and costs accuracy).
-        const bool uniform_compresses =
-            std::any_of(matrices.begin(), matrices.end(), [&](size_t p) { return uniform[p] != none; });
-        const double uniform_seconds = seconds_of(in, wires, uniform);
-        if (!kept_uniform && best != uniform && uniform_compresses &&
-            !(best_seconds < (1 - in.margin) * uniform_seconds)) {
-            best = uniform;
-            best_seconds = uniform_seconds;
-            kept_uniform = true;
-        }
-        out.error = 0;
-        for (size_t i = 0; i < matrices.size(); ++i) {
-            const size_t p = matrices[i];
-            const auto& chosen = all[i][static_cast<size_t>(best[p])];
-            out.error += chosen.error;
-            double fastest = kInfinity;
-            for (const auto& candidate : all[i]) fastest = std::min(fastest, candidate.cost);
-            reason[p] = chosen.cost <= fastest ? AutoReason::pays
-                        : kept_uniform && best[p] == uniform[p] ? AutoReason::regime
-                                                : AutoReason::budget;
         }
     }
     // An overhead measured on another plan (or link) never takes a prediction below half the model's own.
     auto with_overhead = [](double modelled, double overhead) { return modelled + std::max(overhead, -0.5 * modelled); };
     out.uncompressed_seconds = with_overhead(out.uncompressed_seconds, in.uncompressed_overhead);
-    out.compressed_seconds = with_overhead(best_seconds, in.compressed_overhead);
-    best_seconds = out.compressed_seconds;
-    out.pays = std::isfinite(best_seconds) && best_seconds < (1 - in.margin) * out.uncompressed_seconds;
-    if (out.pays) {
-        out.level = best;
-        out.reason = reason;
-        out.seconds = best_seconds;
-    } else {
+    auto pays = [&](double modelled) {
+        const double seconds = with_overhead(modelled, in.compressed_overhead);
+        return std::isfinite(seconds) && seconds < (1 - in.margin) * out.uncompressed_seconds;
+    };
+    out.compressed_seconds = with_overhead(fastest_seconds, in.compressed_overhead);
+    out.pays = pays(fastest_seconds);
+    // The plan of least error, unless it would turn the guard where the fastest does not.
+    const bool take_accurate = out.pays && accurate != fastest && pays(accurate_seconds);
+    out.reason.assign(P, AutoReason::vector);
+    if (!out.pays) {
         out.level.assign(P, none);
-        out.reason.assign(P, AutoReason::vector);
         for (size_t p : matrices) out.reason[p] = AutoReason::does_not_pay;
         out.seconds = out.uncompressed_seconds;
-        out.error = 0;
+        return out;
+    }
+    out.level = take_accurate ? accurate : fastest;
+    out.seconds = with_overhead(take_accurate ? accurate_seconds : fastest_seconds, in.compressed_overhead);
+    for (size_t i = 0; i < matrices.size(); ++i) {
+        const size_t p = matrices[i];
+        if (!profiled) {
+            out.reason[p] = AutoReason::regime;
+            continue;
+        }
+        const auto& chosen = all[i][static_cast<size_t>(out.level[p])];
+        out.error += chosen.error;
+        double cheapest = kInfinity;
+        for (const auto& candidate : all[i]) cheapest = std::min(cheapest, candidate.cost);
+        out.reason[p] = chosen.cost <= cheapest ? AutoReason::pays
+                        : take_accurate && chosen.error < all[i][static_cast<size_t>(fastest[p])].error
+                            ? AutoReason::accuracy
+                            : AutoReason::budget;
     }
     return out;
 }

@@ -43,17 +43,20 @@ struct Link {
 enum class AutoReason : std::int8_t {
     pays = 0,          ///< the fastest of the candidates for this parameter (the budget did not bind)
     budget = 1,        ///< a faster candidate would have broken the error budget
-    regime = 2,        ///< Accordion's level for the parameter's regime (no profile yet, or no cheaper plan)
+    regime = 2,        ///< Accordion's level for the parameter's regime (no profile yet)
     does_not_pay = 3,  ///< no compressed plan is predicted faster than uncompressed: sent uncompressed
     vector = 4,        ///< not a matrix: always sent uncompressed
     measuring = 5,     ///< the step's compute is not known yet: its steps are timed uncompressed (the package's first epoch)
+    accuracy = 6,      ///< less error than in the fastest plan, at a step predicted within the margin of its
 };
 const char* auto_reason_name(AutoReason reason);
 /// auto_reason_name of every reason, in the enum's order (the metrics file's names).
 const std::vector<std::string>& auto_reason_names();
 
 /// Default margin of the guard: a compressed plan must be predicted at least this share
-/// faster than uncompressed (--auto-margin).
+/// faster than uncompressed (--auto-margin). Also the share of the fastest plan's time
+/// the plan in force may give up for less error (plans that close the model cannot
+/// tell apart).
 inline constexpr double kDefaultAutoMargin = 0.05;
 /// Default relative difference of measured and predicted step time above which the link
 /// and the codecs are measured again (--auto-drift).
@@ -106,12 +109,15 @@ struct AutoPlan {
 /// collective per channel in use (PowerSGD's two rounds: two allreduces), nothing hidden.
 double step_seconds(const AutoInputs& inputs, const std::vector<std::int32_t>& level);
 
-/// Plans one epoch. With a profile: the exact minimum of step_seconds over the plans
-/// whose summed error is within the budget (the dynamic program of regime::plan_levels
-/// once per set of channels in use, whose latencies do not add up per parameter),
-/// kept only where it is at least the margin faster than Accordion's levels. Without: Accordion's levels. Then the
-/// guard: unless that plan's time is below (1 - margin) x the uncompressed time, every
-/// parameter goes uncompressed; both times include their overhead. Throws acc::Error for inputs of the wrong lengths,
+/// Plans one epoch. With a profile: the fastest plan, the exact minimum of step_seconds
+/// over the plans whose summed error is within the budget (the dynamic program of
+/// regime::plan_levels once per set of channels in use, whose latencies do not add up
+/// per parameter); then, of the plans predicted at most fastest / (1 - margin) seconds,
+/// the one of least summed error (the same program with time and error swapped), which
+/// is in force. Without: Accordion's levels. Then the guard: unless the fastest plan's
+/// time is below (1 - margin) x the uncompressed time, every parameter goes
+/// uncompressed (and the least-error plan is in force only where it passes the guard
+/// too); the times include their overheads. Throws acc::Error for inputs of the wrong lengths,
 /// UsageError for a candidate without an error model or low/high not among them.
 AutoPlan plan_auto(const AutoInputs& inputs);
 

@@ -46,7 +46,7 @@ class CompressionState:
       powersgd:4, topk:0.01) chosen by the step time predicted on the link measured
       on this group, within Accordion's error budget, or none for every parameter
       where no compressed plan is predicted faster than uncompressed by `margin`
-      (and Accordion's own levels unless a plan is `margin` faster than them); the
+      (of the plans within `margin` of the fastest, the one of least error); the
       link and the codecs are measured again when a step's time drifts from its
       prediction by more than `drift`. The first epoch's steps go uncompressed: they
       time the step's compute. auto_records says, on rank 0, what was planned and why.
@@ -193,7 +193,7 @@ class CompressionState:
         (why it is compressed or not, in train-dist's words); "pays", "measured",
         "predicted_seconds", "measured_seconds" (per step), the link's fit and the other
         fields of the metrics file's /auto (docs/metrics.md); "reasons" ({name: why its
-        level}: pays, budget, regime, does not pay, vector, measuring); its "steps"
+        level}: pays, budget, regime, does not pay, vector, measuring, accuracy); its "steps"
         and "seconds" (so far, for the epoch in progress). Empty on the other ranks."""
         if self._auto is None:
             raise UsageError("auto_records: this state was not made with auto=True")

@@ -429,7 +429,7 @@ def test_the_automatic_mode_times_its_first_epoch_then_plans_within_its_guard(tm
         if record["pays"]:
             assert record["compressed_seconds"] < (1 - margin) * record["uncompressed_seconds"], record
             assert record["summary"].startswith("pays: ")
-            assert {reasons["fc1.weight"], reasons["fc2.weight"]} <= {"pays", "budget", "regime"}
+            assert {reasons["fc1.weight"], reasons["fc2.weight"]} <= {"pays", "budget", "regime", "accuracy"}
         else:
             assert not record["compressed_seconds"] < (1 - margin) * record["uncompressed_seconds"], record
             assert record["summary"].startswith("does not pay: ")

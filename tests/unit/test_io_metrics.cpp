@@ -237,7 +237,7 @@ TEST(Metrics, AutomaticModesPlan) {
         a.allgather_bandwidth = 2e6;
         a.budget = 3;
         a.error = 2.5;
-        a.reason = {static_cast<std::int8_t>(e == 1 ? 3 : 1), 4};
+        a.reason = {static_cast<std::int8_t>(e == 1 ? 3 : e == 2 ? 6 : 1), 4};  // 6: accuracy
     }
     write_metrics(path, m);
     const Metrics back = read_metrics(path);
@@ -259,7 +259,7 @@ TEST(Metrics, AutomaticModesPlan) {
         f.write("/auto/reason", std::vector<std::int8_t>{1, 4, 3, 4, 7, 4}, {3, 2});
         f.close();
     }
-    EXPECT_EQ(error_of([&] { read_metrics(path); }), path + ": /auto/reason is 7; valid codes are 0..4");
+    EXPECT_EQ(error_of([&] { read_metrics(path); }), path + ": /auto/reason is 7; valid codes are 0..6");
     m.epochs[2].automatic.reason.pop_back();
     EXPECT_CONTAINS(error_of([&] { write_metrics(path, m); }), "has no automatic plan per parameter");
 }

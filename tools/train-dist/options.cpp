@@ -108,8 +108,8 @@ void add_auto_options(CLI::App& app, TrainDistConfig& c) {
         ->default_str(join(defaults, ","))
         ->group(group);
     app.add_option("--auto-margin", c.auto_config.margin,
-                   "A compressed plan must be predicted at least this share faster than uncompressed, and a plan other "
-                   "than Accordion's levels this share faster than they are, in [0, 1)")
+                   "A compressed plan must be predicted at least this share faster than uncompressed; of the plans "
+                   "within this share of the fastest, the one of least error is in force; in [0, 1)")
         ->check(cli::number(0, 1, false))
         ->group(group);
     app.add_option("--auto-drift", c.auto_config.drift,
