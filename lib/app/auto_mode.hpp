@@ -77,6 +77,10 @@ public:
 
 private:
     void measure_link(comm::Collectives& comm, at::Device device, comm::Collectives& host);
+    // Seconds the allreduce's calls of `bytes` (back to back: `seconds`) save after a pause.
+    static double measure_burst(comm::Collectives& comm, const at::TensorOptions& options,
+                                const std::vector<double>& bytes, const std::vector<double>& seconds,
+                                const std::function<double(double)>& slowest);
     void time_codecs();
 
     AutoSettings settings_;

@@ -177,6 +177,7 @@ constexpr AutoColumn kAutoColumns[] = {
     {"allreduce_bandwidth", &MetricsAuto::allreduce_bandwidth},
     {"allgather_alpha", &MetricsAuto::allgather_alpha},
     {"allgather_bandwidth", &MetricsAuto::allgather_bandwidth},
+    {"burst_seconds", &MetricsAuto::burst_seconds},  // optional on reading: absent before it was measured
     {"budget", &MetricsAuto::budget},
     {"error", &MetricsAuto::error},
 };
@@ -225,6 +226,7 @@ void read_auto(const H5File& f, std::vector<MetricsEpoch>& epochs, size_t count)
             f.fail("/auto/reason is " + std::to_string(r) + "; valid codes are 0.." +
                    std::to_string(auto_reason_names().size() - 1));
     for (const auto& c : kAutoColumns) {
+        if (c.field == &MetricsAuto::burst_seconds && !f.exists("/auto/burst_seconds")) continue;
         auto values = read_shaped<double>(f, std::string("/auto/") + c.name, column, "one per epoch");
         for (size_t e = 0; e < epochs.size(); ++e) {
             if (values[e] < 0 && c.field != &MetricsAuto::overhead_seconds)

@@ -55,6 +55,9 @@ struct MetricsAuto {
     double compute_seconds = kNone;       ///< forward and backward seconds per step the model used
     double allreduce_alpha = kNone, allreduce_bandwidth = kNone;  ///< the link: seconds per ring step, bytes/s
     double allgather_alpha = kNone, allgather_bandwidth = kNone;
+    /// Seconds of sending a burst lets through free after a pause (a token bucket's); 0 on a link
+    /// without one. NaN in files written before it was measured.
+    double burst_seconds = kNone;
     double budget = kNone;  ///< Accordion's levels' summed error (NaN: no profile yet)
     double error = kNone;   ///< the levels in force: their summed error
     std::vector<std::int8_t> reason;  ///< per parameter: plan::AutoReason, an index into auto_reason_names()

@@ -46,6 +46,10 @@ const perf::Network& net_of(const Link& link, perf::Collective kind) {
     return kind == perf::Collective::allgather ? link.allgather : link.allreduce;
 }
 
+// Bandwidth time a compressed step's exchange gets free: the link's burst, as far as
+// the bucket refills during the step's compute.
+double free_seconds(const AutoInputs& in) { return std::max(0.0, std::min(in.link.burst_seconds, in.compute.seconds)); }
+
 // The bandwidth part of sending `bytes` through `channel`: additive over parameters.
 double bandwidth_seconds(const Link& link, Channel channel, double bytes) {
     const perf::Collective kind = kind_of(channel);
@@ -83,6 +87,8 @@ void check_inputs(const AutoInputs& in) {
     index_of(in, in.low, "--low");
     index_of(in, in.high, "--high");
     if (in.link.world < 1) throw Error("automatic plan: the link has no ranks");
+    if (!std::isfinite(in.link.burst_seconds) || in.link.burst_seconds < 0)
+        throw Error("automatic plan: the link's burst is negative or not finite");
     if (!std::isfinite(in.compute.seconds) || in.compute.seconds < 0)
         throw Error("automatic plan: the compute time is negative or not finite");
     if (!std::isfinite(in.margin) || in.margin < 0 || in.margin >= 1)
@@ -144,7 +150,9 @@ double seconds_of(const AutoInputs& in, const std::vector<std::vector<Wire>>& wi
         codecs += codec_seconds(in, c, p);
     }
     std::vector<perf::Transfer> transfers;
+    double bandwidth = 0;
     for (const auto& [channel, bytes] : by_channel) {
+        bandwidth += bandwidth_seconds(in.link, channel, bytes);
         if (channel == Channel::low_rank) {
             // Two rounds, P then Q: the alpha-beta cost is linear, so how the bytes split does not matter.
             transfers.push_back({perf::Collective::allreduce, bytes / 2});
@@ -155,7 +163,8 @@ double seconds_of(const AutoInputs& in, const std::vector<std::vector<Wire>>& wi
     }
     return perf::predict_compressed(in.link.allreduce, in.link.allgather, in.link.world, transfers, codecs, 0,
                                     in.compute)
-        .iteration_seconds;
+               .iteration_seconds -
+           std::min(free_seconds(in), bandwidth);
 }
 
 
@@ -262,7 +271,8 @@ std::vector<std::int32_t> fastest_within_budget(const AutoInputs& in, const std:
 // The plan of least summed error that compresses something and is predicted to take
 // at most `bound` seconds a step; empty: none found. Per set of channels, the dynamic
 // program with time and error swapped: least error within the seconds the set leaves
-// once compute, its latencies and the vectors' bandwidth are paid.
+// once compute, its latencies and the vectors' bandwidth are paid, and the burst's free
+// seconds given back (each plan found is priced exactly before it counts).
 std::vector<std::int32_t> least_error_within(const AutoInputs& in, const std::vector<std::vector<Wire>>& wires,
                                              const std::vector<size_t>& matrices, const ChannelSets& sets,
                                              const std::vector<std::vector<regime::Candidate>>& all, double bound,
@@ -283,6 +293,7 @@ std::vector<std::int32_t> least_error_within(const AutoInputs& in, const std::ve
         for (Channel channel : sets.channels)
             if (sets.has(mask, channel)) fixed += latency_seconds(in.link, channel);
         if (vectors_sent && !sets.has(mask, Channel::fp32_sum)) fixed += latency_seconds(in.link, Channel::fp32_sum);
+        fixed -= free_seconds(in);
         if (!(bound - fixed >= 0)) continue;
         const auto chosen = plan_in_set(in, matrices, index, all, bound - fixed, none,
                                         [](const regime::Candidate& c) { return regime::Candidate{c.error, c.cost}; });

@@ -33,10 +33,16 @@ struct LayerProfile {
 double residual_norm(const compress::Spec& spec, const std::vector<std::int64_t>& shape, const LayerProfile& profile);
 
 /// The link as the automatic mode measured it: ring networks (perf::Network) for the
-/// allreduce and the allgather on `world` ranks.
+/// allreduce and the allgather on `world` ranks, and the burst a token bucket lets
+/// through after a pause.
 struct Link {
     int world = 1;
     perf::Network allreduce, allgather;
+    /// Seconds of the networks' bandwidth time a call sends free after a pause (a token
+    /// bucket's burst over its rate; 0: none). A step's exchange follows its compute,
+    /// during which the bucket refills: min(burst_seconds, compute seconds) of its
+    /// bandwidth time go free.
+    double burst_seconds = 0;
 };
 
 /// Why a parameter has its level in an automatic plan (the metrics' /auto/reason).
@@ -106,7 +112,8 @@ struct AutoPlan {
 /// The predicted step time, seconds, of per-parameter levels (indices into inputs.candidates):
 /// perf::predict_ddp when every parameter is at none (buckets overlap the backward pass),
 /// otherwise perf::predict_compressed: compute, then the codecs' seconds and one
-/// collective per channel in use (PowerSGD's two rounds: two allreduces), nothing hidden.
+/// collective per channel in use (PowerSGD's two rounds: two allreduces), nothing hidden,
+/// less the bandwidth time the link's burst sends free (Link::burst_seconds).
 double step_seconds(const AutoInputs& inputs, const std::vector<std::int32_t>& level);
 
 /// Plans one epoch. With a profile: the fastest plan, the exact minimum of step_seconds

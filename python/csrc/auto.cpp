@@ -114,7 +114,8 @@ public:
                                        m.predicted_seconds,     m.overhead_seconds,     m.uncompressed_seconds,
                                        m.compressed_seconds,    m.measured_seconds,     m.compute_seconds,
                                        m.allreduce_alpha,       m.allreduce_bandwidth,  m.allgather_alpha,
-                                       m.allgather_bandwidth,   m.budget,               m.error};
+                                       m.allgather_bandwidth,   m.burst_seconds,        m.budget,
+                                       m.error};
             for (auto r : m.reason) out.push_back(r);
             return out;
         });
@@ -159,7 +160,7 @@ const std::vector<std::string>& auto_record_fields() {
     static const std::vector<std::string> fields = {
         "pays",          "measured",         "measure_seconds",  "predicted_seconds", "overhead_seconds",
         "uncompressed_seconds", "compressed_seconds", "measured_seconds", "compute_seconds", "allreduce_alpha",
-        "allreduce_bandwidth", "allgather_alpha", "allgather_bandwidth", "budget", "error"};
+        "allreduce_bandwidth", "allgather_alpha", "allgather_bandwidth", "burst_seconds", "budget", "error"};
     return fields;
 }
 

@@ -49,6 +49,7 @@ for e in range(levels.shape[0]):
     for key in ("allreduce_bandwidth", "allgather_bandwidth", "compute_seconds", "uncompressed_seconds",
                 "measured_seconds"):
         assert a[key][e] > 0, (key, e, a[key][e])
+    assert a["burst_seconds"][e] >= 0, a["burst_seconds"][e]
     if not measured[e]:
         assert a["measure_seconds"][e] == 0
 print("ok", path, list(a["pays"][()]), list(a["measure_seconds"][()]))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train-dist --auto on two ranks joined by a 20 Mbit/s link (scripts/shaped-link.sh):
-# the measured link is the shaped one (within a factor of two of 2.5 MB/s), every
-# epoch compresses, and it sends fewer floats than uncompressed training does.
+# the measured link is the shaped one (within a factor of two of 2.5 MB/s), its burst
+# tbf's 32 KB (13 ms at 2.5 MB/s, within a factor of 2.5), every epoch compresses, and
+# it sends fewer floats than uncompressed training does.
 source "$(dirname "$0")/common.sh"
 use_shaped_link
 cd "$WORK"
@@ -15,9 +16,11 @@ SHAPED_RANK1_LOG=rank1.err shaped_ranks "$ACC_BIN/train-dist" "${run[@]}" --metr
 import h5py
 f = h5py.File("auto.h5", "r")
 a = f["auto"]
-bandwidth = a["allreduce_bandwidth"][0]
-print("link", bandwidth / 1e6, "MB/s; pays", list(a["pays"][()]), "floats sent", list(f["epochs/floats_sent"][()]))
+bandwidth, burst = a["allreduce_bandwidth"][0], a["burst_seconds"][0]
+print("link", bandwidth / 1e6, "MB/s, burst", burst * 1e3, "ms; pays", list(a["pays"][()]), "floats sent",
+      list(f["epochs/floats_sent"][()]))
 assert 1.25e6 <= bandwidth <= 5e6, bandwidth
+assert 0.0052 <= burst <= 0.032, burst
 assert all(a["pays"][()]), list(a["pays"][()])
 # Uncompressed, every step sends every value: 4 bytes each, a float each.
 dense = f["epochs/steps"][()] * f["parameters/numel"][()].sum()

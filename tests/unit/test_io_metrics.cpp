@@ -238,6 +238,7 @@ TEST(Metrics, AutomaticModesPlan) {
         a.budget = 3;
         a.error = 2.5;
         a.reason = {static_cast<std::int8_t>(e == 1 ? 3 : e == 2 ? 6 : 1), 4};  // 6: accuracy
+        a.burst_seconds = 0.013 * static_cast<double>(e);
     }
     write_metrics(path, m);
     const Metrics back = read_metrics(path);
@@ -252,6 +253,16 @@ TEST(Metrics, AutomaticModesPlan) {
         EXPECT_EQ(b.compressed_seconds, a.compressed_seconds);
         EXPECT_EQ(b.allgather_bandwidth, a.allgather_bandwidth);
         EXPECT_EQ(b.reason, a.reason);
+        EXPECT_EQ(b.burst_seconds, a.burst_seconds);
+    }
+    {
+        // A file written before the burst was measured: read as NaN.
+        H5File f = H5File::open(path, true);
+        H5Ldelete(f.id(), "/auto/burst_seconds", H5P_DEFAULT);
+        f.close();
+        const Metrics old = read_metrics(path);
+        for (const auto& e : old.epochs) EXPECT_TRUE(std::isnan(e.automatic.burst_seconds));
+        write_metrics(path, m);
     }
     {
         H5File f = H5File::open(path, true);

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -149,6 +150,7 @@ TEST(AutoPlan, ChoosesTheLeastErrorWithinTheMarginOfTheFastestPlanAsABruteForceD
         const double bandwidth = std::pow(10.0, 5 + (trial % 8) * 0.5);
         AutoInputs in = inputs_for(rng, bandwidth, 2e-5);
         in.compute.seconds = (trial % 3 == 0) ? 0.05 : 0.002;  // some where compute bounds the step
+        if (trial % 4 == 1) in.link.burst_seconds = 0.5 * in.compute.seconds;  // a token bucket's burst
         const BruteForce best = brute_force(in);
         const AutoPlan plan = plan_auto(in);
         ASSERT_TRUE(std::isfinite(best.fastest.seconds));
@@ -342,6 +344,69 @@ TEST(AutoPlan, WhereComputeBoundsTheStepTheMarginBuysLessError) {
     const AutoPlan kept = plan_auto(guarded);
     ASSERT_TRUE(kept.pays);
     EXPECT_EQ(kept.level, fastest.level);
+}
+
+TEST(AutoPlan, ALinksBurstSendsACompressedStepsBandwidthTimeFreeUpToItsCompute) {
+    // One 64 x 32 matrix and its bias on two ranks, an alpha-beta ring worked out by hand:
+    // an allreduce of S bytes takes 2 (w - 1) alpha + 2 (w - 1) / w x S / B.
+    AutoInputs in;
+    in.parameters = {{"w", {64, 32}}, {"b", {64}}};
+    in.candidates = specs({"none", "powersgd:1", "powersgd:4"});
+    in.low = parse_spec("powersgd:4");
+    in.high = parse_spec("powersgd:1");
+    in.critical = {1, 1};
+    in.link.world = 2;
+    const double alpha = 1e-4, bandwidth = 1e6;
+    in.link.allreduce = in.link.allgather = acc::perf::Network(alpha, bandwidth);
+    in.compute.seconds = 0.01;
+    auto allreduce = [&](double bytes) { return 2 * alpha + bytes / bandwidth; };
+    // PowerSGD rank 4 on the matrix: P (64 x 4) and Q (32 x 4) in two rounds; the bias whole.
+    const double p_bytes = 4.0 * 64 * 4, q_bytes = 4.0 * 32 * 4, bias_bytes = 4.0 * 64;
+    const double bandwidth_seconds = (p_bytes + q_bytes + bias_bytes) / bandwidth;
+    const double without = in.compute.seconds + allreduce(p_bytes / 2 + q_bytes / 2) * 2 + allreduce(bias_bytes);
+    const std::vector<std::int32_t> rank4 = {2, 0};
+    EXPECT_NEAR(step_seconds(in, rank4), without, 1e-12);
+    // A burst of 1 ms: 1 ms of the bandwidth time goes free.
+    in.link.burst_seconds = 0.001;
+    EXPECT_NEAR(step_seconds(in, rank4), without - 0.001, 1e-12);
+    // A burst larger than the step's bandwidth time: only the latencies are left.
+    in.link.burst_seconds = 1.0;
+    EXPECT_NEAR(step_seconds(in, rank4), without - bandwidth_seconds, 1e-12);
+    // ... but the bucket refills only during the compute: at most the compute's seconds go free.
+    in.compute.seconds = 0.0005;
+    const double latencies = 4 * alpha + 2 * alpha;  // P, Q and the bias: three allreduces
+    EXPECT_NEAR(step_seconds(in, rank4), in.compute.seconds + latencies + bandwidth_seconds - 0.0005, 1e-12);
+    // An uncompressed step is DDP's, priced without it.
+    in.link.burst_seconds = 0;
+    const double ddp = step_seconds(in, {0, 0});
+    in.link.burst_seconds = 1.0;
+    EXPECT_DOUBLE_EQ(step_seconds(in, {0, 0}), ddp);
+    in.link.burst_seconds = -1;
+    EXPECT_THROW(step_seconds(in, rank4), acc::Error);
+}
+
+TEST(AutoPlan, WhereTheBurstCoversEveryCompressedExchangeTheLeastErrorLevelIsChosen) {
+    // The slow link of the tests above: rank 1 is the fastest plan, and the margin buys
+    // rank 2 on one matrix; with a burst that sends a step's bytes free, every PowerSGD
+    // rank costs the same: rank 4 (or whole) it is.
+    std::mt19937 rng(3);
+    AutoInputs in = inputs_for(rng, 1e5, 1e-5);
+    in.candidates = specs({"none", "powersgd:1", "powersgd:2", "powersgd:4"});
+    in.low = parse_spec("powersgd:2");
+    in.high = parse_spec("powersgd:1");
+    in.critical.assign(4, 0);
+    in.codec_seconds.clear();
+    in.compute.seconds = 0.1;
+    const AutoPlan without = plan_auto(in);
+    ASSERT_TRUE(without.pays);
+    EXPECT_EQ(without.level, brute_force(in).accurate.level);
+    EXPECT_EQ(std::count(without.level.begin(), without.level.end(), 1), 2);  // rank 1 on two matrices
+    in.link.burst_seconds = 0.1;  // rank 4 everywhere: 44 ms of bandwidth
+    const AutoPlan with = plan_auto(in);
+    ASSERT_TRUE(with.pays);
+    EXPECT_EQ(with.level, brute_force(in).accurate.level);
+    for (size_t p : {0u, 2u, 3u}) EXPECT_TRUE(with.level[p] == 3 || with.level[p] == 0) << p;
+    EXPECT_LT(with.error, 0.5 * without.error);
 }
 
 TEST(AutoPlan, ARunIsMeasuredAgainOnlyWhenItsStepTimeDrifts) {
