@@ -23,21 +23,24 @@ using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// Sizes of the link's measurement, floats per rank: from 4 KiB up by 4x until
-// plan::link_sizes_enough (a slow link: 256 KiB at 20 Mbit/s) or 1 MiB (a fast one);
-// the largest kFitSizes are fitted.
+// Sizes of the link's measurement, floats per rank: from 4 KiB up by 2x until
+// plan::link_sizes_enough (a slow link: 128 KiB at 20 Mbit/s, a call of 40-80 ms) or
+// 1 MiB (a fast one); the largest kFitSizes are fitted.
 constexpr std::int64_t kFirstFloats = 1024, kLastFloats = 262144;
 constexpr size_t kFitSizes = 3;
 // Timed calls per size: as many as fit in kLinkSeconds, from kMinRepeats to kMaxRepeats.
+// A first call of at least kWarmSample is one of them: what warming a path adds is
+// nothing next to its transfer on so slow a link.
 constexpr int kMinRepeats = 2, kMaxRepeats = 5;
-constexpr double kLinkSeconds = 0.05;
+constexpr double kLinkSeconds = 0.05, kWarmSample = 0.01;
 // The burst: each size whose call took at most plan::kLongLinkCall back to back is
 // timed again after a pause of 1.5x that call, at most kMaxPause (a bucket that
 // refills in the time the size takes to send holds at most the size's bytes, so a
 // pause as long finds every burst a size can show), kBurstRepeats times. A time
 // under kBurstShare of the back-to-back one counts as a burst's saving; above, it is
 // a link's noise.
-constexpr double kMaxPause = 0.05, kBurstShare = 0.75;
+constexpr double kMaxPause = 0.05, kBurstShare = 0.75;  // the pause: kPauseFactor x the call
+constexpr double kPauseFactor = 1.5;
 constexpr int kBurstRepeats = 2;
 
 // Waits for a collective's result on a GPU, so that the clock sees its end.
@@ -122,7 +125,7 @@ void AutoMode::measure_link(comm::Collectives& comm, at::Device device, comm::Co
     };
     for (const bool gather : {false, true}) {
         std::vector<double> bytes, seconds;
-        for (std::int64_t floats = kFirstFloats;; floats *= 4) {
+        for (std::int64_t floats = kFirstFloats;; floats *= 2) {
             at::Tensor t = at::ones({floats}, options);
             auto once = [&] {
                 const auto start = Clock::now();
@@ -141,7 +144,8 @@ void AutoMode::measure_link(comm::Collectives& comm, at::Device device, comm::Co
             const int repeats = static_cast<int>(
                 std::clamp(kLinkSeconds / std::max(first, 1e-9), double{kMinRepeats}, double{kMaxRepeats}));
             std::vector<double> times;
-            for (int rep = 0; rep < repeats; ++rep) times.push_back(once());
+            if (first >= kWarmSample) times.push_back(first);
+            while (static_cast<int>(times.size()) < repeats) times.push_back(once());
             // The size nccl-tests gives a collective: allgather's counts every rank's part.
             bytes.push_back(4.0 * static_cast<double>(floats) * (gather ? world : 1));
             seconds.push_back(slowest(perf::summarize(times).median));
@@ -170,7 +174,7 @@ double AutoMode::measure_burst(comm::Collectives& comm, const at::TensorOptions&
     double burst = 0;
     for (size_t i = 0; i < bytes.size() && seconds[i] <= plan::kLongLinkCall; ++i) {
         at::Tensor t = at::ones({static_cast<std::int64_t>(bytes[i] / 4)}, options);
-        const auto pause = std::chrono::duration<double>(std::min(kMaxPause, 1.5 * seconds[i]));
+        const auto pause = std::chrono::duration<double>(std::min(kMaxPause, kPauseFactor * seconds[i]));
         std::vector<double> times;
         for (int rep = 0; rep < kBurstRepeats; ++rep) {
             std::this_thread::sleep_for(pause);

@@ -135,9 +135,9 @@ AutoPlan plan_auto(const AutoInputs& inputs);
 /// two plans moves it; never below -0.5 x the model's time (AutoInputs' overheads).
 double measured_overhead(const AutoInputs& inputs, const std::vector<std::int32_t>& level, double measured_seconds);
 /// Seconds a call of the link's measurement must take before its sizes stop growing
-/// (a slow link: 256 KiB at 20 Mbit/s).
+/// (a slow link: 128 KiB at 20 Mbit/s).
 inline constexpr double kLongLinkCall = 0.04;
-/// Whether the link's measurement, whose sizes grow 4x from one to the next and whose
+/// Whether the link's measurement, whose sizes grow 2x from one to the next and whose
 /// median call took `seconds` at each so far, has enough: the largest size reached
 /// (`at_largest`), or a call of kLongLinkCall after one of a quarter of that, so that the
 /// time grew with the size through two sizes and one stalled call (a busy machine) does
