@@ -93,6 +93,19 @@ AutoInputs inputs_for(std::mt19937& rng, double bandwidth, double alpha) {
     return in;
 }
 
+// The slow link's model with PowerSGD's ranks alone, nothing critical (the budget is
+// rank 1's error on every matrix), no codec time.
+AutoInputs powersgd_ranks_on_a_slow_link() {
+    std::mt19937 rng(3);
+    AutoInputs in = inputs_for(rng, 1e5, 1e-5);
+    in.candidates = specs({"none", "powersgd:1", "powersgd:2", "powersgd:4"});
+    in.low = parse_spec("powersgd:2");
+    in.high = parse_spec("powersgd:1");
+    in.critical.assign(4, 0);
+    in.codec_seconds.clear();
+    return in;
+}
+
 struct Best {
     double seconds = std::numeric_limits<double>::infinity();
     double error = std::numeric_limits<double>::infinity();
@@ -308,13 +321,7 @@ TEST(AutoPlan, WhereComputeBoundsTheStepTheMarginBuysLessError) {
     // A slow link (uncompressed 0.13 s of exchange a step) and 1 s of compute: every
     // PowerSGD rank is within 5 % of the fastest plan (rank 1, the budget's level on
     // every matrix).
-    std::mt19937 rng(3);
-    AutoInputs in = inputs_for(rng, 1e5, 1e-5);
-    in.candidates = specs({"none", "powersgd:1", "powersgd:2", "powersgd:4"});
-    in.low = parse_spec("powersgd:2");
-    in.high = parse_spec("powersgd:1");
-    in.critical.assign(4, 0);
-    in.codec_seconds.clear();
+    AutoInputs in = powersgd_ranks_on_a_slow_link();
     in.compute.seconds = 1.0;
     in.margin = 0;
     const AutoPlan fastest = plan_auto(in);
@@ -389,13 +396,7 @@ TEST(AutoPlan, WhereTheBurstCoversEveryCompressedExchangeTheLeastErrorLevelIsCho
     // The slow link of the tests above: rank 1 is the fastest plan, and the margin buys
     // rank 2 on one matrix; with a burst that sends a step's bytes free, every PowerSGD
     // rank costs the same: rank 4 (or whole) it is.
-    std::mt19937 rng(3);
-    AutoInputs in = inputs_for(rng, 1e5, 1e-5);
-    in.candidates = specs({"none", "powersgd:1", "powersgd:2", "powersgd:4"});
-    in.low = parse_spec("powersgd:2");
-    in.high = parse_spec("powersgd:1");
-    in.critical.assign(4, 0);
-    in.codec_seconds.clear();
+    AutoInputs in = powersgd_ranks_on_a_slow_link();
     in.compute.seconds = 0.1;
     const AutoPlan without = plan_auto(in);
     ASSERT_TRUE(without.pays);
