@@ -74,7 +74,8 @@ expect_exit 2 "error: give --out .* or --from-csv .*, one of them" -- \
 # A number changed in a table: named, exit 1, nothing written.
 doc=$WORK/results.md
 awk '/^<!-- table: time-to-accuracy 20mbit mlp -->$/ { inside = 1 }
-     inside && /^\| Top-k 10x \|/ && !done { sub(/4\.12x \|$/, "4.13x |"); done = 1 }
+     inside && /^\| Top-k 10x \|/ && !done {  # the last digit of its mean ratio, whatever it is
+         if (/9x \|$/) sub(/9x \|$/, "8x |"); else sub(/[0-9]x \|$/, "9x |"); done = 1 }
      { print }' "$ACC_SOURCE/docs/results.md" >"$doc"
 cmp -s "$doc" "$ACC_SOURCE/docs/results.md" && fail "the test's edit did not change the table"
 cp "$doc" "$doc.before"
