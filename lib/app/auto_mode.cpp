@@ -34,13 +34,12 @@ constexpr size_t kFitSizes = 3;
 constexpr int kMinRepeats = 2, kMaxRepeats = 5;
 constexpr double kLinkSeconds = 0.05, kWarmSample = 0.01;
 // The burst: each size whose call took at most plan::kLongLinkCall back to back is
-// timed again after a pause of 1.5x that call, at most kMaxPause (a bucket that
-// refills in the time the size takes to send holds at most the size's bytes, so a
+// timed again after a pause of kPauseFactor x that call, at most kMaxPause (a bucket
+// that refills in the time the size takes to send holds at most the size's bytes, so a
 // pause as long finds every burst a size can show), kBurstRepeats times. A time
 // under kBurstShare of the back-to-back one counts as a burst's saving; above, it is
 // a link's noise.
-constexpr double kMaxPause = 0.05, kBurstShare = 0.75;  // the pause: kPauseFactor x the call
-constexpr double kPauseFactor = 1.5;
+constexpr double kPauseFactor = 1.5, kMaxPause = 0.05, kBurstShare = 0.75;
 constexpr int kBurstRepeats = 2;
 
 // Waits for a collective's result on a GPU, so that the clock sees its end.

@@ -167,6 +167,24 @@ double seconds_of(const AutoInputs& in, const std::vector<std::vector<Wire>>& wi
            std::min(free_seconds(in), bandwidth);
 }
 
+// Whether a plan compresses any matrix (else it is uncompressed, the guard's to weigh).
+bool compresses(const std::vector<size_t>& matrices, const std::vector<std::int32_t>& level, std::int32_t none) {
+    return std::any_of(matrices.begin(), matrices.end(), [&](size_t p) { return level[p] != none; });
+}
+
+// The summed error of a plan's levels on the matrices (`all`: per matrix and candidate).
+double summed_error(const std::vector<std::vector<regime::Candidate>>& all, const std::vector<size_t>& matrices,
+                    const std::vector<std::int32_t>& level) {
+    double error = 0;
+    for (size_t i = 0; i < matrices.size(); ++i) error += all[i][static_cast<size_t>(level[matrices[i]])].error;
+    return error;
+}
+
+// A plan and its predicted seconds a step (infinity: no compressed plan).
+struct Timed {
+    std::vector<std::int32_t> level;
+    double seconds = kInfinity;
+};
 
 // The latency part of sending through `channel` (PowerSGD's two rounds pay it twice).
 double latency_seconds(const Link& link, Channel channel) {
@@ -227,20 +245,15 @@ std::vector<std::int32_t> plan_in_set(const AutoInputs& in, const std::vector<si
 
 // The fastest plan that compresses something and whose summed error is within
 // `budget`, starting from `start` (Accordion's levels, within it by construction).
-std::vector<std::int32_t> fastest_within_budget(const AutoInputs& in, const std::vector<std::vector<Wire>>& wires,
-                                                const std::vector<size_t>& matrices, const ChannelSets& sets,
-                                                const std::vector<std::vector<regime::Candidate>>& all,
-                                                double budget, std::int32_t none, std::vector<std::int32_t> start) {
-    auto compresses = [&](const std::vector<std::int32_t>& chosen) {
-        return std::any_of(matrices.begin(), matrices.end(), [&](size_t p) { return chosen[p] != none; });
-    };
-    std::vector<std::int32_t> best = start;
-    double best_seconds = compresses(start) ? seconds_of(in, wires, start) : kInfinity;
+Timed fastest_within_budget(const AutoInputs& in, const std::vector<std::vector<Wire>>& wires,
+                            const std::vector<size_t>& matrices, const ChannelSets& sets,
+                            const std::vector<std::vector<regime::Candidate>>& all, double budget, std::int32_t none,
+                            const std::vector<std::int32_t>& start) {
+    Timed best{start, compresses(matrices, start, none) ? seconds_of(in, wires, start) : kInfinity};
     auto consider = [&](const std::vector<std::int32_t>& chosen) {
         const double seconds = seconds_of(in, wires, chosen);
-        if (seconds > best_seconds) return;
-        best_seconds = seconds;
-        best = chosen;
+        if (seconds > best.seconds) return;
+        best = {chosen, seconds};
     };
     bool cheapest_is_none = false;
     for (std::uint32_t mask = 1; mask < sets.end(); ++mask) {
@@ -248,7 +261,7 @@ std::vector<std::int32_t> fastest_within_budget(const AutoInputs& in, const std:
         if (index.empty()) continue;
         const auto chosen = plan_in_set(in, matrices, index, all, budget, none, [](const regime::Candidate& c) { return c; });
         if (chosen.empty()) continue;
-        if (!compresses(chosen)) {
+        if (!compresses(matrices, chosen, none)) {
             cheapest_is_none = true;
             continue;
         }
@@ -273,10 +286,9 @@ std::vector<std::int32_t> fastest_within_budget(const AutoInputs& in, const std:
 // program with time and error swapped: least error within the seconds the set leaves
 // once compute, its latencies and the vectors' bandwidth are paid, and the burst's free
 // seconds given back (each plan found is priced exactly before it counts).
-std::vector<std::int32_t> least_error_within(const AutoInputs& in, const std::vector<std::vector<Wire>>& wires,
-                                             const std::vector<size_t>& matrices, const ChannelSets& sets,
-                                             const std::vector<std::vector<regime::Candidate>>& all, double bound,
-                                             std::int32_t none) {
+Timed least_error_within(const AutoInputs& in, const std::vector<std::vector<Wire>>& wires,
+                         const std::vector<size_t>& matrices, const ChannelSets& sets,
+                         const std::vector<std::vector<regime::Candidate>>& all, double bound, std::int32_t none) {
     double vectors = in.compute.seconds;
     bool vectors_sent = false;
     for (size_t p = 0; p < in.parameters.size(); ++p)
@@ -284,8 +296,8 @@ std::vector<std::int32_t> least_error_within(const AutoInputs& in, const std::ve
             vectors += bandwidth_seconds(in.link, Channel::fp32_sum, wires[static_cast<size_t>(none)][p].bytes);
             vectors_sent = true;
         }
-    std::vector<std::int32_t> best;
-    double best_error = kInfinity, best_seconds = kInfinity;
+    Timed best;
+    double best_error = kInfinity;
     for (std::uint32_t mask = 1; mask < sets.end(); ++mask) {
         const auto index = sets.candidates_in(mask);
         if (index.empty()) continue;
@@ -297,17 +309,13 @@ std::vector<std::int32_t> least_error_within(const AutoInputs& in, const std::ve
         if (!(bound - fixed >= 0)) continue;
         const auto chosen = plan_in_set(in, matrices, index, all, bound - fixed, none,
                                         [](const regime::Candidate& c) { return regime::Candidate{c.error, c.cost}; });
-        if (chosen.empty()) continue;
-        if (std::all_of(matrices.begin(), matrices.end(), [&](size_t p) { return chosen[p] == none; }))
-            continue;  // uncompressed: the guard's to weigh
+        if (chosen.empty() || !compresses(matrices, chosen, none)) continue;
         const double seconds = seconds_of(in, wires, chosen);
         if (seconds > bound) continue;
-        double error = 0;
-        for (size_t i = 0; i < matrices.size(); ++i) error += all[i][static_cast<size_t>(chosen[matrices[i]])].error;
-        if (error < best_error || (error == best_error && seconds < best_seconds)) {
-            best = chosen;
+        const double error = summed_error(all, matrices, chosen);
+        if (error < best_error || (error == best_error && seconds < best.seconds)) {
+            best = {chosen, seconds};
             best_error = error;
-            best_seconds = seconds;
         }
     }
     return best;
@@ -339,16 +347,11 @@ AutoPlan plan_auto(const AutoInputs& in) {
             matrices.push_back(p);
             uniform[p] = in.critical[p] ? low : high;
         }
-    auto all_none = [&](const std::vector<std::int32_t>& chosen) {
-        return std::all_of(matrices.begin(), matrices.end(), [&](size_t p) { return chosen[p] == none; });
-    };
     out.uncompressed_seconds = seconds_of(in, wires, std::vector<std::int32_t>(P, none));
     // Without a profile: Accordion's levels. With one: the fastest plan within the
     // budget, and the plan of least error within the margin of it.
-    std::vector<std::int32_t> fastest = uniform;
-    double fastest_seconds = all_none(uniform) ? kInfinity : seconds_of(in, wires, uniform);
-    std::vector<std::int32_t> accurate = fastest;
-    double accurate_seconds = fastest_seconds;
+    Timed fastest{uniform, compresses(matrices, uniform, none) ? seconds_of(in, wires, uniform) : kInfinity};
+    Timed accurate = fastest;
     const bool profiled = !in.profile.empty() && !matrices.empty();
     // Per matrix and candidate: the error, and the cost that adds up (codec and bandwidth).
     std::vector<std::vector<regime::Candidate>> all(matrices.size());
@@ -368,21 +371,13 @@ AutoPlan plan_auto(const AutoInputs& in) {
         out.budget = regime::uniform_budget(uniform_layers, std::vector<std::int64_t>(matrices.size(), 0), 1.0);
         const ChannelSets sets(in, wires, matrices);
         fastest = fastest_within_budget(in, wires, matrices, sets, all, out.budget, none, uniform);
-        fastest_seconds = all_none(fastest) ? kInfinity : seconds_of(in, wires, fastest);
         accurate = fastest;
-        accurate_seconds = fastest_seconds;
-        if (std::isfinite(fastest_seconds)) {
-            const auto least = least_error_within(in, wires, matrices, sets, all, fastest_seconds / (1 - in.margin),
-                                                  none);
-            double fastest_error = 0, least_error = 0;
-            for (size_t i = 0; i < matrices.size(); ++i) {
-                fastest_error += all[i][static_cast<size_t>(fastest[matrices[i]])].error;
-                if (!least.empty()) least_error += all[i][static_cast<size_t>(least[matrices[i]])].error;
-            }
-            if (!least.empty() && least_error < fastest_error) {
+        if (std::isfinite(fastest.seconds)) {
+            const Timed least =
+                least_error_within(in, wires, matrices, sets, all, fastest.seconds / (1 - in.margin), none);
+            if (!least.level.empty() &&
+                summed_error(all, matrices, least.level) < summed_error(all, matrices, fastest.level))
                 accurate = least;
-                accurate_seconds = seconds_of(in, wires, least);
-            }
         }
     }
     // An overhead measured on another plan (or link) never takes a prediction below half the model's own.
@@ -392,10 +387,10 @@ AutoPlan plan_auto(const AutoInputs& in) {
         const double seconds = with_overhead(modelled, in.compressed_overhead);
         return std::isfinite(seconds) && seconds < (1 - in.margin) * out.uncompressed_seconds;
     };
-    out.compressed_seconds = with_overhead(fastest_seconds, in.compressed_overhead);
-    out.pays = pays(fastest_seconds);
+    out.compressed_seconds = with_overhead(fastest.seconds, in.compressed_overhead);
+    out.pays = pays(fastest.seconds);
     // The plan of least error, unless it would turn the guard where the fastest does not.
-    const bool take_accurate = out.pays && accurate != fastest && pays(accurate_seconds);
+    const bool take_accurate = out.pays && accurate.level != fastest.level && pays(accurate.seconds);
     out.reason.assign(P, AutoReason::vector);
     if (!out.pays) {
         out.level.assign(P, none);
@@ -403,20 +398,21 @@ AutoPlan plan_auto(const AutoInputs& in) {
         out.seconds = out.uncompressed_seconds;
         return out;
     }
-    out.level = take_accurate ? accurate : fastest;
-    out.seconds = with_overhead(take_accurate ? accurate_seconds : fastest_seconds, in.compressed_overhead);
+    const Timed& chosen = take_accurate ? accurate : fastest;
+    out.level = chosen.level;
+    out.seconds = with_overhead(chosen.seconds, in.compressed_overhead);
+    if (profiled) out.error = summed_error(all, matrices, out.level);
     for (size_t i = 0; i < matrices.size(); ++i) {
         const size_t p = matrices[i];
         if (!profiled) {
             out.reason[p] = AutoReason::regime;
             continue;
         }
-        const auto& chosen = all[i][static_cast<size_t>(out.level[p])];
-        out.error += chosen.error;
+        const auto& level = all[i][static_cast<size_t>(out.level[p])];
         double cheapest = kInfinity;
         for (const auto& candidate : all[i]) cheapest = std::min(cheapest, candidate.cost);
-        out.reason[p] = chosen.cost <= cheapest ? AutoReason::pays
-                        : take_accurate && chosen.error < all[i][static_cast<size_t>(fastest[p])].error
+        out.reason[p] = level.cost <= cheapest ? AutoReason::pays
+                        : take_accurate && level.error < all[i][static_cast<size_t>(fastest.level[p])].error
                             ? AutoReason::accuracy
                             : AutoReason::budget;
     }
