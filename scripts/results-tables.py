@@ -34,6 +34,9 @@ where NAME says what it is made from; the tables are:
     auto-predictions              train-dist --auto's predicted against measured step time per link
                                   and model, and the measuring's share of the time, from
                                   docs/results/auto-predictions.csv (scripts/experiments/auto_predictions.py)
+    auto-overhead                 train-dist --auto's throughput against dense's on loopback, where
+                                  compression does not pay, in blocks of dense, auto, auto, dense runs,
+                                  from docs/results/auto-overhead-runs.csv (scripts/experiments/auto-overhead.sh)
     fsdp LINK                     FSDP2's hybrid sharding with the toolkit's replica exchange against
                                   FSDP's own on that link (100mbit, loopback), from
                                   docs/results/fsdp-runs.csv (scripts/experiments/fsdp.sh)
@@ -535,6 +538,21 @@ class AutoPredictions:
         return self.report.table(self.report.read_csv(self.path))
 
 
+class AutoOverhead:
+    """train-dist --auto against dense on loopback (docs/results/auto-overhead-runs.csv,
+    scripts/experiments/auto-overhead.sh)."""
+
+    def __init__(self, data):
+        self.report = load_report("auto_overhead_report")
+        self.path = os.path.join(data, "auto-overhead-runs.csv")
+
+    def table(self):
+        try:
+            return self.report.table(self.report.read_runs(self.path))
+        except SystemExit as e:  # the report's own message, with its file
+            fail(str(e).replace("auto_overhead_report.py: error: ", ""))
+
+
 class Fsdp:
     """The FSDP2 study's runs (docs/results/fsdp-runs.csv, scripts/experiments/fsdp.sh)."""
 
@@ -590,6 +608,7 @@ class Studies:
                        "model-check": ModelCheck, "planner": Planner}
             studies["quickstart"] = Quickstart
             studies["auto-predictions"] = AutoPredictions
+            studies["auto-overhead"] = AutoOverhead
             studies["fsdp"] = Fsdp
             benchmarks = {"compute-per-step": ComputePerStep, "ci": CiLog}
             self.loaded[kind] = (studies[kind](self.data) if kind in studies else
@@ -625,10 +644,12 @@ def recompute(name, studies, doc):
         return studies.get("auto-predictions").table()
     if len(words) == 2 and words[0] == "fsdp":
         return studies.get("fsdp").table(words[1])
+    if words == ["auto-overhead"]:
+        return studies.get("auto-overhead").table()
     fail(f"{doc}: a table named '{name}', which this script does not make "
          "(accordion STUDY, accordion seeds, ci LOG, compute-per-step, gravac VARIANT..., model-check [RUN], "
          "model-check-fits RUN, model-check-medians [RUN], planner MODEL, quickstart, time-to-accuracy LINK MODEL, "
-         "auto-predictions, fsdp LINK)")
+         "auto-predictions, auto-overhead, fsdp LINK)")
 
 
 def tables_of(doc, studies):

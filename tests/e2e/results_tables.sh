@@ -119,7 +119,7 @@ for name in ("results.md", "benchmarks.md"):
             assert differ == [block], (name, block, lines[row], differ)
             assert out == lines, (name, block, "rewriting does not give the document back")
             seen += 1
-assert seen >= 26, seen  # results.md's 23 tables, benchmarks.md's 3
+assert seen >= 27, seen  # results.md's 24 tables, benchmarks.md's 3
 print(f"{seen} tables with a changed figure seen")
 PY
 
@@ -185,7 +185,8 @@ printf 'model,batch\nmlp,32\n' >"$WORK/bench/compute-per-step/compute.csv"
 printf '<!-- table: compute-per-step -->\n<!-- end of table -->\n' >"$doc"
 expect_exit 2 "compute.csv: not bench-comm-profile-compute.sh's compute.csv" -- \
     $tables --check --doc "$doc" --benchmarks "$WORK/bench"
-for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-check.csv planner-runs.csv; do
+for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-check.csv planner-runs.csv \
+    auto-overhead-runs.csv; do
     rm -rf "$WORK/data"
     mkdir -p "$WORK/data"
     cp "$ACC_SOURCE"/docs/results/*.csv "$WORK/data/"
@@ -196,9 +197,36 @@ for bad in time-to-accuracy-runs.csv accordion-runs.csv gravac-runs.csv model-ch
     gravac-runs.csv) says="gravac-runs.csv: not the GraVAC study's runs" ;;
     model-check.csv) says="model-check.csv: not shaped-model-check.sh's table" ;;
     planner-runs.csv) says="planner-runs.csv: not the planner study's runs" ;;
+    auto-overhead-runs.csv) says="auto-overhead-runs.csv: columns \['a', 'b'\], expected" ;;
     esac
     expect_exit 2 "$says" -- $tables --check --data "$WORK/data"
 done
+
+# The automatic mode's loopback runs: a block with a run missing (seed 2's second auto run) is refused,
+# not paired short; the throughput is dense's summed time over auto's, its measuring included.
+rm -rf "$WORK/data" && mkdir -p "$WORK/data" && cp "$ACC_SOURCE"/docs/results/*.csv "$WORK/data/"
+grep -vE '^[a-z]+,2,1,3,auto,' "$ACC_SOURCE/docs/results/auto-overhead-runs.csv" >"$WORK/data/auto-overhead-runs.csv"
+cmp -s "$WORK/data/auto-overhead-runs.csv" "$ACC_SOURCE/docs/results/auto-overhead-runs.csv" && fail "the edit removed no run"
+printf '<!-- table: auto-overhead -->\n<!-- end of table -->\n' >"$doc"
+expect_exit 2 "seed 2: not whole blocks of dense, auto, auto, dense runs" -- $tables --check --doc "$doc" --data "$WORK/data"
+"$ACC_PYTHON" - "$ACC_SOURCE/docs/results.md" "$ACC_SOURCE/docs/results/auto-overhead-runs.csv" <<'PY' ||
+import csv, re, sys
+doc, data = sys.argv[1], sys.argv[2]
+lines = open(doc).read().split("\n")
+begin = lines.index("<!-- table: auto-overhead -->")
+rows = list(csv.DictReader(open(data)))
+checked = 0
+for text in lines[begin + 3:lines.index("<!-- end of table -->", begin)]:
+    cells = [c.strip() for c in text.strip("|").split("|")]
+    mine = [r for r in rows if r["model"] == cells[0] and cells[1] in ("all", r["seed"])]
+    dense = sum(float(r["seconds"]) for r in mine if r["variant"] == "dense")
+    auto = sum(float(r["seconds"]) + float(r["measure_seconds"]) for r in mine if r["variant"] == "auto")
+    assert re.match(rf"{dense / auto:.3f}x( |$)", cells[6]), (text, dense / auto)
+    checked += 1
+assert checked >= 4, checked
+print(f"{checked} throughput ratios match their runs")
+PY
+    fail "the auto-overhead table's ratios are not its runs'"
 
 # The model checks that keep their profiles size by size: each repeat's latencies are
 # the medians over the sizes below --fit-from (256 KiB) of those profiles' times
