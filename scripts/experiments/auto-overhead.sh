@@ -25,7 +25,7 @@ main() {
     repeats=${4:-1}
     [[ $repeats =~ ^[1-9][0-9]*$ ]] ||
         { echo "auto-overhead.sh: error: REPEATS '$repeats': a count of blocks, 1 or more" >&2; exit 2; }
-    export TTA_EXTRA_cnn=${TTA_EXTRA_cnn---train-samples 12000}
+    export TTA_EXTRA_cnn=${TTA_EXTRA_cnn-"--train-samples 12000"}
     tta=$here/scripts/experiments/time-to-accuracy.sh
     mkdir -p "$out"
     out=$(cd "$out" && pwd)
